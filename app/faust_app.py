@@ -1,0 +1,49 @@
+"""The Faust app, alone in its module: everything else imports it (no import cycles)."""
+
+from __future__ import annotations
+
+import faust
+
+from app.copartition import check_copartitioning
+from app.settings import Settings, get_settings
+
+
+class EtjApp(faust.App):
+    """A Faust app that checks co-partitioning before it consumes anything."""
+
+    etj: Settings
+
+    async def on_first_start(self) -> None:
+        s = self.etj
+        s.datadir.mkdir(parents=True, exist_ok=True)
+        await super().on_first_start()
+        await check_copartitioning(s.broker_url, [s.mood_inputs, s.car_inputs], s.partitions)
+
+
+def create_app(settings: Settings) -> EtjApp:
+    """Build the app from settings (tests build their own with other settings)."""
+    extra = {}
+    if settings.producer_max_batch_size is not None:
+        extra["producer_max_batch_size"] = settings.producer_max_batch_size
+    app = EtjApp(
+        settings.app_id,
+        broker=settings.broker_url,
+        store=settings.store_url,
+        datadir=str(settings.datadir),
+        web_port=settings.web_port,
+        web_bind=settings.web_bind,
+        web_host=settings.web_host,
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=settings.heartbeat_interval_s,
+        broker_rebalance_timeout=settings.rebalance_timeout_s,
+        broker_commit_interval=settings.commit_interval_s,
+        **extra,
+    )
+    app.etj = settings
+    return app
+
+
+settings = get_settings()
+app = create_app(settings)

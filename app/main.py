@@ -1,0 +1,13 @@
+"""Entry point: ``faust -A app.main worker -l info``.
+
+Importing this module registers, in data-flow order, the topics, tables, agents, timers and
+commands of the app.
+"""
+
+from app.faust_app import app
+from app import topics, tables  # noqa: F401  (topics -> tables)
+from app.agents import mood_join  # noqa: F401  (agents)
+from app import timers  # noqa: F401  (timers)
+from app.commands import sample_traffic  # noqa: F401  (tools)
+
+__all__ = ["app"]

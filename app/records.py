@@ -1,0 +1,101 @@
+"""Wire records (DESIGN §1) and their validation.
+
+Inputs are consumed as raw bytes and validated here, not by Faust's codecs: a record that fails
+must become a dead letter with a reason a person understands, never an exception in an agent.
+Rules (documented in the README):
+- values are UTF-8 JSON objects; unknown extra fields are ignored;
+- types are strict (``"5"`` is not an int, ``true`` is not an int);
+- event times are epoch ms in [0, 2100-01-01);
+- the record key must equal the value's key field (co-partitioning depends on it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+#: 2100-01-01T00:00:00Z in epoch ms: anything later is an absurd event time (a seconds/µs mix-up)
+MAX_EVENT_TIME = 4_102_444_800_000
+
+EventTime = Field(ge=0, lt=MAX_EVENT_TIME)
+
+
+class InvalidRecord(ValueError):
+    """A record that cannot be processed; ``str(exc)`` is the dead-letter reason."""
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    #: name of the field the record key must equal
+    key_field: ClassVar[str] = ""
+
+
+class MoodIn(WireModel):
+    """``etj-moods``: a consultant's mood from ``event_time`` on."""
+
+    name: str = Field(min_length=1, max_length=200)
+    mood: str = Field(min_length=1, max_length=200)
+    event_time: int = EventTime
+    ingestion_time: int | None = None
+
+    key_field: ClassVar[str] = "name"
+
+
+class RecommendationIn(WireModel):
+    """``etj-events``: a recommendation a consultant made at ``event_time``."""
+
+    consultant: str = Field(min_length=1, max_length=200)
+    recommendation: str = Field(min_length=1, max_length=10_000)
+    event_time: int = EventTime
+    id: str | None = Field(None, min_length=1, max_length=200)
+    ingestion_time: int | None = None
+
+    key_field: ClassVar[str] = "consultant"
+
+
+M = TypeVar("M", bound=WireModel)
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "value"
+        if err["type"] == "missing":
+            parts.append(f"{loc}: missing")
+            continue
+        got = err.get("input")
+        shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+        parts.append(f"{loc}: {err['msg']} (got {shown[:60]})")
+    return "; ".join(parts)
+
+
+def parse(model: type[M], key: bytes | None, value: bytes | None) -> M:
+    """Decode and validate one record, or raise :class:`InvalidRecord` saying why."""
+    if value is None or value == b"":
+        raise InvalidRecord("empty value (tombstone or null): nothing to join")
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord(f"value is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+    try:
+        data: Any = json.loads(text)
+    except ValueError as exc:
+        raise InvalidRecord(f"value is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidRecord(f"value must be a JSON object, got {type(data).__name__}")
+    try:
+        record = model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidRecord(f"invalid {model.__name__}: {_describe(exc)}") from exc
+    expected = getattr(record, record.key_field)
+    if key is None:
+        raise InvalidRecord(f"record has no key; it must be keyed by {record.key_field}")
+    key_text = key.decode("utf-8", errors="replace")
+    if key_text != str(expected):
+        raise InvalidRecord(
+            f"key {key_text[:60]!r} disagrees with {record.key_field} {str(expected)[:60]!r}"
+        )
+    return record

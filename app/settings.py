@@ -1,0 +1,89 @@
+"""One settings object for the whole worker, read from ``ETJ_*`` environment variables.
+
+Every topic name is a setting so that tests (and several deployments on one cluster) can run
+side by side on the same broker without seeing each other's records.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """etj configuration; the README's settings table is generated from these descriptions."""
+
+    model_config = SettingsConfigDict(env_prefix="ETJ_", extra="ignore")
+
+    app_id: str = Field("etj", description="Faust app id: consumer group and changelog prefix.")
+    broker_url: str = Field("kafka://127.0.0.1:9092", description="Kafka bootstrap URL(s).")
+    store_url: str = Field("memory://", description="Table store: `memory://` or `rocksdb://`.")
+    datadir: Path = Field(Path("var/etj"), description="Faust data directory (RocksDB state).")
+    web_port: int = Field(6066, description="Port of the Faust web server (views, health).")
+    web_bind: str = Field("0.0.0.0", description="Address the web server binds.")
+    web_host: str = Field(
+        "127.0.0.1", description="Host name other workers use to reach this one's views."
+    )
+    partitions: int = Field(4, ge=1, description="Partition count of every topic etj creates.")
+    replication_factor: int = Field(1, ge=1, description="Replication of created topics.")
+
+    moods_topic: str = Field("etj-moods", description="Input: consultant moods.")
+    events_topic: str = Field("etj-events", description="Input: recommendations.")
+    output_topic: str = Field(
+        "etj-mood-recommendations", description="Output: revision log of mood joins."
+    )
+    ticks_topic: str = Field(
+        "etj-mood-ticks", description="Internal: revisit ticks, co-partitioned with the inputs."
+    )
+    car_arrivals_topic: str = Field("etj-car-arrivals", description="Input: car positions.")
+    zones_topic: str = Field("etj-zones", description="Input: zone pollution levels.")
+    car_moves_topic: str = Field(
+        "etj-car-moves", description="Internal: DEL/ADD of cars, keyed by zone id."
+    )
+    car_pollution_topic: str = Field("etj-car-pollution", description="Output: car view.")
+    dead_letter_topic: str = Field("etj-dead-letters", description="Malformed/invalid records.")
+    late_topic: str = Field("etj-late", description="Records older than the retention horizon.")
+
+    retention_ms: int = Field(
+        3_600_000,
+        ge=1,
+        description="Event-time retention: state older than stream time minus this is purged, "
+        "records older are late.",
+    )
+    revisit_interval_s: float = Field(
+        5.0, gt=0, description="Wall-clock seconds between revisit ticks per partition."
+    )
+    review_lag_ms: int = Field(
+        300_000,
+        ge=0,
+        description="Each revisit re-checks the joins within this much event time of stream time.",
+    )
+    producer_max_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Faust `producer_max_batch_size`; 1 for the local tansu broker (exact "
+        "changelog recovery), unset = Faust's default.",
+    )
+    session_timeout_s: float = Field(10.0, gt=0, description="Consumer group session timeout.")
+    heartbeat_interval_s: float = Field(1.0, gt=0, description="Consumer heartbeat interval.")
+    rebalance_timeout_s: float = Field(10.0, gt=0, description="Consumer rebalance timeout.")
+    commit_interval_s: float = Field(1.0, gt=0, description="Offset commit interval.")
+
+    @property
+    def mood_inputs(self) -> tuple[str, ...]:
+        """The co-partitioned topics of the mood join (inputs and its internal tick topic)."""
+        return (self.moods_topic, self.events_topic, self.ticks_topic)
+
+    @property
+    def car_inputs(self) -> tuple[str, ...]:
+        """The co-partitioned topics of the zone side of the car join."""
+        return (self.zones_topic, self.car_moves_topic)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return Settings()
