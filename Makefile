@@ -1,0 +1,29 @@
+# Two commands on a fresh machine: `make run` and `make test` (each sets up .venv first).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: run test bench venv clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -e '.[test,batch]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+## run: local broker + worker (web on 6066) + sample traffic + a live view of the revisions
+run: venv
+	$(PY) -m app.run_local
+
+## test: the whole suite, broker tests included (a local broker is started by the tests)
+test: venv
+	$(PY) -m pytest
+
+## bench: benchmarks (print figures, write bench/results/latest.json)
+bench: venv
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .hypothesis
