@@ -1,0 +1,226 @@
+"""Broker-test harness: worker processes, isolated topic names, produce/consume helpers.
+
+Each test gets its own app id and topic names (a unique prefix), so tests share one broker per
+session without seeing each other's records. Workers are real ``faust -A app.main worker``
+processes, stopped by PID; their logs are printed when a test fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import TopicPartition
+
+from app.local_broker import free_port
+from app.settings import Settings
+
+#: settings fields that name topics; each test gets them prefixed
+TOPIC_FIELDS = [name for name in Settings.model_fields if name.endswith("_topic")]
+
+
+@dataclass
+class Names:
+    """One test's isolated app id and topic names (+ the env that makes a worker use them)."""
+
+    prefix: str
+    env: dict[str, str]
+
+    def __getattr__(self, item: str) -> str:  # names.moods_topic etc.
+        key = "ETJ_" + item.upper()
+        if key in self.env:
+            return self.env[key]
+        raise AttributeError(item)
+
+
+def make_names(broker_url: str, **overrides: Any) -> Names:
+    prefix = "t" + uuid.uuid4().hex[:8]
+    env = {"ETJ_BROKER_URL": broker_url, "ETJ_APP_ID": f"{prefix}-etj",
+           "ETJ_PRODUCER_MAX_BATCH_SIZE": "1", "ETJ_REVISIT_INTERVAL_S": "1"}
+    for name in TOPIC_FIELDS:
+        env["ETJ_" + name.upper()] = f"{prefix}-{Settings.model_fields[name].default}"
+    env.update({"ETJ_" + k.upper(): str(v) for k, v in overrides.items()})
+    return Names(prefix, env)
+
+
+@dataclass
+class Worker:
+    """A ``faust -A app.main worker`` child process."""
+
+    env: dict[str, str]
+    workdir: Path
+    name: str = "w"
+    proc: subprocess.Popen[bytes] | None = None
+    web_port: int = field(default_factory=free_port)
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def start(self) -> "Worker":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env, "ETJ_WEB_PORT": str(self.web_port),
+               "ETJ_DATADIR": str(self.workdir / f"{self.name}-data")}
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "faust", "-A", "app.main", "worker", "-l", "info"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def ready_count(self) -> int:
+        return self.log().count("Worker ready")
+
+    def wait_ready(self, timeout_s: float = 60.0, count: int = 1) -> "Worker":
+        """Wait for the ``count``-th "Worker ready" (recovery done) in the log."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.ready_count() >= count:
+                return self
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited {self.proc.returncode}:\n"
+                                   + self.log()[-4000:])
+            time.sleep(0.2)
+        raise TimeoutError(f"worker {self.name} not ready in {timeout_s}s:\n" + self.log()[-4000:])
+
+    def assigned(self, topic: str) -> str:
+        """Partitions of ``topic`` in this worker's latest assignment, as Faust logs them."""
+        log = self.log()
+        table = log[log.rfind("Setting newly assigned partitions"):]
+        for line in table.splitlines()[1:]:
+            cells = [c.strip() for c in line.strip("|+ ").split("|")]
+            if len(cells) == 2 and cells[0] == topic:
+                return cells[1]
+            if "for group" in line:
+                break
+        return ""
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """Graceful stop (SIGTERM), as Kubernetes does; returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return self.kill()
+
+    def kill(self) -> int | None:
+        """kill -9: no flush, no commit, no goodbye."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        return self.proc.wait()
+
+    def wait_exit(self, timeout_s: float = 60.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout=timeout_s)
+
+
+def bootstrap(names: Names) -> str:
+    return names.env["ETJ_BROKER_URL"].replace("kafka://", "")
+
+
+async def produce(names: Names, topic: str, records: Iterable[tuple[Any, Any]],
+                  pace_s: float = 0.0, partition: int | None = None) -> None:
+    """Send (key, value) pairs in order; dict values become JSON, str/bytes are sent as is."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names))
+    await producer.start()
+    try:
+        for key, value in records:
+            await producer.send_and_wait(topic, encode(value), key=encode(key),
+                                         partition=partition)
+            if pace_s:
+                await asyncio.sleep(pace_s)
+    finally:
+        await producer.stop()
+
+
+def encode(v: Any) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode()
+    return json.dumps(v).encode()
+
+
+async def create_topic(names: Names, topic: str, partitions: int) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap(names))
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+
+
+async def read_all(names: Names, topic: str, idle_s: float = 3.0,
+                   timeout_s: float = 60.0) -> list[tuple[bytes | None, Any]]:
+    """Every record of ``topic`` from the start, until ``idle_s`` pass without a new one.
+
+    Values are decoded from JSON when they are JSON.
+    """
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), enable_auto_commit=False,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    out: list[tuple[bytes | None, Any]] = []
+    try:
+        if topic not in await consumer.topics():
+            return out
+        parts = consumer.partitions_for_topic(topic) or set()
+        consumer.assign([TopicPartition(topic, p) for p in parts])
+        await consumer.seek_to_beginning()
+        end = time.monotonic() + timeout_s
+        last = time.monotonic()
+        while time.monotonic() < end and time.monotonic() - last < idle_s:
+            batch = await consumer.getmany(timeout_ms=300)
+            for msgs in batch.values():
+                for m in msgs:
+                    out.append((m.key, _decode(m.value)))
+                    last = time.monotonic()
+        return out
+    finally:
+        await consumer.stop()
+
+
+def _decode(v: bytes | None) -> Any:
+    if v is None:
+        return None
+    try:
+        return json.loads(v)
+    except ValueError:
+        return v
+
+
+async def wait_for(predicate_coro: Any, timeout_s: float = 60.0, every_s: float = 1.0) -> Any:
+    """Poll an async zero-arg callable until it returns a truthy value; return that value."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = await predicate_coro()
+        if last:
+            return last
+        await asyncio.sleep(every_s)
+    return last
+
+
+def latest_by_id(revisions: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The consumer rule of the revision log: per join id, the highest revision wins."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in revisions:
+        if r["id"] not in out or r["revision"] >= out[r["id"]]["revision"]:
+            out[r["id"]] = r
+    return out
