@@ -10,7 +10,8 @@ table state of both sides is never touched by two coroutines at once. The join r
 Ordering for crash safety (DESIGN §2, "never a different answer under an old number"):
 state (changelog) is flushed *before* the revisions it numbers are sent, and the outputs are
 flushed before the event is acknowledged. A crash between the two leaves a revision in state
-that never reached the topic; the first tick after (re)assignment re-emits current revisions.
+that never reached the topic; so the first event this process handles on a partition it was
+just given (ticks guarantee there is one) re-emits the partition's current revisions first.
 """
 
 from __future__ import annotations
@@ -120,13 +121,8 @@ def on_input(topic: str, partition: int, offset: int, key: bytes | None,
     return [revision_out(r) for r in revisions]
 
 
-def on_tick(partition: int, value: bytes | None) -> list[Out]:
+def on_tick(partition: int) -> list[Out]:
     """Revisit partition ``partition``: re-check recent joins, finalise and purge old state."""
-    try:
-        reemit = bool(json.loads(value or b"{}").get("reemit"))
-    except (ValueError, AttributeError):
-        log.warning("ignoring malformed tick on partition %s: %r", partition, value)
-        return []
     clock = stream_clock.get(partition)
     keys = active_keys.get(partition) or []
     if clock is None or not keys:
@@ -144,15 +140,30 @@ def on_tick(partition: int, value: bytes | None) -> list[Out]:
             save_moods(name, state)
         metrics.joins_finalised.inc(joins_dropped)
         outs.extend(revision_out(r) for r in revisions)
-        if reemit:
-            revised = {r.id for r in revisions}
-            outs.extend(Out(mood_recommendations, r.id.encode(), json.dumps(r.to_wire()).encode())
-                        for r in current_revisions(state, name) if r.id not in revised)
         if state.joins or len(state.moods) > 1:
             still_active.append(name)
     if still_active != keys:
         active_keys[partition] = still_active
     return outs
+
+
+#: partitions whose recovered revisions this process has re-emitted (in memory, per process)
+_resumed: set[int] = set()
+
+
+@app.on_partitions_assigned.connect
+async def _forget_lost_partitions(app: Any, assigned: set[Any], **kwargs: Any) -> None:
+    """A partition that left this worker comes back with recovered state: re-emit it again."""
+    _resumed.intersection_update(tp.partition for tp in assigned
+                                 if tp.topic == settings.ticks_topic)
+
+
+def resume(partition: int) -> list[Out]:
+    """Re-emit, once per assignment, the current revision of every join recovered for p."""
+    _resumed.add(partition)
+    return [Out(mood_recommendations, r.id.encode(), json.dumps(r.to_wire()).encode())
+            for name in active_keys.get(partition) or []
+            for r in current_revisions(load_state(name), name)]
 
 
 @app.agent(mood_join_inputs)
@@ -161,10 +172,11 @@ async def mood_join(stream: Any) -> None:
     async for event in stream.events():
         msg = event.message
         try:
+            outs = [] if msg.partition in _resumed else resume(msg.partition)
             if msg.topic == settings.ticks_topic:
-                outs = on_tick(msg.partition, msg.value)
+                outs += on_tick(msg.partition)
             else:
-                outs = on_input(msg.topic, msg.partition, msg.offset, msg.key, msg.value)
+                outs += on_input(msg.topic, msg.partition, msg.offset, msg.key, msg.value)
         except Exception as exc:  # a bug must not kill the worker nor lose the record
             log.exception("failed on %s[%s]@%s", msg.topic, msg.partition, msg.offset)
             outs = [Out(dead_letters, msg.key, sinks.dead_letter(
