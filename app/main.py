@@ -9,5 +9,6 @@ from app import topics, tables  # noqa: F401  (topics -> tables)
 from app.agents import mood_join  # noqa: F401  (agents)
 from app import timers  # noqa: F401  (timers)
 from app.commands import sample_traffic  # noqa: F401  (tools)
+from app import views  # noqa: F401  (views: state, health, metrics over HTTP)
 
 __all__ = ["app"]
