@@ -1,0 +1,130 @@
+"""Agent tests with Faust's test_context(): fast, no broker (the broker tests are elsewhere).
+
+They drive the real agent with messages on each of its topics and check what it sends and what
+it leaves in its tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, AsyncIterator
+from unittest import mock
+
+import faust
+import pytest
+from faust.types import Message
+
+from app.agents import mood_join as agent_module
+from app.faust_app import app, settings
+from app.tables import active_keys, mood_history, recent_joins, stream_clock
+
+
+class Harness:
+    """Puts messages on a chosen topic/partition and records every send."""
+
+    def __init__(self, agent: Any, sent: list[tuple[str, Any, Any]]) -> None:
+        self.agent, self.sent, self.offset = agent, sent, 0
+
+    async def put(self, topic: str, key: str | None, value: Any, partition: int = 0) -> None:
+        raw = value if isinstance(value, (bytes, type(None))) else json.dumps(value).encode()
+        channel = self.agent.stream().channel
+        message = Message(topic=topic, partition=partition, offset=self.offset,
+                          timestamp=time.time(), timestamp_type=0, headers=None,
+                          key=None if key is None else key.encode(), value=raw, checksum=b"",
+                          serialized_key_size=0, serialized_value_size=0,
+                          generation_id=app.consumer_generation_id)  # else the stream skips it
+        self.offset += 1
+        await channel.put(await channel.decode(message))
+        async with self.agent.new_value_processed:  # notified as the value enters the agent
+            await self.agent.new_value_processed.wait()
+        stream = self.agent.stream()
+        for _ in range(100):  # ... so let the agent finish handling it
+            if stream.current_event is None:
+                break
+            await asyncio.sleep(0)
+
+    def outputs(self, topic: str) -> list[Any]:
+        return [json.loads(v) for t, _, v in self.sent if t == topic]
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    app.finalize()
+    sent: list[tuple[str, Any, Any]] = []
+
+    async def fake_send(self: faust.Topic, *, key: Any = None, value: Any = None,
+                        **kw: Any) -> None:
+        sent.append((self.get_topic_name(), key, value))
+
+    with mock.patch.object(faust.topics.Topic, "send", fake_send), \
+            mock.patch.object(app.producer, "flush", mock.AsyncMock()), \
+            mock.patch.object(app.producer, "send_soon", mock.Mock()):
+        for table in (mood_history, recent_joins, stream_clock, active_keys):
+            table.data.clear()
+        agent_module._resumed.clear()
+        async with agent_module.mood_join.test_context() as agent:
+            yield Harness(agent, sent)
+
+
+async def test_recommendation_then_late_mood_emits_arrival_then_correction(harness):
+    await harness.put(settings.events_topic, "ann",
+                      {"consultant": "ann", "recommendation": "tea", "event_time": 100, "id": "j"})
+    await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "happy",
+                                                    "event_time": 50})
+    out = harness.outputs(settings.output_topic)
+    assert [(r["revision"], r["mood"], r["previous_mood"], r["cause"]) for r in out] == [
+        (1, None, None, "arrival"), (2, "happy", None, "late-dimension")]
+    assert mood_history["ann"] == [[50, "happy"]]
+    assert recent_joins["ann"]["j"][4] == 2  # revision held in state
+    assert stream_clock[0] == 100 and active_keys[0] == ["ann"]
+
+
+async def test_bad_record_becomes_a_dead_letter_and_the_agent_goes_on(harness):
+    await harness.put(settings.moods_topic, "ann", b"{oops")
+    await harness.put(settings.events_topic, "ann",
+                      {"consultant": "ann", "recommendation": "tea", "event_time": 5})
+    [dead] = harness.outputs(settings.dead_letter_topic)
+    assert dead["topic"] == settings.moods_topic and "not valid JSON" in dead["error"]
+    assert dead["value"] == "{oops"
+    assert [r["recommendation"] for r in harness.outputs(settings.output_topic)] == ["tea"]
+
+
+async def test_too_old_record_goes_to_late_and_leaves_state_alone(harness):
+    now = 10 * settings.retention_ms
+    await harness.put(settings.events_topic, "ann",
+                      {"consultant": "ann", "recommendation": "a", "event_time": now, "id": "a"})
+    await harness.put(settings.moods_topic, "ann",
+                      {"name": "ann", "mood": "sad", "event_time": now - settings.retention_ms - 1})
+    [late] = harness.outputs(settings.late_topic)
+    assert late["record"]["mood"] == "sad" and late["horizon"] == now - settings.retention_ms
+    assert mood_history.get("ann") is None
+
+
+async def test_tick_purges_state_behind_the_horizon(harness):
+    r = settings.retention_ms
+    await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "a", "event_time": 10})
+    await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "b", "event_time": 20})
+    await harness.put(settings.events_topic, "ann",
+                      {"consultant": "ann", "recommendation": "x", "event_time": 30, "id": "x"})
+    await harness.put(settings.events_topic, "ann",
+                      {"consultant": "ann", "recommendation": "y", "event_time": 31 + r,
+                       "id": "y"})
+    await harness.put(settings.ticks_topic, None, b"{}")
+    assert list(recent_joins["ann"]) == ["y"]  # x is final and dropped
+    assert mood_history["ann"] == [[20, "b"]]  # the last mood before the horizon stays
+
+
+async def test_first_event_on_a_recovered_partition_re_emits_current_revisions(harness):
+    # state as a changelog recovery would leave it, with no output of this process yet
+    recent_joins.data["ann"] = {"j": [100, "tea", "happy", 50, 3, "late-dimension", "sad"]}
+    mood_history.data["ann"] = [[40, "sad"], [50, "happy"]]
+    active_keys.data[0] = ["ann"]
+    stream_clock.data[0] = 100
+    await harness.put(settings.ticks_topic, None, b"{}")
+    await harness.put(settings.ticks_topic, None, b"{}")
+    out = harness.outputs(settings.output_topic)
+    assert out == [{"id": "j", "consultant": "ann", "event_time": 100, "recommendation": "tea",
+                    "mood": "happy", "mood_event_time": 50, "revision": 3,
+                    "previous_mood": "sad", "cause": "late-dimension"}]  # once, not per tick
