@@ -95,6 +95,38 @@ class Worker:
             time.sleep(0.2)
         raise TimeoutError(f"worker {self.name} not ready in {timeout_s}s:\n" + self.log()[-4000:])
 
+    @property
+    def url(self) -> str:
+        """Base URL of this worker's web server (what its views report as ``served_by``)."""
+        return f"http://127.0.0.1:{self.web_port}"
+
+    def get(self, path: str, timeout_s: float = 10.0) -> tuple[int, Any]:
+        """GET one of the worker's views: (HTTP status, JSON body or text); (0, error) if down."""
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout_s) as resp:
+                status, body = resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            status, body = exc.code, exc.read()
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            return 0, repr(exc)
+        return status, _decode(body)
+
+    def wait_http_ready(self, timeout_s: float = 60.0) -> "Worker":
+        """Wait until GET /ready/ answers 200: the worker's tables are recovered."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.get("/ready/", timeout_s=2.0)[0] == 200:
+                return self
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited {self.proc.returncode}:\n"
+                                   + self.log()[-4000:])
+            time.sleep(0.2)
+        raise TimeoutError(f"worker {self.name}: /ready/ not 200 in {timeout_s}s:\n"
+                           + self.log()[-4000:])
+
     def assigned(self, topic: str) -> str:
         """Partitions of ``topic`` in this worker's latest assignment, as Faust logs them."""
         log = self.log()
