@@ -1,0 +1,13 @@
+"""The batch twin of the stream joins, on PySpark (DESIGN §4).
+
+Reads top to bottom in data order:
+
+- :mod:`app.batch.archives` — extract/load: topic archives (JSON lines, Parquet) in, tables out;
+- :mod:`app.batch.mood_joins`, :mod:`app.batch.car_view` — pure DataFrame transforms, the same
+  join rules as the stream (:mod:`app.logic`);
+- :mod:`app.batch.jobs` — ``exact``, ``reconcile``, ``backfill``;
+- :mod:`app.batch.publish` — backfill revisions onto the output topic;
+- :mod:`app.batch.cli` — ``python -m app.batch`` (also under spark-submit).
+
+Needs the ``batch`` extra (``pip install -e '.[batch]'``); the worker image does not.
+"""

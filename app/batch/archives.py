@@ -1,0 +1,189 @@
+"""Extract and load: topic archives (JSON lines or Parquet) in, JSON lines or Parquet out.
+
+An archive holds one record per line (JSON lines) or per row (Parquet) with the wire-contract
+fields of its topic (DESIGN §1); ``faust -A app.main archive TOPIC OUT.jsonl`` writes one.
+Records of the ``etj-late`` topic (``{"record": {...}, "horizon": ...}``) are unwrapped, so the
+late topic's archive can be read as moods or as recommendations: each reader keeps the records
+that have its fields.
+
+Validation mirrors :mod:`app.records` as far as values allow (types strict, event times in
+range, non-empty strings); what JSON cannot express as the schema's type becomes null and the
+record is dropped, as the stream dead-letters it. The key check needs the record key, which an
+archive does not keep: the ``archive`` command checks it while archiving the input topics.
+
+On a cluster with Spark's Kafka connector (``spark-sql-kafka-0-10``, not obtainable here), read
+a topic directly instead of an archive and hand the same transforms the parsed values::
+
+    raw = (spark.read.format("kafka")
+           .option("kafka.bootstrap.servers", "broker:9092")
+           .option("subscribe", "etj-moods")
+           .option("startingOffsets", "earliest").option("endingOffsets", "latest")
+           .load())
+    moods = conform(raw.select(F.from_json(F.col("value").cast("string"), MOOD_SCHEMA)
+                               .alias("v"), F.col("offset").alias("_pos")).select("v.*", "_pos"),
+                    MOODS)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+from app.records import MAX_EVENT_TIME
+
+
+@dataclass(frozen=True)
+class ArchiveKind:
+    """The fields of one topic's records and which of them a valid record must have."""
+
+    name: str
+    ddl: str  # "name type, ..." in wire-contract field order; types: string, bigint, double
+    required: tuple[str, ...]
+    #: (field, max length) of strings that must be non-empty (app.records' limits)
+    texts: tuple[tuple[str, int], ...] = ()
+    times: tuple[str, ...] = ("event_time",)
+    ids: tuple[str, ...] = ()  # non-negative integers
+    finite: tuple[str, ...] = ()  # floats that must be finite (no NaN, no infinity)
+    unwrap: bool = True  # accept etj-late envelopes
+
+    @property
+    def schema(self) -> StructType:
+        return StructType([StructField(n, _TYPES[t]()) for n, t in
+                           (f.split() for f in self.ddl.split(","))])
+
+    @property
+    def fields(self) -> list[str]:
+        return self.schema.fieldNames()
+
+
+_TYPES = {"string": StringType, "bigint": LongType, "double": DoubleType}
+
+
+MOODS = ArchiveKind("moods", "name string, mood string, event_time bigint, ingestion_time bigint",
+                    ("name", "mood", "event_time"), (("name", 200), ("mood", 200)))
+EVENTS = ArchiveKind(
+    "events",
+    "consultant string, recommendation string, event_time bigint, id string, "
+    "ingestion_time bigint",
+    ("consultant", "recommendation", "event_time"),
+    (("consultant", 200), ("recommendation", 10_000)))
+REVISIONS = ArchiveKind(
+    "revisions",
+    "id string, consultant string, event_time bigint, recommendation string, mood string, "
+    "mood_event_time bigint, revision bigint, previous_mood string, cause string",
+    ("id", "consultant", "event_time", "recommendation", "revision"), unwrap=False)
+CARS = ArchiveKind("car arrivals",
+                   "car_id bigint, to_zone_id bigint, fuel_level double, event_time bigint",
+                   ("car_id", "to_zone_id", "fuel_level", "event_time"),
+                   ids=("car_id", "to_zone_id"), finite=("fuel_level",))
+ZONES = ArchiveKind("zones", "zone_id bigint, pollution_level double, event_time bigint",
+                    ("zone_id", "pollution_level", "event_time"), ids=("zone_id",),
+                    finite=("pollution_level",))
+CAR_POLLUTION = ArchiveKind(
+    "car pollution",
+    "car_id bigint, zone_id bigint, fuel_level double, pollution_level double, "
+    "car_event_time bigint, zone_event_time bigint",
+    ("car_id", "zone_id", "car_event_time"), times=("car_event_time",), unwrap=False)
+
+MOOD_SCHEMA = MOODS.schema  # for from_json on a Kafka source, see the module docstring
+
+
+def _is_parquet(path: str) -> bool:
+    p = path.rstrip("/")
+    if p.endswith(".parquet"):
+        return True
+    return os.path.isdir(p) and any(f.endswith(".parquet") for f in os.listdir(p))
+
+
+def conform(df: DataFrame, kind: ArchiveKind) -> DataFrame:
+    """Select ``kind``'s fields (cast; missing ones null), keep ``_pos``, drop invalid records."""
+    fields = kind.schema.fields
+    present = set(df.columns)
+    # try_cast: a Parquet column of another type yields null (-> dropped), not an ANSI error
+    cols = [(F.expr(f"try_cast(`{f.name}` as {f.dataType.simpleString()})") if f.name in present
+             else F.lit(None).cast(f.dataType)).alias(f.name) for f in fields]
+    if "_pos" in present:
+        cols.append(F.col("_pos"))
+    out = df.select(*cols)
+    valid: Column = F.lit(True)
+    for name in kind.required:
+        valid = valid & F.col(name).isNotNull()
+    for name, longest in kind.texts:
+        valid = valid & (F.length(name) >= 1) & (F.length(name) <= longest)
+    for name in kind.times:
+        valid = valid & (F.col(name) >= 0) & (F.col(name) < MAX_EVENT_TIME)
+    for name in kind.ids:
+        valid = valid & (F.col(name) >= 0)
+    for name in kind.finite:
+        valid = valid & ~F.isnan(name) & (F.abs(name) < float("inf"))
+    return out.where(valid)
+
+
+def read_archive(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveKind) -> DataFrame:
+    """Read one or more archives (JSON lines files/dirs or Parquet) as ``kind``'s records.
+
+    ``_pos`` is each record's position: archive order (the topic's log order per partition,
+    which is all a consumer relies on) — latest-revision rules use it to break ties.
+    """
+    if isinstance(paths, str):
+        paths = [paths]
+    parts = []
+    for i, path in enumerate(paths):
+        if _is_parquet(path):
+            df = spark.read.parquet(path)
+        else:
+            schema = kind.schema
+            if kind.unwrap:
+                schema = schema.add("record", kind.schema)
+            df = spark.read.schema(schema).option("mode", "PERMISSIVE").json(path)
+            if kind.unwrap:
+                df = _unwrap(df, kind)
+        pos = F.lit(i << 54).cast("bigint") + F.monotonically_increasing_id()  # file, then line
+        parts.append(conform(df.withColumn("_pos", pos), kind))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out
+
+
+def _unwrap(df: DataFrame, kind: ArchiveKind) -> DataFrame:
+    """An etj-late envelope carries the record under ``record``: prefer it when present."""
+    return df.select(*[F.when(F.col("record").isNotNull(), F.col(f"record.{n}"))
+                       .otherwise(F.col(n)).alias(n) for n in kind.fields])
+
+
+def write_table(df: DataFrame, path: str) -> None:
+    """Load: ``*.parquet`` -> a Parquet dataset (directory); ``*.jsonl``/``*.json`` -> ONE local
+    JSON lines file (sorted by the first column, for diffs); anything else -> a directory of
+    JSON lines part files (the scalable form for a cluster's file system).
+
+    JSON keeps null fields (``"mood": null``), as the wire contract writes them.
+    """
+    if path.rstrip("/").endswith(".parquet"):
+        df.write.mode("overwrite").parquet(path)
+        return
+    writer_opts = {"ignoreNullFields": "false"}
+    if not path.endswith((".jsonl", ".json")):
+        df.write.mode("overwrite").options(**writer_opts).json(path)
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".etj-", dir=target.parent)
+    try:
+        (df.orderBy(df.columns[0]).coalesce(1).write.mode("overwrite").options(**writer_opts)
+         .json(os.path.join(tmp, "out")))
+        part = next(Path(tmp, "out").glob("part-*"), None)
+        if part is None:  # an empty DataFrame writes no part file
+            target.write_text("")
+        else:
+            os.replace(part, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
