@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -e '.[test,batch]'
+	$(PIP) install -e '.[test,batch,bench]'
 	touch $@
 
 venv: $(VENV)/.installed
