@@ -7,6 +7,7 @@ commands of the app.
 from app.faust_app import app
 from app import topics, tables  # noqa: F401  (topics -> tables)
 from app.agents import mood_join  # noqa: F401  (agents)
+from app.agents import car_join  # noqa: F401  (agents: car positions x zone pollution)
 from app import timers  # noqa: F401  (timers)
 from app.commands import sample_traffic  # noqa: F401  (tools)
 from app import views  # noqa: F401  (views: state, health, metrics over HTTP)

@@ -30,3 +30,8 @@ def totals(metric: Counter | Gauge, label: str | None = None) -> dict[str, float
                 continue
             out[sample.labels.get(label, "") if label else ""] = sample.value
     return out
+
+
+# --- car join ---
+car_moves = Counter("etj_car_moves", "Car moves sent to the zone side", ["op"])
+car_outputs = Counter("etj_car_pollution", "Car pollution records emitted", ["cause"])

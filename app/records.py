@@ -12,9 +12,10 @@ Rules (documented in the README):
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
+                      model_validator)
 
 #: 2100-01-01T00:00:00Z in epoch ms: anything later is an absurd event time (a seconds/µs mix-up)
 MAX_EVENT_TIME = 4_102_444_800_000
@@ -99,3 +100,61 @@ def parse(model: type[M], key: bytes | None, value: bytes | None) -> M:
             f"key {key_text[:60]!r} disagrees with {record.key_field} {str(expected)[:60]!r}"
         )
     return record
+
+
+# --- car join (DESIGN §1: etj-car-arrivals, etj-zones, internal car moves) ---------------------
+#: ids are non-negative signed 64-bit integers: a Java/Spark ``long`` holds them, and app.keys
+#: encodes them (it supports the whole int64 range; the wire contract keeps negatives out).
+MAX_ID = 2**63 - 1
+
+
+def _no_negative_zero(x: float) -> float:
+    return x + 0.0  # -0.0 -> 0.0: equal values must serialize the same way
+
+
+Id = Annotated[int, Field(ge=0, le=MAX_ID)]
+#: a finite float (NaN and ±Infinity, which Python's JSON parser accepts, are refused)
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_no_negative_zero)]
+
+
+class CarArrivalIn(WireModel):
+    """``etj-car-arrivals``: car ``car_id`` arrived in zone ``to_zone_id`` at ``event_time``."""
+
+    car_id: Id
+    to_zone_id: Id
+    fuel_level: FiniteFloat
+    event_time: int = EventTime
+
+    key_field: ClassVar[str] = "car_id"
+
+
+class ZoneIn(WireModel):
+    """``etj-zones``: zone ``zone_id`` has ``pollution_level`` from ``event_time`` on."""
+
+    zone_id: Id
+    pollution_level: FiniteFloat
+    event_time: int = EventTime
+
+    key_field: ClassVar[str] = "zone_id"
+
+
+class CarMoveIn(WireModel):
+    """Internal car moves, keyed by ``zone_id``: ADD (car now in the zone) or DEL (it left).
+
+    ``to_zone_id``/``fuel_level``/``event_time`` are those of the arrival that caused the move.
+    """
+
+    op: Literal["ADD", "DEL"]
+    zone_id: Id
+    car_id: Id
+    to_zone_id: Id
+    fuel_level: FiniteFloat
+    event_time: int = EventTime
+
+    key_field: ClassVar[str] = "zone_id"
+
+    @model_validator(mode="after")
+    def _op_matches_zones(self) -> "CarMoveIn":
+        if (self.op == "ADD") != (self.to_zone_id == self.zone_id):
+            raise ValueError("an ADD is addressed to its arrival's zone, a DEL to another one")
+        return self

@@ -22,3 +22,14 @@ dead_letters = app.topic(settings.dead_letter_topic, key_serializer="raw",
                          value_serializer="raw")  # original key -> record + reason
 late = app.topic(settings.late_topic, key_serializer="raw",
                  value_serializer="raw")  # original key -> record + horizon
+
+# The car join (DESIGN §2, one-to-many). Car side: arrivals (key car id) -> moves keyed by zone
+# id. Zone side: ONE agent reads zones and moves, co-partitioned by zone id (same key bytes,
+# same partition count), so a zone's reading and its cars are owned and updated together.
+car_arrivals = app.topic(settings.car_arrivals_topic, allow_empty=True, **_raw)
+car_moves = app.topic(settings.car_moves_topic, internal=True,
+                      **_raw)  # zone id -> {op: ADD|DEL, zone_id, car_id, arrival fields}
+car_pollution_inputs = app.topic(settings.zones_topic, settings.car_moves_topic,
+                                 allow_empty=True, **_raw)
+car_pollution = app.topic(settings.car_pollution_topic, key_serializer="raw",
+                          value_serializer="raw")  # car id -> car x zone pollution
