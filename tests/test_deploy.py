@@ -1,0 +1,386 @@
+"""The image and the Helm chart, checked offline (DESIGN §7): no Docker engine, no cluster.
+
+- Dockerfile: hadolint (from PyPI) finds nothing; the image runs the same command as the chart,
+  as the same non-root user, with the datadir the chart mounts.
+- Chart: Helm's own code (helm-python-sdk bundles the Helm v4 SDK) lints it strictly and renders
+  it; kubernetes-validate checks every manifest against the Kubernetes 1.30 schemas, strictly.
+  Then what matters to a running etj: the ConfigMap holds real settings that parse, probes hit
+  views the app serves, each pod announces the DNS name the headless Service gives it, the
+  checksum rolls the pods when a setting changes, every value is documented.
+
+Each check is shown able to fail on a broken input (a bad Dockerfile, a broken manifest, a
+misspelt setting).
+
+The ``config`` part of ``values.schema.json`` is derived from :class:`app.settings.Settings`;
+after adding a setting, regenerate it with ``python -m tests.test_deploy``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from app.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "helm" / "etj"
+SCHEMA = CHART / "values.schema.json"
+DOCKERFILE = ROOT / "Dockerfile"
+KUBE_VERSION = "1.30.0"
+NAMESPACE = "streams"
+#: settings the chart sets itself (per pod or from other values), not through ``config``
+CHART_MANAGED = {"datadir", "web_port", "web_bind", "web_host"}
+WORKER_COMMAND = ["faust", "-A", "app.main", "worker", "-l", "info"]
+
+
+# ---- helpers -------------------------------------------------------------------------------
+
+def render(values: dict[str, Any] | None = None, name: str = "etj") -> list[dict[str, Any]]:
+    """The chart's manifests (NOTES and empty documents left out), as ``helm template`` does."""
+    with helm.Chart.load(CHART) as chart:
+        chart.validate_schema(values)  # what `helm install` does before rendering
+        out = chart.render(values=values, name=name, namespace=NAMESPACE, is_install=True)
+    docs = []
+    for path, text in sorted(out.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        docs.extend(d for d in yaml.safe_load_all(text) if d)
+    return docs
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind
+             and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
+    return found[0]
+
+
+def worker_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    sts = one(docs, "StatefulSet")
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def config_map_env(docs: list[dict[str, Any]]) -> dict[str, str]:
+    sts = one(docs, "StatefulSet")
+    refs = [e["configMapRef"]["name"] for e in worker_container(docs)["envFrom"]
+            if "configMapRef" in e]
+    assert refs == [sts["metadata"]["name"]]
+    data: dict[str, str] = one(docs, "ConfigMap", refs[0])["data"]
+    return data
+
+
+def config_schema() -> dict[str, Any]:
+    """JSON schema of ``config`` in values.yaml, derived from the Settings fields."""
+    props = {}
+    for name, prop in Settings.model_json_schema()["properties"].items():
+        if name in CHART_MANAGED:
+            continue
+        props[name] = {k: v for k, v in prop.items() if k not in ("title", "default", "format")}
+    return {"type": "object", "additionalProperties": False, "properties": props}
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            instr, _, args = line.partition(" ")
+            out.append((instr.upper(), args.strip()))
+    return out
+
+
+def final_stage() -> list[tuple[str, str]]:
+    instrs = dockerfile_instructions()
+    last_from = max(i for i, (instr, _) in enumerate(instrs) if instr == "FROM")
+    return instrs[last_from:]
+
+
+def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    return subprocess.run([exe, "--no-color", str(path)], capture_output=True, text=True,
+                          timeout=60)
+
+
+# ---- Dockerfile ----------------------------------------------------------------------------
+
+def test_dockerfile_passes_hadolint_and_hadolint_catches_a_bad_one(tmp_path):
+    result = hadolint(DOCKERFILE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN apt-get update && apt-get install -y curl\n"
+                   "RUN pip install faust-streaming\n")
+    result = hadolint(bad)
+    assert result.returncode != 0
+    assert {"DL3007", "DL3008", "DL3042"} <= set(re.findall(r"DL\d{4}", result.stdout))
+
+
+def test_image_is_multi_stage_slim_non_root_and_runs_the_worker():
+    instrs = dockerfile_instructions()
+    args = dict(re.findall(r"ARG (\w+)=(\S+)", "\n".join(f"{i} {a}" for i, a in instrs)))
+    assert sum(1 for i, _ in instrs if i == "FROM") >= 2, "multi-stage build expected"
+    runtime = final_stage()
+    base = runtime[0][1].split()[0]
+    base = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], base)
+    assert re.fullmatch(r"python:3\.\d+-slim(-\w+)?", base), base
+
+    # the runtime stage installs nothing itself: it copies the venv the build stage made
+    assert not any(i == "RUN" and "pip install" in a for i, a in runtime)
+    assert any(i == "COPY" and a.startswith("--from=build") for i, a in runtime)
+    # the worker image leaves the batch extra (PySpark) out
+    installs = [a for i, a in instrs if i == "RUN" and "pip install" in a]
+    assert installs and not any("batch" in a for a in installs)
+
+    (user,) = [a for i, a in runtime if i == "USER"]
+    uid = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], user).split(":")[0]
+    assert uid.isdigit() and int(uid) != 0, "numeric non-root USER (runAsNonRoot can check it)"
+
+    (entrypoint,) = [json.loads(a) for i, a in runtime if i == "ENTRYPOINT"]
+    (cmd,) = [json.loads(a) for i, a in runtime if i == "CMD"]
+    assert entrypoint + cmd == WORKER_COMMAND
+
+    env = " ".join(a for i, a in runtime if i == "ENV")
+    datadir = re.search(r"ETJ_DATADIR=(\S+)", env).group(1)
+    (volume,) = [json.loads(a) for i, a in runtime if i == "VOLUME"]
+    assert volume == [datadir]
+    assert re.search(r"ETJ_STORE_URL=rocksdb://", env)
+
+
+def test_dockerignore_lets_in_exactly_what_the_build_copies():
+    lines = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert lines[0] == "*", "allowlist: ignore everything, then let the build inputs in"
+    allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
+    copied = set()
+    for instr, a in dockerfile_instructions():
+        if instr == "COPY" and not a.startswith("--from"):
+            copied.update(p.rstrip("/").removeprefix("./") for p in shlex.split(a)[:-1])
+    assert copied == allowed, (copied, allowed)
+    for path in copied:
+        assert (ROOT / path).exists(), f"the build copies {path}, which does not exist"
+
+
+# ---- chart: lint, render, Kubernetes schemas -----------------------------------------------
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "grafana-dashboard": {"grafana": {"dashboard": {"enabled": True}}},
+    "ephemeral-no-pdb-no-sa": {"persistence": {"enabled": False}, "pdb": {"create": False},
+                               "serviceAccount": {"create": False}},
+    "tuned": {"replicaCount": 4, "image": {"digest": "sha256:" + "ab" * 32},
+              "config": {"partitions": 8, "revisit_interval_s": 2.5,
+                         "producer_max_batch_size": 1},
+              "extraEnv": [{"name": "ETJ_REPLICATION_FACTOR", "value": "1"}],
+              "affinity": {"nodeAffinity": {}}, "persistence": {"storageClass": "fast"}},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_chart_lints_strictly(variant):
+    report = helm.lint(CHART, VARIANTS[variant], strict=True, kube_version="v" + KUBE_VERSION)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["total_charts_linted"] == 1
+    assert not problems and not report["errors"], report
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_manifest_is_valid_kubernetes(variant):
+    docs = render(VARIANTS[variant])
+    kinds = sorted(d["kind"] for d in docs)
+    assert {"StatefulSet", "Service", "ConfigMap"} <= set(kinds)
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+def test_the_validation_catches_a_broken_manifest():
+    sts = one(render(), "StatefulSet")
+    typo = copy.deepcopy(sts)
+    typo["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["pathh"] = "/"
+    wrong_type = copy.deepcopy(sts)
+    wrong_type["spec"]["replicas"] = "two"
+    for broken in (typo, wrong_type):
+        with pytest.raises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(broken, KUBE_VERSION, strict=True)
+
+
+def test_the_values_schema_refuses_a_misspelt_setting():
+    with pytest.raises(helm.HelmValuesError):
+        render({"config": {"retention_sm": 1000}})
+    with pytest.raises(helm.HelmValuesError):
+        render({"config": {"partitions": 0}})
+    with pytest.raises(helm.HelmValuesError):
+        render({"replicaCout": 3})
+
+
+def test_grafana_dashboard_config_map_is_optional_and_holds_the_dashboard():
+    def dashboards(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [d for d in docs if d["kind"] == "ConfigMap"
+                and d["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
+
+    assert dashboards(render()) == []
+    (cm,) = dashboards(render(VARIANTS["grafana-dashboard"]))
+    shipped = json.loads((CHART / "files" / "grafana-dashboard.json").read_text())
+    assert json.loads(cm["data"]["etj.json"]) == shipped
+    assert shipped["title"] and isinstance(shipped["panels"], list)
+
+
+# ---- chart: what a running etj needs -------------------------------------------------------
+
+def test_config_map_holds_real_settings_that_parse_to_the_values(monkeypatch):
+    docs = render()
+    env = config_map_env(docs)
+    fields = set(Settings.model_fields)
+    for key in env:
+        assert key.startswith("ETJ_") and key[4:].lower() in fields, f"{key} is not a setting"
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    parsed = Settings()  # the worker reads them exactly like this
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for name, value in values["config"].items():
+        assert getattr(parsed, name) == value, name
+    assert parsed.store_url == "rocksdb://", "production default store is RocksDB"
+    assert parsed.retention_ms == 3_600_000  # whole numbers are not printed as 3.6e+06
+    assert str(parsed.datadir) == values["persistence"]["mountPath"]
+    assert parsed.web_port == values["web"]["port"]
+
+
+def test_values_schema_config_is_derived_from_the_settings():
+    schema = json.loads(SCHEMA.read_text())
+    assert schema["properties"]["config"] == config_schema(), \
+        "Settings changed: regenerate helm/etj/values.schema.json with `python -m tests.test_deploy`"
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(values) == set(schema["properties"]), "values.yaml and its schema disagree"
+
+
+def test_checksum_annotation_changes_exactly_when_the_settings_change():
+    def checksum(values: dict[str, Any]) -> str:
+        sts = one(render(values), "StatefulSet")
+        return str(sts["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
+
+    base = checksum({})
+    assert re.fullmatch(r"[0-9a-f]{64}", base)
+    assert checksum({"config": {"retention_ms": 7_200_000}}) != base
+    assert checksum({"config": {"broker_url": "kafka://other:9092"}}) != base
+    assert checksum({"replicaCount": 5}) == base  # scaling does not restart every pod
+
+
+def test_each_pod_announces_its_stable_dns_name_behind_the_headless_service():
+    docs = render()
+    sts = one(docs, "StatefulSet")
+    headless = one(docs, "Service", sts["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    pod_labels = sts["spec"]["template"]["metadata"]["labels"]
+    for svc in (d for d in docs if d["kind"] == "Service"):
+        assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert sts["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+    env = {e["name"]: e for e in worker_container(docs)["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    # $(POD_NAME) is expanded by the kubelet: etj-0.etj-headless.streams.svc.cluster.local
+    assert env["ETJ_WEB_HOST"]["value"] == \
+        f"$(POD_NAME).{headless['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
+    ports = {p["name"]: p["containerPort"] for p in worker_container(docs)["ports"]}
+    assert int(config_map_env(docs)["ETJ_WEB_PORT"]) == ports["web"]
+    assert headless["spec"]["ports"][0]["targetPort"] == "web"
+
+
+def test_probes_hit_views_the_app_serves():
+    from app.main import app  # registers the views
+
+    served = set(app.web.views)
+    c = worker_container(render())
+    paths = {}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"]["port"] == "web"
+        paths[probe] = c[probe]["httpGet"]["path"]
+        assert paths[probe] in served, f"{probe} asks {paths[probe]}, not a view: {served}"
+    assert paths["readinessProbe"] == "/ready/"
+    # a recovering worker is alive: liveness on /ready/ would restart it in a loop
+    assert paths["livenessProbe"] == paths["startupProbe"] == "/health/"
+    annotations = one(render(), "StatefulSet")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/path"] in served
+
+
+def test_pods_run_locked_down_with_state_on_a_claim_at_the_datadir():
+    docs = render()
+    sts = one(docs, "StatefulSet")
+    pod = sts["spec"]["template"]["spec"]
+    c = worker_container(docs)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    assert pod["automountServiceAccountToken"] is False
+
+    # the image's user, command and datadir are the chart's
+    runtime = final_stage()
+    args = dict(re.findall(r"ARG (\w+)=(\S+)", "\n".join(f"{i} {a}" for i, a in
+                                                         dockerfile_instructions())))
+    (user,) = [a for i, a in runtime if i == "USER"]
+    assert str(pod["securityContext"]["runAsUser"]) == \
+        re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], user).split(":")[0]
+    assert c["command"] + c["args"] == WORKER_COMMAND
+    (volume,) = [json.loads(a) for i, a in runtime if i == "VOLUME"]
+
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    datadir = config_map_env(docs)["ETJ_DATADIR"]
+    assert mounts[claim["metadata"]["name"]] == datadir == volume[0]
+    assert "/tmp" in mounts.values(), "a read-only root needs a writable /tmp"
+
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
+
+    ephemeral = render(VARIANTS["ephemeral-no-pdb-no-sa"])
+    assert "volumeClaimTemplates" not in one(ephemeral, "StatefulSet")["spec"]
+    assert not [d for d in ephemeral if d["kind"] in ("PodDisruptionBudget", "ServiceAccount")]
+
+
+def test_every_value_is_documented():
+    text = (CHART / "values.yaml").read_text()
+    documented = set(re.findall(r"^\s*## @param (\S+)", text, re.MULTILINE))
+    leaves: set[str] = set()
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(v, f"{path}.{k}" if path else k)
+        else:
+            leaves.add(path)
+
+    walk(yaml.safe_load(text), "")
+    undocumented = {leaf for leaf in leaves
+                    if not any(leaf == d or leaf.startswith(d + ".") for d in documented)}
+    assert not undocumented, f"values without `## @param`: {sorted(undocumented)}"
+    stale = {d for d in documented
+             if not any(leaf == d or leaf.startswith(d + ".") for leaf in leaves)}
+    assert not stale, f"`## @param` for values that do not exist: {sorted(stale)}"
+
+
+def _write_schema() -> None:
+    schema = json.loads(SCHEMA.read_text())
+    schema["properties"]["config"] = config_schema()
+    SCHEMA.write_text(json.dumps(schema, indent=2) + "\n")
+    print(f"wrote {SCHEMA.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    _write_schema()
