@@ -44,6 +44,14 @@ class Settings(BaseSettings):
         "etj-car-moves", description="Internal: DEL/ADD of cars, keyed by zone id."
     )
     car_pollution_topic: str = Field("etj-car-pollution", description="Output: car view.")
+    movies_topic: str = Field("etj-movies", description="Input: movie versions (join movies).")
+    ratings_topic: str = Field("etj-ratings", description="Input: ratings (join movies).")
+    rated_movies_topic: str = Field(
+        "etj-rated-movies", description="Output: revision log of ratings x movies."
+    )
+    movie_ticks_topic: str = Field(
+        "etj-movie-ticks", description="Internal: revisit ticks of the movies join."
+    )
     dead_letter_topic: str = Field("etj-dead-letters", description="Malformed/invalid records.")
     late_topic: str = Field("etj-late", description="Records older than the retention horizon.")
 
@@ -60,6 +68,17 @@ class Settings(BaseSettings):
         300_000,
         ge=0,
         description="Each revisit re-checks the joins within this much event time of stream time.",
+    )
+    movie_retention_ms: int = Field(
+        30 * 86_400_000, ge=1, description="Join movies: how long ratings stay correctable "
+        "(and held, waiting for their movie)."
+    )
+    movie_window_ms: int = Field(
+        30 * 86_400_000, ge=1, description="Join movies: only ratings this close to stream time "
+        "are emitted; older ones go to the late topic."
+    )
+    joins_file: Path | None = Field(
+        None, description="JSON file of extra join specs (see docs/declarative_joins.md)."
     )
     producer_max_batch_size: int | None = Field(
         None,
