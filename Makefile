@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
+CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: run test bench venv clean
 
@@ -18,12 +19,18 @@ run: venv
 	$(PY) -m app.run_local
 
 ## test: the whole suite, broker tests included (a local broker is started by the tests)
-test: venv
+test: venv $(CHROMIUM)
 	$(PY) -m pytest
 
 ## bench: benchmarks (print figures, write bench/results/latest.json)
 bench: venv
 	$(PY) -m bench
+
+# the timeline page's browser test drives Debian's chromium (Playwright never downloads one);
+# installed only when absent (CI runs as root)
+$(CHROMIUM):
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
+	  || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis

@@ -11,5 +11,6 @@ from app.agents import car_join  # noqa: F401  (agents: car positions x zone pol
 from app import timers  # noqa: F401  (timers)
 from app.commands import sample_traffic  # noqa: F401  (tools)
 from app import views  # noqa: F401  (views: state, health, metrics over HTTP)
+from app import timeline  # noqa: F401  (the live timeline page, /timeline/)
 
 __all__ = ["app"]
