@@ -7,10 +7,13 @@ commands of the app.
 from app.faust_app import app
 from app import topics, tables  # noqa: F401  (topics -> tables)
 from app.agents import mood_join  # noqa: F401  (agents)
+from app.agents import event_join  # noqa: F401  (agents: every join spec, app.joins.catalog)
 from app.agents import car_join  # noqa: F401  (agents: car positions x zone pollution)
 from app import timers  # noqa: F401  (timers)
+from app.joins import ticks, startup  # noqa: F401  (join specs: ticks, co-partition check)
 from app.commands import sample_traffic  # noqa: F401  (tools)
 from app import views  # noqa: F401  (views: state, health, metrics over HTTP)
+from app.joins import views as join_views  # noqa: F401  (GET /joins/: the join specs)
 from app import timeline  # noqa: F401  (the live timeline page, /timeline/)
 
 __all__ = ["app"]

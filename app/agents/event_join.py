@@ -1,0 +1,244 @@
+"""Agent: every join spec, joined by event time, with corrections (the generic engine).
+
+topics (events, dimension, ticks of one spec) -> one agent per spec -> tables (dimension
+history, joins, clock, active keys or expiry index) -> output topics (revisions, dead letters,
+late).
+
+One agent reads all three co-partitioned topics of its spec, so per worker there is one
+sequential loop per join: the state of both sides is never touched by two coroutines at once,
+and an inner-mode event waiting for its dimension cannot race the dimension's arrival. The join
+rules live in :mod:`app.logic.event_join`, the table layouts in :mod:`app.joins.state`; this
+module validates, routes late records, keeps the stream clock and sends what they return.
+
+Per record: validate -> late? -> advance the clock -> layout (load, pure logic, save) -> flush
+the changelog -> send outputs -> flush them (before the offset can be committed). State first:
+a crash between the two leaves a revision in state that never reached the topic, which the
+layout re-emits (per-key: a partition's current revisions, once per assignment; per-join: when
+the record that produced it is re-delivered).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from faust.types import TopicT
+from prometheus_client import Gauge
+
+from app import metrics, sinks
+from app.faust_app import app, settings
+from app.joins import metrics as join_metrics
+from app.joins.catalog import load_specs
+from app.joins.spec import JoinSpec
+from app.joins.state import Layout, PerJoinLayout, PerKeyLayout
+from app.logic.event_join import Revision
+from app.range_scan import range_table
+from app.records import InvalidRecord, parse
+from app.topics import dead_letters, late
+
+log = logging.getLogger(__name__)
+
+_raw = dict(key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
+_json = dict(partitions=settings.partitions,
+             schema=faust.Schema(key_serializer="json", value_serializer="json"))
+_bytes_json = dict(partitions=settings.partitions,
+                   schema=faust.Schema(key_serializer="raw", value_serializer="json"))
+
+
+@dataclass(frozen=True, slots=True)
+class Out:
+    """A record to send once state is durable."""
+
+    topic: TopicT
+    key: bytes | None
+    value: bytes
+
+
+@dataclass(frozen=True)
+class JoinTables:
+    """A spec's tables. ``index``: active keys (per-key layout) or the expiry index (per-join)."""
+
+    history: faust.Table  # key -> [[event_time, *copied values], ...] sorted
+    joins: faust.Table
+    clock: faust.Table  # partition -> stream time (greatest event time seen; never decreases)
+    index: faust.Table
+
+
+def make_tables(spec: JoinSpec) -> JoinTables:
+    """Tables named after the spec: ``<name>-dimension``, ``-joins``, ``-clock``, ``-index``."""
+    n = spec.name
+    history = app.Table(f"{n}-dimension", default=None, **_json)
+    clock = app.Table(f"{n}-clock", default=None, **_json)
+    if spec.layout == "per-key":
+        return JoinTables(history, app.Table(f"{n}-joins", default=None, **_json), clock,
+                          app.Table(f"{n}-active", default=None, **_json))
+    # (key, join id) -> join;  (partition, event_time, key, join id) -> 1
+    return JoinTables(history, range_table(app, f"{n}-joins", default=None, **_bytes_json),
+                      clock, range_table(app, f"{n}-expiry", default=None, **_bytes_json))
+
+
+class JoinEngine:
+    """One spec's agent, its topics and tables."""
+
+    def __init__(self, spec: JoinSpec, *, inputs: TopicT | None = None,
+                 output: TopicT | None = None, ticks: TopicT | None = None,
+                 tables: JoinTables | None = None, clock_gauge: Gauge | None = None) -> None:
+        self.spec = spec
+        self.inputs = inputs or app.topic(*spec.inputs, allow_empty=True, **_raw)
+        self.ticks = ticks or app.topic(spec.ticks, internal=True, **_raw)  # (p) -> revisit p
+        self.output = output or app.topic(spec.output, key_serializer="raw",
+                                          value_serializer="raw")  # join id -> revision
+        self.tables = tables or make_tables(spec)
+        t = self.tables
+        self.layout: Layout = (PerKeyLayout(spec, t.history, t.joins, t.index)
+                               if spec.layout == "per-key" else
+                               PerJoinLayout(spec, t.history, t.joins, t.index))
+        self.clock_gauge = clock_gauge
+        #: partitions whose recovered revisions this process has re-emitted (per process)
+        self.resumed: set[int] = set()
+        app.on_partitions_assigned.connect(self._forget_lost_partitions)
+
+        async def join_agent(stream: Any) -> None:
+            await self.run(stream)
+
+        join_agent.__qualname__ = join_agent.__name__ = f"{spec.name}_join"
+        join_agent.__module__ = __name__
+        self.agent = app.agent(self.inputs, name=f"{__name__}.{spec.name}")(join_agent)
+
+    # --- per record ----------------------------------------------------------------------------
+    def _revision_out(self, rev: Revision) -> Out:
+        metrics.revisions_out.labels(rev.cause).inc()
+        join_metrics.revisions.labels(self.spec.name, rev.cause).inc()
+        if self.spec.mode == "inner" and rev.revision == 1 and rev.cause != "arrival":
+            join_metrics.released.labels(self.spec.name).inc()
+        return Out(self.output, rev.id.encode(), json.dumps(self.spec.to_wire(rev)).encode())
+
+    def _advance_clock(self, partition: int, event_time: int) -> int:
+        clock = self.tables.clock.get(partition)
+        if clock is None or event_time > clock:
+            self.tables.clock[partition] = clock = event_time
+            join_metrics.stream_time.labels(self.spec.name, str(partition)).set(event_time)
+            if self.clock_gauge is not None:
+                self.clock_gauge.labels(str(partition)).set(event_time)
+        return clock
+
+    def _limit(self, clock: int, is_event: bool) -> int | None:
+        """Records before this event time are late (None: none is)."""
+        horizon = clock - self.spec.retention_ms
+        if not is_event:
+            return horizon if self.spec.late_dimensions else None
+        if self.spec.window_ms is None:
+            return horizon
+        return max(horizon, clock - self.spec.window_ms)
+
+    def _release_from(self, clock: int) -> int:
+        """Held events older than this stay held: past the emit window or the horizon."""
+        horizon = clock - self.spec.retention_ms
+        return horizon if self.spec.window_ms is None else max(horizon,
+                                                              clock - self.spec.window_ms)
+
+    def on_input(self, topic: str, partition: int, offset: int, key: bytes | None,
+                 value: bytes | None) -> list[Out]:
+        """One event or dimension record: validate, route late ones, join, return the sends."""
+        spec = self.spec
+        is_event = topic == spec.events.topic
+        side = spec.events if is_event else spec.dimension
+        which = "events" if is_event else "dimension"
+        metrics.records_in.labels(topic).inc()
+        join_metrics.records.labels(spec.name, which).inc()
+        try:
+            rec: Any = parse(side.model, key, value)
+        except InvalidRecord as exc:
+            metrics.dead_letters.labels(topic).inc()
+            join_metrics.dead.labels(spec.name, which).inc()
+            return [Out(dead_letters, key, sinks.dead_letter(topic, partition, offset, key,
+                                                             value, str(exc)))]
+        event_time = getattr(rec, side.time)
+        clock = self.tables.clock.get(partition)
+        limit = None if clock is None else self._limit(clock, is_event)
+        if limit is not None and event_time < limit:
+            metrics.late_records.labels(topic).inc()
+            join_metrics.late.labels(spec.name, which).inc()
+            return [Out(late, key, sinks.late_record(topic, partition, offset, rec.model_dump(),
+                                                     event_time, clock, limit))]
+        clock = self._advance_clock(partition, event_time)
+        horizon = clock - spec.retention_ms
+        release_from = self._release_from(clock)
+        if is_event:
+            revisions, held = self.layout.on_event(partition, spec.event_of(rec), horizon,
+                                                   release_from)
+            if held:
+                join_metrics.held.labels(spec.name).inc()
+        else:
+            revisions = self.layout.on_version(partition, spec.key_of(rec, side),
+                                               spec.version_of(rec), horizon, release_from)
+        return [self._revision_out(r) for r in revisions]
+
+    def on_tick(self, partition: int) -> list[Out]:
+        """Revisit partition ``partition``: review recent joins, finalise and purge old state."""
+        clock = self.tables.clock.get(partition)
+        if clock is None:
+            return []
+        revisions, purged = self.layout.on_tick(partition, clock, self._release_from(clock))
+        metrics.joins_finalised.inc(purged.joins)
+        join_metrics.finalised.labels(self.spec.name).inc(purged.joins)
+        join_metrics.unmatched.labels(self.spec.name).inc(purged.unmatched)
+        return [self._revision_out(r) for r in revisions]
+
+    async def _forget_lost_partitions(self, app: Any, assigned: set[Any], **kwargs: Any) -> None:
+        """A partition that left this worker comes back with recovered state: re-emit it again."""
+        self.resumed.intersection_update(tp.partition for tp in assigned
+                                         if tp.topic == self.spec.ticks)
+
+    def resume(self, partition: int) -> list[Out]:
+        """Re-emit, once per assignment, what the layout says may have been lost in a crash."""
+        self.resumed.add(partition)
+        return [Out(self.output, r.id.encode(), json.dumps(self.spec.to_wire(r)).encode())
+                for r in self.layout.resume(partition)]
+
+    async def run(self, stream: Any) -> None:
+        """Join every record as it arrives; revisit a partition on each tick."""
+        async for event in stream.events():
+            msg = event.message
+            try:
+                outs = [] if msg.partition in self.resumed else self.resume(msg.partition)
+                if msg.topic == self.spec.ticks:
+                    outs += self.on_tick(msg.partition)
+                else:
+                    outs += self.on_input(msg.topic, msg.partition, msg.offset, msg.key,
+                                          msg.value)
+            except Exception as exc:  # a bug must not kill the worker nor lose the record
+                log.exception("join %s failed on %s[%s]@%s", self.spec.name, msg.topic,
+                              msg.partition, msg.offset)
+                outs = [Out(dead_letters, msg.key, sinks.dead_letter(
+                    msg.topic, msg.partition, msg.offset, msg.key, msg.value,
+                    f"internal error: {exc!r}"))]
+            if outs:
+                await app.producer.flush()  # state first: revisions never outrun their changelog
+                for out in outs:
+                    await out.topic.send(key=out.key, value=out.value, force=True)
+                await app.producer.flush()  # outputs durable before this offset can be committed
+
+
+def _build_engines() -> dict[str, JoinEngine]:
+    """An engine per spec; the mood spec keeps the original mood join's topics and tables."""
+    from app import tables, topics
+
+    engines = {}
+    for spec in load_specs(settings):
+        if spec.name == "moods":
+            engines[spec.name] = JoinEngine(
+                spec, inputs=topics.mood_join_inputs, output=topics.mood_recommendations,
+                ticks=topics.ticks, clock_gauge=metrics.stream_time,
+                tables=JoinTables(tables.mood_history, tables.recent_joins, tables.stream_clock,
+                                  tables.active_keys))
+        else:
+            engines[spec.name] = JoinEngine(spec)
+    return engines
+
+
+#: spec name -> engine, for every join this worker runs (app.joins.catalog)
+engines = _build_engines()

@@ -1,0 +1,85 @@
+"""The joins this worker runs: two built-in specs, plus any in ``ETJ_JOINS_FILE``.
+
+The built-ins are written as the same plain data a user puts in the JSON file; only their topic
+names and times come from settings (``ETJ_MOODS_TOPIC`` ...), so deployments and tests can
+rename them.
+
+- ``moods``: recommendations × moods (DESIGN §1–3). It keeps the tables, topics and wire models
+  of the original mood join (``mood-history``, ``recent-joins`` ... and
+  :class:`app.records.MoodIn`), so views, changelogs and messages are unchanged.
+- ``movies``: ratings × the movie version known at the rating's time; inner mode (a rating waits
+  for its movie), 30-day emit window, and movie versions are never late: a catalogue may load a
+  version stamped years ago, and a held rating may be waiting for exactly that one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from app.joins.spec import JoinSpec, SpecError, resolve_all
+from app.settings import Settings
+
+
+def mood_spec(s: Settings) -> dict[str, Any]:
+    return {
+        "name": "moods",
+        "events": {"topic": s.events_topic, "model": "app.records:RecommendationIn",
+                   "key": "consultant", "time": "event_time", "id": "id",
+                   "copy": ["consultant", "event_time", "recommendation"]},
+        "dimension": {"topic": s.moods_topic, "model": "app.records:MoodIn",
+                      "key": "name", "time": "event_time", "copy": ["mood"],
+                      "time_as": "mood_event_time"},
+        "output": s.output_topic,
+        "ticks": s.ticks_topic,
+        "mode": "left",
+        "asof": "before",
+        "retention_ms": s.retention_ms,
+        "layout": "per-key",  # few joins per consultant; the views read these tables
+        "review_lag_ms": s.review_lag_ms,
+    }
+
+
+def movie_spec(s: Settings) -> dict[str, Any]:
+    return {
+        "name": "movies",
+        "events": {"topic": s.ratings_topic, "key": "movie_id", "time": "event_time", "id": "id",
+                   "fields": {"id": "str", "movie_id": "str", "user_id": "str",
+                              "rating": "float", "event_time": "time"},
+                   "copy": ["movie_id", "user_id", "rating", "event_time"]},
+        "dimension": {"topic": s.movies_topic, "key": "movie_id", "time": "event_time",
+                      "fields": {"movie_id": "str", "title": "str", "event_time": "time"},
+                      "copy": ["title"], "time_as": "movie_event_time"},
+        "output": s.rated_movies_topic,
+        "ticks": s.movie_ticks_topic,
+        "mode": "inner",
+        "asof": "at-or-before-else-earliest",
+        "retention_ms": s.movie_retention_ms,
+        "window_ms": s.movie_window_ms,
+        "late_dimensions": False,
+        "layout": "per-join",  # a popular movie gets many ratings: one state row per rating
+    }
+
+
+def read_joins_file(path: Path) -> list[dict[str, Any]]:
+    """The specs of a JSON file: a list of spec objects (or ``{"joins": [...]}``)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SpecError(f"ETJ_JOINS_FILE {path}: cannot read it: {exc}") from exc
+    except ValueError as exc:
+        raise SpecError(f"ETJ_JOINS_FILE {path}: not valid JSON: {exc}") from exc
+    if isinstance(data, dict) and set(data) == {"joins"}:
+        data = data["joins"]
+    if not isinstance(data, list) or not all(isinstance(x, dict) for x in data):
+        raise SpecError(f"ETJ_JOINS_FILE {path}: expected a JSON list of join specs (objects)")
+    return data
+
+
+def load_specs(s: Settings) -> list[JoinSpec]:
+    """Every spec this worker runs, validated together (raises :class:`SpecError`)."""
+    raws = [mood_spec(s), movie_spec(s)]
+    if s.joins_file is not None:
+        raws += read_joins_file(s.joins_file)
+    return resolve_all(raws)

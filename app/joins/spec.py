@@ -1,0 +1,333 @@
+"""Join specs: a new pair of topics to join is configuration, validated before anything runs.
+
+A spec names the event topic and the dimension topic, the key field and event-time field of
+each, the fields to copy into the output, the output topic, the retention, the mode
+(``left``/``inner``), an optional emit window and the as-of rule (see
+:mod:`app.logic.event_join`). It is written as plain data (a dict, or JSON in ``ETJ_JOINS_FILE``)
+and resolved into a :class:`JoinSpec` that knows how to read its records and write its output.
+
+Every mistake a person can make in one is refused with a :class:`SpecError` that names the spec
+and the field (a typo in a field name, a field the topic's records do not have, two joins
+sharing a ticks topic ...), at import time, so ``faust -A app.main worker`` stops before it
+consumes anything. Co-partitioning, which needs the broker, is checked at start
+(:mod:`app.joins.startup`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Annotated, Any, Iterable, Literal, Sequence
+
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
+                      create_model)
+
+from app.logic.event_join import AsOf, Event, JoinRules, Mode, Revision, Version, derive_id
+from app.records import MAX_EVENT_TIME, WireModel
+
+__all__ = ["FIELD_TYPES", "JoinSpec", "Side", "SpecError", "copartition_groups", "resolve",
+           "resolve_all"]
+
+
+class SpecError(ValueError):
+    """A join spec that cannot work; the message says which spec, which field and why."""
+
+
+def _no_negative_zero(x: float) -> float:
+    return x + 0.0  # -0.0 -> 0.0: equal values serialize the same way
+
+
+#: the types a spec's ``fields`` may declare; ``T?`` makes a field optional (null or absent)
+FIELD_TYPES: dict[str, Any] = {
+    "str": Annotated[str, Field(max_length=10_000)],
+    "int": int,
+    "float": Annotated[float, Field(allow_inf_nan=False), AfterValidator(_no_negative_zero)],
+    "bool": bool,
+    "time": Annotated[int, Field(ge=0, lt=MAX_EVENT_TIME)],  # epoch ms, like every event time
+}
+_KEY_TYPE = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class SideConfig(BaseModel):
+    """One input topic of a join, as written in configuration."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    topic: str = Field(min_length=1)
+    key: str = Field(min_length=1, description="field the record key equals (co-partitioning)")
+    time: str = Field(min_length=1, description="event-time field (epoch ms)")
+    fields: dict[str, str] | None = Field(None, description="field name -> type (FIELD_TYPES)")
+    model: str | None = Field(None, description="'module:Class' of a WireModel, instead of "
+                                                "fields")
+    copy_fields: list[str] = Field(alias="copy", description="fields copied to the output")
+    id: str | None = Field(None, description="events only: field holding the join id")
+    time_as: str | None = Field(None, description="dimension only: output field of the joined "
+                                                  "version's event time")
+
+
+class JoinConfig(BaseModel):
+    """A join spec as written in configuration (see docs/declarative_joins.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,39}$")
+    events: SideConfig
+    dimension: SideConfig
+    output: str = Field(min_length=1)
+    ticks: str = Field(min_length=1, description="internal topic of revisit ticks")
+    mode: Mode = "left"
+    asof: AsOf = "before"
+    retention_ms: int = Field(gt=0)
+    window_ms: int | None = Field(None, gt=0)
+    late_dimensions: bool = True
+    layout: Literal["per-key", "per-join"] = "per-join"
+    review_lag_ms: int | None = Field(None, ge=0)
+
+
+@dataclass(frozen=True)
+class Side:
+    """A resolved input: its topic, fields and the wire model that validates its records."""
+
+    topic: str
+    key: str
+    time: str
+    copy: tuple[str, ...]
+    model: type[WireModel]
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(self.model.model_fields)
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """A validated join: everything the engine needs, and the translation to/from the wire."""
+
+    name: str
+    events: Side
+    dimension: Side
+    id_field: str | None
+    time_as: str
+    output: str
+    ticks: str
+    mode: Mode
+    asof: AsOf
+    retention_ms: int
+    window_ms: int | None
+    late_dimensions: bool
+    layout: Literal["per-key", "per-join"]
+    review_lag_ms: int | None
+
+    @property
+    def rules(self) -> JoinRules:
+        return JoinRules(self.asof, self.mode)
+
+    @property
+    def payload_fields(self) -> tuple[str, ...]:
+        """Event fields kept in state besides the key, the join id and the event time."""
+        return tuple(f for f in self.events.copy if f not in (self.events.key, self.events.time))
+
+    @property
+    def output_fields(self) -> tuple[str, ...]:
+        dim = self.dimension.copy
+        return ("id", *self.events.copy, *dim, self.time_as, "revision",
+                *(f"previous_{f}" for f in dim), "cause")
+
+    @property
+    def inputs(self) -> tuple[str, str, str]:
+        """The co-partitioned topics: events, dimension and the internal ticks."""
+        return (self.events.topic, self.dimension.topic, self.ticks)
+
+    def event_of(self, record: WireModel) -> Event:
+        """The logic's view of a validated event record."""
+        given = getattr(record, self.id_field) if self.id_field else None
+        jid = given or derive_id(getattr(record, f) for f in self.events.copy)
+        return Event(getattr(record, self.events.key), jid, getattr(record, self.events.time),
+                     tuple(getattr(record, f) for f in self.payload_fields))
+
+    def version_of(self, record: WireModel) -> Version:
+        """``[event_time, *copied values]`` of a validated dimension record."""
+        return [getattr(record, self.dimension.time),
+                *(getattr(record, f) for f in self.dimension.copy)]
+
+    def key_of(self, record: WireModel, side: Side) -> str:
+        return getattr(record, side.key)  # type: ignore[no-any-return]
+
+    def to_wire(self, rev: Revision) -> dict[str, Any]:
+        """One revision as the output topic carries it (field order of :attr:`output_fields`)."""
+        out: dict[str, Any] = {"id": rev.id}
+        payload = iter(rev.payload)
+        for f in self.events.copy:
+            out[f] = (rev.key if f == self.events.key else
+                      rev.event_time if f == self.events.time else next(payload))
+        none = (None,) * len(self.dimension.copy)
+        out.update(zip(self.dimension.copy, rev.answer or none))
+        out[self.time_as] = rev.answer_time
+        out["revision"] = rev.revision
+        out.update(zip((f"previous_{f}" for f in self.dimension.copy), rev.previous or none))
+        out["cause"] = rev.cause
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """What ``GET /joins/`` lists for this spec."""
+        def side(s: Side) -> dict[str, Any]:
+            return {"topic": s.topic, "key": s.key, "time": s.time, "copy": list(s.copy),
+                    "fields": list(s.field_names)}
+        return {"name": self.name, "events": {**side(self.events), "id": self.id_field},
+                "dimension": {**side(self.dimension), "time_as": self.time_as},
+                "output": self.output, "output_fields": list(self.output_fields),
+                "ticks": self.ticks, "mode": self.mode, "asof": self.asof,
+                "retention_ms": self.retention_ms, "window_ms": self.window_ms,
+                "late_dimensions": self.late_dimensions, "layout": self.layout,
+                "review_lag_ms": self.review_lag_ms}
+
+
+# --- resolution ----------------------------------------------------------------------------------
+
+def _where(spec: Any, index: int | None) -> str:
+    name = spec.get("name") if isinstance(spec, dict) else None
+    at = f" #{index + 1}" if index is not None else ""
+    return f"join spec{at}" + (f" {name!r}" if name else "")
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "spec"
+        if err["type"] == "missing":
+            parts.append(f"{loc}: missing")
+        elif err["type"] == "extra_forbidden":
+            parts.append(f"{loc}: unknown setting")
+        else:
+            parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _model_from_fields(spec: str, side: str, cfg: SideConfig) -> type[WireModel]:
+    assert cfg.fields is not None
+    fields: dict[str, Any] = {}
+    for name, typ in cfg.fields.items():
+        optional = typ.endswith("?")
+        base = typ[:-1] if optional else typ
+        if base not in FIELD_TYPES:
+            raise SpecError(f"{spec}: {side}.fields.{name}: unknown type {typ!r} (one of "
+                            f"{', '.join(FIELD_TYPES)}, optionally with '?')")
+        if not name.isidentifier() or name.startswith("_"):
+            raise SpecError(f"{spec}: {side}.fields: {name!r} is not a usable field name")
+        t = _KEY_TYPE if name == cfg.key and base == "str" else FIELD_TYPES[base]
+        fields[name] = (t | None, None) if optional else (t, ...)
+    if cfg.fields.get(cfg.key) != "str":
+        raise SpecError(f"{spec}: {side}.key {cfg.key!r} must be declared 'str' (record keys are "
+                        f"UTF-8 strings and must equal it), got {cfg.fields.get(cfg.key)!r}")
+    if cfg.fields.get(cfg.time) != "time":
+        raise SpecError(f"{spec}: {side}.time {cfg.time!r} must be declared 'time' (epoch ms), "
+                        f"got {cfg.fields.get(cfg.time)!r}")
+    title = "".join(p.title() for p in cfg.topic.replace("_", "-").split("-"))
+    model = create_model(f"{title}In", __base__=WireModel, **fields)
+    model.key_field = cfg.key
+    return model
+
+
+def _import_model(spec: str, side: str, cfg: SideConfig) -> type[WireModel]:
+    assert cfg.model is not None
+    module, _, attr = cfg.model.partition(":")
+    try:
+        model = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise SpecError(f"{spec}: {side}.model {cfg.model!r} cannot be imported: {exc}") from exc
+    if not (isinstance(model, type) and issubclass(model, WireModel)):
+        raise SpecError(f"{spec}: {side}.model {cfg.model!r} is not a WireModel")
+    if model.key_field != cfg.key:
+        raise SpecError(f"{spec}: {side}.key {cfg.key!r} disagrees with {cfg.model}, whose "
+                        f"records are keyed by {model.key_field!r}")
+    return model
+
+
+def _side(spec: str, side: str, cfg: SideConfig) -> Side:
+    if (cfg.fields is None) == (cfg.model is None):
+        raise SpecError(f"{spec}: {side}: give either 'fields' (name -> type) or 'model'")
+    model = (_model_from_fields if cfg.fields is not None else _import_model)(spec, side, cfg)
+    known = list(model.model_fields)
+    named = [("key", cfg.key), ("time", cfg.time), *(("copy", f) for f in cfg.copy_fields)]
+    if cfg.id is not None:
+        named.append(("id", cfg.id))
+    for what, f in named:
+        if f not in known:
+            raise SpecError(f"{spec}: {side}.{what} names {f!r}, a field {cfg.topic} records do "
+                            f"not have (they have: {', '.join(known)})")
+    if len(set(cfg.copy_fields)) != len(cfg.copy_fields):
+        raise SpecError(f"{spec}: {side}.copy lists a field twice: {cfg.copy_fields}")
+    return Side(cfg.topic, cfg.key, cfg.time, tuple(cfg.copy_fields), model)
+
+
+def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinSpec:
+    """Validate one spec (plain data or a :class:`JoinConfig`) and resolve it."""
+    where = _where(raw, index)
+    try:
+        cfg = raw if isinstance(raw, JoinConfig) else JoinConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(f"{where}: {_describe(exc)}") from None
+    where = _where({"name": cfg.name}, index)
+    if cfg.events.time_as is not None or cfg.dimension.id is not None:
+        raise SpecError(f"{where}: 'time_as' belongs to the dimension side, 'id' to the events "
+                        "side")
+    if not cfg.dimension.time_as:
+        raise SpecError(f"{where}: dimension.time_as: missing (the output field carrying the "
+                        "joined version's event time, e.g. 'movie_event_time')")
+    if not cfg.dimension.copy_fields:
+        raise SpecError(f"{where}: dimension.copy is empty: a join must copy at least one field")
+    events = _side(where, "events", cfg.events)
+    dimension = _side(where, "dimension", cfg.dimension)
+    for f in dimension.copy:
+        if not dimension.model.model_fields[f].is_required():
+            raise SpecError(f"{where}: dimension.copy field {f!r} is optional, but null means "
+                            "'no version' in the output; declare it required")
+    topics = [cfg.events.topic, cfg.dimension.topic, cfg.ticks]
+    if len(set(topics)) != 3 or cfg.output in topics:
+        raise SpecError(f"{where}: events {cfg.events.topic}, dimension {cfg.dimension.topic}, "
+                        f"ticks {cfg.ticks} and output {cfg.output} must be four different topics")
+    spec = JoinSpec(cfg.name, events, dimension, cfg.events.id, cfg.dimension.time_as,
+                    cfg.output, cfg.ticks, cfg.mode, cfg.asof, cfg.retention_ms, cfg.window_ms,
+                    cfg.late_dimensions, cfg.layout, cfg.review_lag_ms)
+    out = spec.output_fields
+    dupes = sorted({f for f in out if out.count(f) > 1})
+    if dupes:
+        raise SpecError(f"{where}: output fields collide: {', '.join(dupes)} (the output carries "
+                        f"id, events.copy, dimension.copy, time_as, revision, previous_<copy>, "
+                        "cause)")
+    if cfg.window_ms is not None and cfg.window_ms > cfg.retention_ms:
+        raise SpecError(f"{where}: window_ms {cfg.window_ms} exceeds retention_ms "
+                        f"{cfg.retention_ms}: events between the two would be admitted with "
+                        "their state already purged")
+    if cfg.review_lag_ms is not None and cfg.layout != "per-key":
+        raise SpecError(f"{where}: review_lag_ms needs layout 'per-key' (the per-join layout "
+                        "re-joins at once on every dimension change and has nothing to review)")
+    return spec
+
+
+def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig]) -> list[JoinSpec]:
+    """Resolve every spec, then refuse what only shows across specs (shared names, loops)."""
+    specs = [resolve(raw, i) for i, raw in enumerate(raws)]
+    for what, of in (("name", lambda s: s.name), ("ticks topic", lambda s: s.ticks),
+                     ("output topic", lambda s: s.output)):
+        seen: dict[str, str] = {}
+        for s in specs:
+            if of(s) in seen:
+                raise SpecError(f"join specs {seen[of(s)]!r} and {s.name!r} share the {what} "
+                                f"{of(s)!r}")
+            seen[of(s)] = s.name
+    inputs = {t: s.name for s in specs for t in (s.events.topic, s.dimension.topic)}
+    for s in specs:
+        if s.output in inputs:
+            raise SpecError(f"join spec {s.name!r} writes {s.output}, which join "
+                            f"{inputs[s.output]!r} reads: a join must not feed itself")
+        if s.ticks in inputs:
+            raise SpecError(f"join spec {s.name!r}: ticks topic {s.ticks} is an input of join "
+                            f"{inputs[s.ticks]!r}")
+    return specs
+
+
+def copartition_groups(specs: Iterable[JoinSpec]) -> list[tuple[str, ...]]:
+    """The topic groups that must be co-partitioned (one per spec)."""
+    return [s.inputs for s in specs]
+

@@ -1,0 +1,222 @@
+"""Where a join's state lives: two table layouts, one set of rules (app.logic.event_join).
+
+``per-key`` — one table row per key holds all of that key's recent joins (the original mood
+join's ``recent-joins``). Cheap when a key has few joins in retention; each event rewrites the
+key's row. A per-partition list of active keys drives the revisit (review, purge), and after a
+reassignment the partition's current revisions are re-emitted once (see the agent).
+
+``per-join`` — one row per join, under a byte key ``(key, join id)`` in an ordered table
+(:mod:`app.joins.keys`, :mod:`app.range_scan`); an expiry index ``(partition, event_time, key,
+join id)`` makes "older than the horizon" one range. An event writes one row (plus its index
+row), whatever the key's fan-in; a dimension version reads the key's joins with one prefix scan.
+The history row is purged when it is written (no active-key list to walk). Instead of
+re-emitting a whole partition after a reassignment, a re-delivered record re-emits what it
+touched: a duplicate event its join's current revision, a duplicate version the joins that
+currently answer with it. Records re-delivered after a crash are exactly the ones whose outputs
+may be lost, so nothing is lost and nothing is re-sent at scale.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import faust
+
+from app.joins.keys import (expiry_key, expiry_upto, join_key, key_prefix, partition_prefix,
+                            split_expiry_key, split_join_key)
+from app.joins.spec import JoinSpec
+from app.logic.event_join import (Event, Join, KeyState, Purged, Revision, Version,
+                                  affected_floor, current_revisions, insert_version,
+                                  purge_history, rejoin_affected, revisit)
+from app.range_scan import scan, scan_prefix
+
+__all__ = ["Layout", "PerJoinLayout", "PerKeyLayout"]
+
+
+class Layout(Protocol):
+    def on_event(self, p: int, e: Event, horizon: int | None,
+                 release_from: int | None) -> tuple[list[Revision], bool]: ...
+
+    def on_version(self, p: int, key: str, v: Version, horizon: int | None,
+                   release_from: int | None) -> list[Revision]: ...
+
+    def on_tick(self, p: int, clock: int, release_from: int | None,
+                ) -> tuple[list[Revision], Purged]: ...
+
+    def resume(self, p: int) -> list[Revision]: ...
+
+
+class _Codec:
+    def __init__(self, spec: JoinSpec) -> None:
+        self.spec, self.rules = spec, spec.rules
+        self.np, self.nd = len(spec.payload_fields), len(spec.dimension.copy)
+
+    def load(self, raw: Any) -> Join:
+        return Join.from_json(raw, self.np, self.nd)
+
+    def dump(self, j: Join) -> list[Any]:
+        return j.to_json(self.nd)
+
+
+class PerKeyLayout(_Codec):
+    """history[key] = [[t, *values], ...]; joins[key] = {jid: join}; active[p] = [key, ...]."""
+
+    def __init__(self, spec: JoinSpec, history: faust.Table, joins: faust.Table,
+                 active: faust.Table) -> None:
+        super().__init__(spec)
+        self.history, self.joins, self.active = history, joins, active
+
+    def _load(self, key: str) -> KeyState:
+        raw = self.joins.get(key) or {}
+        return KeyState([list(v) for v in self.history.get(key) or []],
+                        {jid: self.load(r) for jid, r in raw.items()})
+
+    def _save_joins(self, key: str, state: KeyState) -> None:
+        if state.joins:
+            self.joins[key] = {jid: self.dump(j) for jid, j in state.joins.items()}
+        elif self.joins.get(key) is not None:
+            del self.joins[key]
+
+    def _mark_active(self, p: int, key: str) -> None:
+        keys = self.active.get(p) or []
+        if key not in keys:
+            self.active[p] = sorted([*keys, key])
+
+    def on_event(self, p: int, e: Event, horizon: int | None,
+                 release_from: int | None) -> tuple[list[Revision], bool]:
+        history = self.history.get(e.key) or []
+        raw = self.joins.get(e.key) or {}
+        old = raw.get(e.id)
+        j, rev = self.rules.arrive(history, e, None if old is None else self.load(old),
+                                   release_from)
+        if j is not None:  # only this join is decoded; the row is rewritten as a whole
+            self.joins[e.key] = {**raw, e.id: self.dump(j)}
+        self._mark_active(p, e.key)
+        return ([rev] if rev else []), (old is None and j is not None and j.revision == 0)
+
+    def on_version(self, p: int, key: str, v: Version, horizon: int | None,
+                   release_from: int | None) -> list[Revision]:
+        history = [list(x) for x in self.history.get(key) or []]
+        if not insert_version(history, v):
+            self._mark_active(p, key)
+            return []
+        self.history[key] = history
+        raw = self.joins.get(key) or {}
+        floor = affected_floor(history, v, self.rules.asof, horizon)
+        cands = [(jid, self.load(r)) for jid, r in raw.items() if floor is None or r[0] >= floor]
+        revs = list(rejoin_affected(self.rules, history, key, v, cands, horizon, release_from))
+        if revs:
+            changed = {r.id for r in revs}
+            self.joins[key] = {**raw, **{jid: self.dump(j) for jid, j in cands
+                                         if jid in changed}}
+        self._mark_active(p, key)
+        return revs
+
+    def on_tick(self, p: int, clock: int, release_from: int | None,
+                ) -> tuple[list[Revision], Purged]:
+        keys = self.active.get(p) or []
+        horizon = clock - self.spec.retention_ms
+        lag = self.spec.review_lag_ms
+        review_from = None if lag is None else clock - lag
+        out: list[Revision] = []
+        total = Purged()
+        still_active = []
+        for key in keys:
+            state = self._load(key)
+            revs, purged = revisit(self.rules, state, key, review_from, horizon, release_from)
+            if revs or purged.joins:
+                self._save_joins(key, state)
+            if purged.versions:
+                self.history[key] = state.history
+            out += revs
+            total = Purged(total.joins + purged.joins, total.unmatched + purged.unmatched,
+                           total.versions + purged.versions)
+            if state.joins or len(state.history) > 1:
+                still_active.append(key)
+        if still_active != keys:
+            self.active[p] = still_active
+        return out, total
+
+    def resume(self, p: int) -> list[Revision]:
+        return [r for key in self.active.get(p) or []
+                for r in current_revisions(self.rules, self._load(key), key)]
+
+
+class PerJoinLayout(_Codec):
+    """history[key] = [[t, *values], ...]; joins[(key, jid)] = join; expiry[(p, t, key, jid)]."""
+
+    def __init__(self, spec: JoinSpec, history: faust.Table, joins: faust.Table,
+                 expiry: faust.Table) -> None:
+        super().__init__(spec)
+        self.history, self.joins, self.expiry = history, joins, expiry
+
+    def on_event(self, p: int, e: Event, horizon: int | None,
+                 release_from: int | None) -> tuple[list[Revision], bool]:
+        k = join_key(e.key, e.id)
+        raw = self.joins.get(k)
+        existing = None if raw is None else self.load(raw)
+        old_time = None if existing is None else existing.event_time
+        j, rev = self.rules.arrive(self.history.get(e.key) or [], e, existing, release_from)
+        if j is None:  # a duplicate: perhaps re-delivered after a crash lost its output
+            again = None if existing is None else self.rules.current(e.id, e.key, existing)
+            return ([again] if again else []), False
+        self.joins[k] = self.dump(j)
+        if old_time != j.event_time:
+            if old_time is not None:
+                self._unindex(expiry_key(p, old_time, e.key, e.id))
+            self.expiry[expiry_key(p, j.event_time, e.key, e.id)] = 1
+        return ([rev] if rev else []), (existing is None and j.revision == 0)
+
+    def _unindex(self, ek: bytes) -> None:
+        if self.expiry.get(ek) is not None:
+            del self.expiry[ek]
+
+    def on_version(self, p: int, key: str, v: Version, horizon: int | None,
+                   release_from: int | None) -> list[Revision]:
+        history = [list(x) for x in self.history.get(key) or []]
+        if not insert_version(history, v):  # a duplicate: re-emit what answers with it
+            return [r for _, j, r in self._joins_of(p, key, None) if j.answer_time == v[0]
+                    and j.answer == v[1:] and r is not None]
+        if horizon is not None:
+            history = purge_history(history, horizon)
+        self.history[key] = history
+        if v not in history:  # older than the last version before the horizon: no effect
+            return []
+        floor = affected_floor(history, v, self.rules.asof, horizon)
+        cands = [(jid, j) for jid, j, _ in self._joins_of(p, key, floor)]
+        revs = list(rejoin_affected(self.rules, history, key, v, cands, horizon, release_from))
+        changed = {r.id for r in revs}
+        for jid, j in cands:
+            if jid in changed:
+                self.joins[join_key(key, jid)] = self.dump(j)
+        return revs
+
+    def _joins_of(self, p: int, key: str, floor: int | None,
+                  ) -> list[tuple[str, Join, Revision | None]]:
+        """(jid, join, its current revision) of the key's joins at or after ``floor``."""
+        out = []
+        for k, raw in list(scan_prefix(self.joins, key_prefix(key), p)):
+            if floor is None or raw[0] >= floor:
+                jid = split_join_key(k)[1]
+                j = self.load(raw)
+                out.append((jid, j, self.rules.current(jid, key, j)))
+        return out
+
+    def on_tick(self, p: int, clock: int, release_from: int | None,
+                ) -> tuple[list[Revision], Purged]:
+        horizon = clock - self.spec.retention_ms
+        stale = [k for k, _ in scan(self.expiry, partition_prefix(p), expiry_upto(p, horizon), p)]
+        unmatched = 0
+        for ek in stale:
+            _, _, key, jid = split_expiry_key(ek)
+            k = join_key(key, jid)
+            raw = self.joins.get(k)
+            if raw is not None:
+                unmatched += Join.stored_revision(raw, self.np, self.nd) == 0
+                del self.joins[k]
+            del self.expiry[ek]
+        return [], Purged(len(stale), unmatched, 0)
+
+    def resume(self, p: int) -> list[Revision]:
+        return []  # re-delivered records re-emit what they touched (module docstring)
+

@@ -1,0 +1,361 @@
+"""The event-time join of any join spec, as pure functions (no Faust, no clock).
+
+An *event* (a recommendation, a rating) joins the *version* of its key's dimension (a mood, a
+movie) that was in force at the event's time, by one of two as-of rules:
+
+- ``before``: the version with the greatest event time strictly before the event; none → null.
+  (moods × recommendations, DESIGN §2)
+- ``at-or-before-else-earliest``: the greatest event time at or before the event's; an event that
+  predates every version takes the earliest one. (movies × ratings)
+
+Ties on a version's event time are broken by the greatest copied values, so a history sorted
+ascending by ``[event_time, *values]`` has the tie rule built in (the mood join's rule of
+:mod:`app.logic.asof`, generalised).
+
+Mode ``left`` emits every event at once (answer null while unknown); mode ``inner`` *holds* an
+event (stored, revision 0, nothing emitted) until a version applies, then emits revision 1.
+
+Shapes:
+- a version: ``[event_time, value, ...]`` (JSON list, as stored; histories are sorted lists)
+- a join in state: :class:`Join`; :meth:`Join.to_json` is the stored layout
+  ``[event_time, *payload, *answer, answer_time, revision, cause, *previous]`` — for the mood
+  spec exactly A's ``recent-joins`` layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from bisect import bisect_left, bisect_right, insort
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Literal, Sequence
+
+Cause = Literal["arrival", "late-dimension", "revisit", "backfill"]
+AsOf = Literal["before", "at-or-before-else-earliest"]
+Mode = Literal["left", "inner"]
+Version = list[Any]  # [event_time, *copied values]
+
+AS_OF_RULES: tuple[AsOf, ...] = ("before", "at-or-before-else-earliest")
+MODES: tuple[Mode, ...] = ("left", "inner")
+
+#: separator of the derived join id (the same as :func:`app.logic.asof.join_id`)
+_ID_SEP = "\x1f"
+
+
+def _time(v: Sequence[Any]) -> int:
+    return v[0]  # type: ignore[no-any-return]
+
+
+def derive_id(values: Iterable[Any]) -> str:
+    """A deterministic join id from what identifies an event (a replay derives the same).
+
+    For the mood spec's (consultant, event_time, recommendation) this is exactly
+    :func:`app.logic.asof.join_id`, which the batch twin mirrors.
+    """
+    raw = _ID_SEP.join(str(v) for v in values).encode("utf-8")
+    return "r-" + hashlib.sha1(raw).hexdigest()[:20]
+
+
+# --- histories (one key's dimension versions, sorted) -------------------------------------------
+
+def as_of(history: Sequence[Version], t: int, rule: AsOf) -> Version | None:
+    """The version an event at ``t`` joins under ``rule``; None when there is none."""
+    if rule == "before":
+        i = bisect_left(history, t, key=_time)  # first version at or after t
+        return history[i - 1] if i else None
+    i = bisect_right(history, t, key=_time)  # first version after t
+    if i:
+        return history[i - 1]
+    return earliest(history)
+
+
+def earliest(history: Sequence[Version]) -> Version | None:
+    """The earliest version; among several at that time the greatest (the tie rule)."""
+    if not history:
+        return None
+    return history[bisect_right(history, history[0][0], key=_time) - 1]
+
+
+def insert_version(history: list[Version], version: Version) -> bool:
+    """Insert keeping order; False (and nothing changed) when it is already there."""
+    i = bisect_left(history, version)
+    if i < len(history) and history[i] == version:
+        return False
+    insort(history, version)
+    return True
+
+
+def purge_history(history: list[Version], horizon: int) -> list[Version]:
+    """Drop versions before ``horizon`` but the last one: an event at or after it may need it."""
+    i = bisect_left(history, horizon, key=_time)
+    return history[max(i - 1, 0):]
+
+
+def affected_from(history: Sequence[Version], version: Version, rule: AsOf) -> int | None:
+    """Events at or after the returned time may join ``version`` now; None: every event may.
+
+    Called after ``version`` was inserted into ``history``.
+    """
+    if rule == "before":
+        return version[0] + 1
+    if version[0] <= history[0][0]:  # the new earliest: events before every version join it
+        return None
+    return version[0]  # type: ignore[no-any-return]
+
+
+def affected_floor(history: Sequence[Version], version: Version, rule: AsOf,
+                   final_before: int | None) -> int | None:
+    """:func:`affected_from`, but never below ``final_before`` (older joins are final)."""
+    start = affected_from(history, version, rule)
+    if start is None:
+        return final_before
+    return start if final_before is None else max(start, final_before)
+
+
+# --- joins ---------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Join:
+    """One event as held in state, with its current answer and revision bookkeeping."""
+
+    event_time: int
+    payload: list[Any]  # the event's copied fields besides key, id and event time (spec order)
+    answer: list[Any] | None  # the joined version's copied values; None: no version applies
+    answer_time: int | None
+    revision: int  # 0: held (inner mode), never emitted
+    cause: Cause
+    previous: list[Any] | None = None  # revision - 1's answer, so a re-emit is identical
+
+    def to_json(self, n_dim: int) -> list[Any]:
+        none = [None] * n_dim
+        return [self.event_time, *self.payload, *(self.answer or none), self.answer_time,
+                self.revision, self.cause, *(self.previous or none)]
+
+    @staticmethod
+    def stored_revision(raw: Sequence[Any], n_payload: int, n_dim: int) -> int:
+        """The revision of a stored join without decoding it (0: held)."""
+        return raw[2 + n_payload + n_dim]  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_json(cls, raw: Sequence[Any], n_payload: int, n_dim: int) -> "Join":
+        p, d = 1 + n_payload, 1 + n_payload + n_dim
+        answer_time = raw[d]
+        previous = list(raw[d + 3:d + 3 + n_dim]) or [None] * n_dim  # older states had none
+        return cls(raw[0], list(raw[1:p]), None if answer_time is None else list(raw[p:d]),
+                   answer_time, raw[d + 1], raw[d + 2],
+                   None if all(v is None for v in previous) else previous)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An event as the logic sees it: its key, join id, time and copied payload."""
+
+    key: str
+    id: str
+    event_time: int
+    payload: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """One record of a spec's output revision log (the spec names the wire fields)."""
+
+    id: str
+    key: str
+    event_time: int
+    payload: tuple[Any, ...]
+    answer: tuple[Any, ...] | None
+    answer_time: int | None
+    revision: int
+    previous: tuple[Any, ...] | None
+    cause: Cause
+
+    @property
+    def result(self) -> tuple[Any, ...]:
+        """What a consumer compares: everything but the bookkeeping fields."""
+        return (self.id, self.key, self.event_time, self.payload, self.answer, self.answer_time)
+
+
+def _revision(jid: str, key: str, j: Join) -> Revision:
+    return Revision(jid, key, j.event_time, tuple(j.payload),
+                    None if j.answer is None else tuple(j.answer), j.answer_time, j.revision,
+                    None if j.previous is None else tuple(j.previous), j.cause)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRules:
+    """The rules of one spec: its as-of rule and mode. Every method is pure."""
+
+    asof: AsOf = "before"
+    mode: Mode = "left"
+
+    def answer(self, history: Sequence[Version], t: int) -> tuple[list[Any] | None, int | None]:
+        v = as_of(history, t, self.asof)
+        return (None, None) if v is None else (list(v[1:]), v[0])
+
+    def arrive(self, history: Sequence[Version], event: Event, existing: Join | None,
+               release_from: int | None = None) -> tuple[Join | None, Revision | None]:
+        """An event arrives: (the join to store, or None when state is unchanged; what to emit).
+
+        A duplicate with the same content changes nothing. ``release_from``: in inner mode, an
+        event older than this is not emitted even when a version applies (the emit window).
+        """
+        if existing is not None:
+            rev = self.rejoin(event.id, event.key, existing, history, "arrival", release_from,
+                              event.event_time, list(event.payload))
+            same = (existing.event_time, existing.payload) == (event.event_time,
+                                                                list(event.payload))
+            return (existing if rev or not same else None), rev
+        answer, answer_time = self.answer(history, event.event_time)
+        held = answer is None and self.mode == "inner"
+        if not held and self.mode == "inner" and release_from is not None \
+                and event.event_time < release_from:
+            held = True
+        j = Join(event.event_time, list(event.payload), answer, answer_time, 0 if held else 1,
+                 "arrival")
+        return j, None if held else _revision(event.id, event.key, j)
+
+    def rejoin(self, jid: str, key: str, j: Join, history: Sequence[Version], cause: Cause,
+               release_from: int | None = None, event_time: int | None = None,
+               payload: list[Any] | None = None) -> Revision | None:
+        """Recompute ``j`` (in place); a revision only when what it says changed.
+
+        A held join whose answer is still None stays held; one older than ``release_from``
+        stays held too (it will be counted as unmatched when it is purged).
+        """
+        new_time = j.event_time if event_time is None else event_time
+        new_payload = j.payload if payload is None else payload
+        answer, answer_time = self.answer(history, new_time)
+        if j.revision == 0 and (answer is None or (release_from is not None
+                                                   and new_time < release_from)):
+            j.event_time, j.payload = new_time, new_payload  # still held: nothing to emit
+            return None
+        if (new_time, new_payload, answer, answer_time) == (j.event_time, j.payload, j.answer,
+                                                             j.answer_time) and j.revision:
+            return None
+        j.previous = j.answer if j.revision else None
+        j.event_time, j.payload, j.answer, j.answer_time = new_time, new_payload, answer, \
+            answer_time
+        j.revision += 1
+        j.cause = cause
+        return _revision(jid, key, j)
+
+    def current(self, jid: str, key: str, j: Join) -> Revision | None:
+        """The latest emitted revision of ``j``, exactly as emitted (None if held)."""
+        return _revision(jid, key, j) if j.revision else None
+
+
+# --- one key's whole state (the per-key layout, and what the property tests drive) ---------------
+
+@dataclass(slots=True)
+class KeyState:
+    """Everything a join keeps for one key: dimension history and recent joins."""
+
+    history: list[Version] = field(default_factory=list)  # sorted by [event_time, *values]
+    joins: dict[str, Join] = field(default_factory=dict)  # join id -> Join
+
+
+def add_event(rules: JoinRules, state: KeyState, event: Event,
+              release_from: int | None = None) -> tuple[bool, list[Revision]]:
+    """Join an event on arrival; returns (joins changed, revisions)."""
+    j, rev = rules.arrive(state.history, event, state.joins.get(event.id), release_from)
+    if j is None:
+        return False, []
+    state.joins[event.id] = j
+    return True, [rev] if rev else []
+
+
+def add_version(rules: JoinRules, state: KeyState, key: str, version: Version,
+                final_before: int | None = None,
+                release_from: int | None = None) -> tuple[bool, list[Revision]]:
+    """Record a version and re-join, at once, the joins it may change.
+
+    Joins older than ``final_before`` (the retention horizon) are final and left alone.
+    Returns whether the history changed (False for a duplicate) and the revisions.
+    """
+    if not insert_version(state.history, version):
+        return False, []
+    return True, list(rejoin_affected(rules, state.history, key, version,
+                                      state.joins.items(), final_before, release_from))
+
+
+def rejoin_affected(rules: JoinRules, history: Sequence[Version], key: str, version: Version,
+                    joins: Iterable[tuple[str, Join]], final_before: int | None = None,
+                    release_from: int | None = None) -> Iterator[Revision]:
+    """Re-join those of ``joins`` that ``version`` (already in ``history``) may change."""
+    floor = affected_floor(history, version, rules.asof, final_before)
+    for jid, j in joins:
+        if floor is None or j.event_time >= floor:
+            rev = rules.rejoin(jid, key, j, history, "late-dimension", release_from)
+            if rev:
+                yield rev
+
+
+@dataclass(frozen=True, slots=True)
+class Purged:
+    """What a revisit dropped: joins (of which never emitted: unmatched) and versions."""
+
+    joins: int = 0
+    unmatched: int = 0
+    versions: int = 0
+
+
+def revisit(rules: JoinRules, state: KeyState, key: str, review_from: int | None, horizon: int,
+            release_from: int | None = None) -> tuple[list[Revision], Purged]:
+    """Re-check joins at or after ``review_from`` (None: none), then purge behind ``horizon``.
+
+    Joins before the horizon are final and dropped (a held one is counted as unmatched);
+    versions before it are dropped but the last.
+    """
+    revisions = []
+    if review_from is not None:
+        for jid, j in state.joins.items():
+            if j.event_time >= review_from:
+                rev = rules.rejoin(jid, key, j, state.history, "revisit", release_from)
+                if rev:
+                    revisions.append(rev)
+    stale = [jid for jid, j in state.joins.items() if j.event_time < horizon]
+    unmatched = sum(1 for jid in stale if state.joins[jid].revision == 0)
+    for jid in stale:
+        del state.joins[jid]
+    before = len(state.history)
+    state.history = purge_history(state.history, horizon)
+    return revisions, Purged(len(stale), unmatched, before - len(state.history))
+
+
+def current_revisions(rules: JoinRules, state: KeyState, key: str) -> Iterator[Revision]:
+    """The latest revision of every emitted join, as it was emitted (re-emit after recovery)."""
+    for jid, j in state.joins.items():
+        rev = rules.current(jid, key, j)
+        if rev:
+            yield rev
+
+
+def exact_answer(rules: JoinRules, versions: Iterable[tuple[str, Version]],
+                 events: Iterable[Event]) -> dict[str, tuple[Any, ...]]:
+    """Brute-force reference: join id -> Revision.result, whatever the arrival order.
+
+    Quadratic on purpose: it is the oracle the incremental join is checked against. In inner
+    mode an event no version applies to is absent.
+    """
+    by_key: dict[str, list[Version]] = {}
+    for key, v in versions:
+        by_key.setdefault(key, [])
+        if list(v) not in by_key[key]:
+            by_key[key].append(list(v))
+    out: dict[str, tuple[Any, ...]] = {}
+    for e in events:
+        history = by_key.get(e.key, [])
+        if rules.asof == "before":
+            cands = [v for v in history if v[0] < e.event_time]
+        else:  # at or before, else the earliest (ties: the greatest values)
+            cands = [v for v in history if v[0] <= e.event_time]
+            if not cands and history:
+                first = min(v[0] for v in history)
+                cands = [v for v in history if v[0] == first]
+        best = max(cands) if cands else None
+        if best is None and rules.mode == "inner":
+            out.pop(e.id, None)
+            continue
+        out[e.id] = (e.id, e.key, e.event_time, tuple(e.payload),
+                     None if best is None else tuple(best[1:]), None if best is None else best[0])
+    return out
