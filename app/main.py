@@ -12,6 +12,7 @@ from app.agents import car_join  # noqa: F401  (agents: car positions x zone pol
 from app import timers  # noqa: F401  (timers)
 from app.joins import ticks, startup  # noqa: F401  (join specs: ticks, co-partition check)
 from app.commands import sample_traffic  # noqa: F401  (tools)
+from app.commands import archive  # noqa: F401  (tools: a topic -> JSON lines, for app.batch)
 from app import views  # noqa: F401  (views: state, health, metrics over HTTP)
 from app.joins import views as join_views  # noqa: F401  (GET /joins/: the join specs)
 from app import timeline  # noqa: F401  (the live timeline page, /timeline/)

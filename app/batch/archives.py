@@ -49,6 +49,8 @@ class ArchiveKind:
     required: tuple[str, ...]
     #: (field, max length) of strings that must be non-empty (app.records' limits)
     texts: tuple[tuple[str, int], ...] = ()
+    #: the same for optional strings: null, or non-empty and not too long
+    optional_texts: tuple[tuple[str, int], ...] = ()
     times: tuple[str, ...] = ("event_time",)
     ids: tuple[str, ...] = ()  # non-negative integers
     finite: tuple[str, ...] = ()  # floats that must be finite (no NaN, no infinity)
@@ -74,7 +76,7 @@ EVENTS = ArchiveKind(
     "consultant string, recommendation string, event_time bigint, id string, "
     "ingestion_time bigint",
     ("consultant", "recommendation", "event_time"),
-    (("consultant", 200), ("recommendation", 10_000)))
+    (("consultant", 200), ("recommendation", 10_000)), optional_texts=(("id", 200),))
 REVISIONS = ArchiveKind(
     "revisions",
     "id string, consultant string, event_time bigint, recommendation string, mood string, "
@@ -118,6 +120,8 @@ def conform(df: DataFrame, kind: ArchiveKind) -> DataFrame:
         valid = valid & F.col(name).isNotNull()
     for name, longest in kind.texts:
         valid = valid & (F.length(name) >= 1) & (F.length(name) <= longest)
+    for name, longest in kind.optional_texts:
+        valid = valid & (F.col(name).isNull() | F.length(name).between(1, longest))
     for name in kind.times:
         valid = valid & (F.col(name) >= 0) & (F.col(name) < MAX_EVENT_TIME)
     for name in kind.ids:

@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     bf.add_argument("--before", type=int, metavar="EVENT_TIME_MS",
                     help="only joins with event_time < this (e.g. the stream's horizon)")
     bf.add_argument("--out", help="also write the revisions to this file (*.jsonl/*.parquet)")
-    bf.add_argument("--publish", action="store_true", help="send them to the output topic")
+    bf.add_argument("--dry-run", action="store_true",
+                    help="compute and show the revisions, publish nothing")
     bf.add_argument("--broker", help="broker URL (default: ETJ_BROKER_URL)")
     bf.add_argument("--topic", help="output topic (default: ETJ_OUTPUT_TOPIC)")
     bf.add_argument("--ledger", help="JSON lines of what backfills published: read as part "
@@ -152,7 +153,7 @@ def run_backfill(spark: SparkSession, args: argparse.Namespace) -> int:
     for r in rows[:5]:
         print(f"backfill {r['id']} revision {r['revision']}: "
               f"{r['previous_mood']!r} -> {r['mood']!r}", flush=True)
-    if args.publish:
+    if not args.dry_run:
         from app.settings import get_settings
 
         s = get_settings()
@@ -161,7 +162,7 @@ def run_backfill(spark: SparkSession, args: argparse.Namespace) -> int:
             sent = publish(broker, topic, rows, ledger=args.ledger)
         print(f"backfill: published {sent} revision(s) to {topic}", flush=True)
     else:
-        print(f"backfill: {len(rows)} revision(s) to publish (dry run: no --publish)",
+        print(f"backfill: {len(rows)} revision(s) to publish (dry run: nothing sent)",
               flush=True)
     return 0
 
