@@ -216,10 +216,10 @@ def _model_from_fields(spec: str, side: str, cfg: SideConfig) -> type[WireModel]
             raise SpecError(f"{spec}: {side}.fields: {name!r} is not a usable field name")
         t = _KEY_TYPE if name == cfg.key and base == "str" else FIELD_TYPES[base]
         fields[name] = (t | None, None) if optional else (t, ...)
-    if cfg.fields.get(cfg.key) != "str":
+    if cfg.key in cfg.fields and cfg.fields[cfg.key] != "str":
         raise SpecError(f"{spec}: {side}.key {cfg.key!r} must be declared 'str' (record keys are "
                         f"UTF-8 strings and must equal it), got {cfg.fields.get(cfg.key)!r}")
-    if cfg.fields.get(cfg.time) != "time":
+    if cfg.time in cfg.fields and cfg.fields[cfg.time] != "time":
         raise SpecError(f"{spec}: {side}.time {cfg.time!r} must be declared 'time' (epoch ms), "
                         f"got {cfg.fields.get(cfg.time)!r}")
     title = "".join(p.title() for p in cfg.topic.replace("_", "-").split("-"))

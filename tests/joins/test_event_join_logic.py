@@ -1,0 +1,190 @@
+"""The generic join rules, pure: scenarios in numbered steps, then shuffled-arrival properties
+for both built-in specs (moods: left + strictly before; movies: inner + at-or-before-else-earliest).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.logic.asof import join_id
+from app.logic.event_join import (Event, JoinRules, KeyState, Revision, add_event, add_version,
+                                  as_of, current_revisions, derive_id, exact_answer,
+                                  purge_history, revisit)
+from app.logic.mood_join import Mood, Recommendation, exact_mood_joins
+
+MOODS = JoinRules("before", "left")
+MOVIES = JoinRules("at-or-before-else-earliest", "inner")
+
+
+def test_as_of_rules_and_the_tie_rule():
+    h = sorted([[10, "a"], [20, "b"], [20, "c"], [30, "d"]])
+    # strictly before; none -> None
+    assert as_of(h, 10, "before") is None
+    assert as_of(h, 20, "before") == [10, "a"]
+    assert as_of(h, 21, "before") == [20, "c"]  # tie on time: the greatest value
+    # at or before; before every version -> the earliest
+    assert as_of(h, 20, "at-or-before-else-earliest") == [20, "c"]
+    assert as_of(h, 5, "at-or-before-else-earliest") == [10, "a"]
+    tied_first = sorted([[10, "x"], [10, "y"], [20, "z"]])
+    assert as_of(tied_first, 0, "at-or-before-else-earliest") == [10, "y"]
+    assert as_of([], 5, "at-or-before-else-earliest") is None
+
+
+def test_derived_id_is_the_mood_joins_id():
+    assert derive_id(["ann", 5, "tea"]) == join_id("ann", 5, "tea", None)
+
+
+def test_purge_keeps_the_last_version_before_the_horizon():
+    h = [[10, "a"], [20, "b"], [30, "c"]]
+    assert purge_history(h, 25) == [[20, "b"], [30, "c"]]
+    assert purge_history(h, 5) == h and purge_history(h, 99) == [[30, "c"]]
+
+
+def rating(rid: str, t: int, movie: str = "m1", user: str = "u1", stars: float = 4.0) -> Event:
+    return Event(movie, rid, t, (user, stars))
+
+
+def test_inner_holds_a_rating_until_its_movie_arrives_then_releases_it():
+    s = KeyState()
+    # 1. a rating arrives before any version of its movie: held, nothing emitted
+    assert add_event(MOVIES, s, rating("r1", 100)) == (True, [])
+    assert s.joins["r1"].revision == 0
+    # 2. the movie arrives with a version *after* the rating: the earliest version applies
+    changed, [rev] = add_version(MOVIES, s, "m1", [150, "Alien"])
+    assert changed and (rev.id, rev.answer, rev.answer_time, rev.revision, rev.previous,
+                        rev.cause) == ("r1", ("Alien",), 150, 1, None, "late-dimension")
+    # 3. an earlier version now applies (greatest at or before 100): a correction
+    _, [rev2] = add_version(MOVIES, s, "m1", [90, "Alien (working title)"])
+    assert (rev2.answer, rev2.revision, rev2.previous) == (("Alien (working title)",), 2,
+                                                           ("Alien",))
+    # 4. a rating after both joins the latest at or before it, at once
+    _, [rev3] = add_event(MOVIES, s, rating("r2", 200))
+    assert (rev3.answer, rev3.revision, rev3.cause) == (("Alien",), 1, "arrival")
+    # 5. duplicates change nothing
+    assert add_version(MOVIES, s, "m1", [150, "Alien"]) == (False, [])
+    assert add_event(MOVIES, s, rating("r2", 200)) == (False, [])
+
+
+def test_a_held_rating_whose_movie_never_arrives_is_counted_at_the_horizon_not_emitted():
+    s = KeyState()
+    add_event(MOVIES, s, rating("r1", 100))
+    revisions, purged = revisit(MOVIES, s, "m1", review_from=None, horizon=101)
+    assert revisions == [] and (purged.joins, purged.unmatched) == (1, 1)
+    assert list(current_revisions(MOVIES, s, "m1")) == []
+
+
+def test_a_held_rating_older_than_the_emit_window_is_not_released():
+    s = KeyState()
+    add_event(MOVIES, s, rating("old", 100))
+    add_event(MOVIES, s, rating("new", 500))
+    _, revs = add_version(MOVIES, s, "m1", [50, "Up"], release_from=200)
+    assert [r.id for r in revs] == ["new"] and s.joins["old"].revision == 0
+
+
+def test_final_joins_behind_the_horizon_are_left_alone():
+    s = KeyState()
+    add_event(MOODS, s, Event("ann", "j", 100, ("tea",)))
+    assert add_version(MOODS, s, "ann", [50, "happy"], final_before=101) == (True, [])
+    assert s.joins["j"].answer is None
+
+
+# ---- properties: any arrival order converges on the brute-force answer, for both specs ------
+
+keys = st.sampled_from(["k1", "k2", "k3"])
+times = st.integers(0, 40)
+
+
+def moods_records() -> Any:
+    versions = st.tuples(keys, st.builds(lambda t, m: [t, m], times,
+                                         st.sampled_from(["happy", "sad", "calm"])))
+    events = st.builds(lambda k, t, rec, given: Event(
+        k, given or derive_id([k, t, rec]), t, (rec,)), keys, times,
+        st.sampled_from(["tea", "cake"]), st.one_of(st.none(), st.uuids().map(str)))
+    return versions, events
+
+
+def movies_records() -> Any:
+    versions = st.tuples(keys, st.builds(lambda t, title: [t, title], times,
+                                         st.sampled_from(["Alien", "Aliens", "Up"])))
+    events = st.builds(lambda k, t, rid, user, stars: Event(k, rid, t, (user, stars)), keys,
+                       times, st.uuids().map(str), st.sampled_from(["u1", "u2"]),
+                       st.sampled_from([1.0, 3.5, 5.0]))
+    return versions, events
+
+
+@st.composite
+def arrivals(draw: Any, records: Any) -> list[Any]:
+    versions, events = records
+    vs = draw(st.lists(versions, max_size=20))
+    es = draw(st.lists(events, max_size=20, unique_by=lambda e: e.id))
+    both = vs + es
+    dups = draw(st.lists(st.sampled_from(both), max_size=5)) if both else []
+    return draw(st.permutations(both + dups))
+
+
+def run(rules: JoinRules, records: list[Any]) -> tuple[list[Revision], dict[str, KeyState]]:
+    states: dict[str, KeyState] = {}
+    out: list[Revision] = []
+    for rec in records:
+        if isinstance(rec, Event):
+            out += add_event(rules, states.setdefault(rec.key, KeyState()), rec)[1]
+        else:
+            key, version = rec
+            out += add_version(rules, states.setdefault(key, KeyState()), key, list(version))[1]
+    for key, state in states.items():  # a review of consistent state changes nothing
+        assert revisit(rules, state, key, review_from=0, horizon=0)[0] == []
+    return out, states
+
+
+def split(records: list[Any]) -> tuple[list[tuple[str, list[Any]]], list[Event]]:
+    return ([r for r in records if not isinstance(r, Event)],
+            [r for r in records if isinstance(r, Event)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrivals(moods_records()))
+def test_moods_spec_converges_on_the_exact_answer_of_the_mood_join(records):
+    out, _ = run(MOODS, records)
+    latest = {r.id: r.result for r in out}
+    versions, events = split(records)
+    assert latest == exact_answer(MOODS, versions, events)
+    # ... which is the original mood join's oracle, field for field
+    a = exact_mood_joins([Mood(k, v[1], v[0]) for k, v in versions],
+                         [Recommendation(e.key, e.payload[0], e.event_time,
+                                         None if e.id.startswith("r-") else e.id)
+                          for e in events])
+    assert {jid: (r[0], r[1], r[2], (r[3],), None if r[4] is None else (r[4],), r[5])
+            for jid, r in a.items()} == latest
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrivals(movies_records()))
+def test_movies_spec_converges_emits_only_matched_and_counts_the_rest(records):
+    out, states = run(MOVIES, records)
+    latest = {r.id: r.result for r in out}
+    versions, events = split(records)
+    assert latest == exact_answer(MOVIES, versions, events)
+    assert all(r.answer is not None for r in out)  # inner: never a null title
+    never = {e.id for e in events} - set(latest)  # their movie never arrived
+    unmatched = sum(revisit(MOVIES, s, k, None, horizon=10**9)[1].unmatched
+                    for k, s in states.items())
+    assert unmatched == len(never)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([(MOODS, moods_records()), (MOVIES, movies_records())]).flatmap(
+    lambda rr: st.tuples(st.just(rr[0]), arrivals(rr[1]))))
+def test_revisions_increase_by_one_and_only_on_change(rules_and_records):
+    rules, records = rules_and_records
+    history: dict[str, list[Revision]] = {}
+    for r in run(rules, records)[0]:
+        history.setdefault(r.id, []).append(r)
+    for revs in history.values():
+        assert [r.revision for r in revs] == list(range(1, len(revs) + 1))
+        assert revs[0].previous is None
+        for before, after in zip(revs, revs[1:]):
+            assert after.result != before.result
+            assert after.previous == before.answer  # consumers can retract what they counted

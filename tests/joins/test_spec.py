@@ -1,0 +1,150 @@
+"""Spec validation: every mistake is refused with a message naming the spec and the field."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from app.copartition import CopartitionError, check_groups
+from app.joins.catalog import load_specs, mood_spec, movie_spec, read_joins_file
+from app.joins.spec import SpecError, copartition_groups, resolve, resolve_all
+from app.logic.event_join import Revision
+from app.records import InvalidRecord, parse
+from app.settings import Settings
+
+S = Settings()
+
+
+def movies(**changes: Any) -> dict[str, Any]:
+    raw = copy.deepcopy(movie_spec(S))
+    for path, value in changes.items():
+        *parents, leaf = path.split("__")
+        node = raw
+        for p in parents:
+            node = node[p]
+        if value is ...:
+            del node[leaf]
+        else:
+            node[leaf] = value
+    return raw
+
+
+def refused(raw: Any) -> str:
+    with pytest.raises(SpecError) as exc:
+        resolve_all(raw if isinstance(raw, list) else [raw])
+    return str(exc.value)
+
+
+def test_the_built_in_specs_resolve_and_describe_their_output():
+    moods, films = load_specs(S)
+    assert moods.output_fields == ("id", "consultant", "event_time", "recommendation", "mood",
+                                   "mood_event_time", "revision", "previous_mood", "cause")
+    assert set(films.output_fields) == {"id", "movie_id", "user_id", "rating", "event_time",
+                                        "title", "movie_event_time", "revision",
+                                        "previous_title", "cause"}
+    assert copartition_groups([films]) == [("etj-ratings", "etj-movies", "etj-movie-ticks")]
+
+
+def test_records_are_read_and_written_as_the_wire_contract_says():
+    films = resolve(movie_spec(S))
+    rec = parse(films.events.model, b"m1", json.dumps(
+        {"id": "r1", "movie_id": "m1", "user_id": "u", "rating": 4, "event_time": 7}).encode())
+    e = films.event_of(rec)
+    assert (e.key, e.id, e.event_time, e.payload) == ("m1", "r1", 7, ("u", 4.0))
+    wire = films.to_wire(Revision("r1", "m1", 7, ("u", 4.0), ("Up",), 5, 2, ("Up!",),
+                                  "late-dimension"))
+    assert wire == {"id": "r1", "movie_id": "m1", "user_id": "u", "rating": 4.0,
+                    "event_time": 7, "title": "Up", "movie_event_time": 5, "revision": 2,
+                    "previous_title": "Up!", "cause": "late-dimension"}
+
+
+@pytest.mark.parametrize("value, phrase", [
+    (b'{"id": "r1", "movie_id": "m1", "user_id": "u", "rating": "4", "event_time": 1}',
+     "rating"),
+    (b'{"id": "r1", "movie_id": "m1", "user_id": "u", "rating": NaN, "event_time": 1}',
+     "finite"),
+    (b'{"id": "r1", "movie_id": "m2", "user_id": "u", "rating": 4, "event_time": 1}',
+     "disagrees"),
+    (b'{"id": "r1", "movie_id": "m1", "user_id": "u", "rating": 4}', "event_time: missing"),
+])
+def test_declared_fields_are_validated_strictly(value, phrase):
+    films = resolve(movie_spec(S))
+    with pytest.raises(InvalidRecord, match=phrase):
+        parse(films.events.model, b"m1", value)
+
+
+@pytest.mark.parametrize("raw, phrases", [
+    (movies(events__copy=["movie_id", "user_id", "ratng"]),
+     ["'movies'", "events.copy names 'ratng'", "etj-ratings", "they have: id, movie_id"]),
+    (movies(dimension__key="film_id"), ["dimension.key names 'film_id'"]),
+    (movies(events__id="rating_id"), ["events.id names 'rating_id'"]),
+    (movies(dimension__fields={"movie_id": "str", "title": "string", "event_time": "time"}),
+     ["dimension.fields.title: unknown type 'string'"]),
+    (movies(dimension__fields={"movie_id": "str", "title": "str?", "event_time": "time"}),
+     ["'title' is optional"]),
+    (movies(events__fields={"id": "str", "movie_id": "int", "user_id": "str",
+                            "rating": "float", "event_time": "time"}),
+     ["events.key 'movie_id' must be declared 'str'"]),
+    (movies(events__fields={"id": "str", "movie_id": "str", "user_id": "str",
+                            "rating": "float", "event_time": "int"}),
+     ["events.time 'event_time' must be declared 'time'"]),
+    (movies(mode="outer"), ["mode: Input should be 'left' or 'inner'"]),
+    (movies(asof="nearest"), ["asof: Input should be"]),
+    (movies(windw_ms=5), ["windw_ms: unknown setting"]),
+    (movies(events__colour="red"), ["events.colour: unknown setting"]),
+    (movies(retention_ms=...), ["retention_ms: missing"]),
+    (movies(window_ms=10**12), ["window_ms 1000000000000 exceeds retention_ms"]),
+    (movies(dimension__time_as=...), ["dimension.time_as: missing"]),
+    (movies(dimension__time_as="event_time"), ["output fields collide: event_time"]),
+    (movies(dimension__model="app.records:MoodIn"), ["either 'fields'", "or 'model'"]),
+    (movies(output="etj-ratings"), ["must be four different topics"]),
+    (movies(review_lag_ms=1000), ["review_lag_ms needs layout 'per-key'"]),
+    (movies(name="Movies!"), ["name: String should match pattern"]),
+])
+def test_a_bad_spec_is_refused_with_a_clear_message(raw, phrases):
+    message = refused(raw)
+    for phrase in phrases:
+        assert phrase in message, message
+
+
+def test_a_model_must_exist_and_be_keyed_by_the_spec_key():
+    bad = copy.deepcopy(mood_spec(S))
+    bad["dimension"]["model"] = "app.records:NoSuchModel"
+    assert "cannot be imported" in refused(bad)
+    bad = copy.deepcopy(mood_spec(S))
+    bad["dimension"]["key"] = "mood"
+    assert "disagrees with app.records:MoodIn, whose records are keyed by 'name'" in refused(bad)
+
+
+def test_conflicts_between_specs_are_refused():
+    twin = movies()
+    assert "share the name 'movies'" in refused([movies(), twin])
+    other = movies(name="films", ticks="etj-film-ticks")
+    assert "share the output topic 'etj-rated-movies'" in refused([movies(), other])
+    loop = movies(name="films", ticks="etj-film-ticks", output="etj-films",
+                  events__topic="etj-rated-movies")
+    assert "writes etj-rated-movies, which join 'films' reads" in refused([movies(), loop])
+
+
+def test_joins_file_errors_name_the_file(tmp_path):
+    path = tmp_path / "joins.json"
+    path.write_text("{not json")
+    with pytest.raises(SpecError, match="joins.json: not valid JSON"):
+        read_joins_file(path)
+    path.write_text('{"name": "x"}')
+    with pytest.raises(SpecError, match="expected a JSON list"):
+        read_joins_file(path)
+    path.write_text(json.dumps([movies(name="films", ticks="t2", output="o2", mode="outer")]))
+    with pytest.raises(SpecError, match="join spec #3 'films': mode"):  # after the built-ins
+        load_specs(S.model_copy(update={"joins_file": path}))
+
+
+def test_non_copartitioned_spec_topics_are_refused_by_the_start_check():
+    groups = copartition_groups(load_specs(S))
+    with pytest.raises(CopartitionError) as exc:
+        check_groups({"etj-ratings": 4, "etj-movies": 2}, groups, 4)
+    assert "etj-ratings has 4, etj-movies has 2" in str(exc.value)
+    check_groups({"etj-ratings": 4, "etj-movies": 4, "etj-movie-ticks": 4}, groups, 4)
