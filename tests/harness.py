@@ -213,6 +213,8 @@ async def read_all(names: Names, topic: str, idle_s: float = 3.0,
         if topic not in await consumer.topics():
             return out
         parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:  # just created: listed before its partitions are in the metadata
+            return out
         consumer.assign([TopicPartition(topic, p) for p in parts])
         await consumer.seek_to_beginning()
         end = time.monotonic() + timeout_s
