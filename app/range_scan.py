@@ -15,9 +15,12 @@ scan a key range in order, each in its own way:
   (``apply_changelog_batch`` goes through ``update``/``pop``), so the ordered index is never out
   of step and is rebuilt by recovery like the data itself. ``SortedDict.irange`` is the scan.
 
-Keys must be ``bytes`` (a ``raw`` key serializer), so that the stored order is byte order; see
-:mod:`app.keys` for keys whose byte order is numeric order. Any other store is refused when the
-table is created, rather than silently falling back to a full scan.
+Keys are ``bytes``, stored and logged as they are, so that the stored order is byte order; see
+:mod:`app.keys` for keys whose byte order is numeric order. :func:`range_table` sets
+``key_type=bytes``: Faust derives a table's key serializer from its key type, not from a
+``schema`` (with a ``raw`` schema the changelog keys were still decoded as JSON, and recovery
+failed on the first non-UTF-8 key). Any other store is refused when the table is created,
+rather than silently falling back to a full scan.
 """
 
 from __future__ import annotations
@@ -66,8 +69,11 @@ class RangeTable(faust.Table):
 def range_table(app: AppT, name: str, **kwargs: Any) -> RangeTable:
     """Define a :class:`RangeTable` on ``app`` (what ``app.Table`` does for a plain table).
 
-    Keys must be bytes in the order to scan by: pass a schema with ``key_serializer="raw"``.
+    Its keys are bytes in the order to scan by (``key_type=bytes``: raw in the store and in the
+    changelog); values use ``value_type``/JSON as in any table.
     """
+    if kwargs.setdefault("key_type", bytes) is not bytes or "schema" in kwargs:
+        raise ImproperlyConfigured(f"range table {name!r} has bytes keys: no key_type/schema")
     table = RangeTable(app, name=name, beacon=app.tables.beacon, **kwargs)
     return app.tables.add(table)  # type: ignore[no-any-return]
 

@@ -40,5 +40,4 @@ zone_pollution = app.Table("zone-pollution", default=None, **_json)
 # key: (zone_id, car_id) as 16 bytes, big-endian, sign bit flipped (app.keys) -> byte order is
 # (zone, car) order, so a zone's cars are one key range (app.range_scan)
 # value: [car_event_time, fuel_level] of the arrival that put the car there
-zone_cars = range_table(app, "zone-cars", default=None, partitions=settings.partitions,
-                        schema=faust.Schema(key_serializer="raw", value_serializer="json"))
+zone_cars = range_table(app, "zone-cars", default=None, partitions=settings.partitions)

@@ -15,8 +15,9 @@ from typing import Any, Iterator
 import faust
 import pytest
 from faust.streams import _current_event
+from faust.exceptions import ImproperlyConfigured
 from faust.stores.rocksdb import Store as RocksDBStore
-from faust.types import TP
+from faust.types import TP, Message
 
 from app.keys import INT64_MAX, INT64_MIN, decode_zone_car, encode_zone_car, zone_prefix
 from app.range_scan import RangeTable, SortedMemoryStore, range_table, scan, scan_prefix
@@ -65,8 +66,7 @@ def value_of(zone: int, car: int) -> list[int]:
 def make_table(store: str, datadir: Path) -> faust.Table:
     app = faust.App(f"range-{store}", broker="kafka://127.0.0.1:1", store=f"{store}://",
                     datadir=str(datadir))
-    return range_table(app, "zone-cars", default=None, partitions=4,
-                       schema=faust.Schema(key_serializer="raw", value_serializer="json"))
+    return range_table(app, "zone-cars", default=None, partitions=4)
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
@@ -113,15 +113,21 @@ def write_live(table: faust.Table) -> None:
             table.data[encode_zone_car(zone, car)] = value_of(zone, car)
 
 
-def recover(table: faust.Table, records: list[tuple[bytes, Any]]) -> None:
-    """Apply changelog records (value None = tombstone) as Faust's recovery does."""
-    store = table.data
+async def recover(table: faust.Table, records: list[tuple[bytes, Any]]) -> None:
+    """Apply changelog records (value None = tombstone) as Faust's recovery does: serialized
+    as the table logs them, decoded by its changelog topic, applied to the store in a batch."""
+    serializers = table.app.serializers
     events = []
     for offset, (key, value) in enumerate(records):
-        raw = None if value is None else store._encode_value(value)
-        events.append(FakeEvent(FakeMessage(key, raw, PARTITION, offset), key=key,
-                                value=value))
-    store.apply_changelog_batch(events, to_key=table._to_key, to_value=table._to_value)
+        raw_key = serializers.dumps_key(table.key_type, key, serializer=table.key_serializer)
+        raw_value = None if value is None else serializers.dumps_value(
+            table.value_type, value, serializer=table.value_serializer)
+        message = Message(topic=table.changelog_topic.get_topic_name(), partition=PARTITION,
+                          offset=offset, timestamp=0.0, timestamp_type=0, headers=None,
+                          key=raw_key, value=raw_value, checksum=b"",
+                          serialized_key_size=len(raw_key), serialized_value_size=0)
+        events.append(await table.changelog_topic.decode(message, propagate=True))
+    table.apply_changelog_batch(events)
 
 
 def zone_scan(table: faust.Table, zone: int) -> list[tuple[tuple[int, int], Any]]:
@@ -159,23 +165,23 @@ def test_deletes_leave_the_range(table, in_event):
     assert [k[1] for k, _ in zone_scan(table, ZONE)] == [0, 1, 255, 256, 2**32]
 
 
-def test_recovery_from_the_changelog_rebuilds_the_ordered_index(table):
+async def test_recovery_from_the_changelog_rebuilds_the_ordered_index(table):
     records: list[tuple[bytes, Any]] = [
         (encode_zone_car(zone, car), value_of(zone, car)) for zone, cars in CARS.items()
         for car in reversed(cars)]
     records += [(encode_zone_car(ZONE, 7), None),  # tombstone: the car left
                 (encode_zone_car(ZONE + 1, 0), None),
                 (encode_zone_car(ZONE, 9), value_of(ZONE, 9))]  # a car arrived later
-    recover(table, records)
+    await recover(table, records)
     assert [k[1] for k, _ in zone_scan(table, ZONE)] == [0, 1, 9, 255, 256, 2**32, INT64_MAX]
     assert [k[1] for k, _ in zone_scan(table, ZONE + 1)] == [INT64_MIN, 1]
     assert zone_scan(table, ZONE - 1) == expected(ZONE - 1)
 
 
-def test_rocksdb_offset_bookkeeping_row_is_never_a_car(rocksdb_table):
+async def test_rocksdb_offset_bookkeeping_row_is_never_a_car(rocksdb_table):
     """Faust stores b"__faust\\0offset__" (16 bytes, like our keys) in every partition db."""
     table = rocksdb_table
-    recover(table, [(encode_zone_car(ZONE, 1), value_of(ZONE, 1))])
+    await recover(table, [(encode_zone_car(ZONE, 1), value_of(ZONE, 1))])
     offset_key = table.data.offset_key
     assert len(offset_key) == 16
     zone, car = decode_zone_car(offset_key)
@@ -206,3 +212,13 @@ def test_a_table_without_the_range_store_is_refused(tmp_path):
     plain = app.Table("plain", default=None)
     with pytest.raises(TypeError, match="cannot scan"):
         list(scan(plain, b"", None, 0))
+
+
+def test_range_tables_log_their_keys_raw_and_refuse_another_key_type(memory_table, tmp_path):
+    assert memory_table.key_serializer == "raw"
+    assert memory_table.changelog_topic.key_serializer == "raw"
+    app = faust.App("other", broker="kafka://127.0.0.1:1", datadir=str(tmp_path))
+    with pytest.raises(ImproperlyConfigured, match="bytes keys"):
+        range_table(app, "json-keys", key_type=str)
+    with pytest.raises(ImproperlyConfigured, match="bytes keys"):  # Faust would ignore it
+        range_table(app, "schema", schema=faust.Schema(key_serializer="raw"))
