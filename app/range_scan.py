@@ -72,8 +72,8 @@ def range_table(app: AppT, name: str, **kwargs: Any) -> RangeTable:
     Its keys are bytes in the order to scan by (``key_type=bytes``: raw in the store and in the
     changelog); values use ``value_type``/JSON as in any table.
     """
-    if kwargs.setdefault("key_type", bytes) is not bytes or "schema" in kwargs:
-        raise ImproperlyConfigured(f"range table {name!r} has bytes keys: no key_type/schema")
+    if kwargs.setdefault("key_type", bytes) is not bytes:
+        raise ImproperlyConfigured(f"range table {name!r} has bytes keys, not {kwargs['key_type']}")
     table = RangeTable(app, name=name, beacon=app.tables.beacon, **kwargs)
     return app.tables.add(table)  # type: ignore[no-any-return]
 
