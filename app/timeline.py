@@ -1,8 +1,8 @@
 """The live timeline page: ``/timeline/`` (static HTML/JS/CSS shipped in the package).
 
 The page draws what the join holds from the JSON views of :mod:`app.views` (``/moods/…``,
-``/joins/…``, ``/stats/``, ``/zones/…/cars/``), which answer from the worker owning a key, so the
-page works whichever worker serves it. This module adds only what those views lack:
+``/joins/…``, ``/stats/``, ``/zones/…/cars/``), which answer from the worker owning a key, so
+the page works whichever worker serves it. This module adds only what those views lack:
 
 - ``/timeline/api/consultants/`` and ``/timeline/api/zones/``: the pickers' lists. Keys live
   on the workers that own them, so the list is gathered from every worker of the group (each
