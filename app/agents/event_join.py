@@ -44,7 +44,9 @@ log = logging.getLogger(__name__)
 _raw = dict(key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
 _json = dict(partitions=settings.partitions,
              schema=faust.Schema(key_serializer="json", value_serializer="json"))
-_bytes_json = dict(partitions=settings.partitions,
+# key_type=bytes too: Faust derives the changelog's key serializer from key_type alone (json
+# otherwise), and recovery would then fail to decode the byte keys
+_bytes_json = dict(partitions=settings.partitions, key_type=bytes,
                    schema=faust.Schema(key_serializer="raw", value_serializer="json"))
 
 
