@@ -111,7 +111,7 @@ async def archive_topic(broker_url: str, topic: str, out: str | Path,
                     print(f"archive: {topic}: {stats.read}/{total}+ records read",
                           file=sys.stderr, flush=True)
                     shown = now
-                at_end = all(await consumer.position(tp) >= ends[tp] for tp in parts)
+                at_end = all([await consumer.position(tp) >= ends[tp] for tp in parts])
                 if at_end and now - last >= idle_s:
                     break
                 if not at_end and now - last >= stall_s:
