@@ -17,6 +17,10 @@ from app.local_broker import LocalBroker
 from app.settings import Settings
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     settings = Settings()
     broker = LocalBroker(log_dir=Path("var/broker")).start()
@@ -31,13 +35,15 @@ def main() -> None:
                               stderr=subprocess.STDOUT)]
     print(f"broker  {broker.url}{' (existing)' if broker.external else ' (local tansu)'}\n"
           f"worker  http://127.0.0.1:{settings.web_port}/  (log: var/worker.log)\n"
+          f"timeline http://127.0.0.1:{settings.web_port}/timeline/\n"
           f"traffic out-of-order moods and recommendations, some moods late\n"
           f"Below: one line per revision; CORRECTION lines are late data fixing an earlier "
           f"answer.\nStop everything with Ctrl-C.\n", flush=True)
-    time.sleep(3)
-    procs.append(subprocess.Popen([*faust, "sample-traffic"], env=env))
-    procs.append(subprocess.Popen([*faust, "watch"], env=env))
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the children like Ctrl-C does
     try:
+        time.sleep(3)
+        procs.append(subprocess.Popen([*faust, "sample-traffic"], env=env))
+        procs.append(subprocess.Popen([*faust, "watch"], env=env))
         while all(p.poll() is None for p in procs):
             time.sleep(0.5)
         print("a child process exited; stopping (see var/worker.log)", flush=True)
