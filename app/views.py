@@ -10,6 +10,10 @@ hashes differ for most keys, so ``table_route`` would ask the wrong worker about
 :func:`routed` hashes the raw key exactly as the producers of the inputs do (murmur2, Kafka's
 default partitioner) and looks the owner up in the same assignor metadata ``table_route`` uses.
 
+Car and zone ids route the same way (records are keyed by the id's decimal text). A car's view
+needs two owners: its position is kept with the car id, its zone's reading with the zone id, so
+the car's owner asks the zone's owner in turn.
+
 Every answer is JSON; an unknown key is a 404 with a JSON body; a worker that is still
 recovering its tables answers 503 (it would otherwise report a half-recovered table as truth).
 """
@@ -19,10 +23,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import wraps
+from itertools import islice
 from typing import Any, Awaitable, Callable
 
 import aiohttp
 from aiokafka.partitioner import DefaultPartitioner
+from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 from faust.web import Request, Response, View
 from prometheus_client import generate_latest
@@ -31,8 +37,13 @@ from yarl import URL
 
 from app import metrics
 from app.faust_app import app, settings
+from app.keys import decode_zone_car, zone_prefix
+from app.logic.car_join import CarArrival, CarPosition, ZoneReading, join
 from app.logic.mood_join import Join
-from app.tables import active_keys, mood_history, recent_joins, stream_clock
+from app.range_scan import scan_prefix
+from app.records import MAX_ID
+from app.tables import (active_keys, car_positions, mood_history, recent_joins, stream_clock,
+                        zone_cars, zone_pollution)
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +94,24 @@ def owned_partitions() -> list[int]:
                   if tp.topic == settings.moods_topic)
 
 
-def routed(table: Any, param: str) -> Callable[[Handler], Handler]:
-    """Answer on the worker that owns the URL's ``param`` key of ``table`` (see module doc)."""
+def routed(table: Any, param: str,
+           parse: Callable[[str], Any] | None = None) -> Callable[[Handler], Handler]:
+    """Answer on the worker that owns the URL's ``param`` key of ``table`` (see module doc).
+
+    ``parse`` turns the URL text into the table key (e.g. ``int``); a ValueError is a 404, as
+    no record can have that key. The handler gets the parsed key as ``param`` and the
+    partition as ``partition``. A bug in a handler is a JSON 500, never an HTML page.
+    """
 
     def decorate(fun: Handler) -> Handler:
         @wraps(fun)
         async def get(view: View, request: Request, **kwargs: Any) -> Response:
-            key = request.match_info[param]
-            partition = input_partition(key)
+            text = request.match_info[param]
+            try:
+                key = parse(text) if parse is not None else text
+            except ValueError as exc:
+                return view.error(404, f"unknown {param} {text!r}: {exc}", **{param: text})
+            partition = input_partition(str(key))
             owner = owner_of(table, partition)
             here = _ident(app.conf.canonical_url)
             if owner is not None and _ident(owner) != here and FORWARDED not in request.headers:
@@ -102,7 +123,12 @@ def routed(table: Any, param: str) -> Callable[[Handler], Handler]:
             if not app.assignor.is_active(active):
                 return view.error(503, "partition not owned here (rebalancing?); retry",
                                   partition=partition, owner=str(owner) if owner else None)
-            return await fun(view, request, partition=partition, **kwargs)
+            try:
+                return await fun(view, request, **{**kwargs, param: key,
+                                                   "partition": partition})
+            except Exception as exc:  # a bug must answer JSON, and be in the log
+                log.exception("view %s failed for %s=%r", fun.__name__, param, text)
+                return view.error(500, f"internal error: {exc!r}", **{param: text})
 
         return get
 
@@ -125,8 +151,27 @@ async def forward(view: View, request: Request, owner: URL) -> Response:
         return view.error(502, f"owner {owner} did not answer: {exc!r}", owner=str(owner))
 
 
+async def ask(owner: URL, path_qs: str) -> tuple[int, Any]:
+    """GET ``path_qs`` of the worker ``owner`` itself (no further hop): (status, JSON body)."""
+    url = URL(str(owner)).with_path("").join(URL(path_qs))
+    headers = {"Accept": "application/json", FORWARDED: str(app.conf.canonical_url)}
+    async with app.http_client.get(
+            url, headers=headers, timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
 def served_by() -> str:
     return str(app.conf.canonical_url)
+
+
+def parse_id(text: str) -> int:
+    """A car or zone id from a URL: decimal digits, within the ids the wire contract allows."""
+    if not text.isascii() or not text.isdigit():
+        raise ValueError("ids are non-negative integers")
+    value = int(text)
+    if value > MAX_ID:
+        raise ValueError(f"ids are at most {MAX_ID}")
+    return value
 
 
 # ---- keyed views ----------------------------------------------------------------------------
@@ -165,6 +210,96 @@ async def joins(view: View, request: Request, consultant: str, partition: int) -
 # -> {"consultant", "partition", "served_by", "joins": [{"id", "event_time", ..., "cause"}]}
 
 
+#: most cars one /zones/{zone_id}/cars/ answer lists (``?limit=``, up to MAX_CARS_LIMIT)
+DEFAULT_CARS_LIMIT = 1000
+MAX_CARS_LIMIT = 100_000
+
+
+def zone_reading(zone_id: int) -> ZoneReading | None:
+    raw = zone_pollution.get(zone_id)  # [event_time, pollution_level]
+    return None if raw is None else ZoneReading(zone_id, raw[1], raw[0])
+
+
+@app.page("/zones/{zone_id}/cars/")
+@routed(zone_pollution, "zone_id", parse=parse_id)
+async def cars_in_zone(view: View, request: Request, zone_id: int, partition: int) -> Response:
+    """The cars now in a zone (a range scan of its (zone_id, ·) keys), joined with its reading.
+
+    ``?limit=N`` caps the list (default 1000); ``truncated`` says whether more cars are in it.
+    """
+    try:
+        limit = int(request.query.get("limit", DEFAULT_CARS_LIMIT))
+        if not 0 <= limit <= MAX_CARS_LIMIT:
+            raise ValueError
+    except ValueError:
+        return view.error(400, f"limit must be an integer in [0, {MAX_CARS_LIMIT}]")
+    reading = zone_reading(zone_id)
+    # list() before any await: the RocksDB iterator must not outlive this event-loop step
+    rows = list(islice(scan_prefix(zone_cars, zone_prefix(zone_id), partition), limit + 1))
+    if reading is None and not rows:
+        return view.error(404, f"unknown zone {zone_id}: no reading and no car",
+                          zone_id=zone_id)
+    cars = []
+    for key, (event_time, fuel_level) in rows[:limit]:
+        _, car_id = decode_zone_car(key)
+        cars.append(join(CarArrival(car_id, zone_id, fuel_level, event_time), reading).to_wire())
+    return view.json({
+        "zone_id": zone_id, "partition": partition, "served_by": served_by(),
+        "pollution_level": None if reading is None else reading.pollution_level,
+        "zone_event_time": None if reading is None else reading.event_time,
+        "cars": cars, "truncated": len(rows) > limit,
+    })
+# -> {"zone_id", "partition", "served_by", "pollution_level", "zone_event_time",
+#     "cars": [{car_id, zone_id, fuel_level, pollution_level, car_event_time, zone_event_time}],
+#     "truncated"}   (cars ordered by car id)
+
+
+@app.page("/cars/{car_id}/")
+@routed(car_positions, "car_id", parse=parse_id)
+async def car(view: View, request: Request, car_id: int, partition: int) -> Response:
+    """A car's current joined view: its newest arrival with its zone's newest reading.
+
+    The car's position lives with its car id, the zone's reading with the zone id, often on
+    another worker: the car's owner asks the zone's owner (one more hop). This is what a
+    consumer of etj-car-pollution converges to, read from state instead of the output topic.
+    """
+    raw = car_positions.get(car_id)
+    if raw is None:
+        return view.error(404, f"unknown car {car_id}", car_id=car_id)
+    arrival = CarPosition.from_json(car_id, raw).arrival
+    zone_id = arrival.to_zone_id
+    zone_partition = input_partition(str(zone_id))
+    owner = owner_of(zone_pollution, zone_partition)
+    here = _ident(app.conf.canonical_url)
+    if owner is None or _ident(owner) == here:
+        if not app.assignor.is_active(TP(zone_pollution.changelog_topic.get_topic_name(),
+                                          zone_partition)):
+            return view.error(503, f"no worker owns zone {zone_id}'s partition (rebalancing?)",
+                              car_id=car_id, zone_id=zone_id)
+        reading, zone_served_by = zone_reading(zone_id), served_by()
+    else:
+        try:
+            status, body = await ask(owner, f"/zones/{zone_id}/cars/?limit=0")
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+            return view.error(502, f"zone owner {owner} did not answer: {exc!r}",
+                              car_id=car_id, zone_id=zone_id)
+        if status == 404:
+            reading = None
+        elif status == 200:
+            reading = (None if body["zone_event_time"] is None
+                       else ZoneReading(zone_id, body["pollution_level"],
+                                        body["zone_event_time"]))
+        else:
+            return view.error(503 if status == 503 else 502,
+                              f"zone owner {owner} answered {status}", car_id=car_id,
+                              zone_id=zone_id, zone_answer=body)
+        zone_served_by = str(owner)
+    return view.json({**join(arrival, reading).to_wire(), "partition": partition,
+                      "served_by": served_by(), "zone_served_by": zone_served_by})
+# -> {"car_id", "zone_id", "fuel_level", "pollution_level", "car_event_time", "zone_event_time",
+#     "partition", "served_by", "zone_served_by"}
+
+
 # ---- this worker: stats, health, readiness, metrics ---------------------------------------
 
 def partition_clocks() -> dict[str, dict[str, int | None]]:
@@ -180,8 +315,21 @@ def partition_clocks() -> dict[str, dict[str, int | None]]:
 
 
 def table_sizes() -> dict[str, int]:
-    """Keys per table in the local store (rocksdb: active partitions; memory: + standbys)."""
-    return {name: len(table) for name, table in sorted(app.tables.items())}
+    """Keys per table in the local store.
+
+    memory: every partition held here (actives and standbys); rocksdb: the actives, from
+    RocksDB's own estimate (``rocksdb.estimate-num-keys``), since counting would read every key
+    on each scrape.
+    """
+    return {name: table_size(table) for name, table in sorted(app.tables.items())}
+
+
+def table_size(table: Any) -> int:
+    store = table.data
+    if isinstance(store, RocksDBStore) and store.use_rocksdict:
+        return sum(db.property_int_value("rocksdb.estimate-num-keys") or 0
+                   for db in store._dbs_for_actives())
+    return len(table)
 
 
 def refresh_gauges() -> dict[str, Any]:
@@ -220,11 +368,14 @@ async def stats(view: View, request: Request) -> Response:
         "joins_finalised": int(metrics.totals(metrics.joins_finalised).get("", 0)),
         "late": metrics.totals(metrics.late_records, "topic"),
         "dead_letters": metrics.totals(metrics.dead_letters, "topic"),
+        "car_moves": metrics.totals(metrics.car_moves, "op"),
+        "car_outputs": metrics.totals(metrics.car_outputs, "cause"),
         "retention_ms": settings.retention_ms,
         "partitions": current["partitions"],
         "tables": current["tables"],
     })
-# -> {"records_in": {topic: n}, "joins", "corrections", "late", "dead_letters",
+# -> {"records_in": {topic: n}, "joins", "corrections", "late", "dead_letters", "car_moves",
+#     "car_outputs",
 #     "partitions": {p: {"stream_time", "retention_horizon", "active_keys"}}, "tables": {name: n}}
 
 
