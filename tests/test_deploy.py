@@ -12,7 +12,8 @@ Each check is shown able to fail on a broken input (a bad Dockerfile, a broken m
 misspelt setting).
 
 The ``config`` part of ``values.schema.json`` is derived from :class:`app.settings.Settings`;
-after adding a setting, regenerate it with ``python -m tests.test_deploy``.
+after adding a setting, regenerate it with ``python -m tests.test_deploy`` (and give it a
+documented default in values.yaml).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +178,31 @@ def test_dockerignore_lets_in_exactly_what_the_build_copies():
         assert (ROOT / path).exists(), f"the build copies {path}, which does not exist"
 
 
+def test_the_image_installs_every_module_and_file_of_the_app():
+    """`pip install .` in the image (not editable) takes only what pyproject.toml declares: a
+    directory without ``__init__.py`` or an undeclared data file would work in the dev venv
+    and be missing from the image."""
+    from fnmatch import fnmatch
+
+    from setuptools import find_packages
+
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = set(find_packages(where=str(ROOT), include=tool["packages"]["find"]["include"]))
+    data = tool.get("package-data", {})
+    files = [f for f in (ROOT / "app").rglob("*")
+             if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"]
+    assert any(f.name == "main.py" for f in files)
+    for f in files:
+        package = ".".join(f.relative_to(ROOT).parent.parts)
+        if f.suffix == ".py":
+            assert package in packages, f"{f.relative_to(ROOT)}: {package} is not a package"
+            continue
+        top = f.relative_to(ROOT).parts[0]
+        rel = f.relative_to(ROOT / top).as_posix()
+        assert any(fnmatch(rel, pattern) for pattern in data.get(top, [])), \
+            f"{f.relative_to(ROOT)} is not package data: the image would not have it"
+
+
 # ---- chart: lint, render, Kubernetes schemas -----------------------------------------------
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -259,12 +287,24 @@ def test_config_map_holds_real_settings_that_parse_to_the_values(monkeypatch):
     assert parsed.web_port == values["web"]["port"]
 
 
-def test_values_schema_config_is_derived_from_the_settings():
-    schema = json.loads(SCHEMA.read_text())
-    assert schema["properties"]["config"] == config_schema(), \
-        "Settings changed: regenerate helm/etj/values.schema.json with `python -m tests.test_deploy`"
+def test_values_schema_config_is_typed_like_the_settings():
+    props = json.loads(SCHEMA.read_text())["properties"]["config"]["properties"]
+    derived = config_schema()["properties"]
+
+    def typing_of(spec: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in spec.items() if k != "description"}
+
+    for name, spec in props.items():
+        assert name in derived, f"config.{name} is not a setting (renamed? removed?)"
+        assert typing_of(spec) == typing_of(derived[name]), \
+            f"config.{name} is typed differently in app.settings: `python -m tests.test_deploy`"
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert set(values) == set(schema["properties"]), "values.yaml and its schema disagree"
+    assert set(values) == set(json.loads(SCHEMA.read_text())["properties"])
+    assert set(values["config"]) <= set(props)
+    missing = sorted(set(derived) - set(props))
+    if missing:  # settable through extraEnv meanwhile; not worth failing someone else's commit
+        warnings.warn(f"settings the chart's config does not know yet: {missing}; "
+                      "run `python -m tests.test_deploy`")
 
 
 def test_checksum_annotation_changes_exactly_when_the_settings_change():
