@@ -31,12 +31,16 @@ def batch_session(app_name: str = "etj-batch", master: str | None = None,
                   progress: bool = True, conf: Mapping[str, str] | None = None) -> SparkSession:
     """A session for the command line. ``master`` None: spark-submit's, else ``local[*]``."""
     prepare_environment()
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
+        master = "local[*]"
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
     settings = {
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "true" if progress else "false",
+        # one machine: Spark's default of 200 shuffle partitions is 200 tiny tasks per stage
+        **({"spark.sql.shuffle.partitions": "8"} if (master or "").startswith("local") else {}),
         **(conf or {}),
     }
     for key, value in settings.items():
