@@ -132,9 +132,10 @@ async def track_cars(stream: Any) -> None:
 # --- zone side --------------------------------------------------------------------------------
 
 
-def cars_in_zone(zone_id: int, partition: int) -> Iterator[CarArrival]:
-    """The cars of one zone, by a range scan over its (zone_id, ·) keys."""
-    for key, (event_time, fuel_level) in scan_prefix(zone_cars, zone_prefix(zone_id), partition):
+def cars_in_zone(table: Any, zone_id: int, partition: int) -> Iterator[CarArrival]:
+    """The cars of one zone, by a range scan over its (zone_id, ·) keys of ``table``
+    (zone-cars; a parameter so that bench/zone_fanout.py times this very code)."""
+    for key, (event_time, fuel_level) in scan_prefix(table, zone_prefix(zone_id), partition):
         _, car_id = decode_zone_car(key)
         yield CarArrival(car_id, zone_id, fuel_level, event_time)
 
@@ -149,7 +150,8 @@ def on_reading(topic: str, partition: int, offset: int, key: bytes | None,
     raw = zone_pollution.get(rec.zone_id)
     stored = None if raw is None else ZoneReading(rec.zone_id, raw[1], raw[0])
     reading = ZoneReading(rec.zone_id, rec.pollution_level, rec.event_time)
-    store, outputs = apply_reading(stored, reading, cars_in_zone(rec.zone_id, partition))
+    store, outputs = apply_reading(stored, reading, cars_in_zone(zone_cars, rec.zone_id,
+                                                                 partition))
     if store:
         zone_pollution[rec.zone_id] = [reading.event_time, reading.pollution_level]
     return [output_out(o, "zone-update") for o in outputs]
