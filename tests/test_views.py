@@ -88,10 +88,11 @@ def scenario(names: Names) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]
     return moods, events, history
 
 
-async def two_workers(names: Names, worker_factory: Any) -> tuple[Worker, Worker]:
+async def two_workers(names: Names, worker_factory: Any,
+                      b_store: str = "memory://") -> tuple[Worker, Worker]:
     """Two workers that have split the partitions between them and are both ready."""
     a = worker_factory(names, name="a", retention_ms=RETENTION_MS)
-    b = worker_factory(names, name="b", retention_ms=RETENTION_MS)
+    b = worker_factory(names, name="b", retention_ms=RETENTION_MS, store_url=b_store)
     everything = set(range(PARTITIONS))
 
     async def split() -> bool:
@@ -295,7 +296,9 @@ def car_scenario(seed: int = 7) -> tuple[list[tuple[str, Any]], list[tuple[str, 
 
 async def test_car_and_zone_views_answer_for_keys_owned_by_the_other_worker(names,
                                                                            worker_factory):
-    a, b = await two_workers(names, worker_factory)
+    # b keeps its tables in RocksDB (the production store): its zones' cars are range scans
+    # over rocksdict iterators, a's over the memory store's sorted index
+    a, b = await two_workers(names, worker_factory, b_store="rocksdb://")
     workers = {a.url: a, b.url: b}
     arrivals, readings = car_scenario()
     expected = exact_car_view(
@@ -396,4 +399,4 @@ async def test_car_and_zone_views_answer_for_keys_owned_by_the_other_worker(name
     assert total("etj_dead_letters_total", topic=names.car_arrivals_topic) == 1
     stats = [w.get("/stats/")[1] for w in (a, b)]
     assert sum(sum(s["car_outputs"].values()) for s in stats) == len(outputs)
-    assert sum(s["tables"]["car-positions"] for s in stats) >= len(expected)
+    assert all(s["tables"]["car-positions"] > 0 for s in stats)  # RocksDB: an estimate
