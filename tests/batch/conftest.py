@@ -5,12 +5,9 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
+from pyspark.sql import SparkSession  # the batch extra: a missing install fails, never skips
 
-pytest.importorskip("pyspark", reason="the batch extra is not installed")
-
-from pyspark.sql import SparkSession  # noqa: E402
-
-from app.batch.session import prepare_environment  # noqa: E402
+from app.batch.session import prepare_environment
 
 
 @pytest.fixture(scope="session")
