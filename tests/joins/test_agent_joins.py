@@ -5,12 +5,14 @@ the real agents of both specs.
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
 from app.joins import metrics as jm
 from app.joins.keys import expiry_key, join_key
-from app.logic.event_join import Event, exact_answer
+from app.logic.event_join import exact_answer
+from app.records import parse
 from app.settings import Settings
 
 DAY = 86_400_000
@@ -114,9 +116,6 @@ async def converge(h: Any, records: list[tuple[str, dict[str, Any]]]) -> dict[st
 
 
 def expected(spec: Any, records: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    from app.records import parse
-    import json
-
     versions, events = [], []
     for side, value in records:
         model = spec.events.model if side == "event" else spec.dimension.model
