@@ -3,7 +3,8 @@
 Inputs are consumed as raw bytes and validated here, not by Faust's codecs: a record that fails
 must become a dead letter with a reason a person understands, never an exception in an agent.
 Rules (documented in the README):
-- values are UTF-8 JSON objects; unknown extra fields are ignored;
+- values are UTF-8 JSON objects; unknown extra fields are ignored; a field named twice is
+  refused (JSON parsers disagree on which one wins, so stream and batch could disagree);
 - types are strict (``"5"`` is not an int, ``true`` is not an int);
 - event times are epoch ms in [0, 2100-01-01);
 - the record key must equal the value's key field (co-partitioning depends on it).
@@ -73,6 +74,23 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _no_duplicate_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise InvalidRecord(f"duplicate field {k[:60]!r} in the JSON object")
+        out[k] = v
+    return out
+
+
+def _json_type(data: Any) -> str:
+    """The JSON name of a decoded value's type (a person reads 'null', not 'NoneType')."""
+    if data is None:
+        return "null"
+    return {bool: "boolean", int: "number", float: "number", str: "string",
+            list: "array"}.get(type(data), type(data).__name__)
+
+
 def parse(model: type[M], key: bytes | None, value: bytes | None) -> M:
     """Decode and validate one record, or raise :class:`InvalidRecord` saying why."""
     if value is None or value == b"":
@@ -82,11 +100,15 @@ def parse(model: type[M], key: bytes | None, value: bytes | None) -> M:
     except UnicodeDecodeError as exc:
         raise InvalidRecord(f"value is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
     try:
-        data: Any = json.loads(text)
+        data: Any = json.loads(text, object_pairs_hook=_no_duplicate_fields)
+    except InvalidRecord:
+        raise
     except ValueError as exc:
         raise InvalidRecord(f"value is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRecord("value is nested too deeply to be a record") from exc
     if not isinstance(data, dict):
-        raise InvalidRecord(f"value must be a JSON object, got {type(data).__name__}")
+        raise InvalidRecord(f"value must be a JSON object, got {_json_type(data)}")
     try:
         record = model.model_validate(data)
     except ValidationError as exc:
