@@ -28,6 +28,9 @@ def main() -> None:
     if not broker.external:
         # tansu under-reports end offsets; batches of one make changelog recovery exact (DESIGN §5)
         env.setdefault("ETJ_PRODUCER_MAX_BATCH_SIZE", "1")
+        # ... and it sometimes never answers a produce request: re-send after 10 s instead of
+        # Faust's 20 min (Faust reads PRODUCER_REQUEST_TIMEOUT from the environment)
+        env.setdefault("PRODUCER_REQUEST_TIMEOUT", "10")
     faust = [sys.executable, "-m", "faust", "-A", "app.main"]
     Path("var").mkdir(exist_ok=True)
     worker_log = open("var/worker.log", "ab")
