@@ -108,7 +108,8 @@ def incremental_answer(moods: list[Mood], recs: list[Recommendation],
     return latest
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(moods=mood_records, raw_recs=rec_records, seed=st.integers(0, 2**16))
 def test_batch_answer_equals_the_stream_logic(spark, moods, raw_recs, seed):
     recs = [Recommendation(c, r, t, f"id{i}" if has_id else None)
