@@ -252,3 +252,21 @@ async def diagnose(names: Names, workers: list[Worker]) -> str:
         got = body.get("records_in") if status == 200 else body
         lines.append(f"{w.name}: HTTP {status} records_in={got}")
     return "\n".join(lines)
+
+
+async def settled_mood_history(workers: list[Worker], sent: list[Sent],
+                               exclude: set[Position] = frozenset(),  # type: ignore[assignment]
+                               timeout_s: float = 60.0) -> dict[str, set[tuple[int, str]]]:
+    """The mood history once it shows every mood of ``sent`` not in ``exclude`` (converged
+    answers do not mean every record was consumed: a mood that changes no join shows nowhere
+    else); after ``timeout_s`` the last reading, for the accounting check to report."""
+    want = {(s.value["name"], s.value["event_time"], s.value["mood"]) for s in sent
+            if s.kind == "mood" and s.position not in exclude}
+    names = {n for n, _, _ in want}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        seen = await asyncio.to_thread(mood_history, workers, names)
+        if all((t, m) in seen.get(n, ()) for n, t, m in want) or loop.time() > deadline:
+            return seen
+        await asyncio.sleep(1)

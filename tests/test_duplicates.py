@@ -8,7 +8,7 @@ from typing import Any
 
 from app.commands.sample_traffic import sample_moods_and_events
 from tests.faults import (answers, check_accounting, check_counts, check_revision_log, diff,
-                          exact_answer, fates_of, mood_history, revisions_of, send,
+                          exact_answer, fates_of, settled_mood_history, revisions_of, send,
                           wait_converged, worker_metrics)
 from tests.harness import Worker, wait_for
 
@@ -61,7 +61,7 @@ async def test_every_record_twice_then_the_whole_batch_again_adds_nothing(names,
     check_counts(again, expected)
 
     # 3. accounting: every copy is an accepted input (a duplicate changes nothing), none is lost
-    check_accounting(sent, await fates_of(names), again, mood_history([w], CONSULTANTS),
+    check_accounting(sent, await fates_of(names), again, await settled_mood_history([w], sent),
                      expect_dead=set(), expect_late=set())
     m = worker_metrics(w)
     assert sum(m["etj_records_in_total"].values()) == len(sent)

@@ -27,8 +27,9 @@ import pytest
 
 from app.commands.sample_traffic import sample_moods_and_events
 from app.local_broker import free_port, tansu_binary, wait_until_ready
-from tests.faults import (answers, check_accounting, check_counts, check_revision_log, diff,
-                          diagnose, exact_answer, fates_of, mood_history, send, wait_converged)
+from tests.faults import (answers, check_accounting, check_counts, check_revision_log, diagnose,
+                          diff, exact_answer, fates_of, send, settled_mood_history,
+                          wait_converged)
 from tests.harness import make_names
 
 START = 1_790_000_000_000
@@ -168,5 +169,5 @@ async def test_broker_restart_mid_stream_worker_reconnects_and_is_exact(durable_
     assert w.proc is not None and w.proc.poll() is None, "the worker died with the broker"
     check_revision_log(revs)
     check_counts(revs, expected)
-    check_accounting(sent, await fates_of(names), revs, mood_history([w], CONSULTANTS),
+    check_accounting(sent, await fates_of(names), revs, await settled_mood_history([w], sent),
                      expect_dead=set(), expect_late=set())
