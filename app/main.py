@@ -5,6 +5,7 @@ commands of the app.
 """
 
 from app.faust_app import app
+from app.fetch_wait import set_fetch_max_wait_ms
 from app import topics, tables  # noqa: F401  (topics -> tables)
 from app.agents import mood_join  # noqa: F401  (agents)
 from app.agents import event_join  # noqa: F401  (agents: every join spec, app.joins.catalog)
@@ -17,5 +18,7 @@ from app.joins import commands as join_commands  # noqa: F401  (tools: join-late
 from app import views  # noqa: F401  (views: state, health, metrics over HTTP)
 from app.joins import views as join_views  # noqa: F401  (GET /joins/: the join specs)
 from app import timeline  # noqa: F401  (the live timeline page, /timeline/)
+
+set_fetch_max_wait_ms(app.etj.consumer_fetch_max_wait_ms)  # tansu holds fetches: app.fetch_wait
 
 __all__ = ["app"]

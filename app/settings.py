@@ -86,6 +86,12 @@ class Settings(BaseSettings):
         description="Faust `producer_max_batch_size`; 1 for the local tansu broker (exact "
         "changelog recovery), unset = Faust's default.",
     )
+    consumer_fetch_max_wait_ms: int | None = Field(
+        None,
+        ge=1,
+        description="How long a fetch may wait at the broker; 100 for the local tansu broker "
+        "(it holds fetches for the full wait), unset = Faust's 1500.",
+    )
     session_timeout_s: float = Field(10.0, gt=0, description="Consumer group session timeout.")
     heartbeat_interval_s: float = Field(1.0, gt=0, description="Consumer heartbeat interval.")
     rebalance_timeout_s: float = Field(10.0, gt=0, description="Consumer rebalance timeout.")
