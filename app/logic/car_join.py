@@ -119,7 +119,8 @@ def output_order(out: CarPollution) -> tuple[Any, ...]:
 
 
 def newest_per_car(outputs: Iterable[CarPollution]) -> dict[int, CarPollution]:
-    """What a consumer of ``etj-car-pollution`` keeps: per car, the greatest :func:`output_order`."""
+    """What a consumer of ``etj-car-pollution`` keeps: per car, the greatest
+    :func:`output_order`."""
     best: dict[int, CarPollution] = {}
     for out in outputs:
         cur = best.get(out.car_id)
