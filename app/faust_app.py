@@ -17,7 +17,10 @@ class EtjApp(faust.App):
         s = self.etj
         s.datadir.mkdir(parents=True, exist_ok=True)
         await super().on_first_start()
-        await check_copartitioning(s.broker_url, [s.mood_inputs, s.car_inputs], s.partitions)
+        # car arrivals are joined with nothing, but their table (car positions) and its
+        # changelog are partitioned with ETJ_PARTITIONS: a different count splits a car's state
+        groups = [s.mood_inputs, s.car_inputs, (s.car_arrivals_topic,)]
+        await check_copartitioning(s.broker_url, groups, s.partitions)
 
 
 def create_app(settings: Settings) -> EtjApp:
