@@ -1,0 +1,185 @@
+"""kill -9 (no flush, no commit, no goodbye) of workers mid-stream, on a real broker.
+
+Mood join, after each fault: the latest revision per join id equals the exact answer, no
+revision number carries two answers, the retracting mood-count consumer equals the counts over
+the exact answer, and every input record is accounted for. Car join: the consumer rule's view
+(newest output per car) equals the exact car view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import pytest
+
+from app.commands.sample_traffic import sample_moods_and_events
+from app.logic.car_join import (CarArrival, CarPollution, ZoneReading, exact_car_view,
+                                newest_per_car)
+from tests.faults import (answers, check_accounting, check_counts, check_revision_log, diagnose,
+                          diff, exact_answer, fates_of, send, settled_mood_history,
+                          wait_converged, worker_metrics)
+from tests.harness import Worker, read_all, wait_for
+
+START = 1_790_000_000_000
+CONSULTANTS = tuple(f"c{i}" for i in range(12))
+
+
+def processed(w: Worker) -> float:
+    """Input records this worker process has consumed so far (0 while it is not answering)."""
+    status, _ = w.get("/metrics", timeout_s=2)
+    if status != 200:
+        return 0
+    return sum(worker_metrics(w).get("etj_records_in_total", {}).values())
+
+
+def wait_processed(w: Worker, at_least: int, timeout_s: float = 90) -> float:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        n = processed(w)
+        if n >= at_least:
+            return n
+        time.sleep(0.3)
+    raise TimeoutError(f"worker {w.name} processed {processed(w)} < {at_least} records")
+
+
+async def settle_and_check(names, records, sent, workers, timeout_s=150):
+    expected = exact_answer(records)
+    revs = await wait_converged(names, expected, timeout_s=timeout_s)
+    if answers(revs) != expected:
+        print(await diagnose(names, workers))
+    assert answers(revs) == expected, diff(answers(revs), expected)
+    check_revision_log(revs)
+    check_counts(revs, expected)
+    fates = await fates_of(names)
+    check_accounting(sent, fates, revs, await settled_mood_history(workers, sent),
+                     expect_dead=set(), expect_late=set())
+    return revs
+
+
+async def test_kill_9_mid_stream_then_restart_is_exact(names, worker_factory):
+    records = sample_moods_and_events(seed=21, count=220, start_ms=START, late_ratio=0.3,
+                                      consultants=CONSULTANTS)
+    first = worker_factory(names, name="first").wait_ready()
+
+    # 1. traffic flows; once the worker has consumed a third of it, kill -9 it mid-stream
+    sending = asyncio.create_task(send(names, records, pace_s=0.03))
+    seen = await asyncio.to_thread(wait_processed, first, len(records) // 3)
+    assert first.kill() == -9
+    assert not sending.done(), "the kill must land while records are still being sent"
+    # 2. the rest is sent while no worker runs; a fresh process recovers the tables
+    sent = await sending
+    second = worker_factory(names, name="second").wait_ready()
+
+    revs = await settle_and_check(names, records, sent, [second])
+    assert 0 < seen < len(records)
+    # records the first process had consumed but not committed are consumed again: harmless
+    assert processed(second) >= len(records) - seen
+    assert any(r["revision"] > 1 for r in revs), "the scenario must contain corrections"
+
+
+async def two_workers_then_kill_b(names, worker_factory, records):
+    """Two workers share the partitions; b is killed -9 mid-stream; a takes b's partitions."""
+    a = worker_factory(names, name="a").wait_ready()
+    b = worker_factory(names, name="b").wait_ready()
+    a.wait_ready(count=2, timeout_s=90)  # a rebalanced when b joined
+    assert a.assigned(names.events_topic) and b.assigned(names.events_topic)
+    sent = await send(names, records[:80], pace_s=0.02)
+    sending = asyncio.create_task(send(names, records[80:160], pace_s=0.03))
+    await asyncio.sleep(0.5)
+    assert b.kill() == -9
+    sent += await sending
+    # after the session timeout a is given b's partitions and recovers their tables
+    a.wait_ready(count=3, timeout_s=120)
+    assert a.assigned(names.events_topic) in ("{0-3}", "{0, 1, 2, 3}"), a.assigned(
+        names.events_topic)
+    return a, sent
+
+
+RECORDS_2W = dict(seed=23, count=240, start_ms=START, late_ratio=0.3, consultants=CONSULTANTS)
+
+
+TAKEOVER_BUG = pytest.mark.xfail(strict=False, reason=(
+    "known bug (docs/guarantees.md, 'Known issues'): in about 1 run of 4 a join processed by "
+    "the killed worker just before kill -9 never reaches the output, or the survivor skips "
+    "part of the partitions it takes over"))
+
+
+@TAKEOVER_BUG
+async def test_two_workers_one_killed_the_survivor_alone_is_exact(names, worker_factory):
+    records = sample_moods_and_events(**RECORDS_2W)
+    a, sent = await two_workers_then_kill_b(names, worker_factory, records)
+    await settle_and_check(names, records[:160], sent, [a], timeout_s=90)
+
+
+@TAKEOVER_BUG
+async def test_two_workers_one_killed_then_it_comes_back_is_exact(names, worker_factory):
+    records = sample_moods_and_events(**RECORDS_2W)
+    a, sent = await two_workers_then_kill_b(names, worker_factory, records)
+    # the killed worker comes back: a rebalance moves partitions again; the rest of the traffic
+    b2 = worker_factory(names, name="b-again").wait_ready()
+    a.wait_ready(count=4, timeout_s=120)
+    assert b2.assigned(names.events_topic), "the returning worker got no partition"
+    sent += await send(names, records[160:], pace_s=0.02)
+    revs = await settle_and_check(names, records, sent, [a, b2])
+    assert any(r["revision"] > 1 for r in revs)
+
+
+# --- the car join (one-to-many): kill -9 of the worker mid-stream ------------------------------
+
+def cars_and_zones(seed: int, count: int) -> list[tuple[str, str, dict]]:
+    """Car arrivals and zone readings with event times stepping forward, arriving shuffled
+    within windows of 8 (out of order, some arrivals older than the car's newest)."""
+    rng = random.Random(seed)
+    records: list[tuple[str, str, dict]] = []
+    for i in range(count):
+        t = START + i * 1000 + rng.randrange(1000)
+        if rng.random() < 0.2:
+            z = rng.randrange(1, 5)
+            records.append(("zone", str(z), {"zone_id": z, "event_time": t,
+                                             "pollution_level": round(rng.uniform(0, 200), 1)}))
+        else:
+            c = rng.randrange(1, 21)
+            records.append(("car", str(c), {"car_id": c, "to_zone_id": rng.randrange(1, 5),
+                                            "event_time": t,
+                                            "fuel_level": round(rng.uniform(0, 1), 3)}))
+    for start in range(0, count, 8):
+        window = records[start:start + 8]
+        rng.shuffle(window)
+        records[start:start + 8] = window
+    return records
+
+
+async def car_view(names) -> dict[int, CarPollution]:
+    return newest_per_car(CarPollution.from_wire(v) for _, v in
+                          await read_all(names, names.car_pollution_topic, idle_s=1.5))
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "known bug (docs/guarantees.md, 'Known issues'): after kill -9 and restart a car kept the "
+    "pollution of an older zone reading (a zone update lost; seen in 1 run of 1)"))
+async def test_kill_9_mid_stream_then_restart_is_exact_for_the_car_join(names, worker_factory):
+    records = cars_and_zones(seed=5, count=200)
+    expected = exact_car_view(
+        [CarArrival(v["car_id"], v["to_zone_id"], v["fuel_level"], v["event_time"])
+         for k, _, v in records if k == "car"],
+        [ZoneReading(v["zone_id"], v["pollution_level"], v["event_time"])
+         for k, _, v in records if k == "zone"])
+    topics = {"car": names.car_arrivals_topic, "zone": names.zones_topic}
+    first = worker_factory(names, name="first").wait_ready()
+
+    sending = asyncio.create_task(send(names, records, pace_s=0.03, topics=topics))
+    await asyncio.to_thread(wait_processed, first, len(records) // 3)
+    assert first.kill() == -9
+    assert not sending.done(), "the kill must land while records are still being sent"
+    await sending
+    worker_factory(names, name="second").wait_ready()
+
+    async def exact() -> dict[int, CarPollution]:
+        view = await car_view(names)
+        return view if view == expected else {}
+
+    view = await wait_for(exact, timeout_s=150) or await car_view(names)
+    assert view == expected, diff(view, expected)
+    assert not (await fates_of(names)).dead
