@@ -39,14 +39,16 @@ def main() -> None:
     print(f"broker  {broker.url}{' (existing)' if broker.external else ' (local tansu)'}\n"
           f"worker  http://127.0.0.1:{settings.web_port}/  (log: var/worker.log)\n"
           f"timeline http://127.0.0.1:{settings.web_port}/timeline/\n"
-          f"traffic out-of-order moods and recommendations, some moods late\n"
-          f"Below: one line per revision; CORRECTION lines are late data fixing an earlier "
-          f"answer.\nStop everything with Ctrl-C.\n", flush=True)
+          f"traffic out-of-order moods, recommendations, car arrivals and zone readings\n"
+          f"Below: one line per mood-join revision (CORRECTION lines are late data fixing an "
+          f"earlier answer) and one per car-view update ('car ...').\n"
+          f"Stop everything with Ctrl-C.\n", flush=True)
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the children like Ctrl-C does
     try:
         time.sleep(3)
         procs.append(subprocess.Popen([*faust, "sample-traffic"], env=env))
         procs.append(subprocess.Popen([*faust, "watch"], env=env))
+        procs.append(subprocess.Popen([*faust, "watch-cars"], env=env))
         while all(p.poll() is None for p in procs):
             time.sleep(0.5)
         print("a child process exited; stopping (see var/worker.log)", flush=True)

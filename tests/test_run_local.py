@@ -17,6 +17,8 @@ from tests.harness import Names
 JOINED = re.compile(r"rev 1 \[arrival\] joined mood=")
 CORRECTION = re.compile(r"rev [2-9]\d* \[(late-dimension|revisit)\] CORRECTION \S+ -> \S+")
 
+CAR = re.compile(r"car +\d+ zone +\d+ fuel \S+ +pollution ")
+
 
 def test_make_run_shows_revisions_and_corrections_then_stops_everything(
         tmp_path: Path, names: Names) -> None:
@@ -37,6 +39,7 @@ def test_make_run_shows_revisions_and_corrections_then_stops_everything(
         assert f"http://127.0.0.1:{port}/" in text
         assert JOINED.search(text), text[-3000:]
         assert CORRECTION.search(text), text[-3000:]
+        assert CAR.search(text), text[-3000:]
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
