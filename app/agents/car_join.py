@@ -17,7 +17,7 @@ rules answer a re-delivered record (equal to the stored one) with its outputs ag
 
 Outputs of one car come from different zone partitions (DEL and ADD race), so they can reach
 etj-car-pollution in any order: a consumer keeps the greatest per car by
-:func:`app.logic.car_join.output_order` (car_event_time first), see docs/car_join.md.
+:func:`app.logic.car_join.output_order` (car_event_time first), see the README ("Car positions × zone pollution").
 
 Nothing is "too late" here (no etj-late records): the join keeps *current* state per car and per
 zone, never purged by event time, so a record of any age is compared with that state and either
