@@ -78,7 +78,7 @@ class Settings(BaseSettings):
         "are emitted; older ones go to the late topic."
     )
     joins_file: Path | None = Field(
-        None, description="JSON file of extra join specs (see docs/declarative_joins.md)."
+        None, description="JSON file of extra join specs (see the README, section Declarative joins)."
     )
     producer_max_batch_size: int | None = Field(
         None,

@@ -66,7 +66,7 @@ class SideConfig(BaseModel):
 
 
 class JoinConfig(BaseModel):
-    """A join spec as written in configuration (see docs/declarative_joins.md)."""
+    """A join spec as written in configuration (see the README, section Declarative joins)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,4 +1,4 @@
-"""docs/declarative_joins.md's worked example, run as written against a real broker.
+"""README.md's worked example, run as written against a real broker.
 
 The blocks are read from the document (marked ``<!-- example: ... -->``): the spec file, the
 ``faust send`` commands, the ``join-latest`` command and its expected output. The only change: the
@@ -24,14 +24,15 @@ from app.joins.catalog import mood_spec, movie_spec
 from app.joins.spec import SpecError, resolve_all
 from app.settings import Settings
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "declarative_joins.md"
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "README.md"  # section "Declarative joins"
 
 
 def block(name: str) -> str:
     """The fenced block right after ``<!-- example: name -->``."""
     text = DOC.read_text(encoding="utf-8")
     m = re.search(rf"<!-- example: {re.escape(name)} -->\s*```[a-z]*\n(.*?)```", text, re.S)
-    assert m, f"docs/declarative_joins.md has no '{name}' example block"
+    assert m, f"README.md has no '{name}' example block"
     return m.group(1)
 
 
@@ -43,7 +44,7 @@ def faust_command(line: str) -> list[str]:
 
 def run(argv: list[str], env: dict[str, str], timeout_s: float = 120) -> str:
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s,
-                          cwd=DOC.parents[1])
+                          cwd=ROOT)
     assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
