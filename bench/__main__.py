@@ -1,0 +1,174 @@
+"""``python -m bench`` (``make bench``): every benchmark, a table, ``bench/results/latest.json``.
+
+Each benchmark starts its own local broker (or uses ``ETJ_BOOTSTRAP``'s) and real worker
+processes, and returns its figures with the goal they are held against. A benchmark that fails
+is reported as such (its error in the JSON) and the others still run. Options:
+``--quick`` (small sizes, one run each: checks the harness in ~3 minutes),
+``--only NAME[,NAME]``, ``--runs N`` (runs per figure that takes a median).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from bench.workers import machine
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def external(module: str, **kwargs: Any) -> dict[str, Any]:
+    """Another helper's benchmark module: its ``run(**kwargs)`` (or ``measure``), whatever
+    figures it returns; ``ratio`` is looked up under a few names."""
+    mod = importlib.import_module(module)
+    fn = getattr(mod, "run", None) or getattr(mod, "measure", None)
+    if fn is None:
+        raise RuntimeError(f"{module} has no run() or measure()")
+    out = fn(**kwargs)
+    if not isinstance(out, dict):
+        raise RuntimeError(f"{module}.{fn.__name__}() returned {type(out).__name__}, not a dict")
+    return out
+
+
+def plan(quick: bool, runs: int) -> dict[str, Callable[[], dict[str, Any]]]:
+    from bench import correction_latency, flow_control, recovery, state_growth, throughput
+
+    r = 1 if quick else runs
+    return {
+        "throughput": lambda: throughput.run(records=3_000 if quick else 10_000, runs=r),
+        "correction_latency": lambda: correction_latency.run(
+            corrections=300 if quick else 1_000, runs=r),
+        "state_growth": lambda: state_growth.run(records=500 if quick else 1_000),
+        "recovery": lambda: recovery.run(keys=100_000 if quick else 1_000_000, runs=1,
+                                         rocksdb_restarts=1 if quick else 0),
+        "flow_control": lambda: flow_control.run(records=300 if quick else 600,
+                                                 retention_ms=60_000),
+        "zone_fanout": lambda: external("bench.zone_fanout", **(
+            {"large": 100_000, "repeats": 20} if quick else {})),
+        "spark_vs_duckdb": lambda: external("bench.spark_vs_duckdb", **(
+            {"recommendations": 200_000, "moods": 20_000} if quick else {})),
+    }
+
+
+def summary(d: dict[str, Any]) -> dict[str, Any]:
+    """The headline keys of latest.json, from each benchmark's figures (None when it failed)."""
+    def get(name: str, key: str) -> Any:
+        return (d.get(name) or {}).get(key)
+
+    flow = d.get("flow_control") or {}
+    return {
+        "throughput_ratio": get("throughput", "ratio"),
+        "correction_p99_ms": get("correction_latency", "p99_ms"),
+        "correction_p50_ms": get("correction_latency", "p50_ms"),
+        "state_growth_ratio": get("state_growth", "ratio"),
+        "zone_fanout_ratio": get("zone_fanout", "ratio"),
+        "spark_vs_duckdb_ratio": get("spark_vs_duckdb", "ratio"),
+        "recovery_s_1m_keys": get("recovery", "seconds"),
+        "corrections_live": flow.get("corrections_live"),
+        "corrections_backlog": flow.get("corrections_backlog"),
+        "late_live": flow.get("late_live"),
+        "late_backlog": flow.get("late_backlog"),
+    }
+
+
+#: key -> (goal text, predicate)
+GOALS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "throughput_ratio": (">= 0.5", lambda v: v >= 0.5),
+    "correction_p99_ms": ("<= 100", lambda v: v <= 100),
+    "state_growth_ratio": ("<= 1.2", lambda v: v <= 1.2),
+    "zone_fanout_ratio": ("<= 1.5", lambda v: v <= 1.5),
+    "spark_vs_duckdb_ratio": ("<= 3", lambda v: v <= 3),
+    "recovery_s_1m_keys": ("<= 60", lambda v: v <= 60),
+}
+
+
+def table(head: dict[str, Any], details: dict[str, Any]) -> str:
+    rows = [("figure", "value", "goal", "")]
+    for key, value in head.items():
+        goal, ok = GOALS.get(key, ("", None))  # type: ignore[arg-type]
+        verdict = "" if ok is None or value is None else ("met" if ok(value) else "NOT met")
+        rows.append((key, "failed" if value is None else f"{value:g}"
+                     if isinstance(value, (int, float)) else str(value), goal, verdict))
+    width = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, width)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in width))
+    t = details.get("throughput") or {}
+    if t:
+        lines.append(f"\nthroughput: worker {t['worker_rate']}/s, raw pipe {t['pipe_rate']}/s "
+                     f"(same producer settings), {t['pipe_default_batching_rate']}/s with "
+                     f"aiokafka's default batching (ratio {t['ratio_vs_default_batching']})")
+    rec = details.get("recovery") or {}
+    if rec:
+        lines.append(f"recovery: {rec['keys']:,} keys, {rec['seconds']} s to ready "
+                     f"({rec['startup_s']} s of it a start with nothing to recover), "
+                     f"{rec['keys_per_s']:,} keys/s"
+                     + (f"; RocksDB restart keeping its volume {rec['rocksdb_restart_s']} s"
+                        if rec.get("rocksdb_restart_s") else ""))
+    f = details.get("flow_control") or {}
+    if f:
+        lines.append(f"flow control ({f['records']} records, retention {f['retention_s']:g} s): "
+                     f"live {f['corrections_live']} corrections / {f['late_live']} late "
+                     f"(rules in arrival order: {f['expected_live']}); backlog "
+                     f"{f['corrections_backlog']} / {f['late_backlog']} (event-time merge: "
+                     f"{f['expected_event_time_merge']})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small sizes, one run each")
+    p.add_argument("--only", default="", help="comma-separated benchmark names")
+    p.add_argument("--runs", type=int, default=3, help="runs per median (default 3)")
+    p.add_argument("--out", type=Path, default=RESULTS / "latest.json")
+    a = p.parse_args(argv)
+    benches = plan(a.quick, a.runs)
+    chosen = [n for n in a.only.split(",") if n] or list(benches)
+    unknown = set(chosen) - set(benches)
+    if unknown:
+        p.error(f"unknown benchmark(s) {sorted(unknown)}; known: {list(benches)}")
+    started = time.monotonic()
+    where = machine()
+    details: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    seconds: dict[str, float] = {}
+    for name in chosen:
+        print(f"[bench] {name} ...", flush=True)
+        t0 = time.monotonic()
+        try:
+            details[name] = benches[name]()
+        except Exception as exc:  # one broken benchmark must not hide the others' figures
+            errors[name] = f"{exc!r}\n{traceback.format_exc(limit=6)}"
+            print(f"[bench] {name} FAILED: {exc!r}", file=sys.stderr, flush=True)
+        seconds[name] = round(time.monotonic() - t0, 1)
+        print(f"[bench] {name} done in {seconds[name]} s", flush=True)
+    head = summary(details)
+    result = {**head, "machine": {k: v for k, v in where.items() if k != "versions"},
+              "cores": where["cores"], "versions": where["versions"],
+              "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "quick": a.quick, "runs": 1 if a.quick else a.runs,
+              "goals": {k: g for k, (g, _) in GOALS.items()},
+              "seconds": {**seconds, "total": round(time.monotonic() - started, 1)},
+              "details": details, "errors": errors}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print()
+    print(table(head, details))
+    m = result["machine"]
+    print(f"\nmachine: {m['cores']} cores, {m['cpu']}, {m['memory_gb']} GB, load "
+          f"{m['load_avg_at_start']} at start; {m['broker']}; "
+          + ", ".join(f"{k} {v}" for k, v in where["versions"].items()))
+    print(f"total {result['seconds']['total']} s; figures in {a.out}")
+    if errors:
+        print(f"FAILED: {', '.join(errors)} (tracebacks in the JSON)", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

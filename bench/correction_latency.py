@@ -1,0 +1,136 @@
+"""Correction latency: a late mood produced → its correction read from the output topic.
+
+``chains`` consultants run side by side; each repeats one round: send a recommendation at event
+time t, wait for its revision 1, then send a *late* mood at t - 1 (a new mood value) and time
+until revision 2 of that recommendation (cause ``late-dimension``) is read back. Each late mood
+changes exactly one join (the consultant's newest), so one mood = one correction. The clock runs
+from just before the mood is handed to the producer to the moment the reader gets the
+correction: producer, broker, worker (consume, join, changelog, send), broker, consumer.
+
+``python -m bench.correction_latency [--corrections N] [--chains C] [--runs R]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from bench.kafka_io import assign_all, create_topics, jbytes
+from bench.workers import bench_broker, new_names, start_worker, workdir
+
+GOAL_P99_MS = 100.0
+START_MS = 1_790_000_000_000
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+async def measure(bootstrap: str, names: Any, corrections: int, chains: int,
+                  timeout_s: float = 300) -> list[float]:
+    """Latencies (ms) of ``corrections`` late-mood corrections."""
+    waiting: dict[tuple[str, int], asyncio.Future[float]] = {}
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                              auto_offset_reset="earliest", fetch_max_wait_ms=5)
+    await producer.start()
+    await reader.start()
+
+    async def read() -> None:
+        await assign_all(reader, [names.output_topic])
+        while True:
+            batch = await reader.getmany(timeout_ms=20)
+            now = time.perf_counter()
+            for msgs in batch.values():
+                for m in msgs:
+                    r = json.loads(m.value)
+                    fut = waiting.pop((r["id"], r["revision"]), None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(now)
+
+    def expect(jid: str, revision: int) -> asyncio.Future[float]:
+        fut = asyncio.get_running_loop().create_future()
+        waiting[(jid, revision)] = fut
+        return fut
+
+    async def chain(c: int, rounds: int) -> list[float]:
+        name = f"lat{c:03d}"
+        out = []
+        for i in range(rounds):
+            t = START_MS + (i + 1) * 1000
+            jid = f"{name}-{i}"
+            first = expect(jid, 1)
+            await producer.send_and_wait(names.events_topic, jbytes(
+                {"consultant": name, "recommendation": "tea", "event_time": t, "id": jid}),
+                key=name.encode())
+            await first
+            second = expect(jid, 2)
+            sent = time.perf_counter()
+            await producer.send_and_wait(names.moods_topic, jbytes(
+                {"name": name, "mood": f"m{i}", "event_time": t - 1}), key=name.encode())
+            out.append((await second - sent) * 1000)
+        return out
+
+    reading = asyncio.create_task(read())
+    try:
+        rounds = -(-corrections // chains)
+        per_chain = await asyncio.wait_for(
+            asyncio.gather(*(chain(c, rounds) for c in range(chains))), timeout_s)
+        return [ms for lat in per_chain for ms in lat]
+    finally:
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
+        await reader.stop()
+        await producer.stop()
+
+
+def one_run(corrections: int, chains: int) -> list[float]:
+    with bench_broker() as broker, workdir() as folder:
+        names = new_names(broker)
+        asyncio.run(create_topics(broker.bootstrap, [names.moods_topic, names.events_topic,
+                                                     names.output_topic], 4))
+        w = start_worker(names, folder, name="latency")
+        try:
+            w.wait_ready(timeout_s=120)
+            return asyncio.run(measure(broker.bootstrap, names, corrections, chains))
+        finally:
+            w.stop()
+
+
+def run(corrections: int = 1_000, chains: int = 10, runs: int = 3) -> dict[str, Any]:
+    """p50/p99 per run; the figures are the medians over runs."""
+    per_run = []
+    for _ in range(runs):
+        lat = one_run(corrections, chains)
+        per_run.append({"corrections": len(lat), "p50_ms": percentile(lat, 50),
+                        "p99_ms": percentile(lat, 99), "max_ms": max(lat),
+                        "mean_ms": statistics.fmean(lat)})
+    p99 = statistics.median(r["p99_ms"] for r in per_run)
+    return {"name": "correction_latency", "chains": chains, "runs": runs,
+            "corrections_per_run": per_run[0]["corrections"],
+            "p50_ms": round(statistics.median(r["p50_ms"] for r in per_run), 1),
+            "p99_ms": round(p99, 1), "goal_p99_ms": GOAL_P99_MS, "goal_met": p99 <= GOAL_P99_MS,
+            "each_run": [{k: round(v, 1) for k, v in r.items()} for r in per_run]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--corrections", type=int, default=1_000)
+    p.add_argument("--chains", type=int, default=10)
+    p.add_argument("--runs", type=int, default=3)
+    a = p.parse_args(argv)
+    print(json.dumps(run(a.corrections, a.chains, a.runs), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""Where a worker's time goes while it joins a backlog: py-spy attached to the worker process.
+
+Loads the throughput workload, starts a worker, attaches ``py-spy record`` (sampling, no code
+change) for the busy period and prints the hottest frames, inclusive (a frame and everything it
+calls) and idle included (an asyncio worker waiting for the broker's acks is *idle* in epoll —
+that wait is where a per-record flush shows up). Writes the collapsed stacks to
+``bench/results/profile-<tag>.txt`` (load them in speedscope.app or flamegraph.pl).
+
+``python -m bench.profile_worker [--records N] [--seconds S]`` (needs the ``py-spy`` wheel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.throughput import load_inputs, workload
+from bench.workers import bench_broker, new_names, records_in, start_worker, workdir
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def pyspy() -> str:
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(exe).exists():
+        raise RuntimeError("py-spy is not installed (pip install py-spy)")
+    return exe
+
+
+def frame_label(frame: str) -> str:
+    """``func (path/to/module.py:123)`` -> ``func (module.py)``: line numbers split a function."""
+    m = re.match(r"(.*) \((.*?):\d+\)$", frame)
+    if not m:
+        return frame
+    func, path = m.groups()
+    parts = Path(path).parts
+    short = "/".join(parts[-2:]) if "site-packages" in path or "app" in parts else parts[-1]
+    return f"{func} ({short})"
+
+
+def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
+    """Inclusive and self sample shares per function from py-spy's collapsed stacks."""
+    inclusive: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [frame_label(f) for f in stack.split(";")]
+        for f in set(frames):
+            inclusive[f] += n
+        own[frames[-1]] += n
+    share = (lambda c: [(f, round(100 * n / total, 1)) for f, n in c.most_common(top)])
+    return {"samples": total, "inclusive_pct": share(inclusive), "self_pct": share(own)}
+
+
+def profile(records: int = 10_000, seconds: float = 15.0, consultants: int = 1_000,
+            env: dict[str, str] | None = None, tag: str = "worker") -> dict[str, Any]:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with bench_broker() as broker, workdir() as folder:
+        names = new_names(broker)
+        asyncio.run(load_inputs(broker.bootstrap, names, workload(records, consultants, 1), 4))
+        w = start_worker(names, folder, name="profiled", **(env or {}))
+        w.wait_ready(timeout_s=120)
+        assert w.proc is not None
+        raw = folder / "stacks.txt"
+        started = time.monotonic()
+        before = records_in(w)
+        subprocess.run([pyspy(), "record", "--pid", str(w.proc.pid), "--idle", "--rate", "200",
+                        "--duration", str(int(seconds)), "--format", "raw", "--output", str(raw),
+                        "--nonblocking"], check=True, capture_output=True)
+        elapsed = time.monotonic() - started
+        done = records_in(w) - before
+        w.stop()
+        collapsed = raw.read_text()
+    (RESULTS / f"profile-{tag}.txt").write_text(collapsed)
+    out = summarize(collapsed)
+    out.update({"records_during_profile": done, "seconds": round(elapsed, 1),
+                "rate_during_profile": round(done / elapsed)})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--records", type=int, default=10_000)
+    p.add_argument("--seconds", type=float, default=15.0)
+    p.add_argument("--tag", default="worker")
+    p.add_argument("--env", action="append", default=[], help="KEY=VALUE worker setting")
+    a = p.parse_args(argv)
+    env = dict(kv.split("=", 1) for kv in a.env)
+    r = profile(a.records, a.seconds, env=env, tag=a.tag)
+    print(f"{r['samples']} samples, {r['records_during_profile']} records in {r['seconds']} s "
+          f"({r['rate_during_profile']}/s)")
+    print("inclusive % (idle included)")
+    for f, pct in r["inclusive_pct"]:
+        print(f"  {pct:5.1f}  {f}")
+    print("self %")
+    for f, pct in r["self_pct"]:
+        print(f"  {pct:5.1f}  {f}")
+    (RESULTS / f"profile-{a.tag}.json").write_text(json.dumps(r, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
