@@ -10,10 +10,10 @@ and an inner-mode event waiting for its dimension cannot race the dimension's ar
 rules live in :mod:`app.logic.event_join`, the table layouts in :mod:`app.joins.state`; this
 module validates, routes late records, keeps the stream clock and sends what they return.
 
-Per record: validate -> late? -> advance the clock -> layout (load, pure logic, save) -> flush
-the changelog -> send outputs -> flush them (before the offset can be committed). State first:
-a crash between the two leaves a revision in state that never reached the topic, which the
-layout re-emits (per-key: a partition's current revisions, once per assignment; per-join: when
+Per record: validate -> late? -> advance the clock -> layout (load, pure logic, save); per batch
+of records already waiting (see :meth:`JoinEngine.run`): flush the changelog -> send outputs ->
+ack (Faust flushes outputs before it commits offsets). State first: a crash between the two
+leaves a revision in state that never reached the topic, which the layout re-emits (per-key: a partition's current revisions, once per assignment; per-join: when
 the record that produced it is re-delivered).
 """
 
@@ -201,28 +201,50 @@ class JoinEngine:
         return [Out(self.output, r.id.encode(), json.dumps(self.spec.to_wire(r)).encode())
                 for r in self.layout.resume(partition)]
 
+    #: most records handled between two flushes: bounds what one flush (and a crash) holds
+    max_batch = 500
+
+    def handle(self, msg: Any) -> list[Out]:
+        """One message of the agent's topics -> what to send once state is durable."""
+        try:
+            outs = [] if msg.partition in self.resumed else self.resume(msg.partition)
+            if msg.topic == self.spec.ticks:
+                return outs + self.on_tick(msg.partition)
+            return outs + self.on_input(msg.topic, msg.partition, msg.offset, msg.key, msg.value)
+        except Exception as exc:  # a bug must not kill the worker nor lose the record
+            log.exception("join %s failed on %s[%s]@%s", self.spec.name, msg.topic,
+                          msg.partition, msg.offset)
+            return [Out(dead_letters, msg.key, sinks.dead_letter(
+                msg.topic, msg.partition, msg.offset, msg.key, msg.value,
+                f"internal error: {exc!r}"))]
+
     async def run(self, stream: Any) -> None:
-        """Join every record as it arrives; revisit a partition on each tick."""
+        """Join every record as it arrives; revisit a partition on each tick.
+
+        Records are handled one at a time but made durable in batches: whatever already waits
+        in the agent's queue (up to ``max_batch`` records) is handled, then ONE producer flush
+        makes the batch's changelog writes durable, then its outputs are sent, then its records
+        are acknowledged. Idle, a batch is one record (nothing waits for more); under a backlog
+        one flush serves hundreds of records instead of two flushes per record. Outputs reach
+        the broker before the offsets that produced them are committed: a record is acked only
+        after its outputs are handed to the producer, and Faust's commit flushes the producer
+        before it commits offsets (``Consumer._commit_offsets``).
+        """
+        stream.enable_acks = False  # acked below, once the batch's outputs are sent
+        queue = getattr(stream.channel, "queue", None)  # the agent's buffer of delivered records
+        events: list[Any] = []
+        outs: list[Out] = []
         async for event in stream.events():
-            msg = event.message
-            try:
-                outs = [] if msg.partition in self.resumed else self.resume(msg.partition)
-                if msg.topic == self.spec.ticks:
-                    outs += self.on_tick(msg.partition)
-                else:
-                    outs += self.on_input(msg.topic, msg.partition, msg.offset, msg.key,
-                                          msg.value)
-            except Exception as exc:  # a bug must not kill the worker nor lose the record
-                log.exception("join %s failed on %s[%s]@%s", self.spec.name, msg.topic,
-                              msg.partition, msg.offset)
-                outs = [Out(dead_letters, msg.key, sinks.dead_letter(
-                    msg.topic, msg.partition, msg.offset, msg.key, msg.value,
-                    f"internal error: {exc!r}"))]
-            if outs:
-                await app.producer.flush()  # state first: revisions never outrun their changelog
-                for out in outs:
-                    await out.topic.send(key=out.key, value=out.value, force=True)
-                await app.producer.flush()  # outputs durable before this offset can be committed
+            events.append(event)
+            outs += self.handle(event.message)
+            if len(events) >= self.max_batch or queue is None or queue.empty():
+                if outs:
+                    await app.producer.flush()  # state first: no revision outruns its changelog
+                    for out in outs:
+                        await out.topic.send(key=out.key, value=out.value, force=True)
+                for done in events:
+                    await stream.ack(done)
+                events, outs = [], []
 
 
 def _build_engines() -> dict[str, JoinEngine]:
