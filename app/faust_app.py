@@ -12,6 +12,14 @@ class EtjApp(faust.App):
     """A Faust app that checks co-partitioning before it consumes anything."""
 
     etj: Settings
+    #: called when a rebalance starts, before Faust waits for every delivered record to be acked
+    #: (records that flow control holds back must be let go, or that wait never ends)
+    on_revoke_drop: list
+
+    async def _consumer_wait_empty(self, consumer, logger) -> None:  # type: ignore[override]
+        for drop in self.on_revoke_drop:
+            drop()
+        await super()._consumer_wait_empty(consumer, logger)
 
     async def on_first_start(self) -> None:
         s = self.etj
@@ -45,6 +53,7 @@ def create_app(settings: Settings) -> EtjApp:
         **extra,
     )
     app.etj = settings
+    app.on_revoke_drop = []
     return app
 
 

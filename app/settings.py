@@ -77,6 +77,18 @@ class Settings(BaseSettings):
         30 * 86_400_000, ge=1, description="Join movies: only ratings this close to stream time "
         "are emitted; older ones go to the late topic."
     )
+    flow_control: bool = Field(
+        True, description="Under a backlog, handle the joined inputs of a partition in event-time "
+        "order (waiting for an input known to have records in the broker); false: arrival order."
+    )
+    flow_max_idle_ms: int = Field(
+        2_000, ge=0, description="Flow control: longest wait for a lagging input before the "
+        "other input's records go anyway."
+    )
+    flow_max_buffered: int = Field(
+        10_000, ge=1, description="Flow control: most records waiting per partition before they "
+        "go anyway (bounds memory)."
+    )
     joins_file: Path | None = Field(
         None, description="JSON file of extra join specs (see the README, section Declarative joins)."
     )

@@ -75,6 +75,9 @@ def summary(d: dict[str, Any]) -> dict[str, Any]:
         "corrections_backlog": flow.get("corrections_backlog"),
         "late_live": flow.get("late_live"),
         "late_backlog": flow.get("late_backlog"),
+        "corrections_backlog_without_flow_control":
+            flow.get("corrections_backlog_without_flow_control"),
+        "late_backlog_without_flow_control": flow.get("late_backlog_without_flow_control"),
     }
 
 
@@ -117,7 +120,9 @@ def table(head: dict[str, Any], details: dict[str, Any]) -> str:
                      f"live {f['corrections_live']} corrections / {f['late_live']} late "
                      f"(rules in arrival order: {f['expected_live']}); backlog "
                      f"{f['corrections_backlog']} / {f['late_backlog']} (event-time merge: "
-                     f"{f['expected_event_time_merge']})")
+                     f"{f['expected_event_time_merge']}); backlog without flow control "
+                     f"{f.get('corrections_backlog_without_flow_control')} / "
+                     f"{f.get('late_backlog_without_flow_control')}")
     return "\n".join(lines)
 
 

@@ -5,7 +5,8 @@ arrivals, some moods very late), two ways:
 - **live**: records are sent one at a time in arrival order, each once the worker has consumed
   the one before (its ``records_in``), so the worker sees exactly the arrival order;
 - **backlog**: every record is in the broker before the worker starts (a replay, a backfill, a
-  restart after downtime); the worker picks its own order.
+  restart after downtime); the worker picks its own order — with flow control
+  (:mod:`app.flow_control`, the default) and without (``ETJ_FLOW_CONTROL=false``).
 The scenario spans far more event time than the retention, so order matters twice: a late
 dimension costs a correction, and an input drained ahead of the other pushes stream time on until
 the other's records are *late* (dropped to the late topic). Printed with two references computed
@@ -113,9 +114,11 @@ def count_output(broker: Any, names: Any) -> dict[str, int]:
     return {"revisions": len(revs), "corrections": sum(1 for r in revs if r["revision"] > 1)}
 
 
-def run_worker(records: list[Record], live: bool, retention_ms: int) -> dict[str, Any]:
+def run_worker(records: list[Record], live: bool, retention_ms: int,
+               flow_control: bool = True) -> dict[str, Any]:
     with bench_broker() as broker, workdir() as folder:
-        names = new_names(broker, retention_ms=retention_ms)
+        names = new_names(broker, retention_ms=retention_ms,
+                          flow_control=str(flow_control).lower())
         topic = {"mood": names.moods_topic, "event": names.events_topic}
         asyncio.run(create_topics(broker.bootstrap, list(topic.values()), PARTITIONS))
         if not live:
@@ -144,14 +147,17 @@ def run(records: int = 1_000, seed: int = 7, retention_ms: int = 120_000) -> dic
     data = scenario(records, seed)
     live = run_worker(data, live=True, retention_ms=retention_ms)
     backlog = run_worker(data, live=False, retention_ms=retention_ms)
+    unordered = run_worker(data, live=False, retention_ms=retention_ms, flow_control=False)
     arrival = simulate(data, retention_ms)
     merged = simulate(event_time_merge(data), retention_ms)
     return {"name": "flow_control", "records": records, "retention_s": retention_ms / 1000,
             "corrections_live": live["corrections"], "late_live": live["late"],
             "corrections_backlog": backlog["corrections"], "late_backlog": backlog["late"],
+            "corrections_backlog_without_flow_control": unordered["corrections"],
+            "late_backlog_without_flow_control": unordered["late"],
             "expected_live": arrival,
             "expected_event_time_merge": merged,
-            "live": live, "backlog": backlog}
+            "live": live, "backlog": backlog, "backlog_without_flow_control": unordered}
 
 
 def main(argv: list[str] | None = None) -> int:

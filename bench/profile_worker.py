@@ -2,8 +2,9 @@
 
 Loads the throughput workload, starts a worker, attaches ``py-spy record`` (sampling, no code
 change) for the busy period and prints the hottest frames, inclusive (a frame and everything it
-calls) and idle included (an asyncio worker waiting for the broker's acks is *idle* in epoll —
-that wait is where a per-record flush shows up). Writes the collapsed stacks to
+calls) and per thread (Faust runs the consumer in a thread of its own), with the share of samples each
+thread spends idle in epoll — an asyncio worker waiting for the broker's acks is idle, so that
+is where a per-record flush shows up). Writes the collapsed stacks to
 ``bench/results/profile-<tag>.txt`` (load them in speedscope.app or flamegraph.pl).
 
 ``python -m bench.profile_worker [--records N] [--seconds S]`` (needs the ``py-spy`` wheel).
@@ -27,6 +28,9 @@ from bench.throughput import load_inputs, workload
 from bench.workers import bench_broker, new_names, records_in, start_worker, workdir
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: ["--nonblocking"] samples without pausing the worker (faster, but some stacks come out cut);
+#: empty: py-spy pauses it for each sample (slower, whole stacks)
+NONBLOCKING: list[str] = []
 
 
 def pyspy() -> str:
@@ -48,22 +52,38 @@ def frame_label(frame: str) -> str:
 
 
 def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
-    """Inclusive and self sample shares per function from py-spy's collapsed stacks."""
-    inclusive: collections.Counter[str] = collections.Counter()
-    own: collections.Counter[str] = collections.Counter()
-    total = 0
+    """Per thread: its share of samples spent idle (waiting in epoll), and the inclusive and
+    self sample shares of its busiest functions, from py-spy's collapsed stacks."""
+    threads: dict[str, dict[str, Any]] = {}
     for line in collapsed.splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
         n = int(count)
-        total += n
-        frames = [frame_label(f) for f in stack.split(";")]
-        for f in set(frames):
-            inclusive[f] += n
-        own[frames[-1]] += n
-    share = (lambda c: [(f, round(100 * n / total, 1)) for f, n in c.most_common(top)])
-    return {"samples": total, "inclusive_pct": share(inclusive), "self_pct": share(own)}
+        frames = stack.split(";")
+        name = "process"
+        if frames[0].startswith("thread ("):
+            name = frames.pop(0).split(": ", 1)[-1].rstrip(")") or frames[0]
+        t = threads.setdefault(name, {"samples": 0, "idle": 0,
+                                      "inclusive": collections.Counter(),
+                                      "self": collections.Counter()})
+        t["samples"] += n
+        labels = [frame_label(f) for f in frames]
+        if labels and labels[-1].startswith("EpollSelector.select"):
+            t["idle"] += n
+            continue
+        for f in set(labels):
+            t["inclusive"][f] += n
+        if labels:
+            t["self"][labels[-1]] += n
+    out: dict[str, Any] = {"samples": sum(t["samples"] for t in threads.values()), "threads": {}}
+    for name, t in sorted(threads.items(), key=lambda kv: -kv[1]["samples"]):
+        total = t["samples"]
+        share = (lambda c: [(f, round(100 * k / total, 1)) for f, k in c.most_common(top)])
+        out["threads"][name] = {"samples": total, "idle_pct": round(100 * t["idle"] / total, 1),
+                                "inclusive_pct": share(t["inclusive"]),
+                                "self_pct": share(t["self"])}
+    return out
 
 
 def profile(records: int = 10_000, seconds: float = 15.0, consultants: int = 1_000,
@@ -78,9 +98,9 @@ def profile(records: int = 10_000, seconds: float = 15.0, consultants: int = 1_0
         raw = folder / "stacks.txt"
         started = time.monotonic()
         before = records_in(w)
-        subprocess.run([pyspy(), "record", "--pid", str(w.proc.pid), "--idle", "--rate", "200",
+        subprocess.run([pyspy(), "record", "--pid", str(w.proc.pid), "--idle", "--threads", "--rate", "200",
                         "--duration", str(int(seconds)), "--format", "raw", "--output", str(raw),
-                        "--nonblocking"], check=True, capture_output=True)
+                        *NONBLOCKING], check=True, capture_output=True)
         elapsed = time.monotonic() - started
         done = records_in(w) - before
         w.stop()
@@ -103,12 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     r = profile(a.records, a.seconds, env=env, tag=a.tag)
     print(f"{r['samples']} samples, {r['records_during_profile']} records in {r['seconds']} s "
           f"({r['rate_during_profile']}/s)")
-    print("inclusive % (idle included)")
-    for f, pct in r["inclusive_pct"]:
-        print(f"  {pct:5.1f}  {f}")
-    print("self %")
-    for f, pct in r["self_pct"]:
-        print(f"  {pct:5.1f}  {f}")
+    for name, t in r["threads"].items():
+        print(f"\nthread {name}: {t['samples']} samples, {t['idle_pct']}% idle (epoll wait)")
+        print("  inclusive % of its samples (busy frames only)")
+        for f, pct in t["inclusive_pct"]:
+            print(f"    {pct:5.1f}  {f}")
+        print("  self %")
+        for f, pct in t["self_pct"][:12]:
+            print(f"    {pct:5.1f}  {f}")
     (RESULTS / f"profile-{a.tag}.json").write_text(json.dumps(r, indent=1))
     return 0
 

@@ -19,17 +19,19 @@ the record that produced it is re-delivered).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import faust
-from faust.types import TopicT
+from faust.types import TP, TopicT
 from prometheus_client import Gauge
 
 from app import metrics, sinks
 from app.faust_app import app, settings
+from app.flow_control import EventTimeMerge
 from app.joins import metrics as join_metrics
 from app.joins.catalog import load_specs
 from app.joins.spec import JoinSpec
@@ -102,6 +104,13 @@ class JoinEngine:
         #: partitions whose recovered revisions this process has re-emitted (per process)
         self.resumed: set[int] = set()
         app.on_partitions_assigned.connect(self._forget_lost_partitions)
+        #: flow control: the dimension, then the events (ties go to the dimension)
+        self.merge = EventTimeMerge((spec.dimension.topic, spec.events.topic), self._lag,
+                                    max_idle_s=settings.flow_max_idle_ms / 1000,
+                                    max_buffered=settings.flow_max_buffered,
+                                    enabled=settings.flow_control)
+        self._wakeups: set[int] = set()  # partitions with a wake-up tick scheduled
+        app.on_revoke_drop.append(self._drop_waiting)
 
         async def join_agent(stream: Any) -> None:
             await self.run(stream)
@@ -142,8 +151,23 @@ class JoinEngine:
         return horizon if self.spec.window_ms is None else max(horizon,
                                                               clock - self.spec.window_ms)
 
+    def parse(self, topic: str, key: bytes | None, value: bytes | None) -> Any:
+        """The validated record, or the :class:`InvalidRecord` that says why it is not one."""
+        side = self.spec.events if topic == self.spec.events.topic else self.spec.dimension
+        try:
+            return parse(side.model, key, value)
+        except InvalidRecord as exc:
+            return exc
+
+    def event_time(self, topic: str, rec: Any) -> int:
+        """A parsed record's event time (-1 for an invalid one: it goes first, to dead letters)."""
+        if isinstance(rec, InvalidRecord):
+            return -1
+        side = self.spec.events if topic == self.spec.events.topic else self.spec.dimension
+        return getattr(rec, side.time)
+
     def on_input(self, topic: str, partition: int, offset: int, key: bytes | None,
-                 value: bytes | None) -> list[Out]:
+                 value: bytes | None, parsed: Any = None) -> list[Out]:
         """One event or dimension record: validate, route late ones, join, return the sends."""
         spec = self.spec
         is_event = topic == spec.events.topic
@@ -151,9 +175,9 @@ class JoinEngine:
         which = "events" if is_event else "dimension"
         metrics.records_in.labels(topic).inc()
         join_metrics.records.labels(spec.name, which).inc()
-        try:
-            rec: Any = parse(side.model, key, value)
-        except InvalidRecord as exc:
+        rec: Any = parsed if parsed is not None else self.parse(topic, key, value)
+        if isinstance(rec, InvalidRecord):
+            exc = rec
             metrics.dead_letters.labels(topic).inc()
             join_metrics.dead.labels(spec.name, which).inc()
             return [Out(dead_letters, key, sinks.dead_letter(topic, partition, offset, key,
@@ -194,6 +218,7 @@ class JoinEngine:
         """A partition that left this worker comes back with recovered state: re-emit it again."""
         self.resumed.intersection_update(tp.partition for tp in assigned
                                          if tp.topic == self.spec.ticks)
+        self._drop_waiting()
 
     def resume(self, partition: int) -> list[Out]:
         """Re-emit, once per assignment, what the layout says may have been lost in a crash."""
@@ -204,13 +229,14 @@ class JoinEngine:
     #: most records handled between two flushes: bounds what one flush (and a crash) holds
     max_batch = 500
 
-    def handle(self, msg: Any) -> list[Out]:
+    def handle(self, msg: Any, parsed: Any = None) -> list[Out]:
         """One message of the agent's topics -> what to send once state is durable."""
         try:
             outs = [] if msg.partition in self.resumed else self.resume(msg.partition)
             if msg.topic == self.spec.ticks:
                 return outs + self.on_tick(msg.partition)
-            return outs + self.on_input(msg.topic, msg.partition, msg.offset, msg.key, msg.value)
+            return outs + self.on_input(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
+                                        parsed)
         except Exception as exc:  # a bug must not kill the worker nor lose the record
             log.exception("join %s failed on %s[%s]@%s", self.spec.name, msg.topic,
                           msg.partition, msg.offset)
@@ -218,26 +244,87 @@ class JoinEngine:
                 msg.topic, msg.partition, msg.offset, msg.key, msg.value,
                 f"internal error: {exc!r}"))]
 
+    # --- flow control ----------------------------------------------------------------------
+    def _lag(self, topic: str, partition: int, next_offset: int | None) -> bool:
+        """Does the broker hold records of this input partition not delivered to us yet?
+
+        From the consumer's last fetch (its high watermark); the next offset is the one after
+        the last delivered, or the committed one when none was delivered since the assignment.
+        Unknown (no fetch yet, not assigned, not started) counts as no: never wait blind."""
+        tp = TP(topic, partition)
+        consumer = app.consumer
+        try:
+            highwater = consumer.highwater(tp)
+        except Exception:
+            return False
+        if highwater is None:
+            return False
+        if next_offset is None:
+            next_offset = getattr(consumer, "_committed_offset", {}).get(tp) or 0
+        return highwater > next_offset
+
+    def _drop_waiting(self) -> None:
+        """A rebalance starts: let go of held records (unacked, so delivered again after it)."""
+        self.merge.reset()
+        join_metrics.flow_waiting.labels(self.spec.name).set(0)
+
+    def _wake(self, partition: int) -> None:
+        """A wait may have timed out with nothing else arriving: a tick makes the agent look."""
+        self._wakeups.discard(partition)
+        asyncio.ensure_future(self.ticks.send(value=b"{}", partition=partition))
+
+    def _schedule_wakeups(self) -> None:
+        loop = asyncio.get_running_loop()
+        for partition in self.merge.waiting_partitions():
+            if partition not in self._wakeups:
+                self._wakeups.add(partition)
+                loop.call_later(self.merge.max_idle_s + 0.05, self._wake, partition)
+
+    def ready(self, event: Any) -> list[tuple[Any, Any]]:
+        """What may be handled now that ``event`` arrived: (event, parsed record) in order.
+
+        Inputs go through flow control (event-time order across the joined topics); a tick
+        first lets go of records whose wait has timed out, then revisits its partition."""
+        msg = event.message
+        forced = self.merge.forced
+        if msg.topic == self.spec.ticks:
+            out = self.merge.poll() + [(event, None)]
+        else:
+            parsed = self.parse(msg.topic, msg.key, msg.value)
+            out = self.merge.offer(msg.topic, msg.partition, msg.offset,
+                                   self.event_time(msg.topic, parsed), (event, parsed))
+        if self.merge.forced > forced:
+            join_metrics.flow_forced.labels(self.spec.name).inc(self.merge.forced - forced)
+        join_metrics.flow_waiting.labels(self.spec.name).set(self.merge.waiting())
+        return out
+
     async def run(self, stream: Any) -> None:
         """Join every record as it arrives; revisit a partition on each tick.
 
-        Records are handled one at a time but made durable in batches: whatever already waits
-        in the agent's queue (up to ``max_batch`` records) is handled, then ONE producer flush
-        makes the batch's changelog writes durable, then its outputs are sent, then its records
-        are acknowledged. Idle, a batch is one record (nothing waits for more); under a backlog
-        one flush serves hundreds of records instead of two flushes per record. Outputs reach
+        Records pass flow control first (:mod:`app.flow_control`: under a backlog the joined
+        inputs of a partition go in event-time order; live, nothing waits). They are handled
+        one at a time but made durable in batches: whatever already waits in the agent's queue
+        (up to ``max_batch`` records) is handled, then ONE producer flush makes the batch's
+        changelog writes durable, then its outputs are sent, then its records are acknowledged.
+        Idle, a batch is one record; under a backlog one flush serves hundreds. Outputs reach
         the broker before the offsets that produced them are committed: a record is acked only
         after its outputs are handed to the producer, and Faust's commit flushes the producer
-        before it commits offsets (``Consumer._commit_offsets``).
+        before it commits offsets (``Consumer._commit_offsets``). A record flow control holds
+        back is not acked, so its offset is not committed and a crash delivers it again.
         """
         stream.enable_acks = False  # acked below, once the batch's outputs are sent
         queue = getattr(stream.channel, "queue", None)  # the agent's buffer of delivered records
         events: list[Any] = []
         outs: list[Out] = []
+        generation = None
         async for event in stream.events():
-            events.append(event)
-            outs += self.handle(event.message)
-            if len(events) >= self.max_batch or queue is None or queue.empty():
+            if event.message.generation_id != generation:  # a rebalance: held ones come again
+                generation = event.message.generation_id
+                self._drop_waiting()
+            for ready, parsed in self.ready(event):
+                events.append(ready)
+                outs += self.handle(ready.message, parsed)
+            if events and (len(events) >= self.max_batch or queue is None or queue.empty()):
                 if outs:
                     await app.producer.flush()  # state first: no revision outruns its changelog
                     for out in outs:
@@ -245,6 +332,7 @@ class JoinEngine:
                 for done in events:
                     await stream.ack(done)
                 events, outs = [], []
+            self._schedule_wakeups()
 
 
 def _build_engines() -> dict[str, JoinEngine]:

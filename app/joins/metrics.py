@@ -20,6 +20,10 @@ released = Counter("etj_join_released", "Held events emitted when their dimensio
 unmatched = Counter("etj_join_unmatched",
                     "Held events dropped at the horizon: their dimension never arrived", ["join"])
 finalised = Counter("etj_join_finalised", "Joins dropped from state past the horizon", ["join"])
+flow_waiting = Gauge("etj_join_flow_waiting", "Records queued by flow control (waiting for the "
+                     "other input to catch up in event time)", ["join"])
+flow_forced = Counter("etj_join_flow_forced", "Records let go by flow control before the lagging "
+                      "input caught up (wait timed out or buffer full)", ["join"])
 stream_time = Gauge("etj_join_stream_time_ms", "Greatest event time seen, per join and partition",
                     ["join", "partition"])
 
