@@ -89,6 +89,10 @@ class Settings(BaseSettings):
         10_000, ge=1, description="Flow control: most records waiting per partition before they "
         "go anyway (bounds memory)."
     )
+    stall_check_s: float = Field(
+        5.0, gt=0, description="Seconds between checks for an input partition whose fetched "
+        "records never reached its agent (re-read from the last delivered; see app/stall_guard.py)."
+    )
     joins_file: Path | None = Field(
         None, description="JSON file of extra join specs (see the README, section Declarative joins)."
     )
