@@ -12,8 +12,6 @@ import asyncio
 import random
 import time
 
-import pytest
-
 from app.commands.sample_traffic import sample_moods_and_events
 from app.logic.car_join import (CarArrival, CarPollution, ZoneReading, exact_car_view,
                                 newest_per_car)
@@ -100,20 +98,12 @@ async def two_workers_then_kill_b(names, worker_factory, records):
 RECORDS_2W = dict(seed=23, count=240, start_ms=START, late_ratio=0.3, consultants=CONSULTANTS)
 
 
-TAKEOVER_BUG = pytest.mark.xfail(strict=False, reason=(
-    "known bug (docs/guarantees.md, 'Known issues'): in about 1 run of 4 a join processed by "
-    "the killed worker just before kill -9 never reaches the output, or the survivor skips "
-    "part of the partitions it takes over"))
-
-
-@TAKEOVER_BUG
 async def test_two_workers_one_killed_the_survivor_alone_is_exact(names, worker_factory):
     records = sample_moods_and_events(**RECORDS_2W)
     a, sent = await two_workers_then_kill_b(names, worker_factory, records)
     await settle_and_check(names, records[:160], sent, [a], timeout_s=90)
 
 
-@TAKEOVER_BUG
 async def test_two_workers_one_killed_then_it_comes_back_is_exact(names, worker_factory):
     records = sample_moods_and_events(**RECORDS_2W)
     a, sent = await two_workers_then_kill_b(names, worker_factory, records)
@@ -156,9 +146,6 @@ async def car_view(names) -> dict[int, CarPollution]:
                           await read_all(names, names.car_pollution_topic, idle_s=1.5))
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug (docs/guarantees.md, 'Known issues'): after kill -9 and restart a car kept the "
-    "pollution of an older zone reading (a zone update lost; seen in 1 run of 1)"))
 async def test_kill_9_mid_stream_then_restart_is_exact_for_the_car_join(names, worker_factory):
     records = cars_and_zones(seed=5, count=200)
     expected = exact_car_view(
