@@ -6,22 +6,10 @@ import asyncio
 from typing import Any
 
 from app.commands.sample_traffic import Record, sample_moods_and_events
-from app.logic.mood_join import Mood, Recommendation, exact_mood_joins
+from tests.faults import answers, exact_answer
 from tests.harness import Names, create_topic, latest_by_id, produce, read_all, wait_for
 
 START = 1_790_000_000_000
-
-
-def exact_answer(records: list[Record]) -> dict[str, tuple[Any, ...]]:
-    moods = [Mood(v["name"], v["mood"], v["event_time"]) for k, _, v in records if k == "mood"]
-    recs = [Recommendation(v["consultant"], v["recommendation"], v["event_time"], v.get("id"))
-            for k, _, v in records if k == "event"]
-    return exact_mood_joins(moods, recs)
-
-
-def answers(revisions: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
-    return {jid: (r["id"], r["consultant"], r["event_time"], r["recommendation"], r["mood"],
-                  r["mood_event_time"]) for jid, r in latest_by_id(revisions).items()}
 
 
 async def send_paced(names: Names, records: list[Record], pace_s: float) -> None:

@@ -151,38 +151,36 @@ class JoinEngine:
         return horizon if self.spec.window_ms is None else max(horizon,
                                                               clock - self.spec.window_ms)
 
+    def _side(self, topic: str) -> Any:
+        """The spec side (events or dimension) an input topic feeds."""
+        return self.spec.events if topic == self.spec.events.topic else self.spec.dimension
+
     def parse(self, topic: str, key: bytes | None, value: bytes | None) -> Any:
         """The validated record, or the :class:`InvalidRecord` that says why it is not one."""
-        side = self.spec.events if topic == self.spec.events.topic else self.spec.dimension
         try:
-            return parse(side.model, key, value)
+            return parse(self._side(topic).model, key, value)
         except InvalidRecord as exc:
             return exc
 
     def event_time(self, topic: str, rec: Any) -> int:
         """A parsed record's event time (-1 for an invalid one: it goes first, to dead letters)."""
-        if isinstance(rec, InvalidRecord):
-            return -1
-        side = self.spec.events if topic == self.spec.events.topic else self.spec.dimension
-        return getattr(rec, side.time)
+        return -1 if isinstance(rec, InvalidRecord) else getattr(rec, self._side(topic).time)
 
     def on_input(self, topic: str, partition: int, offset: int, key: bytes | None,
                  value: bytes | None, parsed: Any = None) -> list[Out]:
         """One event or dimension record: validate, route late ones, join, return the sends."""
         spec = self.spec
         is_event = topic == spec.events.topic
-        side = spec.events if is_event else spec.dimension
         which = "events" if is_event else "dimension"
         metrics.records_in.labels(topic).inc()
         join_metrics.records.labels(spec.name, which).inc()
         rec: Any = parsed if parsed is not None else self.parse(topic, key, value)
         if isinstance(rec, InvalidRecord):
-            exc = rec
             metrics.dead_letters.labels(topic).inc()
             join_metrics.dead.labels(spec.name, which).inc()
             return [Out(dead_letters, key, sinks.dead_letter(topic, partition, offset, key,
-                                                             value, str(exc)))]
-        event_time = getattr(rec, side.time)
+                                                             value, str(rec)))]
+        event_time = self.event_time(topic, rec)
         clock = self.tables.clock.get(partition)
         limit = None if clock is None else self._limit(clock, is_event)
         if limit is not None and event_time < limit:
@@ -199,7 +197,7 @@ class JoinEngine:
             if held:
                 join_metrics.held.labels(spec.name).inc()
         else:
-            revisions = self.layout.on_version(partition, spec.key_of(rec, side),
+            revisions = self.layout.on_version(partition, spec.key_of(rec, spec.dimension),
                                                spec.version_of(rec), horizon, release_from)
         return [self._revision_out(r) for r in revisions]
 
