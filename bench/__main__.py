@@ -67,6 +67,7 @@ def summary(d: dict[str, Any]) -> dict[str, Any]:
         "throughput_ratio": get("throughput", "ratio"),
         "correction_p99_ms": get("correction_latency", "p99_ms"),
         "correction_p50_ms": get("correction_latency", "p50_ms"),
+        "correction_pipe_p99_ms": get("correction_latency", "pipe_p99_ms"),
         "state_growth_ratio": get("state_growth", "ratio"),
         "zone_fanout_ratio": get("zone_fanout", "ratio"),
         "spark_vs_duckdb_ratio": get("spark_vs_duckdb", "ratio"),
@@ -107,6 +108,11 @@ def table(head: dict[str, Any], details: dict[str, Any]) -> str:
         lines.append(f"\nthroughput: worker {t['worker_rate']}/s, raw pipe {t['pipe_rate']}/s "
                      f"(same producer settings), {t['pipe_default_batching_rate']}/s with "
                      f"aiokafka's default batching (ratio {t['ratio_vs_default_batching']})")
+    c = details.get("correction_latency") or {}
+    if c:
+        lines.append(f"correction latency: p50 {c['p50_ms']} ms, p99 {c['p99_ms']} ms; the same "
+                     f"round trip through a raw aiokafka pipe (the floor on this broker): p50 "
+                     f"{c.get('pipe_p50_ms')} ms, p99 {c.get('pipe_p99_ms')} ms")
     rec = details.get("recovery") or {}
     if rec:
         lines.append(f"recovery: {rec['keys']:,} keys, {rec['seconds']} s to ready "

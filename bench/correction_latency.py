@@ -93,6 +93,80 @@ async def measure(bootstrap: str, names: Any, corrections: int, chains: int,
         await producer.stop()
 
 
+async def pipe_latencies(bootstrap: str, names: Any, records: int, chains: int,
+                         fetch_wait_ms: int, timeout_s: float = 300) -> list[float]:
+    """The floor: the same round trip through a raw aiokafka consume→produce pipe instead of
+    the worker — record produced → pipe (consumer with the worker's fetch wait, producer with
+    its batches of one, acks awaited before the commit) → copy read back by the same reader.
+    Latencies (ms) of ``records`` round trips, ``chains`` at a time."""
+    src, dst = f"{names.app_id}-pipe-in", f"{names.app_id}-pipe-out"
+    await create_topics(bootstrap, [src, dst], 4)
+    waiting: dict[bytes, asyncio.Future[float]] = {}
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    pipe_in = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=f"{names.app_id}-pipe",
+                               enable_auto_commit=False, auto_offset_reset="earliest",
+                               fetch_max_wait_ms=fetch_wait_ms)
+    pipe_out = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, max_batch_size=1)
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                              auto_offset_reset="earliest", fetch_max_wait_ms=5)
+    clients = (producer, pipe_in, pipe_out, reader)
+    for c in clients:
+        await c.start()
+
+    async def pipe() -> None:
+        await assign_all(pipe_in, [src])
+        while True:
+            batch = await pipe_in.getmany(timeout_ms=1000)
+            acks = [await pipe_out.send(dst, m.value, key=m.key)
+                    for msgs in batch.values() for m in msgs]
+            await asyncio.gather(*acks)
+            if batch:
+                await pipe_in.commit({tp: msgs[-1].offset + 1 for tp, msgs in batch.items()})
+
+    async def read() -> None:
+        await assign_all(reader, [dst])
+        while True:
+            batch = await reader.getmany(timeout_ms=20)
+            now = time.perf_counter()
+            for msgs in batch.values():
+                for m in msgs:
+                    fut = waiting.pop(m.value, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(now)
+
+    async def chain(c: int, rounds: int) -> list[float]:
+        out = []
+        for i in range(rounds):
+            key, value = f"pipe{c:03d}".encode(), f"pipe{c:03d}-{i}".encode()
+            fut = waiting[value] = asyncio.get_running_loop().create_future()
+            sent = time.perf_counter()
+            await producer.send_and_wait(src, value, key=key)
+            out.append((await fut - sent) * 1000)
+        return out
+
+    tasks = [asyncio.create_task(pipe()), asyncio.create_task(read())]
+    try:
+        await asyncio.sleep(1.0)  # both assigned before the first record
+        rounds = -(-records // chains)
+        per_chain = await asyncio.wait_for(
+            asyncio.gather(*(chain(c, rounds) for c in range(chains))), timeout_s)
+        return [ms for lat in per_chain for ms in lat]
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for c in clients:
+            await c.stop()
+
+
+def one_pipe_run(records: int, chains: int) -> list[float]:
+    from bench.workers import LOCAL_SETTINGS
+
+    with bench_broker() as broker:
+        return asyncio.run(pipe_latencies(broker.bootstrap, new_names(broker), records, chains,
+                                          LOCAL_SETTINGS["consumer_fetch_max_wait_ms"]))
+
+
 def one_run(corrections: int, chains: int) -> list[float]:
     with bench_broker() as broker, workdir() as folder:
         names = new_names(broker)
@@ -115,7 +189,10 @@ def run(corrections: int = 1_000, chains: int = 10, runs: int = 3) -> dict[str, 
                         "p99_ms": percentile(lat, 99), "max_ms": max(lat),
                         "mean_ms": statistics.fmean(lat)})
     p99 = statistics.median(r["p99_ms"] for r in per_run)
+    pipe = [one_pipe_run(corrections, chains) for _ in range(runs)]
     return {"name": "correction_latency", "chains": chains, "runs": runs,
+            "pipe_p50_ms": round(statistics.median(percentile(x, 50) for x in pipe), 1),
+            "pipe_p99_ms": round(statistics.median(percentile(x, 99) for x in pipe), 1),
             "corrections_per_run": per_run[0]["corrections"],
             "p50_ms": round(statistics.median(r["p50_ms"] for r in per_run), 1),
             "p99_ms": round(p99, 1), "goal_p99_ms": GOAL_P99_MS, "goal_met": p99 <= GOAL_P99_MS,

@@ -7,7 +7,8 @@ thread spends idle in epoll — an asyncio worker waiting for the broker's acks 
 is where a per-record flush shows up). Writes the collapsed stacks to
 ``bench/results/profile-<tag>.txt`` (load them in speedscope.app or flamegraph.pl).
 
-``python -m bench.profile_worker [--records N] [--seconds S]`` (needs the ``py-spy`` wheel).
+``python -m bench.profile_worker [--records N] [--seconds S]`` (needs the ``py-spy`` wheel);
+``--recovery KEYS`` profiles a worker replaying a KEYS-key changelog instead.
 """
 
 from __future__ import annotations
@@ -112,15 +113,51 @@ def profile(records: int = 10_000, seconds: float = 15.0, consultants: int = 1_0
     return out
 
 
+def profile_recovery(keys: int = 300_000, seconds: float = 15.0,
+                     tag: str = "recovery") -> dict[str, Any]:
+    """py-spy on a worker that replays a ``keys``-key mood-history changelog (bench.recovery's)
+    from its start: where recovery spends its time."""
+    from bench.kafka_io import create_topics, produce_bulk
+    from bench.recovery import TABLE, changelog_records
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with bench_broker() as broker, workdir() as folder:
+        names = new_names(broker)
+        topic = f"{names.env['ETJ_APP_ID']}-{TABLE}-changelog"
+        asyncio.run(create_topics(broker.bootstrap, [topic], 4))
+        asyncio.run(produce_bulk(broker.bootstrap, changelog_records(topic, keys, 4), 4,
+                                 exact_end=True))
+        w = start_worker(names, folder, name="profiled")
+        assert w.proc is not None
+        raw = folder / "stacks.txt"
+        started = time.monotonic()
+        subprocess.run([pyspy(), "record", "--pid", str(w.proc.pid), "--idle", "--threads",
+                        "--rate", "200", "--duration", str(int(seconds)), "--format", "raw",
+                        "--output", str(raw), *NONBLOCKING], check=True, capture_output=True)
+        elapsed = time.monotonic() - started
+        w.wait_http_ready(timeout_s=600)
+        ready_s = time.monotonic() - started
+        w.stop()
+        collapsed = raw.read_text()
+    (RESULTS / f"profile-{tag}.txt").write_text(collapsed)
+    out = summarize(collapsed)
+    out.update({"keys": keys, "seconds": round(elapsed, 1), "ready_after_s": round(ready_s, 1),
+                "records_during_profile": keys, "rate_during_profile": round(keys / ready_s)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=10_000)
     p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--tag", default="worker")
     p.add_argument("--env", action="append", default=[], help="KEY=VALUE worker setting")
+    p.add_argument("--recovery", type=int, default=0, metavar="KEYS",
+                   help="profile the replay of a KEYS-key changelog instead of a backlog join")
     a = p.parse_args(argv)
     env = dict(kv.split("=", 1) for kv in a.env)
-    r = profile(a.records, a.seconds, env=env, tag=a.tag)
+    r = (profile_recovery(a.recovery, a.seconds, tag=a.tag) if a.recovery else
+         profile(a.records, a.seconds, env=env, tag=a.tag))
     print(f"{r['samples']} samples, {r['records_during_profile']} records in {r['seconds']} s "
           f"({r['rate_during_profile']}/s)")
     for name, t in r["threads"].items():

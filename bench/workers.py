@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -39,11 +40,15 @@ def bench_broker() -> Iterator[LocalBroker]:
 
 @contextmanager
 def workdir() -> Iterator[Path]:
+    """A folder for worker data and logs: removed after a run, kept when the run fails (its
+    worker logs say why)."""
     folder = Path(tempfile.mkdtemp(prefix="etj-bench-"))
     try:
         yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    except BaseException:
+        print(f"[bench] run failed: worker logs kept in {folder}", file=sys.stderr, flush=True)
+        raise
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 #: settings of the local set-up besides the harness's (batches of one, 1 s revisit ticks):
