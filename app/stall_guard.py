@@ -13,7 +13,9 @@ uncommitted; this guard makes the worker read them now instead of at the next re
 Every ``ETJ_STALL_CHECK_S`` it compares, per assigned input partition, the last offset Faust
 handed to the agents with the fetch position and the high watermark. Stalled twice in a row
 (nothing delivered, position at the end, records missing in between) -> seek back to the
-record after the last one delivered. At worst (an agent blocked that long) that re-delivers
+record after the last one delivered. Same for a hole at the head: the first unhandled offset
+(the committed one) was read past but never acked while later ones were — the commit waits
+for it (app.rebalance_fixes), this guard has it read again. At worst (an agent blocked that long) that re-delivers
 records: the joins are idempotent, so a repeat changes nothing.
 """
 
@@ -23,11 +25,14 @@ import logging
 from typing import Any
 
 from app.faust_app import app, settings
+from app.rebalance_fixes import first_unhandled
 
 log = logging.getLogger(__name__)
 
-#: tp -> (last delivered offset, position) at the previous check
-_suspects: dict[Any, tuple[int | None, int]] = {}
+#: tp -> what looked stalled at the previous check
+_suspects: dict[Any, tuple[Any, ...]] = {}
+#: tp -> the head offset it was last read again from
+_reread: dict[Any, int] = {}
 
 
 def _input_partitions() -> list[Any]:
@@ -50,22 +55,42 @@ async def check_stalls() -> list[Any]:
         except Exception:
             continue
         last = read_offset.get(tp)
-        if highwater is None or position is None or position < highwater:
+        first = first_unhandled(consumer, tp)
+        acked = consumer._acked.get(tp) or ()
+        if first is not None and acked and min(acked) > first and last is not None \
+                and last >= first:
+            # a hole at the head: later records were handled, `first` never was, and the
+            # consumer read past it (app.rebalance_fixes keeps the commit from passing it)
+            why, again, state = (f"records after {first} handled, {first} never", first,
+                                 ("hole", first, min(acked)))
+        elif highwater is None or position is None or position < highwater:
+            _reread.pop(tp, None)
             continue  # still fetching: not stalled
-        expected_next = (last + 1) if last is not None else (
-            getattr(consumer, "_committed_offset", {}).get(tp) or 0)
-        if expected_next >= highwater:
-            continue  # everything fetched was delivered
+        else:
+            _reread.pop(tp, None)
+            again = (last + 1) if last is not None else (first or 0)
+            if again >= highwater:
+                continue  # everything fetched was delivered
+            why, state = f"last record delivered {last}", ("tail", last, position)
         seen.add(tp)
-        if _suspects.get(tp) == (last, position):
-            log.warning("input %s[%s] stalled: last record delivered %s, fetch position %s, "
-                        "high watermark %s; reading again from %s", tp.topic, tp.partition,
-                        last, position, highwater, expected_next)
-            await consumer.seek(tp, expected_next)
+        if state[0] == "hole" and _reread.get(tp) == first and _suspects.get(tp) == state:
+            # read again from `first` and still not delivered: not in the log
+            log.warning("input %s[%s]: offset %s is not in the log (a transaction marker, "
+                        "compaction); counted as handled", tp.topic, tp.partition, first)
+            consumer._gap[tp].addi(first, first + 1)
+            fixed.append(tp)
+            seen.discard(tp)
+        elif _suspects.get(tp) == state:
+            if state[0] == "hole":
+                _reread[tp] = first
+            log.warning("input %s[%s] stalled: %s, fetch position %s, high watermark %s; "
+                        "reading again from %s", tp.topic, tp.partition, why, position,
+                        highwater, again)
+            await consumer.seek(tp, again)
             fixed.append(tp)
             seen.discard(tp)
         else:
-            _suspects[tp] = (last, position)
+            _suspects[tp] = state
     for tp in set(_suspects) - seen:
         del _suspects[tp]
     return fixed

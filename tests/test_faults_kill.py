@@ -12,8 +12,6 @@ import asyncio
 import random
 import time
 
-import pytest
-
 from app.commands.sample_traffic import sample_moods_and_events
 from app.logic.car_join import (CarArrival, CarPollution, ZoneReading, exact_car_view,
                                 newest_per_car)
@@ -100,19 +98,12 @@ async def two_workers_then_kill_b(names, worker_factory, records):
 RECORDS_2W = dict(seed=23, count=240, start_ms=START, late_ratio=0.3, consultants=CONSULTANTS)
 
 
-TAKEOVER_BUG = pytest.mark.xfail(strict=False, reason=(
-    "known bug (README, 'What etj guarantees'): the survivor's answer is still not exact in some "
-    "runs after the stall guard (failed once in the clean-clone CI of this stop)"))
-
-
-@TAKEOVER_BUG
 async def test_two_workers_one_killed_the_survivor_alone_is_exact(names, worker_factory):
     records = sample_moods_and_events(**RECORDS_2W)
     a, sent = await two_workers_then_kill_b(names, worker_factory, records)
     await settle_and_check(names, records[:160], sent, [a], timeout_s=90)
 
 
-@TAKEOVER_BUG
 async def test_two_workers_one_killed_then_it_comes_back_is_exact(names, worker_factory):
     records = sample_moods_and_events(**RECORDS_2W)
     a, sent = await two_workers_then_kill_b(names, worker_factory, records)
