@@ -13,7 +13,8 @@ uncommitted; this guard makes the worker read them now instead of at the next re
 Every ``ETJ_STALL_CHECK_S`` it compares, per assigned input partition, the last offset Faust
 handed to the agents with the fetch position and the high watermark. Stalled twice in a row
 (nothing delivered, position at the end, records missing in between) -> seek back to the
-record after the last one delivered. Same for a hole at the head: the first unhandled offset
+record after the last one delivered; a partition Faust left paused while records wait in the
+broker (seen after a restart) is resumed. Same for a hole at the head: the first unhandled offset
 (the committed one) was read past but never acked while later ones were — the commit waits
 for it (app.rebalance_fixes), this guard has it read again. At worst (an agent blocked that long) that re-delivers
 records: the joins are idempotent, so a repeat changes nothing.
@@ -63,21 +64,39 @@ async def check_stalls() -> list[Any]:
             # consumer read past it (app.rebalance_fixes keeps the commit from passing it)
             why, again, state = (f"records after {first} handled, {first} never", first,
                                  ("hole", first, min(acked)))
+        elif (highwater is not None and position is not None and position < highwater
+              and tp not in consumer._get_active_partitions()):
+            # records wait in the broker but Faust left the partition paused (seen once in a
+            # while after a restart: a partition never consumed)
+            _reread.pop(tp, None)
+            why, again, state = ("paused with records waiting", None, ("paused", last, position))
         elif highwater is None or position is None or position < highwater:
             _reread.pop(tp, None)
             continue  # still fetching: not stalled
         else:
             _reread.pop(tp, None)
-            again = (last + 1) if last is not None else (first or 0)
+            # the record after the last one handled (acked); Faust's "last read" offset is no
+            # guide: a record its stream skipped (a generation change) counts as read
+            if first is not None:
+                again = max(first, max(acked) + 1) if acked else first
+            else:
+                again = max(acked) + 1 if acked else (last + 1) if last is not None else 0
             if again >= highwater:
-                continue  # everything fetched was delivered
-            why, state = f"last record delivered {last}", ("tail", last, position)
+                continue  # everything fetched was handled
+            why, state = (f"last record handled {again - 1}, last read {last}",
+                          ("tail", again, position))
         seen.add(tp)
         if state[0] == "hole" and _reread.get(tp) == first and _suspects.get(tp) == state:
             # read again from `first` and still not delivered: not in the log
             log.warning("input %s[%s]: offset %s is not in the log (a transaction marker, "
                         "compaction); counted as handled", tp.topic, tp.partition, first)
             consumer._gap[tp].addi(first, first + 1)
+            fixed.append(tp)
+            seen.discard(tp)
+        elif _suspects.get(tp) == state and state[0] == "paused":
+            log.warning("input %s[%s] stalled: %s, fetch position %s, high watermark %s; "
+                        "resuming it", tp.topic, tp.partition, why, position, highwater)
+            consumer.resume_partitions({tp})
             fixed.append(tp)
             seen.discard(tp)
         elif _suspects.get(tp) == state:

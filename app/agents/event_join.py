@@ -269,7 +269,13 @@ class JoinEngine:
     def _wake(self, partition: int) -> None:
         """A wait may have timed out with nothing else arriving: a tick makes the agent look."""
         self._wakeups.discard(partition)
-        asyncio.ensure_future(self.ticks.send(value=b"{}", partition=partition))
+        asyncio.ensure_future(self._send_wake(partition))
+
+    async def _send_wake(self, partition: int) -> None:
+        try:
+            await self.ticks.send(value=b"{}", partition=partition)
+        except Exception as exc:  # the worker stops (producer gone); revisit ticks also poll
+            log.info("wake-up tick for partition %s not sent: %r", partition, exc)
 
     def _schedule_wakeups(self) -> None:
         loop = asyncio.get_running_loop()
