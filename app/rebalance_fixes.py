@@ -52,7 +52,8 @@ async def on_recovery_completed(self: Recovery, generation_id: int = 0) -> None:
         consumer.__dict__.pop("perform_seek", None)
 
 
-def _is_input(app: Any, tp: Any) -> bool:
+def is_input(app: Any, tp: Any) -> bool:
+    """An input partition of the agents: not a table changelog, not Faust's leader topic."""
     return tp.topic not in app.tables.changelog_topics and "__assignor" not in tp.topic
 
 
@@ -64,7 +65,7 @@ async def seek_to_committed(self: AIOKafkaConsumerThread) -> dict[Any, Any]:
     app = self.app
 
     async def seek() -> dict[Any, Any]:
-        tps = [tp for tp in consumer.assignment() if _is_input(app, tp)]
+        tps = [tp for tp in consumer.assignment() if is_input(app, tp)]
         committed = await consumer.seek_to_committed(*tps) if tps else {}
         for tp, offset in committed.items():
             if not offset or offset <= 0:

@@ -1,23 +1,21 @@
-"""Timer: re-read an input partition whose fetched records never reached its agent.
+"""Timer: read again an input partition whose records never reached its agent.
 
-Why: found by the kill -9 tests (tests/test_faults_kill.py). Faust resumes the input partitions
-*before* it seeks them to their committed offsets after a rebalance (``Recovery.
-on_recovery_completed``), so records fetched in between are delivered and then fetched on top
-of. A partition with no committed offset yet is not seeked at all (aiokafka seeks only to an
-offset > 0), and there the records of a fetch cut by that window are lost from the consumer's
-view: the fetch position is at the end of the partition, the last record handed to the agent is
-several offsets behind, and nothing more ever arrives (seen: zone readings 5-8 of a partition
-never joined after a restart). Records are never acked past a gap, so their offsets stay
-uncommitted; this guard makes the worker read them now instead of at the next restart.
+Why: found by the kill -9 and restart tests. Around a rebalance Faust can read past records it
+never hands to the agent: its stream skips a record delivered across a generation change, a
+fetch cut by the generation change is dropped while the fetch position moves on, a partition
+can be left paused. ``app.rebalance_fixes`` keeps such records from being committed (the commit
+waits for the first unhandled offset); this guard has them read now instead of at the next
+restart.
 
-Every ``ETJ_STALL_CHECK_S`` it compares, per assigned input partition, the last offset Faust
-handed to the agents with the fetch position and the high watermark. Stalled twice in a row
-(nothing delivered, position at the end, records missing in between) -> seek back to the
-record after the last one delivered; a partition Faust left paused while records wait in the
-broker (seen after a restart) is resumed. Same for a hole at the head: the first unhandled offset
-(the committed one) was read past but never acked while later ones were — the commit waits
-for it (app.rebalance_fixes), this guard has it read again. At worst (an agent blocked that long) that re-delivers
-records: the joins are idempotent, so a repeat changes nothing.
+Every ``ETJ_STALL_CHECK_S``, per assigned input partition, seen twice in a row:
+- a hole at the head (the first unhandled offset, the committed one, read past while later
+  ones were acked) -> seek back to it; still missing after that re-read, it is not in the log
+  (a transaction marker, compaction) and counts as handled;
+- Faust left the partition paused while records wait in the broker -> resume it;
+- the fetch position at the high watermark while records after the last one handled (acked)
+  never were -> seek back to the first of them.
+At worst (an agent blocked that long) this re-delivers records: the joins are idempotent, so a
+repeat changes nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ import logging
 from typing import Any
 
 from app.faust_app import app, settings
-from app.rebalance_fixes import first_unhandled
+from app.rebalance_fixes import first_unhandled, is_input
 
 log = logging.getLogger(__name__)
 
@@ -36,20 +34,13 @@ _suspects: dict[Any, tuple[Any, ...]] = {}
 _reread: dict[Any, int] = {}
 
 
-def _input_partitions() -> list[Any]:
-    consumer = app.consumer
-    changelogs = set(app.tables.changelog_topics)
-    return [tp for tp in consumer.assignment()
-            if tp.topic not in changelogs and "__assignor" not in tp.topic]
-
-
 async def check_stalls() -> list[Any]:
     """Seek back every input partition found stalled twice in a row; return them."""
     consumer = app.consumer
     read_offset = getattr(consumer, "_read_offset", {})
     fixed = []
     seen = set()
-    for tp in _input_partitions():
+    for tp in (tp for tp in consumer.assignment() if is_input(app, tp)):
         try:
             highwater = consumer.highwater(tp)
             position = await consumer.position(tp)
@@ -58,8 +49,11 @@ async def check_stalls() -> list[Any]:
         last = read_offset.get(tp)
         first = first_unhandled(consumer, tp)
         acked = consumer._acked.get(tp) or ()
-        if first is not None and acked and min(acked) > first and last is not None \
-                and last >= first:
+        hole = (first is not None and acked and min(acked) > first and last is not None
+                and last >= first)
+        if not hole:
+            _reread.pop(tp, None)  # the head was handled: a hole there later is a new one
+        if hole:
             # a hole at the head: later records were handled, `first` never was, and the
             # consumer read past it (app.rebalance_fixes keeps the commit from passing it)
             why, again, state = (f"records after {first} handled, {first} never", first,
@@ -68,13 +62,10 @@ async def check_stalls() -> list[Any]:
               and tp not in consumer._get_active_partitions()):
             # records wait in the broker but Faust left the partition paused (seen once in a
             # while after a restart: a partition never consumed)
-            _reread.pop(tp, None)
             why, again, state = ("paused with records waiting", None, ("paused", last, position))
         elif highwater is None or position is None or position < highwater:
-            _reread.pop(tp, None)
             continue  # still fetching: not stalled
         else:
-            _reread.pop(tp, None)
             # the record after the last one handled (acked); Faust's "last read" offset is no
             # guide: a record its stream skipped (a generation change) counts as read
             if first is not None:

@@ -41,6 +41,13 @@ def pyspy() -> str:
     return exe
 
 
+def record(pid: int, seconds: float, raw: Path) -> None:
+    """py-spy samples of every thread of process ``pid`` for ``seconds``, raw stacks to ``raw``."""
+    subprocess.run([pyspy(), "record", "--pid", str(pid), "--idle", "--threads", "--rate", "200",
+                    "--duration", str(int(seconds)), "--format", "raw", "--output", str(raw),
+                    *NONBLOCKING], check=True, capture_output=True)
+
+
 def frame_label(frame: str) -> str:
     """``func (path/to/module.py:123)`` -> ``func (module.py)``: line numbers split a function."""
     m = re.match(r"(.*) \((.*?):\d+\)$", frame)
@@ -99,9 +106,7 @@ def profile(records: int = 10_000, seconds: float = 15.0, consultants: int = 1_0
         raw = folder / "stacks.txt"
         started = time.monotonic()
         before = records_in(w)
-        subprocess.run([pyspy(), "record", "--pid", str(w.proc.pid), "--idle", "--threads", "--rate", "200",
-                        "--duration", str(int(seconds)), "--format", "raw", "--output", str(raw),
-                        *NONBLOCKING], check=True, capture_output=True)
+        record(w.proc.pid, seconds, raw)
         elapsed = time.monotonic() - started
         done = records_in(w) - before
         w.stop()
@@ -131,9 +136,7 @@ def profile_recovery(keys: int = 300_000, seconds: float = 15.0,
         assert w.proc is not None
         raw = folder / "stacks.txt"
         started = time.monotonic()
-        subprocess.run([pyspy(), "record", "--pid", str(w.proc.pid), "--idle", "--threads",
-                        "--rate", "200", "--duration", str(int(seconds)), "--format", "raw",
-                        "--output", str(raw), *NONBLOCKING], check=True, capture_output=True)
+        record(w.proc.pid, seconds, raw)
         elapsed = time.monotonic() - started
         w.wait_http_ready(timeout_s=600)
         ready_s = time.monotonic() - started
