@@ -58,8 +58,9 @@ async def wait_until_ready(bootstrap: str, timeout_s: float = 30.0) -> None:
 class LocalBroker:
     """One broker process; ``url`` is the Faust form, ``bootstrap`` the aiokafka form."""
 
-    def __init__(self, port: int | None = None, log_dir: Path | None = None) -> None:
-        existing = os.environ.get(EXISTING_BROKER_ENV, "").strip()
+    def __init__(self, port: int | None = None, log_dir: Path | None = None,
+                 use_existing: bool = True) -> None:
+        existing = os.environ.get(EXISTING_BROKER_ENV, "").strip() if use_existing else ""
         self.external = bool(existing)
         self.port = port or free_port()
         self.bootstrap = (existing.split("://", 1)[-1] if existing

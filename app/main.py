@@ -6,7 +6,7 @@ commands of the app.
 
 from app.faust_app import app
 from app.fetch_wait import set_fetch_max_wait_ms
-from app import rebalance_fixes
+from app import delivery, rebalance_fixes
 from app import topics, tables  # noqa: F401  (topics -> tables)
 from app.agents import mood_join  # noqa: F401  (agents)
 from app.agents import event_join  # noqa: F401  (agents: every join spec, app.joins.catalog)
@@ -22,6 +22,7 @@ from app.joins import views as join_views  # noqa: F401  (GET /joins/: the join 
 from app import timeline  # noqa: F401  (the live timeline page, /timeline/)
 
 set_fetch_max_wait_ms(app.etj.consumer_fetch_max_wait_ms)  # tansu holds fetches: app.fetch_wait
+delivery.install(app)  # re-send through broker stalls, fail-stop on a lost send
 rebalance_fixes.install()  # no input record committed unhandled: app.rebalance_fixes
 
 __all__ = ["app"]

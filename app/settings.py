@@ -102,6 +102,13 @@ class Settings(BaseSettings):
         description="Faust `producer_max_batch_size`; 1 for the local tansu broker (exact "
         "changelog recovery), unset = Faust's default.",
     )
+    producer_delivery_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="How long a produced record may wait for the broker: a request unanswered "
+        "after Faust's PRODUCER_REQUEST_TIMEOUT is sent again until then; past it the worker "
+        "exits without committing (fail-stop; see app/delivery.py).",
+    )
     consumer_fetch_max_wait_ms: int | None = Field(
         None,
         ge=1,

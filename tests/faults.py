@@ -9,6 +9,7 @@ never disagree.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -270,3 +271,37 @@ async def settled_mood_history(workers: list[Worker], sent: list[Sent],
         if all((t, m) in seen.get(n, ()) for n, t, m in want) or loop.time() > deadline:
             return seen
         await asyncio.sleep(1)
+
+
+# --- faults mid-stream: how far a worker got, and the checks once it is over ---------------
+
+def processed(w: Worker) -> float:
+    """Input records this worker process has consumed so far (0 while it is not answering)."""
+    status, _ = w.get("/metrics", timeout_s=2)
+    if status != 200:
+        return 0
+    return sum(worker_metrics(w).get("etj_records_in_total", {}).values())
+
+
+def wait_processed(w: Worker, at_least: int, timeout_s: float = 90) -> float:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        n = processed(w)
+        if n >= at_least:
+            return n
+        time.sleep(0.3)
+    raise TimeoutError(f"worker {w.name} processed {processed(w)} < {at_least} records")
+
+
+async def settle_and_check(names, records, sent, workers, timeout_s=150):
+    expected = exact_answer(records)
+    revs = await wait_converged(names, expected, timeout_s=timeout_s)
+    if answers(revs) != expected:
+        print(await diagnose(names, workers))
+    assert answers(revs) == expected, diff(answers(revs), expected)
+    check_revision_log(revs)
+    check_counts(revs, expected)
+    fates = await fates_of(names)
+    check_accounting(sent, fates, revs, await settled_mood_history(workers, sent),
+                     expect_dead=set(), expect_late=set())
+    return revs

@@ -10,50 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 
 from app.commands.sample_traffic import sample_moods_and_events
 from app.logic.car_join import (CarArrival, CarPollution, ZoneReading, exact_car_view,
                                 newest_per_car)
-from tests.faults import (answers, check_accounting, check_counts, check_revision_log, diagnose,
-                          diff, exact_answer, fates_of, send, settled_mood_history,
-                          wait_converged, worker_metrics)
-from tests.harness import Worker, read_all, wait_for
+from tests.faults import diff, fates_of, processed, send, settle_and_check, wait_processed
+from tests.harness import read_all, wait_for
 
 START = 1_790_000_000_000
 CONSULTANTS = tuple(f"c{i}" for i in range(12))
-
-
-def processed(w: Worker) -> float:
-    """Input records this worker process has consumed so far (0 while it is not answering)."""
-    status, _ = w.get("/metrics", timeout_s=2)
-    if status != 200:
-        return 0
-    return sum(worker_metrics(w).get("etj_records_in_total", {}).values())
-
-
-def wait_processed(w: Worker, at_least: int, timeout_s: float = 90) -> float:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        n = processed(w)
-        if n >= at_least:
-            return n
-        time.sleep(0.3)
-    raise TimeoutError(f"worker {w.name} processed {processed(w)} < {at_least} records")
-
-
-async def settle_and_check(names, records, sent, workers, timeout_s=150):
-    expected = exact_answer(records)
-    revs = await wait_converged(names, expected, timeout_s=timeout_s)
-    if answers(revs) != expected:
-        print(await diagnose(names, workers))
-    assert answers(revs) == expected, diff(answers(revs), expected)
-    check_revision_log(revs)
-    check_counts(revs, expected)
-    fates = await fates_of(names)
-    check_accounting(sent, fates, revs, await settled_mood_history(workers, sent),
-                     expect_dead=set(), expect_late=set())
-    return revs
 
 
 async def test_kill_9_mid_stream_then_restart_is_exact(names, worker_factory):

@@ -1,0 +1,108 @@
+"""Unit tests of app.delivery: batches outlive a request timeout; a failed send stops the worker
+without a graceful (committing) stop. The broker side: tests/test_faults_stalled_broker.py."""
+
+from __future__ import annotations
+
+import aiokafka
+import pytest
+from aiokafka.errors import KafkaTimeoutError, NotLeaderForPartitionError
+from aiokafka.structs import TopicPartition
+from faust.exceptions import ProducerSendError
+from faust.topics import Topic
+from faust.transport.drivers.aiokafka import Producer
+
+from app import delivery
+
+TP = TopicPartition("t", 0)
+
+
+class Stopped(Exception):
+    """What the patched exit raises instead of ending the test process."""
+
+
+@pytest.fixture
+def exits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    codes: list[int] = []
+
+    def exit_(code: int) -> None:
+        codes.append(code)
+        raise Stopped(code)
+
+    monkeypatch.setattr(delivery, "_exit", exit_)
+    return codes
+
+
+async def test_a_batch_lives_for_the_delivery_timeout_not_the_request_timeout():
+    plain = aiokafka.AIOKafkaProducer(request_timeout_ms=2000)
+    patched = delivery.with_delivery_timeout(aiokafka.AIOKafkaProducer(request_timeout_ms=2000),
+                                             60)
+    for producer in (plain, patched):
+        await producer._message_accumulator.add_message(TP, b"k", b"v", timeout=2)
+    [old], [young] = (list(p._message_accumulator._batches[TP]) for p in (plain, patched))
+    for batch in (old, young):
+        batch._ctime -= 5  # 5 s unsent: past the request timeout, within the delivery timeout
+    assert old.expired() and not young.expired()
+    young._ctime -= 60
+    assert young.expired()
+
+
+async def test_the_delivery_timeout_is_never_shorter_than_the_request_timeout():
+    producer = delivery.with_delivery_timeout(aiokafka.AIOKafkaProducer(request_timeout_ms=30000),
+                                              5)
+    assert producer._message_accumulator._batch_ttl == 30
+
+
+async def test_a_send_waits_for_room_up_to_the_delivery_timeout(monkeypatch):
+    producer = aiokafka.AIOKafkaProducer(request_timeout_ms=2000)
+    waited: list[float] = []
+
+    async def add_message(tp, key, value, timeout, **kwargs):
+        waited.append(timeout)
+        raise KafkaTimeoutError()
+
+    monkeypatch.setattr(producer._message_accumulator, "add_message", add_message)
+    delivery.with_delivery_timeout(producer, 45)
+    with pytest.raises(KafkaTimeoutError):
+        await producer._message_accumulator.add_message(TP, b"k", b"v", 2.0)
+    assert waited == [45]
+
+
+def test_a_send_that_failed_later_stops_the_process(exits):
+    with pytest.raises(Stopped):
+        delivery.FailStopOnSendError().on_send_error(None, NotLeaderForPartitionError(), None)
+    assert exits == [delivery.EXIT_CODE]
+
+
+class FakeTopic:
+    def get_topic_name(self) -> str:
+        return "etj-car-moves"
+
+
+async def test_a_send_that_raises_stops_the_process_before_anyone_sees_the_error(exits,
+                                                                                 monkeypatch):
+    async def publish(self, fut, wait=False):
+        raise ProducerSendError("Error while sending: KafkaTimeoutError()")
+
+    monkeypatch.setattr(delivery, "_publish_message", publish)
+    with pytest.raises(Stopped):
+        await delivery._publish_or_stop(FakeTopic(), object())
+    assert exits == [delivery.EXIT_CODE]
+
+
+async def test_a_send_that_works_does_not_stop(exits, monkeypatch):
+    async def publish(self, fut, wait=False):
+        return "metadata"
+
+    monkeypatch.setattr(delivery, "_publish_message", publish)
+    assert await delivery._publish_or_stop(FakeTopic(), object(), wait=True) == "metadata"
+    assert exits == []
+
+
+def test_the_worker_app_has_both_halves_installed():
+    from app.main import app
+
+    assert Topic.publish_message is delivery._publish_or_stop
+    assert any(isinstance(s, delivery.FailStopOnSendError) for s in app.sensors)
+    make = Producer._producer_type.fget(app.producer)
+    assert make is not aiokafka.AIOKafkaProducer  # wraps it with this app's delivery timeout
+    assert app.etj.producer_delivery_timeout_s == 120.0
