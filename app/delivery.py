@@ -1,17 +1,25 @@
-"""Producer delivery: re-send through broker stalls, stop without committing when a send fails.
+"""Producer delivery: re-send through broker stalls, keep every topic's leaders known, stop
+without committing when a send fails.
 
 Every record etj produces (table changelogs, revisions, car moves, ticks, dead letters) is the
-durable side of an input record that Faust will ack. Two gaps in Faust + aiokafka lose it:
+durable side of an input record that Faust will ack. Three gaps in Faust + aiokafka lose it:
 
 * aiokafka uses ONE setting, ``request_timeout_ms`` (Faust ``producer_request_timeout``), as the
   per-request timeout *and* as the age at which a batch expires unsent. A broker that leaves a
-  produce request unanswered (the local tansu does, now and then, for 10 s) therefore expires the
+  produce request unanswered for that long (stalled, paused, overloaded) therefore expires the
   batch at the moment the request times out, and with one-record batches the next ``send`` gives
   up waiting for it (``KafkaTimeoutError``): nothing is re-sent. Here a batch lives for
   ``ETJ_PRODUCER_DELIVERY_TIMEOUT_S`` instead (Kafka's ``delivery.timeout.ms``), so a timed-out
   request is re-sent on a new connection, and so is one refused as retriable (e.g.
   ``NotLeaderForPartition``). A re-send may write a record twice; revisions, moves and changelog
   rows are idempotent, so the answer does not change.
+* aiokafka's producer tracks for metadata only the topics it did not know at their first send:
+  a topic already in its (startup, all-topics) metadata is never tracked, and the first refresh
+  for a newly tracked topic replaces the metadata with that topic's alone. The untracked topic's
+  partitions then have no leader: its waiting batch is never sent and every refresh leaves it
+  out, until the batch expires (seen in CI: a zone-pollution changelog row, NotLeaderForPartition
+  after 10 s; with a longer delivery timeout the agent would just wait). Every sent-to topic is
+  tracked here (:func:`_wait_on_metadata`).
 * When a send does fail, Faust logs it (or crashes its producer buffer) and stops the worker
   *gracefully*: the stop commits the offsets of records whose changelog rows or outputs were never
   written, so they are lost (seen: a car's ADD move). Here any failed send ends the process at
@@ -28,6 +36,7 @@ import sys
 from typing import Any, Callable
 
 import aiokafka
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from faust.exceptions import ProducerSendError
 from faust.sensors import Sensor
@@ -99,8 +108,19 @@ async def _publish_or_stop(self: Topic, fut: Any, wait: bool = False) -> Any:
         raise
 
 
+_original_wait_on_metadata = AIOKafkaClient._wait_on_metadata
+
+
+async def _wait_on_metadata(self: AIOKafkaClient, topic: str) -> Any:
+    """aiokafka's, but the topic is tracked even when its partitions are already known, so a
+    refresh of the tracked topics never drops a topic a batch waits for."""
+    self._topics.add(topic)
+    return await _original_wait_on_metadata(self, topic)
+
+
 def install(app: Any) -> None:
-    """Wire both halves into ``app`` (its ``etj`` settings give the delivery timeout)."""
+    """Wire the fixes into ``app`` (its ``etj`` settings give the delivery timeout)."""
+    AIOKafkaClient._wait_on_metadata = _wait_on_metadata  # type: ignore[method-assign]
     Producer._producer_type = property(_producer_type)  # type: ignore[assignment]
     Topic.publish_message = _publish_or_stop  # type: ignore[method-assign]
     app.sensors.add(FailStopOnSendError())

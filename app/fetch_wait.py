@@ -8,7 +8,8 @@ with 5 ms). On tansu that wait is the floor of every correction's latency, so th
 lowers it to 100 ms; unset keeps Faust's value. Not lower: with 20–50 ms the extra requests made
 tansu leave a produce request unanswered in about one run in three (a 10 s stall, then the
 batch expired, before app.delivery; measured with bench.correction_latency), with 100 ms none in
-nine runs. Such a stall still happens now and then; app.delivery re-sends through it.
+nine runs. (Those stalls may have been aiokafka dropping a topic's leaders from its metadata,
+fixed in app.delivery, rather than tansu.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """``make run``: a local broker, one worker, sample traffic and a live view of the revisions.
 
 Everything runs as child processes of this one; Ctrl-C stops them all (by PID, in reverse order).
+A worker that fail-stops (exit 75: a record it could not deliver, app.delivery) is started again,
+as Kubernetes would; any other exit stops everything.
 Set ETJ_BOOTSTRAP to use an existing Kafka instead of the bundled local broker.
 """
 
@@ -13,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from app.delivery import EXIT_CODE as FAIL_STOP
 from app.local_broker import LocalBroker
 from app.settings import Settings
 
@@ -28,14 +31,18 @@ def main() -> None:
     if not broker.external:
         # tansu under-reports end offsets; batches of one make changelog recovery exact (DESIGN §5)
         env.setdefault("ETJ_PRODUCER_MAX_BATCH_SIZE", "1")
-        # ... and it sometimes never answers a produce request: re-send after 10 s instead of
-        # Faust's 20 min (Faust reads PRODUCER_REQUEST_TIMEOUT from the environment)
+        # ... and a produce request left unanswered is re-sent after 10 s instead of Faust's
+        # 20 min (Faust reads PRODUCER_REQUEST_TIMEOUT from the environment; app.delivery)
         env.setdefault("PRODUCER_REQUEST_TIMEOUT", "10")
     faust = [sys.executable, "-m", "faust", "-A", "app.main"]
     Path("var").mkdir(exist_ok=True)
     worker_log = open("var/worker.log", "ab")
-    procs = [subprocess.Popen([*faust, "worker", "-l", "info"], env=env, stdout=worker_log,
-                              stderr=subprocess.STDOUT)]
+
+    def start_worker() -> subprocess.Popen[bytes]:
+        return subprocess.Popen([*faust, "worker", "-l", "info"], env=env, stdout=worker_log,
+                                stderr=subprocess.STDOUT)
+
+    procs = [start_worker()]
     print(f"broker  {broker.url}{' (existing)' if broker.external else ' (local tansu)'}\n"
           f"worker  http://127.0.0.1:{settings.web_port}/  (log: var/worker.log)\n"
           f"timeline http://127.0.0.1:{settings.web_port}/timeline/\n"
@@ -49,7 +56,12 @@ def main() -> None:
         procs.append(subprocess.Popen([*faust, "sample-traffic"], env=env))
         procs.append(subprocess.Popen([*faust, "watch"], env=env))
         procs.append(subprocess.Popen([*faust, "watch-cars"], env=env))
-        while all(p.poll() is None for p in procs):
+        while True:
+            if procs[0].poll() == FAIL_STOP:
+                print("the worker fail-stopped (see var/worker.log); starting it again", flush=True)
+                procs[0] = start_worker()
+            if not all(p.poll() is None for p in procs):
+                break
             time.sleep(0.5)
         print("a child process exited; stopping (see var/worker.log)", flush=True)
     except KeyboardInterrupt:

@@ -47,8 +47,8 @@ def make_names(broker_url: str, **overrides: Any) -> Names:
     prefix = "t" + uuid.uuid4().hex[:8]
     env = {"ETJ_BROKER_URL": broker_url, "ETJ_APP_ID": f"{prefix}-etj",
            "ETJ_PRODUCER_MAX_BATCH_SIZE": "1", "ETJ_REVISIT_INTERVAL_S": "1",
-           # tansu sometimes never answers a produce request; with Faust's 1200 s timeout every
-           # flush (agents, offset commits) then hangs for 20 min, with 10 s it is re-sent
+           # a produce request left unanswered is re-sent after 10 s, not Faust's 20 min
+           # (app.delivery keeps the batch itself until ETJ_PRODUCER_DELIVERY_TIMEOUT_S)
            "PRODUCER_REQUEST_TIMEOUT": "10"}
     for name in TOPIC_FIELDS:
         env["ETJ_" + name.upper()] = f"{prefix}-{Settings.model_fields[name].default}"

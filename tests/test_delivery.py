@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import aiokafka
 import pytest
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaTimeoutError, NotLeaderForPartitionError
 from aiokafka.structs import TopicPartition
 from faust.exceptions import ProducerSendError
@@ -102,7 +103,37 @@ def test_the_worker_app_has_both_halves_installed():
     from app.main import app
 
     assert Topic.publish_message is delivery._publish_or_stop
+    assert AIOKafkaClient._wait_on_metadata is delivery._wait_on_metadata
     assert any(isinstance(s, delivery.FailStopOnSendError) for s in app.sensors)
     make = Producer._producer_type.fget(app.producer)
     assert make is not aiokafka.AIOKafkaProducer  # wraps it with this app's delivery timeout
     assert app.etj.producer_delivery_timeout_s == 120.0
+
+
+async def test_a_topic_known_before_its_first_send_keeps_its_leaders(broker, names, monkeypatch):
+    """Against the broker: aiokafka's producer starts with every topic's metadata; sending to a
+    new topic afterwards must not drop the leaders of one it already sends to (without the fix,
+    ``partitions_for_topic(known)`` is None here: a batch for it would wait for a leader)."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    monkeypatch.setattr(AIOKafkaClient, "_wait_on_metadata", delivery._wait_on_metadata)
+
+    known, new = f"{names.prefix}-known", f"{names.prefix}-new"
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(known, 4, 1)])
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        await producer.start()  # metadata of all topics, none tracked
+        try:
+            await producer.send_and_wait(known, b"v", partition=3)
+            await admin.create_topics([NewTopic(new, 4, 1)])
+            await producer.send_and_wait(new, b"v", partition=0)  # tracks `new`, refreshes
+            await producer.client.force_metadata_update()
+            assert producer.client.cluster.partitions_for_topic(known) == {0, 1, 2, 3}
+            assert producer.client.cluster.leader_for_partition(TopicPartition(known, 3)) \
+                not in (None, -1)
+        finally:
+            await producer.stop()
+    finally:
+        await admin.close()
