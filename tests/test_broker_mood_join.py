@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from app.commands.sample_traffic import Record, sample_moods_and_events
-from tests.faults import answers, diff, exact_answer
+from tests.faults import answers, diff, exact_answer, revisions_of
 from tests.harness import Names, create_topic, latest_by_id, produce, read_all, wait_for
 
 START = 1_790_000_000_000
@@ -19,10 +19,6 @@ async def send_paced(names: Names, records: list[Record], pace_s: float) -> None
         await produce(names, topic[kind], [(key, value)])
         if pace_s:
             await asyncio.sleep(pace_s)
-
-
-async def revisions_of(names: Names) -> list[dict[str, Any]]:
-    return [v for _, v in await read_all(names, names.output_topic, idle_s=1.5)]
 
 
 async def converged(names: Names, expected: dict[str, tuple[Any, ...]]) -> list[dict[str, Any]]:
