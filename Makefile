@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test bench venv clean
+.PHONY: run test test-fast bench venv clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ run: venv
 ## test: the whole suite, broker tests included (a local broker is started by the tests)
 test: venv $(CHROMIUM)
 	$(PY) -m pytest
+
+## test-fast: the unit and agent tiers only (no broker, no Spark, no browser): under a minute
+test-fast: venv
+	$(PY) -m pytest -m "unit or agent" -q
 
 ## bench: benchmarks (print figures, write bench/results/latest.json)
 bench: venv

@@ -54,3 +54,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
     rep = yield
     setattr(item, "rep_" + rep.when, rep)
     return rep
+
+
+#: test folder -> its tier's marker (registered in pyproject.toml, --strict-markers)
+TIERS = ("unit", "agent", "broker", "spark", "browser", "docs", "deploy")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its folder's tier, so ``-m "unit or agent"`` picks the fast ones."""
+    root = Path(__file__).parent
+    for item in items:
+        tier = Path(item.fspath).relative_to(root).parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: a test lives in one of the tier folders "
+                                    f"{', '.join(TIERS)}")
+        item.add_marker(tier)

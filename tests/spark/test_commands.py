@@ -24,7 +24,7 @@ from app.logic.mood_join import (
     add_recommendation,
     exact_mood_joins,
 )
-from tests.batch.test_car_view import stream_outputs
+from tests.spark.test_car_view import stream_outputs
 from tests.harness import latest_by_id
 
 ARGS = ["--no-progress"]

@@ -1,7 +1,7 @@
 """The batch car view gives the stream's answer: a scenario, then a property over random data.
 
 The property drives the stream's pure car-join rules (both sides, moves through per-partition
-queues, as tests/logic/test_car_join.py does) to get an output log, and checks that the batch
+queues, as tests/unit/test_car_join_logic.py does) to get an output log, and checks that the batch
 view equals the stream's exact view and that the batch consumer rule picks the same output.
 """
 
@@ -15,7 +15,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from app.batch.car_view import CAR_COLUMNS, car_view, compare_car_views, latest_car_outputs
 from app.logic.car_join import CarArrival, ZoneReading, exact_car_view, newest_per_car
-from tests.logic.test_car_join import Cluster
+from tests.unit.test_car_join_logic import Cluster
 
 ARRIVAL_DDL = "car_id bigint, to_zone_id bigint, fuel_level double, event_time bigint"
 ZONE_DDL = "zone_id bigint, pollution_level double, event_time bigint"

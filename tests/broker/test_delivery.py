@@ -1,5 +1,5 @@
 """Unit tests of app.delivery: batches outlive a request timeout; a failed send stops the worker
-without a graceful (committing) stop. The broker side: tests/test_faults_stalled_broker.py."""
+without a graceful (committing) stop. The broker side: tests/broker/test_faults_stalled_broker.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The retracting mood-count consumer: scenarios, then properties over faulty deliveries.
 
-The fault tests on the broker (tests/test_faults_*.py, tests/test_duplicates.py) check the same
+The fault tests on the broker (tests/broker/test_faults_*.py, tests/broker/test_duplicates.py) check the same
 fold over the real output topic after each fault; here the deliveries are generated.
 """
 

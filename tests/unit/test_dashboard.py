@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import pytest
 
-DASHBOARD = Path(__file__).resolve().parents[1] / "helm/etj/files/grafana-dashboard.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "helm/etj/files/grafana-dashboard.json"
 
 #: PromQL functions and aggregations the dashboard may call (a typo here is an empty panel too)
 FUNCTIONS = {"sum", "max", "min", "avg", "count", "topk", "bottomk", "quantile", "rate", "irate",

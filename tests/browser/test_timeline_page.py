@@ -28,7 +28,7 @@ from app.logic.mood_join import Mood, Recommendation, exact_mood_joins
 from app.settings import Settings
 from tests.harness import Names, Worker, produce, wait_for
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STATIC = REPO / "app" / "static"
 SCREENSHOT = REPO / "docs" / "img" / "timeline.png"
 CHROMIUM = "/usr/bin/chromium"

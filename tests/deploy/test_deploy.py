@@ -37,7 +37,7 @@ import yaml
 
 from app.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "etj"
 SCHEMA = CHART / "values.schema.json"
 DOCKERFILE = ROOT / "Dockerfile"
