@@ -1,0 +1,127 @@
+"""The one independent oracle: the exact answer of an event-time join, by brute force.
+
+Every test that checks a join's answer (stream, agent, broker, batch twin) and every benchmark
+that counts exact answers compares against this module. It shares no code with the engine
+(:mod:`app.logic.event_join`, :mod:`app.joins`) nor with the batch twin (:mod:`app.batch`): it
+re-derives the rules from their statement in the docs, quadratically, so a bug in the engine's
+bisects, tie rule, purge or id derivation cannot hide in both. Change it only when a rule
+changes.
+
+The rules (docs: Concepts → event time; Joins):
+- ``before``: an event at ``t`` joins the version of its key with the greatest event time
+  strictly less than ``t``; ties on that time go to the greatest copied values; none → null.
+- ``at-or-before-else-earliest``: the greatest event time at or before ``t``; an event before
+  every version takes the earliest one (ties: the greatest values).
+- mode ``inner``: an event no version applies to has no answer (absent).
+- the join id is the event's own id, else ``"r-" + sha1(key, event_time, recommendation)``
+  (fields joined by U+001F, first 20 hex digits).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+#: what a consumer compares in a mood revision (everything but the bookkeeping fields)
+MOOD_ANSWER_FIELDS = ("id", "consultant", "event_time", "recommendation", "mood",
+                      "mood_event_time")
+
+
+def join_id(consultant: str, event_time: int, recommendation: str, given: str | None) -> str:
+    """The recommendation's own id, else the digest a replay (or the batch twin) derives."""
+    if given:
+        return given
+    raw = "\x1f".join((consultant, str(event_time), recommendation)).encode("utf-8")
+    return "r-" + hashlib.sha1(raw).hexdigest()[:20]
+
+
+@dataclass(frozen=True, slots=True)
+class Mood:
+    """``etj-moods``: consultant ``name`` is in ``mood`` from ``event_time`` on."""
+
+    name: str
+    mood: str
+    event_time: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"name": self.name, "mood": self.mood, "event_time": self.event_time}
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """``etj-events``: a recommendation to a consultant at ``event_time``."""
+
+    consultant: str
+    recommendation: str
+    event_time: int
+    id: str | None = None
+
+    @property
+    def join_id(self) -> str:
+        return join_id(self.consultant, self.event_time, self.recommendation, self.id)
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"consultant": self.consultant,
+                               "recommendation": self.recommendation,
+                               "event_time": self.event_time}
+        if self.id is not None:
+            out["id"] = self.id
+        return out
+
+
+def mood_answer(revision: dict[str, Any]) -> tuple[Any, ...]:
+    """The comparable part of one mood revision as it is on the wire."""
+    return tuple(revision[f] for f in MOOD_ANSWER_FIELDS)
+
+
+def exact_mood_joins(moods: Iterable[Mood], recs: Iterable[Recommendation],
+                     ) -> dict[str, tuple[Any, ...]]:
+    """join id -> (id, consultant, event_time, recommendation, mood, mood_event_time).
+
+    Whatever the arrival order: only the set of records counts (a duplicate changes nothing).
+    """
+    by_name: dict[str, set[tuple[int, str]]] = {}
+    for m in moods:
+        by_name.setdefault(m.name, set()).add((m.event_time, m.mood))
+    out: dict[str, tuple[Any, ...]] = {}
+    for r in recs:
+        before = [p for p in by_name.get(r.consultant, ()) if p[0] < r.event_time]
+        best = max(before) if before else (None, None)
+        out[r.join_id] = (r.join_id, r.consultant, r.event_time, r.recommendation, best[1],
+                          best[0])
+    return out
+
+
+def exact_answer(rules: Any, versions: Iterable[tuple[str, list[Any]]],
+                 events: Iterable[Any]) -> dict[str, tuple[Any, ...]]:
+    """Any spec: join id -> (id, key, event_time, payload, answer values, answer time).
+
+    ``rules``: anything with ``asof`` and ``mode`` (a spec's rules); ``versions``: (key,
+    [event_time, *copied values]); ``events``: anything with ``key``, ``id``, ``event_time`` and
+    ``payload``. In inner mode an event no version applies to is absent.
+    """
+    by_key: dict[str, list[list[Any]]] = {}
+    for key, v in versions:
+        known = by_key.setdefault(key, [])
+        if list(v) not in known:
+            known.append(list(v))
+    out: dict[str, tuple[Any, ...]] = {}
+    for e in events:
+        history = by_key.get(e.key, [])
+        if rules.asof == "before":
+            cands = [v for v in history if v[0] < e.event_time]
+        elif rules.asof == "at-or-before-else-earliest":
+            cands = [v for v in history if v[0] <= e.event_time]
+            if not cands and history:
+                first = min(v[0] for v in history)
+                cands = [v for v in history if v[0] == first]
+        else:
+            raise ValueError(f"unknown as-of rule {rules.asof!r}")
+        best = max(cands) if cands else None
+        if best is None and rules.mode == "inner":
+            out.pop(e.id, None)
+            continue
+        out[e.id] = (e.id, e.key, e.event_time, tuple(e.payload),
+                     None if best is None else tuple(best[1:]), None if best is None else best[0])
+    return out
