@@ -12,23 +12,18 @@ class EtjApp(faust.App):
     """A Faust app that checks co-partitioning before it consumes anything."""
 
     etj: Settings
+    #: topic groups that must have the same partition count (declared by app.topology)
+    copartitioned: list[tuple[str, ...]]
     #: called when a rebalance starts, before Faust waits for every delivered record to be acked
-    #: (records that flow control holds back must be let go, or that wait never ends)
+    #: (records that flow control holds back must be let go, or that wait never ends;
+    #: app.compat.revoke)
     on_revoke_drop: list
-
-    async def _consumer_wait_empty(self, consumer, logger) -> None:  # type: ignore[override]
-        for drop in self.on_revoke_drop:
-            drop()
-        await super()._consumer_wait_empty(consumer, logger)
 
     async def on_first_start(self) -> None:
         s = self.etj
         s.datadir.mkdir(parents=True, exist_ok=True)
         await super().on_first_start()
-        # car arrivals are joined with nothing, but their table (car positions) and its
-        # changelog are partitioned with ETJ_PARTITIONS: a different count splits a car's state
-        groups = [s.mood_inputs, s.car_inputs, (s.car_arrivals_topic,)]
-        await check_copartitioning(s.broker_url, groups, s.partitions)
+        await check_copartitioning(s.broker_url, self.copartitioned, s.partitions)
 
 
 def create_app(settings: Settings) -> EtjApp:
@@ -54,6 +49,7 @@ def create_app(settings: Settings) -> EtjApp:
     )
     app.etj = settings
     app.on_revoke_drop = []
+    app.copartitioned = []
     return app
 
 

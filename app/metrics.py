@@ -1,15 +1,43 @@
-"""Process-wide counters (Prometheus client), incremented by the agents, read by the views."""
+"""Every counter and gauge etj exports (Prometheus client): one family per concept, each with a
+``join`` label (the spec name, or ``cars`` for the car join), so a record is counted once.
+
+Incremented by the agents, refreshed by the views (/metrics, /stats/), read by the Grafana
+dashboard (helm/etj/files/grafana-dashboard.json, checked by tests/unit/test_dashboard.py).
+"""
 
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
-records_in = Counter("etj_records_in", "Input records consumed", ["topic"])
-dead_letters = Counter("etj_dead_letters", "Records sent to the dead-letter topic", ["topic"])
-late_records = Counter("etj_late_records", "Records older than the retention horizon", ["topic"])
-revisions_out = Counter("etj_revisions", "Revisions emitted to the output topic", ["cause"])
-joins_finalised = Counter("etj_joins_finalised", "Joins dropped from state past the horizon")
-stream_time = Gauge("etj_stream_time_ms", "Greatest event time seen", ["partition"])
+# --- records in and where they went (per join) ---
+records_in = Counter("etj_records_in", "Input records consumed", ["join", "topic"])
+dead_letters = Counter("etj_dead_letters", "Records sent to the dead-letter topic",
+                       ["join", "topic"])
+late_records = Counter("etj_late_records", "Records older than the retention horizon",
+                       ["join", "topic"])
+revisions_out = Counter("etj_revisions", "Revisions emitted to a join's output topic",
+                        ["join", "cause"])
+joins_finalised = Counter("etj_joins_finalised", "Joins dropped from state past the horizon",
+                          ["join"])
+stream_time = Gauge("etj_stream_time_ms", "Greatest event time seen", ["join", "partition"])
+
+# --- inner mode: events that wait for their dimension ---
+held = Counter("etj_join_held", "Events held (inner mode) because no dimension version applied",
+               ["join"])
+released = Counter("etj_join_released", "Held events emitted when their dimension arrived",
+                   ["join"])
+unmatched = Counter("etj_join_unmatched",
+                    "Held events dropped at the horizon: their dimension never arrived", ["join"])
+
+# --- flow control (app.flow_control) ---
+flow_waiting = Gauge("etj_join_flow_waiting", "Records queued by flow control (waiting for the "
+                     "other input to catch up in event time)", ["join"])
+flow_forced = Counter("etj_join_flow_forced", "Records let go by flow control before the lagging "
+                      "input caught up (wait timed out or buffer full)", ["join"])
+
+# --- car join ---
+car_moves = Counter("etj_car_moves", "Car moves sent to the zone side", ["op"])
+car_outputs = Counter("etj_car_pollution", "Car pollution records emitted", ["cause"])
 
 # --- operation: refreshed by the /metrics and /stats/ views from this worker's state ---
 ready = Gauge("etj_ready", "1 when this worker's tables are recovered and it consumes input")
@@ -18,20 +46,29 @@ recovery_remaining = Gauge("etj_recovery_remaining",
 table_keys = Gauge("etj_table_keys", "Keys in this worker's local store", ["table"])
 retention_horizon = Gauge("etj_retention_horizon_ms",
                           "Stream time minus retention, per partition this worker owns",
-                          ["partition"])
+                          ["join", "partition"])
 
 
-def totals(metric: Counter | Gauge, label: str | None = None) -> dict[str, float]:
-    """Current values of ``metric`` in this process: {label value: value} ('' if unlabelled)."""
+def totals(metric: Counter | Gauge, label: str | None = None,
+           **where: str) -> dict[str, float]:
+    """This process's values of ``metric``, summed per value of ``label`` ('' if None), over
+    the samples whose labels match ``where`` (e.g. ``join="moods"``)."""
     out: dict[str, float] = {}
     for family in metric.collect():
         for sample in family.samples:
             if sample.name.endswith("_created"):
                 continue
-            out[sample.labels.get(label, "") if label else ""] = sample.value
+            if any(sample.labels.get(k) != v for k, v in where.items()):
+                continue
+            k = sample.labels.get(label, "") if label else ""
+            out[k] = out.get(k, 0.0) + sample.value
     return out
 
 
-# --- car join ---
-car_moves = Counter("etj_car_moves", "Car moves sent to the zone side", ["op"])
-car_outputs = Counter("etj_car_pollution", "Car pollution records emitted", ["cause"])
+def snapshot(join: str) -> dict[str, float]:
+    """One join's counters in this process, summed over their other labels (GET /joins/)."""
+    return {name: sum(totals(metric, join=join).values())
+            for name, metric in (("records", records_in), ("revisions", revisions_out),
+                                 ("late", late_records), ("dead_letters", dead_letters),
+                                 ("held", held), ("released", released),
+                                 ("unmatched", unmatched), ("finalised", joins_finalised))}

@@ -1,26 +1,7 @@
-"""Ordered range scans over a Faust table — the one place that reaches into Faust's stores.
+"""Ordered range scans over a table: what the car join's zone index and the per-join layout use.
 
-Faust has no public range-scan API, and a full-table scan to find one zone's cars would make a
-zone update cost grow with the number of cars in *other* zones. Both stores etj supports can
-scan a key range in order, each in its own way:
-
-- ``rocksdb://``: Faust keeps one rocksdict ``Rdict`` per table partition (``Store._dbs``,
-  opened by ``Store._db_for_partition``), keys are the serialized table keys, and a rocksdict
-  iterator can ``seek``. The scan seeks to the low key of the partition's database and stops at
-  the high key (also set as the iterator's upper bound, so RocksDB reads nothing beyond it). The
-  database also holds Faust's own offset key (``Store.offset_key``); it is skipped.
-- ``memory://``: Faust's memory store keeps a plain ``dict``, which has no order. A
-  :class:`RangeTable` gives its memory store a ``sortedcontainers.SortedDict`` instead: the same
-  mapping, whose keys are also kept sorted on every write, delete and changelog-recovery batch
-  (``apply_changelog_batch`` goes through ``update``/``pop``), so the ordered index is never out
-  of step and is rebuilt by recovery like the data itself. ``SortedDict.irange`` is the scan.
-
-Keys are ``bytes``, stored and logged as they are, so that the stored order is byte order; see
-:mod:`app.keys` for keys whose byte order is numeric order. :func:`range_table` sets
-``key_type=bytes``: Faust derives a table's key serializer from its key type, not from a
-``schema`` (with a ``raw`` schema the changelog keys were still decoded as JSON, and recovery
-failed on the first non-UTF-8 key). Any other store is refused when the table is created,
-rather than silently falling back to a full scan.
+Faust has no public range-scan API; the store access lives in :mod:`app.compat.stores`. Keys
+are ``bytes`` whose byte order is the order to scan by (:mod:`app.keys`).
 """
 
 from __future__ import annotations
@@ -28,42 +9,13 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import faust
-import rocksdict
-from faust import stores
 from faust.exceptions import ImproperlyConfigured
-from faust.stores.memory import Store as MemoryStore
-from faust.stores.rocksdb import Store as RocksDBStore
-from faust.types import AppT, StoreT
-from sortedcontainers import SortedDict
-from yarl import URL
+from faust.types import AppT
 
+from app.compat.stores import RangeTable, SortedMemoryStore, iter_range
 from app.keys import prefix_end
 
 __all__ = ["RangeTable", "SortedMemoryStore", "range_table", "scan", "scan_prefix"]
-
-
-class SortedMemoryStore(MemoryStore):
-    """Faust's memory store, but its ``data`` dict keeps its keys sorted (the range index)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.data = SortedDict()
-
-
-class RangeTable(faust.Table):
-    """A table whose store can answer :func:`scan` (``memory://`` or ``rocksdb://``)."""
-
-    def _new_store_by_url(self, url: str | URL) -> StoreT:
-        cls: Any = stores.by_url(url)
-        if cls is MemoryStore:
-            cls = SortedMemoryStore
-        elif not issubclass(cls, (SortedMemoryStore, RocksDBStore)):
-            raise ImproperlyConfigured(
-                f"table {self.name!r} needs ordered range scans, which store {url} cannot do; "
-                "use memory:// or rocksdb://")
-        return cls(url, self.app, self, table_name=self.name, key_type=self.key_type,
-                   key_serializer=self.key_serializer, value_serializer=self.value_serializer,
-                   value_type=self.value_type, loop=self.loop, options=self.options)
 
 
 def range_table(app: AppT, name: str, **kwargs: Any) -> RangeTable:
@@ -87,40 +39,10 @@ def scan(table: faust.Table, lo: bytes, hi: bytes | None,
     ``table[key]`` would return them. Reads only that range: cost O(log n + k). Lazy on
     RocksDB: do not write keys of the range while iterating.
     """
-    store = table.data
-    if isinstance(store, SortedMemoryStore):
-        data = store.data
-        for key in list(data.irange(lo, hi, inclusive=(True, False))):
-            yield key, data[key]
-    elif isinstance(store, RocksDBStore):
-        yield from _scan_rocksdb(store, lo, hi, partition)
-    else:
-        raise TypeError(f"table {table.name!r} has store {type(store).__name__}, which cannot "
-                        "scan a key range (define it with range_table)")
+    return iter_range(table, lo, hi, partition)
 
 
 def scan_prefix(table: faust.Table, prefix: bytes,
                 partition: int) -> Iterator[tuple[bytes, Any]]:
     """(key, value) of every key that starts with ``prefix``, in key order (see :func:`scan`)."""
     return scan(table, prefix, prefix_end(prefix), partition)
-
-
-def _scan_rocksdb(store: RocksDBStore, lo: bytes, hi: bytes | None,
-                  partition: int) -> Iterator[tuple[bytes, Any]]:
-    if not store.use_rocksdict:
-        raise TypeError("range scans need the rocksdict driver of Faust's RocksDB store")
-    db = store._db_for_partition(partition)
-    opts = rocksdict.ReadOptions()
-    # no set_iterate_lower_bound: in rocksdict 0.3.x it sets the *upper* bound (a bug, seen on
-    # 0.3.29: the scan of the last zone came back empty); seek(lo) is the lower end instead
-    if hi is not None:
-        opts.set_iterate_upper_bound(hi)
-    it = db.iter(opts)
-    it.seek(lo)
-    while it.valid():
-        key = it.key()
-        if hi is not None and key >= hi:  # the bound already stops it; belt and braces
-            break
-        if key != store.offset_key:  # Faust's own bookkeeping row, 16 bytes like our keys
-            yield key, store._decode_value(it.value())
-        it.next()

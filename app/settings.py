@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     car_moves_topic: str = Field(
         "etj-car-moves", description="Internal: DEL/ADD of cars, keyed by zone id."
     )
+    car_ticks_topic: str = Field(
+        "etj-car-ticks",
+        description="Internal: wake-ups of the car join's flow control, one per owned partition.")
     car_pollution_topic: str = Field("etj-car-pollution", description="Output: car view.")
     movies_topic: str = Field("etj-movies", description="Input: movie versions (join movies).")
     ratings_topic: str = Field("etj-ratings", description="Input: ratings (join movies).")
@@ -91,7 +94,7 @@ class Settings(BaseSettings):
     )
     stall_check_s: float = Field(
         5.0, gt=0, description="Seconds between checks for an input partition whose fetched "
-        "records never reached its agent (read again from the first unhandled; see app/stall_guard.py)."
+        "records never reached its agent (read again from the first unhandled; see app/compat/stall_guard.py)."
     )
     joins_file: Path | None = Field(
         None, description="JSON file of extra join specs (see the README, section Declarative joins)."
@@ -119,16 +122,6 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = Field(1.0, gt=0, description="Consumer heartbeat interval.")
     rebalance_timeout_s: float = Field(10.0, gt=0, description="Consumer rebalance timeout.")
     commit_interval_s: float = Field(1.0, gt=0, description="Offset commit interval.")
-
-    @property
-    def mood_inputs(self) -> tuple[str, ...]:
-        """The co-partitioned topics of the mood join (inputs and its internal tick topic)."""
-        return (self.moods_topic, self.events_topic, self.ticks_topic)
-
-    @property
-    def car_inputs(self) -> tuple[str, ...]:
-        """The co-partitioned topics of the zone side of the car join."""
-        return (self.zones_topic, self.car_moves_topic)
 
 
 @lru_cache(maxsize=1)

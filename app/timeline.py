@@ -28,8 +28,9 @@ from yarl import URL
 from app.faust_app import app, settings
 from app.keys import zone_prefix
 from app.range_scan import scan_prefix
-from app.tables import mood_history, recent_joins, stream_clock, zone_cars, zone_pollution
-from app.views import FORWARDED, _ident, input_partition, routed, served_by
+from app.topology import owned_partitions, zone_cars, zone_pollution
+from app.views import (FORWARDED, _ident, input_partition, mood_engine, mood_history,
+                       recent_joins, routed, served_by)
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +52,9 @@ async def timeline_page(view: View, request: Request) -> Response:
 
 # ---- which keys this worker owns ------------------------------------------------------------
 
-def active_partitions(topic: str) -> set[int]:
-    """Partitions of input ``topic`` this worker has active (not standby)."""
-    return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topic}
-
-
 def local_consultants() -> list[str]:
     """Consultants with state in partitions this worker owns (mood history or recent joins)."""
-    owned = active_partitions(settings.moods_topic)
+    owned = set(owned_partitions(settings.moods_topic))
     names = {str(k) for table in (mood_history, recent_joins) for k in list(table.keys())}
     return sorted(n for n in names if input_partition(n) in owned)
 
@@ -69,7 +65,7 @@ def local_zones() -> list[dict[str, Any]]:
     A zone's cars are one key range of ``zone-cars`` (:mod:`app.keys`), so counting them reads
     that range only. Zones that have cars but no reading yet are not listed.
     """
-    owned = active_partitions(settings.zones_topic)
+    owned = set(owned_partitions(settings.zones_topic))
     out = []
     for zone_id, raw in list(zone_pollution.items()):
         partition = input_partition(str(zone_id))
@@ -162,7 +158,7 @@ async def zones(view: View, request: Request) -> Response:
 @routed(mood_history, "consultant")
 async def clock(view: View, request: Request, consultant: str, partition: int) -> Response:
     """Stream time and retention horizon of the partition that holds ``consultant``."""
-    stream_time = stream_clock.get(partition)
+    stream_time = mood_engine.tables.clock.get(partition)
     return view.json({
         "consultant": consultant, "partition": partition, "served_by": served_by(),
         "stream_time": stream_time, "retention_ms": settings.retention_ms,

@@ -28,7 +28,6 @@ from typing import Any, Awaitable, Callable
 
 import aiohttp
 from aiokafka.partitioner import DefaultPartitioner
-from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 from faust.web import Request, Response, View
 from prometheus_client import generate_latest
@@ -36,14 +35,19 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from yarl import URL
 
 from app import metrics
+from app.agents.event_join import engines
+from app.compat.stores import estimated_keys
 from app.faust_app import app, settings
 from app.keys import decode_zone_car, zone_prefix
 from app.logic.car_join import CarArrival, CarPosition, ZoneReading, join
-from app.logic.mood_join import Join
 from app.range_scan import scan_prefix
 from app.records import MAX_ID
-from app.tables import (active_keys, car_positions, mood_history, recent_joins, stream_clock,
-                        zone_cars, zone_pollution)
+from app.topology import car_positions, owned_partitions, zone_cars, zone_pollution
+
+#: the mood join's engine: /moods/ and /joins/{consultant}/ read its tables
+mood_engine = engines["moods"]
+mood_history = mood_engine.tables.history
+recent_joins = mood_engine.tables.joins
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +90,6 @@ def owner_of(table: Any, partition: int) -> URL | None:
         if partition in topics.get(topic, ()):
             return URL(str(url))
     return None
-
-
-def owned_partitions() -> list[int]:
-    """Partitions of the mood join this worker has active (those of its moods topic)."""
-    return sorted(tp.partition for tp in app.assignor.assigned_actives()
-                  if tp.topic == settings.moods_topic)
 
 
 def routed(table: Any, param: str,
@@ -190,6 +188,21 @@ async def moods(view: View, request: Request, consultant: str, partition: int) -
 # -> {"consultant", "partition", "served_by", "moods": [{"event_time", "mood"}, ...]}
 
 
+#: the fields of a /joins/{consultant}/ row (its latest revision, without the consultant)
+JOIN_ROW = ("id", "event_time", "recommendation", "mood", "mood_event_time", "revision", "cause",
+            "previous_mood")
+
+
+@app.page("/joins/")
+async def list_joins(view: View, request: Request) -> Response:
+    """Every join spec (topics, fields, mode, as-of rule, retention, window) and this worker's
+    counters of it (not routed: every worker runs the same specs)."""
+    return view.json({"joins": [{**e.spec.describe(), "counters": metrics.snapshot(name)}
+                                for name, e in engines.items()]})
+# -> {"joins": [{"name", "events": {...}, "dimension": {...}, "output", "output_fields", "mode",
+#                "asof", "retention_ms", "window_ms", ..., "counters": {"records", "held", ...}}]}
+
+
 @app.page("/joins/{consultant}/")
 @routed(recent_joins, "consultant")
 async def joins(view: View, request: Request, consultant: str, partition: int) -> Response:
@@ -198,12 +211,12 @@ async def joins(view: View, request: Request, consultant: str, partition: int) -
     if raw is None and mood_history.get(consultant) is None:
         return view.error(404, f"unknown consultant {consultant!r}", consultant=consultant)
     rows = []
+    spec, layout = mood_engine.spec, mood_engine.layout
     for jid, value in (raw or {}).items():
-        j = Join.from_json(value)
-        rows.append({"id": jid, "event_time": j.event_time, "recommendation": j.recommendation,
-                     "mood": j.mood, "mood_event_time": j.mood_event_time,
-                     "revision": j.revision, "cause": j.cause,
-                     "previous_mood": j.previous_mood})
+        rev = spec.rules.current(jid, consultant, layout.load(value))
+        if rev is not None:  # left mode: every join has been emitted
+            wire = spec.to_wire(rev)
+            rows.append({f: wire[f] for f in JOIN_ROW})
     rows.sort(key=lambda r: (r["event_time"], r["id"]))
     return view.json({"consultant": consultant, "partition": partition,
                       "served_by": served_by(), "joins": rows})
@@ -302,15 +315,18 @@ async def car(view: View, request: Request, car_id: int, partition: int) -> Resp
 
 # ---- this worker: stats, health, readiness, metrics ---------------------------------------
 
-def partition_clocks() -> dict[str, dict[str, int | None]]:
-    """Stream time and retention horizon of each partition this worker owns."""
+def partition_clocks(engine: Any) -> dict[str, dict[str, int | None]]:
+    """Stream time and retention horizon of each partition of one join this worker owns."""
     out: dict[str, dict[str, int | None]] = {}
-    for p in owned_partitions():
-        clock = stream_clock.get(p)
-        out[str(p)] = {"stream_time": clock,
-                       "retention_horizon": None if clock is None
-                       else clock - settings.retention_ms,
-                       "active_keys": len(active_keys.get(p) or [])}
+    spec, tables = engine.spec, engine.tables
+    for p in owned_partitions(spec.ticks):
+        clock = tables.clock.get(p)
+        row: dict[str, int | None] = {
+            "stream_time": clock,
+            "retention_horizon": None if clock is None else clock - spec.retention_ms}
+        if spec.layout == "per-key":
+            row["active_keys"] = len(tables.index.get(p) or [])
+        out[str(p)] = row
     return out
 
 
@@ -321,35 +337,28 @@ def table_sizes() -> dict[str, int]:
     RocksDB's own estimate (``rocksdb.estimate-num-keys``), since counting would read every key
     on each scrape.
     """
-    return {name: table_size(table) for name, table in sorted(app.tables.items())}
-
-
-def table_size(table: Any) -> int:
-    store = table.data
-    if isinstance(store, RocksDBStore) and store.use_rocksdict:
-        return sum(db.property_int_value("rocksdb.estimate-num-keys") or 0
-                   for db in store._dbs_for_actives())
-    return len(table)
+    return {name: estimated_keys(table) for name, table in sorted(app.tables.items())}
 
 
 def refresh_gauges() -> dict[str, Any]:
     """Bring the state gauges up to date; return what they were set from."""
     state = recovery_state()
-    clocks = partition_clocks()
+    clocks = {name: partition_clocks(engine) for name, engine in engines.items()}
     sizes = table_sizes()
     metrics.ready.set(1 if state["ready"] else 0)
     metrics.recovery_remaining.set(state["active_remaining"])
     for name, n in sizes.items():
         metrics.table_keys.labels(name).set(n)
-    # partitions that moved to another worker must not keep reporting a clock from here
-    for gauge in (metrics.stream_time, metrics.retention_horizon):
-        for label in set(metrics.totals(gauge, "partition")) - set(clocks):
-            gauge.remove(label)
-    for p, c in clocks.items():
-        if c["stream_time"] is not None:
-            metrics.stream_time.labels(p).set(c["stream_time"])
-            metrics.retention_horizon.labels(p).set(c["retention_horizon"])
-    return {"recovery": state, "partitions": clocks, "tables": sizes}
+    for join, by_partition in clocks.items():
+        # partitions that moved to another worker must not keep reporting a clock from here
+        for gauge in (metrics.stream_time, metrics.retention_horizon):
+            for label in set(metrics.totals(gauge, "partition", join=join)) - set(by_partition):
+                gauge.remove(join, label)
+        for p, c in by_partition.items():
+            if c["stream_time"] is not None:
+                metrics.stream_time.labels(join, p).set(c["stream_time"])
+                metrics.retention_horizon.labels(join, p).set(c["retention_horizon"])
+    return {"recovery": state, "partitions": clocks["moods"], "joins": clocks, "tables": sizes}
 
 
 @app.page("/stats/")
@@ -365,13 +374,14 @@ async def stats(view: View, request: Request) -> Response:
         "joins": int(revisions.get("arrival", 0)),
         "corrections": int(sum(v for c, v in revisions.items() if c != "arrival")),
         "revisions_by_cause": revisions,
-        "joins_finalised": int(metrics.totals(metrics.joins_finalised).get("", 0)),
+        "joins_finalised": int(sum(metrics.totals(metrics.joins_finalised).values())),
         "late": metrics.totals(metrics.late_records, "topic"),
         "dead_letters": metrics.totals(metrics.dead_letters, "topic"),
         "car_moves": metrics.totals(metrics.car_moves, "op"),
         "car_outputs": metrics.totals(metrics.car_outputs, "cause"),
         "retention_ms": settings.retention_ms,
         "partitions": current["partitions"],
+        "join_partitions": current["joins"],
         "tables": current["tables"],
     })
 # -> {"records_in": {topic: n}, "joins", "corrections", "late", "dead_letters", "car_moves",

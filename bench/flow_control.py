@@ -47,10 +47,10 @@ def simulate(ordered: list[Record], retention_ms: int,
              partitions: int = PARTITIONS) -> dict[str, int]:
     """Corrections and late records the join rules give when records come in this order
     (stream time per partition, records older than it minus the retention are late)."""
-    from app.logic.mood_join import (ConsultantState, Mood, Recommendation, add_mood,
-                                     add_recommendation)
+    from tests.oracle import Mood, Recommendation
+    from tests.replay import MoodReplay
 
-    states: dict[str, ConsultantState] = {}
+    replay = MoodReplay()  # the engine's own rules and layout
     clocks: dict[int, int] = {}
     corrections = late = 0
     for kind, key, v in ordered:
@@ -60,13 +60,12 @@ def simulate(ordered: list[Record], retention_ms: int,
             late += 1
             continue
         clocks[p] = max(clock or 0, v["event_time"])
-        state = states.setdefault(key, ConsultantState())
         if kind == "mood":
-            _, revs = add_mood(state, Mood(v["name"], v["mood"], v["event_time"]))
+            revs = replay.mood(Mood(v["name"], v["mood"], v["event_time"]))
         else:
-            revs = add_recommendation(state, Recommendation(
+            revs = replay.recommendation(Recommendation(
                 v["consultant"], v["recommendation"], v["event_time"], v.get("id")))
-        corrections += sum(1 for r in revs if r.revision > 1)
+        corrections += sum(1 for r in revs if r["revision"] > 1)
     return {"corrections": corrections, "late": late}
 
 

@@ -52,7 +52,7 @@ def workdir() -> Iterator[Path]:
 
 
 #: settings of the local set-up besides the harness's (batches of one, 1 s revisit ticks):
-#: tansu holds every empty fetch for its full wait, see app.fetch_wait
+#: tansu holds every empty fetch for its full wait, see app.compat.fetch_wait
 LOCAL_SETTINGS = {"consumer_fetch_max_wait_ms": 100}
 
 

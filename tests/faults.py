@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.commands.sample_traffic import Record
 from app.consumers.mood_counts import MoodCounts, counts_of_answers, fold
-from app.logic.mood_join import Mood, Recommendation, exact_mood_joins
 from tests.harness import Names, Worker, bootstrap, encode, latest_by_id, read_all
+from tests.oracle import Mood, Recommendation, exact_mood_joins, mood_answer
 
 Position = tuple[str, int, int]  # (topic, partition, offset) of an input record
 
@@ -76,8 +76,7 @@ def exact_answer(records: Iterable[Record]) -> dict[str, tuple[Any, ...]]:
 
 def answers(revisions: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
     """join id -> answer of its latest revision (the consumer rule of the revision log)."""
-    return {jid: (r["id"], r["consultant"], r["event_time"], r["recommendation"], r["mood"],
-                  r["mood_event_time"]) for jid, r in latest_by_id(revisions).items()}
+    return {jid: mood_answer(r) for jid, r in latest_by_id(revisions).items()}
 
 
 def exact_counts(expected: dict[str, tuple[Any, ...]]) -> dict[str | None, int]:

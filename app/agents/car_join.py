@@ -2,18 +2,20 @@
 
 etj-car-arrivals (key car id) -> ``track_cars`` -> table car-positions -> car moves
     (internal, key zone id: DEL old zone, ADD new zone)
-etj-zones + car moves (key zone id, co-partitioned) -> ``join_zone_pollution`` -> tables
+etj-zones + car moves + car ticks (key zone id, co-partitioned) -> ``join_zone_pollution`` -> tables
     zone-pollution, zone-cars ((zone_id, car_id) keys) -> etj-car-pollution (key car id)
 
 The zone side reads both of its inputs in ONE agent, so per worker one sequential loop owns a
 zone's reading and its cars. A reading finds the zone's cars by a range scan over the zone-cars
 store (:mod:`app.range_scan`): its cost depends on the zone's size, not on the table's.
 
-The rules live in :mod:`app.logic.car_join`; this module loads/stores state and sends what they
-return. Crash safety, as in the mood agent: state (changelogs) is flushed before the outputs it
-implies are sent, and the outputs are flushed before the next event, so an acknowledged offset
-never has unsent outputs. A crash in between loses outputs whose input is then re-consumed; the
-rules answer a re-delivered record (equal to the stored one) with its outputs again.
+The rules live in :mod:`app.logic.car_join`; this module loads/stores state and returns what
+they emit. Both agents run the durability protocol of every agent (:mod:`app.agents.durable`):
+per batch, the changelog is flushed, then the outputs are sent, then the records acked; a crash
+in between loses outputs whose input is then re-consumed, and the rules answer a re-delivered
+record (equal to the stored one) with its outputs again. The zone side's two inputs pass the
+same event-time flow control as a join's (under a backlog, zone readings and car moves of a
+partition are handled in event-time order); its ticks topic only wakes that flow control up.
 
 Outputs of one car come from different zone partitions (DEL and ADD race), so they can reach
 etj-car-pollution in any order: a consumer keeps the greatest per car by
@@ -28,13 +30,10 @@ arrival order (a zone whose only reading is old would lose it). Malformed record
 from __future__ import annotations
 
 import json
-import logging
-from dataclasses import dataclass
 from typing import Any, Iterator
 
-from faust.types import TopicT
-
-from app import metrics, sinks
+from app import metrics
+from app.agents.durable import DurableLoop, Out, dead_letter
 from app.faust_app import app, settings
 from app.keys import decode_zone_car, encode_zone_car, zone_prefix
 from app.logic.car_join import (
@@ -50,31 +49,10 @@ from app.logic.car_join import (
 )
 from app.range_scan import scan_prefix
 from app.records import CarArrivalIn, CarMoveIn, InvalidRecord, ZoneIn, parse
-from app.tables import car_positions, zone_cars, zone_pollution
-from app.topics import (
-    car_arrivals,
-    car_moves,
-    car_pollution,
-    car_pollution_inputs,
-    dead_letters,
-)
+from app.topology import (car_arrivals, car_moves, car_pollution, car_pollution_inputs,
+                          car_positions, car_ticks, zone_cars, zone_pollution)
 
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Out:
-    """A record to send once state is durable."""
-
-    topic: TopicT
-    key: bytes | None
-    value: bytes
-
-
-def dead(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
-         error: str) -> Out:
-    metrics.dead_letters.labels(topic).inc()
-    return Out(dead_letters, key, sinks.dead_letter(topic, partition, offset, key, value, error))
+JOIN = "cars"  # the car join's value of the metrics' ``join`` label
 
 
 def move_out(move: Move) -> Out:
@@ -87,24 +65,25 @@ def output_out(out: CarPollution, cause: str) -> Out:
     return Out(car_pollution, str(out.car_id).encode(), json.dumps(out.to_wire()).encode())
 
 
-async def send_all(outs: list[Out]) -> None:
-    if outs:
-        await app.producer.flush()  # state first: outputs never outrun their changelog
-        for out in outs:
-            await out.topic.send(key=out.key, value=out.value, force=True)
-        await app.producer.flush()  # outputs durable before this offset can be committed
+def _dead(msg: Any, error: InvalidRecord) -> list[Out]:
+    return [dead_letter(JOIN, msg.topic, msg.partition, msg.offset, msg.key, msg.value,
+                        str(error))]
 
 
 # --- car side ---------------------------------------------------------------------------------
 
+_MODELS = {settings.car_arrivals_topic: CarArrivalIn, settings.zones_topic: ZoneIn,
+           settings.car_moves_topic: CarMoveIn}
 
-def on_arrival(topic: str, partition: int, offset: int, key: bytes | None,
-               value: bytes | None) -> list[Out]:
-    """One car arrival: validate, update the position, return the moves to send."""
-    try:
-        rec = parse(CarArrivalIn, key, value)
-    except InvalidRecord as exc:
-        return [dead(topic, partition, offset, key, value, str(exc))]
+
+def parse_input(topic: str, key: bytes | None, value: bytes | None) -> tuple[Any, int]:
+    """(the validated record, its event time); raises :class:`InvalidRecord`."""
+    rec = parse(_MODELS[topic], key, value)
+    return rec, rec.event_time
+
+
+def on_arrival(rec: CarArrivalIn) -> list[Out]:
+    """One car arrival: update the position, return the moves to send."""
     raw = car_positions.get(rec.car_id)
     position = None if raw is None else CarPosition.from_json(rec.car_id, raw)
     new, moves = apply_arrival(position, CarArrival(rec.car_id, rec.to_zone_id,
@@ -114,19 +93,17 @@ def on_arrival(topic: str, partition: int, offset: int, key: bytes | None,
     return [move_out(m) for m in moves]
 
 
+def handle_arrival(msg: Any, rec: Any) -> list[Out]:
+    return _dead(msg, rec) if isinstance(rec, InvalidRecord) else on_arrival(rec)
+
+
+track_loop = DurableLoop(JOIN, (settings.car_arrivals_topic,), None, parse_input, handle_arrival)
+
+
 @app.agent(car_arrivals)
 async def track_cars(stream: Any) -> None:
     """Keep each car's newest position; send DEL/ADD to the zones it leaves/enters."""
-    async for event in stream.events():
-        msg = event.message
-        metrics.records_in.labels(msg.topic).inc()
-        try:
-            outs = on_arrival(msg.topic, msg.partition, msg.offset, msg.key, msg.value)
-        except Exception as exc:  # a bug must not kill the worker nor lose the record
-            log.exception("failed on %s[%s]@%s", msg.topic, msg.partition, msg.offset)
-            outs = [dead(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
-                         f"internal error: {exc!r}")]
-        await send_all(outs)
+    await track_loop.run(stream)
 
 
 # --- zone side --------------------------------------------------------------------------------
@@ -140,13 +117,8 @@ def cars_in_zone(table: Any, zone_id: int, partition: int) -> Iterator[CarArriva
         yield CarArrival(car_id, zone_id, fuel_level, event_time)
 
 
-def on_reading(topic: str, partition: int, offset: int, key: bytes | None,
-               value: bytes | None) -> list[Out]:
+def on_reading(rec: ZoneIn, partition: int) -> list[Out]:
     """A zone's pollution reading: if newest, store it and re-join every car of the zone."""
-    try:
-        rec = parse(ZoneIn, key, value)
-    except InvalidRecord as exc:
-        return [dead(topic, partition, offset, key, value, str(exc))]
     raw = zone_pollution.get(rec.zone_id)
     stored = None if raw is None else ZoneReading(rec.zone_id, raw[1], raw[0])
     reading = ZoneReading(rec.zone_id, rec.pollution_level, rec.event_time)
@@ -157,13 +129,8 @@ def on_reading(topic: str, partition: int, offset: int, key: bytes | None,
     return [output_out(o, "zone-update") for o in outputs]
 
 
-def on_move(topic: str, partition: int, offset: int, key: bytes | None,
-            value: bytes | None) -> list[Out]:
+def on_move(rec: CarMoveIn) -> list[Out]:
     """ADD: store the car under (zone, car) and join it; DEL: remove that key."""
-    try:
-        rec = parse(CarMoveIn, key, value)
-    except InvalidRecord as exc:
-        return [dead(topic, partition, offset, key, value, str(exc))]
     move = Move(rec.op, rec.zone_id,
                 CarArrival(rec.car_id, rec.to_zone_id, rec.fuel_level, rec.event_time))
     table_key = encode_zone_car(rec.zone_id, rec.car_id)
@@ -182,17 +149,20 @@ def on_move(topic: str, partition: int, offset: int, key: bytes | None,
     return [] if output is None else [output_out(output, "car-move")]
 
 
+def handle_zone_side(msg: Any, rec: Any) -> list[Out]:
+    if msg.topic == settings.car_ticks_topic:
+        return []  # a wake-up: the loop has let go of what waited too long
+    if isinstance(rec, InvalidRecord):
+        return _dead(msg, rec)
+    return on_reading(rec, msg.partition) if msg.topic == settings.zones_topic else on_move(rec)
+
+
+#: flow control: zone readings, then moves (ties go to the reading)
+zone_loop = DurableLoop(JOIN, (settings.zones_topic, settings.car_moves_topic), car_ticks,
+                        parse_input, handle_zone_side)
+
+
 @app.agent(car_pollution_inputs)
 async def join_zone_pollution(stream: Any) -> None:
     """Join zone readings with the cars in the zone; apply DEL/ADD moves as they arrive."""
-    async for event in stream.events():
-        msg = event.message
-        metrics.records_in.labels(msg.topic).inc()
-        handle = on_reading if msg.topic == settings.zones_topic else on_move
-        try:
-            outs = handle(msg.topic, msg.partition, msg.offset, msg.key, msg.value)
-        except Exception as exc:  # a bug must not kill the worker nor lose the record
-            log.exception("failed on %s[%s]@%s", msg.topic, msg.partition, msg.offset)
-            outs = [dead(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
-                         f"internal error: {exc!r}")]
-        await send_all(outs)
+    await zone_loop.run(stream)

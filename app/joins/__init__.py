@@ -3,10 +3,9 @@
 - :mod:`app.joins.spec` — what a spec says, and its validation (``SpecError``);
 - :mod:`app.joins.catalog` — the built-in specs (moods, movies) and ``ETJ_JOINS_FILE``;
 - :mod:`app.joins.state` — the two table layouts (per-key, per-join);
-- :mod:`app.joins.keys` — byte keys of the per-join layout;
-- :mod:`app.joins.ticks`, :mod:`app.joins.views`, :mod:`app.joins.startup` — revisit ticks,
-  ``GET /joins/``, the co-partitioning check at start.
+- :mod:`app.joins.keys` — byte keys of the per-join layout.
 
-The engine (one agent per spec) is :mod:`app.agents.event_join`; the rules are pure, in
-:mod:`app.logic.event_join`.
+Every spec's topics and tables are declared by :mod:`app.topology`, its agent is
+:mod:`app.agents.event_join`, its rules are pure, in :mod:`app.logic.event_join`. This package
+imports neither (no cycle).
 """

@@ -4,9 +4,9 @@ The built-ins are written as the same plain data a user puts in the JSON file; o
 names and times come from settings (``ETJ_MOODS_TOPIC`` ...), so deployments and tests can
 rename them.
 
-- ``moods``: recommendations × moods (DESIGN §1–3). It keeps the tables, topics and wire models
-  of the original mood join (``mood-history``, ``recent-joins`` ... and
-  :class:`app.records.MoodIn`), so views, changelogs and messages are unchanged.
+- ``moods``: recommendations × moods (DESIGN §1–3). It names its tables as they were named
+  before it was a spec (``mood-history``, ``recent-joins`` ...: existing changelogs stay valid)
+  and validates with the wire models :class:`app.records.MoodIn` / ``RecommendationIn``.
 - ``movies``: ratings × the movie version known at the rating's time; inner mode (a rating waits
   for its movie), 30-day emit window, and movie versions are never late: a catalogue may load a
   version stamped years ago, and a held rating may be waiting for exactly that one.
@@ -38,6 +38,9 @@ def mood_spec(s: Settings) -> dict[str, Any]:
         "retention_ms": s.retention_ms,
         "layout": "per-key",  # few joins per consultant; the views read these tables
         "review_lag_ms": s.review_lag_ms,
+        # the names the mood join's tables (and changelogs) had before it was a spec
+        "tables": {"dimension": "mood-history", "joins": "recent-joins",
+                   "clock": "stream-clock", "index": "active-keys"},
     }
 
 

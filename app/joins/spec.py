@@ -10,7 +10,7 @@ Every mistake a person can make in one is refused with a :class:`SpecError` that
 and the field (a typo in a field name, a field the topic's records do not have, two joins
 sharing a ticks topic ...), at import time, so ``faust -A app.main worker`` stops before it
 consumes anything. Co-partitioning, which needs the broker, is checked at start
-(:mod:`app.joins.startup`).
+(:mod:`app.faust_app`, the groups of :mod:`app.topology`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 from app.logic.event_join import AsOf, Event, JoinRules, Mode, Revision, Version, derive_id
 from app.records import MAX_EVENT_TIME, WireModel
 
-__all__ = ["FIELD_TYPES", "JoinSpec", "Side", "SpecError", "copartition_groups", "resolve",
+__all__ = ["FIELD_TYPES", "JoinSpec", "Side", "SpecError", "TableNames", "copartition_groups", "resolve",
            "resolve_all"]
 
 
@@ -65,6 +65,17 @@ class SideConfig(BaseModel):
                                                   "version's event time")
 
 
+class TableNames(BaseModel):
+    """The names of a join's four tables (and so of their changelog topics)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dimension: str = Field(min_length=1, description="key -> the dimension's versions")
+    joins: str = Field(min_length=1, description="the joins in retention")
+    clock: str = Field(min_length=1, description="partition -> stream time")
+    index: str = Field(min_length=1, description="active keys (per-key) or expiry (per-join)")
+
+
 class JoinConfig(BaseModel):
     """A join spec as written in configuration (see the README, section Declarative joins)."""
 
@@ -82,6 +93,8 @@ class JoinConfig(BaseModel):
     late_dimensions: bool = True
     layout: Literal["per-key", "per-join"] = "per-join"
     review_lag_ms: int | None = Field(None, ge=0)
+    tables: TableNames | None = Field(None, description="table names; default <name>-dimension, "
+                                      "<name>-joins, <name>-clock, <name>-active|-expiry")
 
 
 @dataclass(frozen=True)
@@ -117,6 +130,7 @@ class JoinSpec:
     late_dimensions: bool
     layout: Literal["per-key", "per-join"]
     review_lag_ms: int | None
+    tables: TableNames
 
     @property
     def rules(self) -> JoinRules:
@@ -179,7 +193,7 @@ class JoinSpec:
                 "ticks": self.ticks, "mode": self.mode, "asof": self.asof,
                 "retention_ms": self.retention_ms, "window_ms": self.window_ms,
                 "late_dimensions": self.late_dimensions, "layout": self.layout,
-                "review_lag_ms": self.review_lag_ms}
+                "review_lag_ms": self.review_lag_ms, "tables": self.tables.model_dump()}
 
 
 # --- resolution ----------------------------------------------------------------------------------
@@ -288,7 +302,11 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinS
                         f"ticks {cfg.ticks} and output {cfg.output} must be four different topics")
     spec = JoinSpec(cfg.name, events, dimension, cfg.events.id, cfg.dimension.time_as,
                     cfg.output, cfg.ticks, cfg.mode, cfg.asof, cfg.retention_ms, cfg.window_ms,
-                    cfg.late_dimensions, cfg.layout, cfg.review_lag_ms)
+                    cfg.late_dimensions, cfg.layout, cfg.review_lag_ms,
+                    cfg.tables or TableNames(
+                        dimension=f"{cfg.name}-dimension", joins=f"{cfg.name}-joins",
+                        clock=f"{cfg.name}-clock",
+                        index=f"{cfg.name}-{'active' if cfg.layout == 'per-key' else 'expiry'}"))
     out = spec.output_fields
     dupes = sorted({f for f in out if out.count(f) > 1})
     if dupes:
@@ -308,14 +326,16 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinS
 def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig]) -> list[JoinSpec]:
     """Resolve every spec, then refuse what only shows across specs (shared names, loops)."""
     specs = [resolve(raw, i) for i, raw in enumerate(raws)]
-    for what, of in (("name", lambda s: s.name), ("ticks topic", lambda s: s.ticks),
-                     ("output topic", lambda s: s.output)):
+    for what, of in (("name", lambda s: [s.name]), ("ticks topic", lambda s: [s.ticks]),
+                     ("output topic", lambda s: [s.output]),
+                     ("table name", lambda s: list(s.tables.model_dump().values()))):
         seen: dict[str, str] = {}
         for s in specs:
-            if of(s) in seen:
-                raise SpecError(f"join specs {seen[of(s)]!r} and {s.name!r} share the {what} "
-                                f"{of(s)!r}")
-            seen[of(s)] = s.name
+            for value in of(s):
+                if value in seen:
+                    raise SpecError(f"join specs {seen[value]!r} and {s.name!r} share the "
+                                    f"{what} {value!r}")
+                seen[value] = s.name
     inputs = {t: s.name for s in specs for t in (s.events.topic, s.dimension.topic)}
     for s in specs:
         if s.output in inputs:

@@ -9,8 +9,8 @@ movie) that was in force at the event's time, by one of two as-of rules:
   predates every version takes the earliest one. (movies × ratings)
 
 Ties on a version's event time are broken by the greatest copied values, so a history sorted
-ascending by ``[event_time, *values]`` has the tie rule built in (the mood join's rule of
-:mod:`app.logic.asof`, generalised).
+ascending by ``[event_time, *values]`` has the tie rule built in (for the mood join: two moods
+stamped with the same millisecond → the greatest mood string; the batch twin orders the same).
 
 Mode ``left`` emits every event at once (answer null while unknown); mode ``inner`` *holds* an
 event (stored, revision 0, nothing emitted) until a version applies, then emits revision 1.
@@ -37,7 +37,7 @@ Version = list[Any]  # [event_time, *copied values]
 AS_OF_RULES: tuple[AsOf, ...] = ("before", "at-or-before-else-earliest")
 MODES: tuple[Mode, ...] = ("left", "inner")
 
-#: separator of the derived join id (the same as :func:`app.logic.asof.join_id`)
+#: separator of the derived join id (cannot appear in ordinary text fields)
 _ID_SEP = "\x1f"
 
 
@@ -48,8 +48,8 @@ def _time(v: Sequence[Any]) -> int:
 def derive_id(values: Iterable[Any]) -> str:
     """A deterministic join id from what identifies an event (a replay derives the same).
 
-    For the mood spec's (consultant, event_time, recommendation) this is exactly
-    :func:`app.logic.asof.join_id`, which the batch twin mirrors.
+    For the mood spec: (consultant, event_time, recommendation); the batch twin
+    (:mod:`app.batch.mood_joins`) derives the same, and the oracle (tests/oracle.py) checks it.
     """
     raw = _ID_SEP.join(str(v) for v in values).encode("utf-8")
     return "r-" + hashlib.sha1(raw).hexdigest()[:20]
@@ -328,34 +328,3 @@ def current_revisions(rules: JoinRules, state: KeyState, key: str) -> Iterator[R
         rev = rules.current(jid, key, j)
         if rev:
             yield rev
-
-
-def exact_answer(rules: JoinRules, versions: Iterable[tuple[str, Version]],
-                 events: Iterable[Event]) -> dict[str, tuple[Any, ...]]:
-    """Brute-force reference: join id -> Revision.result, whatever the arrival order.
-
-    Quadratic on purpose: it is the oracle the incremental join is checked against. In inner
-    mode an event no version applies to is absent.
-    """
-    by_key: dict[str, list[Version]] = {}
-    for key, v in versions:
-        by_key.setdefault(key, [])
-        if list(v) not in by_key[key]:
-            by_key[key].append(list(v))
-    out: dict[str, tuple[Any, ...]] = {}
-    for e in events:
-        history = by_key.get(e.key, [])
-        if rules.asof == "before":
-            cands = [v for v in history if v[0] < e.event_time]
-        else:  # at or before, else the earliest (ties: the greatest values)
-            cands = [v for v in history if v[0] <= e.event_time]
-            if not cands and history:
-                first = min(v[0] for v in history)
-                cands = [v for v in history if v[0] == first]
-        best = max(cands) if cands else None
-        if best is None and rules.mode == "inner":
-            out.pop(e.id, None)
-            continue
-        out[e.id] = (e.id, e.key, e.event_time, tuple(e.payload),
-                     None if best is None else tuple(best[1:]), None if best is None else best[0])
-    return out

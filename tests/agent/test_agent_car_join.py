@@ -6,20 +6,16 @@ scenario chooses when a DEL or ADD lands. The tables are checked as well as what
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from typing import Any, AsyncIterator
-from unittest import mock
 
-import faust
 import pytest
-from faust.types import Message
 
 from app.agents import car_join as agent_module
-from app.faust_app import app, settings
+from app.faust_app import settings
 from app.keys import encode_zone_car
-from app.tables import car_positions, zone_cars, zone_pollution
+from app.topology import car_positions, zone_cars, zone_pollution
+from tests.agent.conftest import Sent, captured, deliver, outputs
 
 FIELDS = {"car_id", "zone_id", "fuel_level", "pollution_level", "car_event_time",
           "zone_event_time"}
@@ -28,29 +24,14 @@ FIELDS = {"car_id", "zone_id", "fuel_level", "pollution_level", "car_event_time"
 class Harness:
     """Puts messages on the agents' topics and records every send."""
 
-    def __init__(self, cars: Any, zones: Any, sent: list[tuple[str, Any, Any]]) -> None:
-        self.cars, self.zones, self.sent, self.offset = cars, zones, sent, 0
+    def __init__(self, cars: Any, zones: Any, sent: Sent) -> None:
+        self.cars, self.zones, self.sent = cars, zones, sent
         self.forwarded = 0  # moves of ``sent`` already queued
         self.queue: list[tuple[bytes, dict[str, Any]]] = []  # moves in flight
 
     async def put(self, agent: Any, topic: str, key: str | bytes | None, value: Any,
                   partition: int = 0) -> None:
-        raw = value if isinstance(value, (bytes, type(None))) else json.dumps(value).encode()
-        channel = agent.stream().channel
-        message = Message(topic=topic, partition=partition, offset=self.offset,
-                          timestamp=time.time(), timestamp_type=0, headers=None,
-                          key=key.encode() if isinstance(key, str) else key, value=raw,
-                          checksum=b"", serialized_key_size=0, serialized_value_size=0,
-                          generation_id=app.consumer_generation_id)  # else the stream skips it
-        self.offset += 1
-        await channel.put(await channel.decode(message))
-        async with agent.new_value_processed:  # notified as the value enters the agent
-            await agent.new_value_processed.wait()
-        stream = agent.stream()
-        for _ in range(100):  # ... so let the agent finish handling it
-            if stream.current_event is None:
-                break
-            await asyncio.sleep(0)
+        await deliver(agent, topic, key, value, partition)
 
     async def arrive(self, car: int, zone: int, fuel: float, t: int) -> None:
         await self.put(self.cars, settings.car_arrivals_topic, str(car),
@@ -74,22 +55,12 @@ class Harness:
             await self.put(self.zones, settings.car_moves_topic, key, move)
 
     def outputs(self, topic: str | None = None) -> list[Any]:
-        topic = topic or settings.car_pollution_topic
-        return [json.loads(v) for t, _, v in self.sent if t == topic]
+        return outputs(self.sent, topic or settings.car_pollution_topic)
 
 
 @pytest.fixture
 async def harness() -> AsyncIterator[Harness]:
-    app.finalize()
-    sent: list[tuple[str, Any, Any]] = []
-
-    async def fake_send(self: faust.Topic, *, key: Any = None, value: Any = None,
-                        **kw: Any) -> None:
-        sent.append((self.get_topic_name(), key, value))
-
-    with mock.patch.object(faust.topics.Topic, "send", fake_send), \
-            mock.patch.object(app.producer, "flush", mock.AsyncMock()), \
-            mock.patch.object(app.producer, "send_soon", mock.Mock()):
+    with captured() as sent:
         for table in (car_positions, zone_pollution, zone_cars):
             table.data.clear()
         async with agent_module.track_cars.test_context() as cars, \

@@ -9,9 +9,9 @@ import json
 import random
 from typing import Any
 
-from app.joins import metrics as jm
+from app import metrics as jm
 from app.joins.keys import expiry_key, join_key
-from app.logic.event_join import exact_answer
+from tests.oracle import exact_answer
 from app.records import parse
 from app.settings import Settings
 

@@ -1,71 +1,26 @@
-"""Agent tests with Faust's test_context(): fast, no broker (the broker tests are elsewhere).
+"""The mood join (the ``moods`` spec's agent) with Faust's test_context(): fast, no broker.
 
 They drive the real agent with messages on each of its topics and check what it sends and what
-it leaves in its tables.
+it leaves in its tables (history, joins, clock, active keys: the spec's tables).
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
 from typing import Any, AsyncIterator
-from unittest import mock
 
-import faust
 import pytest
-from faust.types import Message
 
-from app.agents import mood_join as agent_module
-from app.faust_app import app, settings
-from app.tables import active_keys, mood_history, recent_joins, stream_clock
+from app.agents.event_join import engines
+from app.faust_app import settings
 
-
-class Harness:
-    """Puts messages on a chosen topic/partition and records every send."""
-
-    def __init__(self, agent: Any, sent: list[tuple[str, Any, Any]]) -> None:
-        self.agent, self.sent, self.offset = agent, sent, 0
-
-    async def put(self, topic: str, key: str | None, value: Any, partition: int = 0) -> None:
-        raw = value if isinstance(value, (bytes, type(None))) else json.dumps(value).encode()
-        channel = self.agent.stream().channel
-        message = Message(topic=topic, partition=partition, offset=self.offset,
-                          timestamp=time.time(), timestamp_type=0, headers=None,
-                          key=None if key is None else key.encode(), value=raw, checksum=b"",
-                          serialized_key_size=0, serialized_value_size=0,
-                          generation_id=app.consumer_generation_id)  # else the stream skips it
-        self.offset += 1
-        await channel.put(await channel.decode(message))
-        async with self.agent.new_value_processed:  # notified as the value enters the agent
-            await self.agent.new_value_processed.wait()
-        stream = self.agent.stream()
-        for _ in range(100):  # ... so let the agent finish handling it
-            if stream.current_event is None:
-                break
-            await asyncio.sleep(0)
-
-    def outputs(self, topic: str) -> list[Any]:
-        return [json.loads(v) for t, _, v in self.sent if t == topic]
+_t = engines["moods"].tables
+mood_history, recent_joins, stream_clock, active_keys = _t.history, _t.joins, _t.clock, _t.index
 
 
 @pytest.fixture
-async def harness() -> AsyncIterator[Harness]:
-    app.finalize()
-    sent: list[tuple[str, Any, Any]] = []
-
-    async def fake_send(self: faust.Topic, *, key: Any = None, value: Any = None,
-                        **kw: Any) -> None:
-        sent.append((self.get_topic_name(), key, value))
-
-    with mock.patch.object(faust.topics.Topic, "send", fake_send), \
-            mock.patch.object(app.producer, "flush", mock.AsyncMock()), \
-            mock.patch.object(app.producer, "send_soon", mock.Mock()):
-        for table in (mood_history, recent_joins, stream_clock, active_keys):
-            table.data.clear()
-        agent_module._resumed.clear()
-        async with agent_module.mood_join.test_context() as agent:
-            yield Harness(agent, sent)
+async def harness(join_harness: Any) -> AsyncIterator[Any]:
+    async with join_harness("moods") as h:
+        yield h
 
 
 async def test_recommendation_then_late_mood_emits_arrival_then_correction(harness):

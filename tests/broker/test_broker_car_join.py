@@ -22,7 +22,7 @@ from app.logic.car_join import (
     exact_car_view,
     newest_per_car,
 )
-from tests.harness import Names, bootstrap, create_topic, encode, read_all, wait_for
+from tests.harness import Names, bootstrap, create_topic, encode, make_names, read_all, wait_for
 
 START = 1_790_000_000_000
 
@@ -159,6 +159,30 @@ async def test_paced_out_of_order_cars_and_zones_converge_on_rocksdb(names, work
     # every zone now lists exactly its current cars (all DELs applied, nothing missed)
     want = {(c, o.zone_id) for c, o in expected.items()}
     assert await final_round(names, expected, START + 10**9) == want
+
+
+async def test_a_backlog_gives_the_same_car_view_as_the_same_records_live(broker,
+                                                                          worker_factory):
+    """Every arrival and zone reading in the broker before the worker starts (a replay, a
+    restart after downtime) -> the same car view as the same records sent to a running worker.
+    The backlog goes through the zone side's event-time flow control (app.agents.durable)."""
+    records = sample_cars_and_zones(seed=5, count=1500, start_ms=START, cars=100, zones=10,
+                                    late_ratio=0.1, late_delay_ms=300_000)
+    expected = exact(records)
+    backlog, live = make_names(broker.url), make_names(broker.url)
+    await send_in_order(backlog, records)
+    worker_factory(backlog, name="backlog").wait_ready()
+    worker_factory(live, name="live").wait_ready()
+    await send_in_order(live, records, pause_every=100, pause_s=0.1)
+
+    from_backlog = await wait_for(lambda: converged(backlog, expected), timeout_s=120, every_s=3)
+    assert from_backlog, "backlog: " + await differences(backlog, expected)
+    from_live = await wait_for(lambda: converged(live, expected), timeout_s=90, every_s=3)
+    assert from_live, "live: " + await differences(live, expected)
+    assert newest_per_car(from_backlog) == newest_per_car(from_live) == expected
+    # the backlog's zone index holds exactly each zone's current cars, like the live one's
+    want = {(c, o.zone_id) for c, o in expected.items()}
+    assert await final_round(backlog, expected, START + 10**9) == want
 
 
 async def test_restart_recovers_the_memory_range_index_from_the_changelog(names,

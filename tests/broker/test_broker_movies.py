@@ -8,7 +8,7 @@ from typing import Any
 
 from app.joins.catalog import movie_spec
 from app.joins.spec import resolve
-from app.logic.event_join import exact_answer
+from tests.oracle import exact_answer
 from app.records import parse
 from app.settings import Settings
 from tests.harness import Names, latest_by_id, produce, read_all, wait_for

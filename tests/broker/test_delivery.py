@@ -1,4 +1,4 @@
-"""Unit tests of app.delivery: batches outlive a request timeout; a failed send stops the worker
+"""Unit tests of app.compat.delivery: batches outlive a request timeout; a failed send stops the worker
 without a graceful (committing) stop. The broker side: tests/broker/test_faults_stalled_broker.py."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from faust.exceptions import ProducerSendError
 from faust.topics import Topic
 from faust.transport.drivers.aiokafka import Producer
 
-from app import delivery
+from app.compat import delivery
 
 TP = TopicPartition("t", 0)
 

@@ -19,7 +19,7 @@ from typing import Iterator
 import pytest
 
 from app.commands.sample_traffic import sample_moods_and_events
-from app.delivery import EXIT_CODE
+from app.compat.delivery import EXIT_CODE
 from app.local_broker import LocalBroker
 from tests.faults import send, settle_and_check, wait_processed
 from tests.harness import Names, make_names

@@ -22,8 +22,8 @@ from aiokafka.partitioner import DefaultPartitioner
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.logic.car_join import CarArrival, ZoneReading, exact_car_view
-from app.logic.mood_join import Mood, Recommendation, exact_mood_joins
 from app.settings import Settings
+from tests.oracle import Mood, Recommendation, exact_mood_joins
 from tests.harness import (Names, Worker, bootstrap, create_topic, latest_by_id, produce,
                            read_all, wait_for)
 

@@ -136,7 +136,7 @@ def test_the_check_catches_what_an_empty_panel_would_hide(dashboard, names):
         copy["panels"][1]["targets"][0]["expr"] = expr
         return copy
 
-    assert names["etj_records_in_total"] == {"topic"}
+    assert names["etj_records_in_total"] == {"join", "topic"}
     assert problems(broken("sum(rate(etj_records_in[5m]))"), names)  # counter without _total
     assert problems(broken("sum(rate(etj_recrods_in_total[5m]))"), names)  # typo
     assert problems(broken("sum by (cause) (rate(etj_records_in_total[5m]))"), names)  # label
@@ -156,7 +156,7 @@ def test_dashboard_covers_what_an_operator_watches(dashboard):
     assert re.search(r'rate\(etj_revisions_total\{[^}]*cause!="arrival"', text)
     assert re.search(r"rate\(etj_late_records_total", text)
     assert re.search(r"rate\(etj_dead_letters_total", text)
-    assert re.search(r"time\(\) - max by \(partition\) \(etj_stream_time_ms", text)
+    assert re.search(r"time\(\) - max by \(join, partition\) \(etj_stream_time_ms", text)
     assert re.search(r"etj_table_keys", text)
 
 

@@ -9,11 +9,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.logic.asof import join_id
 from app.logic.event_join import (Event, JoinRules, KeyState, Revision, add_event, add_version,
-                                  as_of, current_revisions, derive_id, exact_answer,
-                                  purge_history, revisit)
-from app.logic.mood_join import Mood, Recommendation, exact_mood_joins
+                                  as_of, current_revisions, derive_id, purge_history,
+                                  revisit)
+from tests.oracle import Mood, Recommendation, exact_answer, exact_mood_joins, join_id
 
 MOODS = JoinRules("before", "left")
 MOVIES = JoinRules("at-or-before-else-earliest", "inner")

@@ -1,4 +1,4 @@
-"""The commit rule of app.rebalance_fixes: never past the first offset that was not handled."""
+"""The commit rule of app.compat.rebalance: never past the first offset that was not handled."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from intervaltree import IntervalTree
 
-from app.rebalance_fixes import _new_offset
+from app.compat.rebalance import _new_offset
 
 TP = ("inputs", 0)
 

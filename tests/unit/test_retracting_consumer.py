@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.consumers.mood_counts import MoodCounts, counts_of_answers, fold
-from app.logic.mood_join import (ConsultantState, Mood, Recommendation, add_mood,
-                                 add_recommendation, current_revisions, exact_mood_joins)
+from tests.oracle import Mood, Recommendation, exact_mood_joins
+from tests.replay import MoodReplay
 
 
 def rev(jid: str, n: int, mood: str | None, previous: str | None) -> dict[str, Any]:
@@ -76,19 +76,16 @@ def revision_log(records: list[tuple[str, str, int, str]], rng: random.Random,
     """Run the join in ``records`` order, with the faults of an at-least-once pipeline:
     outputs repeated (producer retry) and, now and then, every current revision re-emitted
     (what a worker does after a restart)."""
-    states: dict[str, ConsultantState] = {}
+    replay = MoodReplay()
     log: list[dict[str, Any]] = []
     for kind, who, t, what in records:
-        s = states.setdefault(who, ConsultantState())
-        revs = (add_mood(s, Mood(who, what, t))[1] if kind == "mood"
-                else add_recommendation(s, Recommendation(who, what, t)))
+        revs = replay.add(Mood(who, what, t) if kind == "mood" else Recommendation(who, what, t))
         for r in revs:
-            log.append(r.to_wire())
+            log.append(r)
             if rng.random() < 0.2:
-                log.append(r.to_wire())
+                log.append(r)
         if rng.random() < 0.15:
-            log.extend(r.to_wire() for name, st_ in states.items()
-                       for r in current_revisions(st_, name))
+            log.extend(replay.current())
     return log
 
 

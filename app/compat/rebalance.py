@@ -1,6 +1,6 @@
 """Three fixes to Faust's consumer around a rebalance: no input record is committed unhandled.
 
-Found by the two-worker kill tests (tests/test_faults_kill.py), traced with per-record logs: the
+Found by the two-worker kill tests (tests/broker/test_faults_kill.py), traced with per-record logs: the
 survivor committed offsets of records its agent was never handed (a mood missing from the
 history, a recommendation with no revision). Three Faust behaviours add up to that loss:
 
@@ -18,8 +18,14 @@ history, a recommendation with no revision). Three Faust behaviours add up to th
 Fixes: seek first, then resume (1); a partition with no committed offset is read from its
 beginning (2); a commit never passes the first unhandled offset unless it was acked or counted
 as a gap (3). A record the consumer drops stops the commit instead of vanishing;
-``app.stall_guard`` then reads it again (and, if it still does not come, the offset is not in
+:mod:`app.compat.stall_guard` then reads it again (and, if it still does not come, the offset is not in
 the log — a transaction marker, compaction — and counts as a gap).
+
+Upstream: faust-streaming 0.15.3 (``faust/tables/recovery.py``, ``faust/transport/consumer.py``),
+aiokafka 0.14.0 (``AIOKafkaConsumer.seek_to_committed``). Tests: tests/unit/test_rebalance_fixes.py
+(fix 3, pure), tests/broker/test_faults_kill.py (all three; about one run in four loses a record
+without them). Remove each when Faust seeks before it resumes, seeks uncommitted partitions to
+the start, and commits only past acked offsets.
 """
 
 from __future__ import annotations

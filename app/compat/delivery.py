@@ -26,6 +26,14 @@ durable side of an input record that Faust will ack. Three gaps in Faust + aioka
   once with :data:`EXIT_CODE`, before another offset is committed: the supervisor (Kubernetes,
   ``make run``) starts it again, the tables are recovered from what reached the changelogs, and
   the records after the last commit are read again (fail-stop, at-least-once).
+
+Upstream: aiokafka 0.14.0 (``MessageAccumulator._batch_ttl``, ``AIOKafkaClient._topics``),
+faust-streaming 0.15.3 (``Producer._producer_type``, ``Topic.publish_message``). Tests:
+tests/broker/test_delivery.py (the metadata drop, reproduced against the broker; the fail-stop
+paths), tests/broker/test_faults_stalled_broker.py (a SIGSTOPped broker: re-sent and exact; past
+the delivery timeout: exit 75, restart exact). Remove when aiokafka has a
+``delivery_timeout_ms`` and keeps every sent-to topic in its metadata, and Faust stops without
+committing when a send fails.
 """
 
 from __future__ import annotations

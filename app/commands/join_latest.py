@@ -15,9 +15,9 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 from faust.cli import argument, option
 
-from app.agents.event_join import engines
 from app.copartition import bootstrap_servers
 from app.faust_app import app, settings
+from app.topology import joins
 
 
 async def latest_revisions(topic: str, idle_s: float) -> dict[str, dict[str, Any]]:
@@ -50,8 +50,8 @@ async def latest_revisions(topic: str, idle_s: float) -> dict[str, dict[str, Any
                                                              "new record."))
 async def join_latest(self: object, name: str, idle_s: float) -> None:
     """Print the latest revision per join id of join spec NAME, sorted by id."""
-    if name not in engines:
-        raise SystemExit(f"no join spec {name!r}; this worker runs: {', '.join(engines)}")
-    latest = await latest_revisions(engines[name].spec.output, idle_s)
+    if name not in joins:
+        raise SystemExit(f"no join spec {name!r}; this worker runs: {', '.join(joins)}")
+    latest = await latest_revisions(joins[name].spec.output, idle_s)
     for jid in sorted(latest):
         print(json.dumps(latest[jid]), flush=True)

@@ -1,0 +1,187 @@
+"""The one durability protocol every agent runs: handle records one by one, make them durable
+in batches (flush the changelog -> send the outputs -> ack), in event-time order across its
+co-partitioned inputs.
+
+Per batch of records already waiting in the agent's queue (up to :attr:`DurableLoop.max_batch`):
+each record is handled (validate, update tables, compute outputs), then ONE producer flush makes
+the batch's changelog writes durable, then its outputs are sent, then its records are acked.
+Idle, a batch is one record; under a backlog one flush serves hundreds. Outputs reach the
+broker before the offsets that produced them are committed: a record is acked only after its
+outputs are handed to the producer, and Faust's commit flushes the producer before it commits
+offsets (``Consumer._commit_offsets``). State first: a crash between the flush and the sends
+leaves outputs in state that never reached their topic; the handlers re-emit them when the
+record is delivered again (it was not acked, so its offset was not committed).
+
+Flow control (:mod:`app.flow_control`): records of an agent's joined inputs pass an
+:class:`~app.flow_control.EventTimeMerge` first, so under a backlog a partition's inputs are
+handled in event-time order (live, nothing waits). A record it holds back is not acked; a
+rebalance drops what it holds (they are delivered again). A held record whose wait times out
+with nothing else arriving is let go by a wake-up tick the loop sends to its own ticks topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from faust.types import TP, TopicT
+
+from app import metrics, sinks
+from app.compat.stores import committed_offset
+from app.faust_app import app, settings
+from app.flow_control import EventTimeMerge
+from app.records import InvalidRecord
+from app.topology import dead_letters
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Out:
+    """A record to send once state is durable."""
+
+    topic: TopicT
+    key: bytes | None
+    value: bytes
+
+
+def dead_letter(join: str, topic: str, partition: int, offset: int, key: bytes | None,
+                value: bytes | None, error: str) -> Out:
+    """The dead letter of an input record that cannot be joined (counted once, per join)."""
+    metrics.dead_letters.labels(join, topic).inc()
+    return Out(dead_letters, key, sinks.dead_letter(topic, partition, offset, key, value, error))
+
+
+#: (message, parsed record or None for a tick) -> what to send once state is durable
+Handler = Callable[[Any, Any], list[Out]]
+#: (topic, key, value) -> (parsed record or InvalidRecord, event time; -1 when invalid)
+Parser = Callable[[str, "bytes | None", "bytes | None"], tuple[Any, int]]
+
+
+class DurableLoop:
+    """One agent's loop: flow control -> handle -> flush -> send -> ack (module docstring)."""
+
+    #: most records handled between two flushes: bounds what one flush (and a crash) holds
+    max_batch = 500
+
+    def __init__(self, join: str, merged: Sequence[str], ticks: TopicT | None,
+                 parse: Parser, handle: Handler) -> None:
+        """``merged``: the input topics flow control orders by event time (ties: the first);
+        ``ticks``: the agent's own ticks topic (wake-ups), None for a single-input agent."""
+        self.join = join
+        self.ticks = ticks
+        self.ticks_name = None if ticks is None else ticks.get_topic_name()
+        self.parse = parse
+        self.handle_one = handle
+        self.merge = EventTimeMerge(tuple(merged), self._lag,
+                                    max_idle_s=settings.flow_max_idle_ms / 1000,
+                                    max_buffered=settings.flow_max_buffered,
+                                    enabled=settings.flow_control and len(merged) > 1)
+        self._wakeups: set[int] = set()  # partitions with a wake-up tick scheduled
+        app.on_revoke_drop.append(self.drop_waiting)
+
+    # --- per record ------------------------------------------------------------------------
+    def handle(self, msg: Any, parsed: Any) -> list[Out]:
+        """One message -> what to send; a bug must not kill the worker nor lose the record."""
+        try:
+            if msg.topic != self.ticks_name:
+                metrics.records_in.labels(self.join, msg.topic).inc()
+            return self.handle_one(msg, parsed)
+        except Exception as exc:
+            log.exception("join %s failed on %s[%s]@%s", self.join, msg.topic, msg.partition,
+                          msg.offset)
+            return [dead_letter(self.join, msg.topic, msg.partition, msg.offset, msg.key,
+                                msg.value, f"internal error: {exc!r}")]
+
+    def ready(self, event: Any) -> list[tuple[Any, Any]]:
+        """What may be handled now that ``event`` arrived: (event, parsed record) in order.
+
+        Inputs go through flow control; a tick first lets go of records whose wait has timed
+        out, then is handled itself."""
+        msg = event.message
+        forced = self.merge.forced
+        if msg.topic == self.ticks_name:
+            out = self.merge.poll() + [(event, None)]
+        else:
+            try:
+                parsed, event_time = self.parse(msg.topic, msg.key, msg.value)
+            except InvalidRecord as exc:
+                parsed, event_time = exc, -1  # goes first, to the dead letters
+            out = self.merge.offer(msg.topic, msg.partition, msg.offset, event_time,
+                                   (event, parsed))
+        if self.merge.forced > forced:
+            metrics.flow_forced.labels(self.join).inc(self.merge.forced - forced)
+        metrics.flow_waiting.labels(self.join).set(self.merge.waiting())
+        return out
+
+    # --- flow control ----------------------------------------------------------------------
+    def _lag(self, topic: str, partition: int, next_offset: int | None) -> bool:
+        """Does the broker hold records of this input partition not delivered to us yet?
+
+        From the consumer's last fetch (its high watermark); the next offset is the one after
+        the last delivered, or the committed one when none was delivered since the assignment.
+        Unknown (no fetch yet, not assigned, not started) counts as no: never wait blind."""
+        tp = TP(topic, partition)
+        consumer = app.consumer
+        try:
+            highwater = consumer.highwater(tp)
+        except Exception:
+            return False
+        if highwater is None:
+            return False
+        if next_offset is None:
+            next_offset = committed_offset(consumer, tp) or 0
+        return highwater > next_offset
+
+    def drop_waiting(self) -> None:
+        """A rebalance starts: let go of held records (unacked, so delivered again after it)."""
+        self.merge.reset()
+        metrics.flow_waiting.labels(self.join).set(0)
+
+    def _wake(self, partition: int) -> None:
+        """A wait may have timed out with nothing else arriving: a tick makes the agent look."""
+        self._wakeups.discard(partition)
+        asyncio.ensure_future(self._send_wake(partition))
+
+    async def _send_wake(self, partition: int) -> None:
+        assert self.ticks is not None
+        try:
+            await self.ticks.send(value=b"{}", partition=partition)
+        except Exception as exc:  # the worker stops (producer gone); revisit ticks also poll
+            log.info("wake-up tick for partition %s not sent: %r", partition, exc)
+
+    def _schedule_wakeups(self) -> None:
+        if self.ticks is None:
+            return
+        loop = asyncio.get_running_loop()
+        for partition in self.merge.waiting_partitions():
+            if partition not in self._wakeups:
+                self._wakeups.add(partition)
+                loop.call_later(self.merge.max_idle_s + 0.05, self._wake, partition)
+
+    # --- the loop --------------------------------------------------------------------------
+    async def run(self, stream: Any) -> None:
+        """Handle every record as it is let go; flush, send and ack per batch (module doc)."""
+        stream.enable_acks = False  # acked below, once the batch's outputs are sent
+        queue = getattr(stream.channel, "queue", None)  # the agent's buffer of delivered records
+        events: list[Any] = []
+        outs: list[Out] = []
+        generation = None
+        async for event in stream.events():
+            if event.message.generation_id != generation:  # a rebalance: held ones come again
+                generation = event.message.generation_id
+                self.drop_waiting()
+            for ready, parsed in self.ready(event):
+                events.append(ready)
+                outs += self.handle(ready.message, parsed)
+            if events and (len(events) >= self.max_batch or queue is None or queue.empty()):
+                if outs:
+                    await app.producer.flush()  # state first: no output outruns its changelog
+                    for out in outs:
+                        await out.topic.send(key=out.key, value=out.value, force=True)
+                for done in events:
+                    await stream.ack(done)
+                events, outs = [], []
+            self._schedule_wakeups()

@@ -1,0 +1,46 @@
+"""Every patch etj makes to faust-streaming and aiokafka, and nothing else; ``install(app)``.
+
+Faust and aiokafka carry the worker's guarantees (nothing lost, nothing committed unhandled)
+only with these patches: each module says the upstream behaviour, the symptom it caused here,
+the test that reproduces it, and when it can go. They reach into private attributes, so they
+are tested against exact versions (:mod:`app.compat.versions`): outside that range the worker
+refuses to start, and ``pyproject.toml`` pins the same range.
+
+Installed once, by :func:`install`, from :mod:`app.main` before the worker starts:
+
+- :mod:`~app.compat.versions` — refuse an untested faust-streaming / aiokafka;
+- :mod:`~app.compat.delivery` — re-send through broker stalls, keep every sent-to topic's
+  leaders, fail-stop on a lost send;
+- :mod:`~app.compat.rebalance` — no input record committed unhandled after a rebalance;
+- :mod:`~app.compat.stall_guard` — read again an input partition whose records never reached
+  its agent;
+- :mod:`~app.compat.fetch_wait` — the worker consumer's fetch wait is a setting;
+- :mod:`~app.compat.revoke` — records flow control holds are let go when a rebalance starts;
+- :mod:`~app.compat.stores` — range scans over Faust's stores (memory: a sorted index;
+  RocksDB: its per-partition ``Rdict``), and the consumer/store reads no public API offers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.compat import delivery, fetch_wait, rebalance, revoke, stall_guard
+from app.compat.versions import check_versions
+
+__all__ = ["install"]
+
+_installed: set[int] = set()
+
+
+def install(app: Any) -> None:
+    """Check the versions, then wire every patch into ``app`` (idempotent per app)."""
+    check_versions()
+    if id(app) in _installed:
+        return
+    _installed.add(id(app))
+    settings = app.etj
+    fetch_wait.install(settings.consumer_fetch_max_wait_ms)
+    delivery.install(app)
+    rebalance.install()
+    revoke.install(app)
+    stall_guard.install(app, settings.stall_check_s)

@@ -1,0 +1,132 @@
+"""Every topic and table etj uses, declared in one place from the list of join specs.
+
+Data flow (read top to bottom): input topics -> one agent per join (app.agents) -> tables ->
+output topics; revisit ticks (app.timers) come back in through each join's own ticks topic.
+
+- Each join spec (the built-in ``moods`` and ``movies``, and every spec of ``ETJ_JOINS_FILE``,
+  :mod:`app.joins.catalog`) gets the same shape, :class:`JoinTopology`: its events, dimension
+  and ticks topics read by ONE agent (one sequential loop per worker owns both sides of a key),
+  its output revision log, and four tables named by the spec.
+- The car join (car positions × zone pollution, one-to-many) has two agents: the car side reads
+  arrivals and sends moves keyed by zone id; the zone side reads zone readings, the moves and
+  its ticks, co-partitioned by zone id.
+- Every agent's inputs are read as raw bytes: validation happens in :mod:`app.records`, so a bad
+  record becomes a dead letter instead of a codec exception inside Faust.
+
+Importing this module declares everything on the app; nothing else calls ``app.topic`` or
+``app.Table``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import faust
+from faust.types import TopicT
+
+from app.faust_app import app, settings
+from app.joins.catalog import load_specs
+from app.joins.spec import JoinSpec
+from app.range_scan import range_table
+
+_raw = dict(key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
+_out = dict(key_serializer="raw", value_serializer="raw")
+_json = dict(partitions=settings.partitions,
+             schema=faust.Schema(key_serializer="json", value_serializer="json"))
+# key_type=bytes too: Faust derives the changelog's key serializer from key_type alone (json
+# otherwise), and recovery would then fail to decode the byte keys
+_bytes_json = dict(partitions=settings.partitions, key_type=bytes,
+                   schema=faust.Schema(key_serializer="raw", value_serializer="json"))
+
+# --- shared outputs ----------------------------------------------------------------------------
+dead_letters = app.topic(settings.dead_letter_topic, **_out)  # original key -> record + reason
+late = app.topic(settings.late_topic, **_out)  # original key -> record + horizon
+
+
+# --- every join spec -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JoinTables:
+    """A spec's tables. ``index``: active keys (per-key layout) or the expiry index (per-join)."""
+
+    history: faust.Table  # key -> [[event_time, *copied values], ...] sorted
+    joins: faust.Table  # per-key: key -> {jid: join}; per-join: (key, jid) -> join
+    clock: faust.Table  # partition -> stream time (greatest event time seen; never decreases)
+    index: faust.Table  # per-key: partition -> [key, ...]; per-join: (p, t, key, jid) -> 1
+
+
+@dataclass(frozen=True)
+class JoinTopology:
+    """One join spec's topics and tables."""
+
+    spec: JoinSpec
+    inputs: TopicT  # events + dimension + ticks, read by one agent
+    ticks: TopicT  # (partition p) -> revisit p
+    output: TopicT  # join id -> revision
+    tables: JoinTables
+
+
+def declare_join(spec: JoinSpec) -> JoinTopology:
+    names = spec.tables
+    if spec.layout == "per-key":
+        joins = app.Table(names.joins, default=None, **_json)
+        index = app.Table(names.index, default=None, **_json)
+    else:
+        joins = range_table(app, names.joins, default=None, **_bytes_json)
+        index = range_table(app, names.index, default=None, **_bytes_json)
+    tables = JoinTables(app.Table(names.dimension, default=None, **_json), joins,
+                        app.Table(names.clock, default=None, **_json), index)
+    return JoinTopology(spec, app.topic(*spec.inputs, allow_empty=True, **_raw),
+                        app.topic(spec.ticks, internal=True, **_raw),
+                        app.topic(spec.output, **_out), tables)
+
+
+#: spec name -> its topics and tables, for every join this worker runs
+joins: dict[str, JoinTopology] = {spec.name: declare_join(spec) for spec in load_specs(settings)}
+
+
+# --- the car join (one-to-many) ----------------------------------------------------------------
+# car side: etj-car-arrivals (key car id) -> car moves (key zone id: DEL old zone, ADD new zone)
+car_arrivals = app.topic(settings.car_arrivals_topic, allow_empty=True, **_raw)
+car_moves = app.topic(settings.car_moves_topic, internal=True,
+                      **_raw)  # zone id -> {op: ADD|DEL, zone_id, car_id, arrival fields}
+# zone side: ONE agent reads zones, moves and its ticks, co-partitioned by zone id (same key
+# bytes, same partition count), so a zone's reading and its cars are owned and updated together
+car_ticks = app.topic(settings.car_ticks_topic, internal=True, **_raw)  # (p) -> wake p
+car_pollution_inputs = app.topic(settings.zones_topic, settings.car_moves_topic,
+                                 settings.car_ticks_topic, allow_empty=True, **_raw)
+car_pollution = app.topic(settings.car_pollution_topic, **_out)  # car id -> car x zone pollution
+
+# No time-based purge: each car table holds *current* state, bounded by the number of cars
+# and zones, not by event time.
+# car id -> [event_time, zone_id, fuel_level, left_zone_id | None]  (its newest arrival)
+car_positions = app.Table("car-positions", default=None, **_json)
+# zone id -> [event_time, pollution_level]  (newest by (event_time, pollution_level))
+zone_pollution = app.Table("zone-pollution", default=None, **_json)
+# key: (zone_id, car_id) as 16 bytes, big-endian, sign bit flipped (app.keys) -> byte order is
+# (zone, car) order, so a zone's cars are one key range (app.range_scan)
+# value: [car_event_time, fuel_level] of the arrival that put the car there
+zone_cars = range_table(app, "zone-cars", default=None, partitions=settings.partitions)
+
+
+# --- what must be co-partitioned, and what this worker owns ------------------------------------
+
+def copartition_groups() -> list[tuple[str, ...]]:
+    """Topic groups whose members must have the same partition count (checked at start).
+
+    Car arrivals are joined with nothing, but their table (car positions) and its changelog are
+    partitioned with ETJ_PARTITIONS: a different count splits a car's state."""
+    return [*(j.spec.inputs for j in joins.values()),
+            (settings.zones_topic, settings.car_moves_topic, settings.car_ticks_topic),
+            (settings.car_arrivals_topic,)]
+
+
+app.copartitioned = copartition_groups()
+
+#: every agent's ticks topic: the revisit timer sends one tick per owned partition to each
+ticks_topics: list[TopicT] = [*(j.ticks for j in joins.values()), car_ticks]
+
+
+def owned_partitions(topic: str) -> list[int]:
+    """The partitions of ``topic`` this worker has active (per the group assignment)."""
+    return sorted(tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topic)

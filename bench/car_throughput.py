@@ -1,0 +1,83 @@
+"""The car join's throughput on one worker: a backlog of car arrivals and zone readings.
+
+Both inputs are in the broker before the worker starts (a replay); the car side turns arrivals
+into DEL/ADD moves, the zone side joins moves and readings. Rate = input records ÷ seconds from
+the first car-pollution output to the moment every input was consumed and the last output
+written (the worker's ``records_in`` on /stats/, polled every 50 ms), so start-up is not
+counted. Producers use one-record batches (tansu, see bench.throughput).
+
+``python -m bench.car_throughput [--records N] [--runs R]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+from typing import Any
+
+from bench.kafka_io import create_topics, jbytes, produce_bulk, read_topics
+from bench.workers import bench_broker, new_names, start_worker, wait_stats, workdir
+
+START_MS = 1_790_000_000_000
+
+
+def workload(records: int, seed: int) -> list[tuple[str, str, dict]]:
+    from app.commands.sample_traffic import sample_cars_and_zones
+
+    return sample_cars_and_zones(seed=seed, count=records, start_ms=START_MS, cars=2_000,
+                                 zones=50, late_ratio=0.1)
+
+
+def one_run(records: int, seed: int, partitions: int) -> dict[str, Any]:
+    with bench_broker() as broker, workdir() as folder:
+        names = new_names(broker, partitions=partitions)
+        data = workload(records, seed)
+        topic = {"car": names.car_arrivals_topic, "zone": names.zones_topic}
+        asyncio.run(create_topics(broker.bootstrap, list(topic.values()), partitions))
+        asyncio.run(produce_bulk(broker.bootstrap,
+                                 ((topic[k], key.encode(), jbytes(v)) for k, key, v in data),
+                                 partitions))
+        inputs = list(topic.values())
+        w = start_worker(names, folder, name="cars")
+        try:
+            w.wait_ready(timeout_s=120)
+            t_end, _ = wait_stats(
+                w, lambda s: sum(s["records_in"].get(t, 0) for t in inputs) >= len(data),
+                timeout_s=600, every_s=0.05)
+            outs = asyncio.run(read_topics(broker.bootstrap, [names.car_pollution_topic],
+                                           until=lambda got: False, timeout_s=60, idle_s=1.5))
+        finally:
+            w.stop()
+    if not outs:
+        raise RuntimeError("the worker emitted no car-pollution record")
+    t_first = min(o.timestamp_ms for o in outs) / 1000
+    t_last = max(o.timestamp_ms for o in outs) / 1000
+    seconds = max(t_end, t_last) - t_first
+    return {"records": len(data), "seconds": seconds, "rate": len(data) / seconds,
+            "outputs": len(outs)}
+
+
+def run(records: int = 10_000, runs: int = 3, seed: int = 1, partitions: int = 4,
+        ) -> dict[str, Any]:
+    """Median over ``runs`` runs, each on a fresh broker."""
+    results = [one_run(records, seed + i, partitions) for i in range(runs)]
+    return {"name": "car_throughput", "records": records, "runs": runs,
+            "partitions": partitions,
+            "car_throughput_rps": round(statistics.median(r["rate"] for r in results)),
+            "each_run": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
+                         for r in results]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--records", type=int, default=10_000)
+    p.add_argument("--runs", type=int, default=3)
+    a = p.parse_args(argv)
+    print(json.dumps(run(a.records, a.runs), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
