@@ -1,4 +1,4 @@
-"""The batch twin of the stream joins, on PySpark (DESIGN §4).
+"""The batch twin of the stream joins, on PySpark (docs/batch/index.md).
 
 Reads top to bottom in data order:
 

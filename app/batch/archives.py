@@ -1,7 +1,7 @@
 """Extract and load: topic archives (JSON lines or Parquet) in, JSON lines or Parquet out.
 
 An archive holds one record per line (JSON lines) or per row (Parquet) with the wire-contract
-fields of its topic (DESIGN §1); ``faust -A app.main archive TOPIC OUT.jsonl`` writes one.
+fields of its topic (the wire contract); ``faust -A app.main archive TOPIC OUT.jsonl`` writes one.
 Records of the ``etj-late`` topic (``{"record": {...}, "horizon": ...}``) are unwrapped, so the
 late topic's archive can be read as moods or as recommendations: each reader keeps the records
 that have its fields.

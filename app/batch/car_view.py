@@ -1,6 +1,6 @@
 """The car/zone view over bounded data: pure DataFrame -> DataFrame transforms (no I/O).
 
-Same rules as the stream (DESIGN §2, :mod:`app.logic.car_join`):
+Same rules as the stream (docs/batch/index.md; :mod:`app.logic.car_join`):
 
 - a car is in the ``to_zone_id`` of its latest arrival by event time (an older arrival that comes
   later does not move it back); ties on event time: the greatest (to_zone_id, fuel_level);
@@ -8,7 +8,7 @@ Same rules as the stream (DESIGN §2, :mod:`app.logic.car_join`):
   or null when the zone never reported one.
 
 A stream consumer keeps, per car, the greatest output by
-:func:`app.logic.car_join.output_order`: the arrival order (car_event_time first, DESIGN §2),
+:func:`app.logic.car_join.output_order`: the arrival order (car_event_time first),
 then the reading order, an output without a reading below any with one; equal: the later record.
 """
 
@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 __all__ = ["CAR_COLUMNS", "car_view", "latest_car_outputs", "compare_car_views"]
 
-#: one output record (DESIGN §1, ``etj-car-pollution``), wire order
+#: one output record (the wire contract of ``etj-car-pollution``), wire order
 CAR_COLUMNS = ["car_id", "zone_id", "fuel_level", "pollution_level", "car_event_time",
                "zone_event_time"]
 

@@ -3,7 +3,7 @@
 The same file runs under spark-submit (``spark-submit app/batch/__main__.py exact ...``): the
 master then comes from spark-submit, otherwise it is ``local[*]`` (or ``--master``). Every
 ``--moods``/``--events``/... option takes one or more archives (JSON lines or Parquet).
-Exit codes: 0 ok; 1 reconcile found a difference; 2 bad usage.
+Exit codes: 0 ok (reconcile: converged); 1 reconcile found a difference; 2 bad usage.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Sequence
 from pyspark.sql import SparkSession
 
 from app.batch import archives, jobs
+from app.batch.mood_joins import METHODS
 from app.batch.session import Steps, batch_session
 
 
@@ -26,6 +27,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="extra Spark setting (repeatable)")
     common.add_argument("--no-progress", action="store_true",
                         help="no progress bar nor step lines on stderr")
+    common.add_argument("--method", choices=METHODS, default=METHODS[0],
+                        help="as-of join method: 'window' (union + window, any Spark >= 3.5; "
+                        "the faster here) or 'asof-join' (Spark 4's native sort-merge as-of "
+                        "join); same answer")
 
     p = argparse.ArgumentParser(prog="python -m app.batch",
                                 description="etj batch twin: exact answer, reconcile, backfill")
@@ -50,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--zones", nargs="+", default=[])
     rc.add_argument("--car-pollution", nargs="+", default=[], help="etj-car-pollution archive(s)")
     rc.add_argument("--examples", type=int, default=5, help="examples shown per kind")
+    rc.add_argument("--report", metavar="FILE.jsonl",
+                    help="also write the report as JSON lines: per view a summary (counts per "
+                    "kind, converged or not), then per sampled difference the stream's latest "
+                    "and the exact answer")
+    rc.add_argument("--sample", type=int, default=1000,
+                    help="differences per kind written to --report (default 1000)")
 
     bf = sub.add_parser("backfill", parents=[common],
                         help="publish the corrections a late batch implies")
@@ -108,7 +119,8 @@ def run_exact(spark: SparkSession, args: argparse.Namespace) -> int:
         raise SystemExit("exact: give --moods --events --out and/or --cars --zones --car-out")
     if args.moods and args.events and args.out:
         with steps.step(f"mood joins -> {args.out}"):
-            archives.write_table(jobs.exact_moods(spark, args.moods, args.events), args.out)
+            archives.write_table(jobs.exact_moods(spark, args.moods, args.events, args.method),
+                                 args.out)
     if args.cars and args.zones and args.car_out:
         with steps.step(f"car view -> {args.car_out}"):
             archives.write_table(jobs.exact_cars(spark, args.cars, args.zones), args.car_out)
@@ -118,21 +130,27 @@ def run_exact(spark: SparkSession, args: argparse.Namespace) -> int:
 def run_reconcile(spark: SparkSession, args: argparse.Namespace) -> int:
     steps = _steps(spark, args)
     reports = []
+    sample = args.sample if args.report else 0
     if args.moods or args.events or args.revisions:
         if not (args.moods and args.events and args.revisions):
             raise SystemExit("reconcile: mood joins need --moods, --events and --revisions")
         reports.append(jobs.reconcile_moods(spark, steps, args.moods, args.events,
-                                            args.revisions, args.examples))
+                                            args.revisions, args.examples, sample, args.method))
     if args.cars or args.zones or args.car_pollution:
         if not (args.cars and args.zones and args.car_pollution):
             raise SystemExit("reconcile: the car view needs --cars, --zones and --car-pollution")
         reports.append(jobs.reconcile_cars(spark, steps, args.cars, args.zones,
-                                           args.car_pollution, args.examples))
+                                           args.car_pollution, args.examples, sample))
     if not reports:
         raise SystemExit("reconcile: nothing to compare (see --help)")
     for report in reports:
         print(report.render(), flush=True)
-    return 1 if any(r.differences for r in reports) else 0
+    converged = all(r.converged for r in reports)
+    if args.report:
+        lines = jobs.write_report(args.report, reports)
+        print(f"report: {lines} line(s) -> {args.report}", flush=True)
+    print("CONVERGED" if converged else "NOT CONVERGED (exit code 1)", flush=True)
+    return 0 if converged else 1
 
 
 def run_backfill(spark: SparkSession, args: argparse.Namespace) -> int:
@@ -144,7 +162,7 @@ def run_backfill(spark: SparkSession, args: argparse.Namespace) -> int:
         revisions.append(args.ledger)
     with steps.step("computing the joins whose answer changes"):
         todo = jobs.backfill(spark, args.moods, args.events, revisions, args.late_moods,
-                             args.late_events, args.before).cache()
+                             args.late_events, args.before, args.method).cache()
         rows = jobs.rows_as_wire(todo)
     if args.out:
         with steps.step(f"writing {len(rows)} revisions -> {args.out}"):

@@ -6,7 +6,7 @@ id: a consumer reading the partition sees them in the order they were written.
 
 The ledger (optional, JSON lines) is appended *after* the broker acknowledged every record. A
 crash in between re-publishes the same revisions on the next run, with the same numbers and the
-same answers — a repeat the revision-log contract allows (DESIGN §2), never a different answer
+same answers — a repeat the revision-log contract allows, never a different answer
 under an old number.
 """
 

@@ -20,7 +20,7 @@ def prepare_environment() -> None:
     """Python workers use *this* interpreter; Spark binds loopback unless told otherwise.
 
     Without these, workers start the system Python (without the project's packages) and Spark
-    binds a non-loopback address (DESIGN §4). An explicit environment wins.
+    binds a non-loopback address (docs/batch/index.md). An explicit environment wins.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.batch.cli import main
-from app.logic.mood_join import Mood, Recommendation, exact_mood_joins
+from tests.oracle import Mood, Recommendation, exact_mood_joins
 from tests.harness import Names, latest_by_id, produce, read_all, wait_for
 
 NOW = 1_790_000_000_000

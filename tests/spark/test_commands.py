@@ -16,14 +16,8 @@ import pytest
 
 from app.batch.cli import main
 from app.logic.car_join import CarArrival, ZoneReading, exact_car_view
-from app.logic.mood_join import (
-    ConsultantState,
-    Mood,
-    Recommendation,
-    add_mood,
-    add_recommendation,
-    exact_mood_joins,
-)
+from tests.oracle import Mood, Recommendation, exact_mood_joins
+from tests.replay import MoodReplay
 from tests.spark.test_car_view import stream_outputs
 from tests.harness import latest_by_id
 
@@ -50,19 +44,11 @@ def mood_inputs(seed: int = 3) -> tuple[list[Mood], list[Recommendation]]:
 
 
 def stream_log(moods: list[Mood], recs: list[Recommendation], seed: int) -> list[dict[str, Any]]:
-    """Every revision the stream's rules emit for one shuffled arrival order, in order."""
+    """Every revision the stream's engine emits for one shuffled arrival order, in order."""
     arrivals: list[Mood | Recommendation] = [*moods, *recs]
     random.Random(seed).shuffle(arrivals)
-    states: dict[str, ConsultantState] = {}
-    log = []
-    for item in arrivals:
-        if isinstance(item, Mood):
-            _, revs = add_mood(states.setdefault(item.name, ConsultantState()), item)
-        else:
-            revs = add_recommendation(states.setdefault(item.consultant, ConsultantState()),
-                                      item)
-        log += [r.to_wire() for r in revs]
-    return log
+    replay = MoodReplay()
+    return [rev for item in arrivals for rev in replay.add(item)]
 
 
 @pytest.fixture
@@ -115,6 +101,59 @@ def test_reconcile_exits_0_on_the_stream_log_and_1_on_one_wrong_revision(
     report = capsys.readouterr().out
     assert "wrong 1  missing 0  extra 0" in report
     assert f"wrong   {bad_log[last]['id']}" in report and "'furious'" in report
+
+
+def test_reconcile_report_names_each_difference_as_json_lines(
+        spark, mood_archives, tmp_path, capsys):
+    """One wrong mood, one missing join, one extra join: the report's summary counts each kind,
+    and each difference line carries the stream's latest revision and the exact answer."""
+    log = [dict(r) for r in mood_archives["log"]]
+    latest = latest_by_id(log)
+    ids = sorted(latest)
+    wrong_id, missing_id = ids[0], ids[1]
+    wrong = dict(latest[wrong_id], revision=latest[wrong_id]["revision"] + 1, mood="furious",
+                 mood_event_time=1)
+    extra = dict(latest[ids[2]], id="zz-not-a-recommendation", revision=1)
+    bad_log = [r for r in log if r["id"] != missing_id] + [wrong, extra]
+    report = tmp_path / "report" / "reconcile.jsonl"
+    args = ["reconcile", "--moods", mood_archives["moods"], "--events", mood_archives["events"],
+            "--revisions", write_lines(tmp_path / "bad.jsonl", bad_log), "--report",
+            str(report), "--examples", "1", *ARGS]
+    assert main(args, spark=spark) == 1
+    out = capsys.readouterr().out
+    assert "NOT CONVERGED" in out and f"-> {report}" in out
+
+    lines = read_lines(report)
+    summary, diffs = lines[0], lines[1:]
+    assert summary["kind"] == "summary" and summary["view"] == "mood_joins"
+    assert summary["converged"] is False
+    assert summary["counts"] == {"matched": len(mood_archives["expected"]) - 2, "wrong": 1,
+                                 "missing": 1, "extra": 1}
+    by_status = {d["status"]: d for d in diffs}
+    assert len(diffs) == 3 and all(d["kind"] == "difference" for d in diffs)
+    expected = mood_archives["expected"]
+    w = by_status["wrong"]
+    assert w["id"] == wrong_id and w["stream"]["mood"] == "furious"
+    assert w["stream"]["revision"] == wrong["revision"]
+    assert tuple(w["exact"][c] for c in ANSWER) == expected[wrong_id]
+    assert "mood" in w["fields"]
+    m = by_status["missing"]
+    assert m["id"] == missing_id and m["stream"] is None
+    assert tuple(m["exact"][c] for c in ANSWER) == expected[missing_id]
+    x = by_status["extra"]
+    assert x["id"] == extra["id"] and x["exact"] is None and x["stream"]["revision"] == 1
+
+    # the sample is bounded per kind; the counts are not
+    assert main([*args, "--sample", "0"], spark=spark) == 1
+    assert read_lines(report)[0]["counts"] == summary["counts"]
+    assert len(read_lines(report)) == 1 + 3  # at least --examples per kind are kept
+
+    # converged: exit 0 and a summary that says so
+    good = write_lines(tmp_path / "good.jsonl", log)
+    assert main([*args[:6], good, "--report", str(report), *ARGS], spark=spark) == 0
+    assert read_lines(report) == [dict(read_lines(report)[0], converged=True)]
+    assert read_lines(report)[0]["differences"] == 0
+    assert "CONVERGED" in capsys.readouterr().out
 
 
 def test_reconcile_the_car_view(spark, tmp_path, capsys):

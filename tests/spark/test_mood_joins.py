@@ -1,30 +1,31 @@
-"""The batch mood join gives the stream's answer: scenarios, then a property over random data."""
+"""The batch mood join gives the stream's answer: scenarios, then a property over random data.
+
+Every as-of method (:data:`app.batch.mood_joins.METHODS`) is held to the same scenarios and the
+same property against the independent oracle (:mod:`tests.oracle`).
+"""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
 from app.batch.mood_joins import (
+    METHODS,
     backfill_revisions,
     compare_joins,
     latest_revisions,
     mood_joins,
 )
-from app.logic.asof import join_id
-from app.logic.mood_join import (
-    ConsultantState,
-    Mood,
-    Recommendation,
-    add_mood,
-    add_recommendation,
-    exact_mood_joins,
-)
+from tests.oracle import Mood, Recommendation, exact_mood_joins, join_id, mood_answer
+from tests.replay import MoodReplay
+
+by_method = pytest.mark.parametrize("method", METHODS)
 
 MOOD_DDL = "name string, mood string, event_time bigint"
 EVENT_DDL = "consultant string, recommendation string, event_time bigint, id string"
@@ -33,7 +34,8 @@ JOIN_DDL = ("id string, consultant string, event_time bigint, recommendation str
 REV_DDL = JOIN_DDL + ", revision bigint, previous_mood string, cause string"
 
 
-def test_strictly_before_ties_and_derived_ids(spark):
+@by_method
+def test_strictly_before_ties_and_derived_ids(spark, method):
     # 1. alice is happy and calm at 10 (a tie), sad at 20; bob has no mood at all
     moods = spark.createDataFrame([("alice", "happy", 10), ("alice", "calm", 10),
                                    ("alice", "sad", 20)], MOOD_DDL)
@@ -50,7 +52,16 @@ def test_strictly_before_ties_and_derived_ids(spark):
         (join_id("alice", 21, "run", None), "alice", 21, "run", "sad", 20),
         ("b5", "bob", 5, "tea", None, None),
     ], JOIN_DDL)
-    assertDataFrameEqual(mood_joins(moods, events), expected)
+    assertDataFrameEqual(mood_joins(moods, events, method), expected)
+
+
+def test_the_native_method_plans_spark_s_sort_merge_as_of_join(spark):
+    moods = spark.createDataFrame([("a", "x", 1)], MOOD_DDL)
+    events = spark.createDataFrame([("a", "p", 2, "e")], EVENT_DDL)
+    plan = mood_joins(moods, events, "asof-join")._jdf.queryExecution().executedPlan().toString()
+    assert "SortMergeAsOfJoin" in plan
+    with pytest.raises(ValueError, match="unknown as-of method"):
+        mood_joins(moods, events, "range")
 
 
 def test_latest_revision_comparison_and_backfill_revisions(spark):
@@ -92,19 +103,15 @@ rec_records = st.lists(st.tuples(consultants, st.sampled_from(["p", "q"]), times
 
 def incremental_answer(moods: list[Mood], recs: list[Recommendation],
                        seed: int) -> dict[str, tuple[Any, ...]]:
-    """Feed the stream's rules one record at a time in a shuffled arrival order; keep the
+    """Feed the stream's engine one record at a time in a shuffled arrival order; keep the
     latest revision per join id, as a consumer does."""
     arrivals: list[Mood | Recommendation] = [*moods, *recs]
     random.Random(seed).shuffle(arrivals)
-    states: dict[str, ConsultantState] = {}
+    replay = MoodReplay()
     latest: dict[str, tuple[Any, ...]] = {}
     for item in arrivals:
-        if isinstance(item, Mood):
-            _, revs = add_mood(states.setdefault(item.name, ConsultantState()), item)
-        else:
-            revs = add_recommendation(states.setdefault(item.consultant, ConsultantState()), item)
-        for r in revs:
-            latest[r.id] = r.answer
+        for r in replay.add(item):
+            latest[r["id"]] = mood_answer(r)
     return latest
 
 
@@ -117,10 +124,10 @@ def test_batch_answer_equals_the_stream_logic(spark, moods, raw_recs, seed):
     exact = exact_mood_joins(moods, recs)
     assert incremental_answer(moods, recs, seed) == exact  # the stream agrees with its oracle
 
-    batch = mood_joins(
-        spark.createDataFrame([(m.name, m.mood, m.event_time) for m in moods], MOOD_DDL),
-        spark.createDataFrame([(r.consultant, r.recommendation, r.event_time, r.id)
-                               for r in recs], EVENT_DDL))
-    assertDataFrameEqual(batch, [Row(id=a[0], consultant=a[1], event_time=a[2],
-                                     recommendation=a[3], mood=a[4], mood_event_time=a[5])
-                                 for a in exact.values()])
+    mood_df = spark.createDataFrame([(m.name, m.mood, m.event_time) for m in moods], MOOD_DDL)
+    event_df = spark.createDataFrame([(r.consultant, r.recommendation, r.event_time, r.id)
+                                      for r in recs], EVENT_DDL)
+    for method in METHODS:  # every method, the same answer
+        assertDataFrameEqual(mood_joins(mood_df, event_df, method),
+                             [Row(id=a[0], consultant=a[1], event_time=a[2], recommendation=a[3],
+                                  mood=a[4], mood_event_time=a[5]) for a in exact.values()])
