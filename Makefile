@@ -5,11 +5,11 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test test-fast bench venv clean
+.PHONY: run test test-fast bench docs docs-images venv clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -e '.[test,batch,bench]'
+	$(PIP) install -e '.[test,batch,bench,docs]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -29,6 +29,16 @@ test-fast: venv
 ## bench: benchmarks (print figures, write bench/results/latest.json)
 bench: venv
 	$(PY) -m bench
+
+## docs: serve the documentation site on http://127.0.0.1:8000/ (rebuilt on every save)
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
+
+## docs-images: regenerate the pictures the docs show (docs/img/timeline.png: the browser test's
+## scenario, against a local broker and a real worker; test runs write theirs to a tmp dir)
+docs-images: venv $(CHROMIUM)
+	ETJ_DOCS_IMAGES=docs/img $(PY) -m pytest -q -p no:cacheprovider \
+	  "tests/browser/test_timeline_page.py::test_page_draws_a_consultant_and_shows_a_live_correction"
 
 # the timeline page's browser test drives Debian's chromium (Playwright never downloads one);
 # installed only when absent (CI runs as root)

@@ -11,9 +11,9 @@
 Each check is shown able to fail on a broken input (a bad Dockerfile, a broken manifest, a
 misspelt setting).
 
-The ``config`` part of ``values.schema.json`` is derived from :class:`app.settings.Settings`;
-after adding a setting, regenerate it with ``python -m tests.test_deploy`` (and give it a
-documented default in values.yaml).
+The ``config`` part of ``values.schema.json`` is generated from :class:`app.settings.Settings` by
+:mod:`app.settings_doc` (with the docs' settings page); after adding a setting, regenerate both
+with ``python -m app.settings_doc`` (and give it a documented default in values.yaml).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import pytest
 import yaml
 
 from app.settings import Settings
+from app.settings_doc import config_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "etj"
@@ -43,8 +44,6 @@ SCHEMA = CHART / "values.schema.json"
 DOCKERFILE = ROOT / "Dockerfile"
 KUBE_VERSION = "1.30.0"
 NAMESPACE = "streams"
-#: settings the chart sets itself (per pod or from other values), not through ``config``
-CHART_MANAGED = {"datadir", "web_port", "web_bind", "web_host"}
 WORKER_COMMAND = ["faust", "-A", "app.main", "worker", "-l", "info"]
 
 
@@ -83,16 +82,6 @@ def config_map_env(docs: list[dict[str, Any]]) -> dict[str, str]:
     assert refs == [sts["metadata"]["name"]]
     data: dict[str, str] = one(docs, "ConfigMap", refs[0])["data"]
     return data
-
-
-def config_schema() -> dict[str, Any]:
-    """JSON schema of ``config`` in values.yaml, derived from the Settings fields."""
-    props = {}
-    for name, prop in Settings.model_json_schema()["properties"].items():
-        if name in CHART_MANAGED:
-            continue
-        props[name] = {k: v for k, v in prop.items() if k not in ("title", "default", "format")}
-    return {"type": "object", "additionalProperties": False, "properties": props}
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:
@@ -297,14 +286,14 @@ def test_values_schema_config_is_typed_like_the_settings():
     for name, spec in props.items():
         assert name in derived, f"config.{name} is not a setting (renamed? removed?)"
         assert typing_of(spec) == typing_of(derived[name]), \
-            f"config.{name} is typed differently in app.settings: `python -m tests.test_deploy`"
+            f"config.{name} is typed differently in app.settings: `python -m app.settings_doc`"
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert set(values) == set(json.loads(SCHEMA.read_text())["properties"])
     assert set(values["config"]) <= set(props)
     missing = sorted(set(derived) - set(props))
     if missing:  # settable through extraEnv meanwhile; not worth failing someone else's commit
         warnings.warn(f"settings the chart's config does not know yet: {missing}; "
-                      "run `python -m tests.test_deploy`")
+                      "run `python -m app.settings_doc`")
 
 
 def test_checksum_annotation_changes_exactly_when_the_settings_change():
@@ -413,14 +402,3 @@ def test_every_value_is_documented():
     stale = {d for d in documented
              if not any(leaf == d or leaf.startswith(d + ".") for leaf in leaves)}
     assert not stale, f"`## @param` for values that do not exist: {sorted(stale)}"
-
-
-def _write_schema() -> None:
-    schema = json.loads(SCHEMA.read_text())
-    schema["properties"]["config"] = config_schema()
-    SCHEMA.write_text(json.dumps(schema, indent=2) + "\n")
-    print(f"wrote {SCHEMA.relative_to(ROOT)}")
-
-
-if __name__ == "__main__":
-    _write_schema()

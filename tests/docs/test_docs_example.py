@@ -1,21 +1,19 @@
-"""README.md's worked example, run as written against a real broker.
+"""The worked example of docs/joins/declarative.md, run as written against a real broker.
 
-The blocks are read from the document (marked ``<!-- example: ... -->``): the spec file, the
-``faust send`` commands, the ``join-latest`` command and its expected output. The only change: the
-example's topic names get this test's prefix, so runs against a shared Kafka cannot see each
-other's records.
+The blocks are read from the page (marked ``<!-- example: ... -->``): the spec file, the
+``faust send`` commands, the ``join-latest`` command and its expected output, and the validation
+messages the page shows. The only change: the example's topic names get this test's prefix, so
+runs against a shared Kafka cannot see each other's records.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,17 +21,15 @@ import pytest
 from app.joins.catalog import mood_spec, movie_spec
 from app.joins.spec import SpecError, resolve_all
 from app.settings import Settings
+from tests.docs import pages
 
-ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "README.md"  # section "Declarative joins"
+ROOT = pages.ROOT
+DOC = pages.DOCS / "joins" / "declarative.md"
 
 
 def block(name: str) -> str:
-    """The fenced block right after ``<!-- example: name -->``."""
-    text = DOC.read_text(encoding="utf-8")
-    m = re.search(rf"<!-- example: {re.escape(name)} -->\s*```[a-z]*\n(.*?)```", text, re.S)
-    assert m, f"README.md has no '{name}' example block"
-    return m.group(1)
+    """The fenced block right after ``<!-- example: name -->`` on the page."""
+    return pages.block(DOC, name)
 
 
 def faust_command(line: str) -> list[str]:
@@ -50,9 +46,8 @@ def run(argv: list[str], env: dict[str, str], timeout_s: float = 120) -> str:
 
 
 def test_the_validation_messages_shown_are_the_real_ones():
-    shown = [line.split("SpecError: ", 1)[1] for line in
-             re.search(r"### Validation.*?```\n(.*?)```", DOC.read_text(), re.S).group(1)
-             .splitlines()]
+    shown = [line.split("SpecError: ", 1)[1]
+             for line in block("validation-messages").splitlines()]
     tiers = json.loads(block("joins.json"))[0]
     builtins = [mood_spec(Settings()), movie_spec(Settings())]
 

@@ -1,0 +1,61 @@
+"""Every block a page marks as tested (``<!-- example: NAME -->``) is run by a test.
+
+:data:`RUN_BY` is the list of tested blocks and the test that runs each; a marked block missing
+from it, or listed here but gone from its page, fails. The small ones run here.
+"""
+
+from __future__ import annotations
+
+import json
+
+from app.joins.catalog import mood_spec, movie_spec
+from app.joins.spec import resolve_all
+from app.settings import Settings
+from tests.docs.pages import DOCS, README, ROOT, block, marked
+
+DECLARATIVE = DOCS / "joins" / "declarative.md"
+
+#: (page, block) -> the test that runs it
+RUN_BY = {
+    ("docs/joins/declarative.md", "joins.json"): "test_docs_example.py",
+    ("docs/joins/declarative.md", "send"): "test_docs_example.py",
+    ("docs/joins/declarative.md", "latest"): "test_docs_example.py",
+    ("docs/joins/declarative.md", "output"): "test_docs_example.py",
+    ("docs/joins/declarative.md", "validation-messages"): "test_docs_example.py",
+    ("docs/concepts/revision-log.md", "retracting-fold"): "test_examples.py",
+    ("docs/joins/car-zone.md", "zone-key"): "test_examples.py",
+    ("README.md", "minimal-spec"): "test_examples.py",
+}
+
+
+def test_every_marked_block_is_run_by_a_test() -> None:
+    found = marked()
+    assert not found - set(RUN_BY), f"marked as tested, but no test runs them: {found - set(RUN_BY)}"
+    assert not set(RUN_BY) - found, f"tested blocks gone from their pages: {set(RUN_BY) - found}"
+    for test in set(RUN_BY.values()):
+        assert (ROOT / "tests" / "docs" / test).exists(), test
+
+
+def test_each_page_names_the_test_that_runs_its_blocks() -> None:
+    for (page, _), test in RUN_BY.items():
+        if page != "README.md":
+            assert f"tests/docs/{test}" in (ROOT / page).read_text(), (page, test)
+
+
+def _run_python(page: str, name: str) -> None:
+    code = block(ROOT / page, name)
+    exec(compile(code, f"{page}:{name}", "exec"), {"__name__": f"example_{name}"})
+
+
+def test_the_retracting_fold_runs_as_written() -> None:
+    _run_python("docs/concepts/revision-log.md", "retracting-fold")
+
+
+def test_the_zone_key_example_runs_as_written() -> None:
+    _run_python("docs/joins/car-zone.md", "zone-key")
+
+
+def test_the_readme_spec_is_valid_and_is_the_worked_example() -> None:
+    spec = json.loads(block(README, "minimal-spec"))
+    resolve_all([mood_spec(Settings()), movie_spec(Settings()), *spec])
+    assert spec == json.loads(block(DECLARATIVE, "joins.json"))
