@@ -1,4 +1,5 @@
-"""The image and the Helm chart, checked offline (DESIGN §7): no Docker engine, no cluster.
+"""The image and the Helm chart, checked offline: no Docker engine, no cluster (docs: Operating →
+the Helm chart, "Chart checks", docs/operating/helm.md#chart-checks).
 
 - Dockerfile: hadolint (from PyPI) finds nothing; the image runs the same command as the chart,
   as the same non-root user, with the datadir the chart mounts.
