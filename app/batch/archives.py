@@ -1,7 +1,8 @@
 """Extract and load: topic archives (JSON lines or Parquet) in, JSON lines or Parquet out.
 
 An archive holds one record per line (JSON lines) or per row (Parquet) with the wire-contract
-fields of its topic (the wire contract); ``faust -A app.main archive TOPIC OUT.jsonl`` writes one.
+fields of its topic; ``faust -A app.main archive TOPIC OUT.jsonl`` (or ``OUT.parquet``: a
+dataset partitioned by topic partition, read in parallel) writes one.
 Records of the ``etj-late`` topic (``{"record": {...}, "horizon": ...}``) are unwrapped, so the
 late topic's archive can be read as moods or as recommendations: each reader keeps the records
 that have its fields.
@@ -99,10 +100,36 @@ MOOD_SCHEMA = MOODS.schema  # for from_json on a Kafka source, see the module do
 
 
 def _is_parquet(path: str) -> bool:
+    """``*.parquet``, or a local directory holding Parquet files (or ``key=value`` folders of
+    them, as the ``archive`` command writes: ``partition=3/part-00000.parquet``)."""
     p = path.rstrip("/")
     if p.endswith(".parquet"):
         return True
-    return os.path.isdir(p) and any(f.endswith(".parquet") for f in os.listdir(p))
+    if not os.path.isdir(p):
+        return False
+    for entry in os.scandir(p):
+        if entry.name.endswith(".parquet"):
+            return True
+        if entry.is_dir() and "=" in entry.name and any(
+                f.endswith(".parquet") for f in os.listdir(entry.path)):
+            return True
+    return False
+
+
+def _read_parquet(spark: SparkSession, path: str, kind: ArchiveKind) -> DataFrame:
+    """A Parquet archive: typed columns, or the JSON values of a ``value`` column (topics the
+    ``archive`` command has no schema for, e.g. etj-late: parsed, envelopes unwrapped)."""
+    df = spark.read.parquet(path)
+    if "value" in df.columns and not set(kind.required) & set(df.columns):
+        schema = kind.schema
+        if kind.unwrap:
+            schema = schema.add("record", kind.schema)
+        parsed = df.select(F.from_json("value", schema).alias("v"),
+                           *[c for c in ("_offset",) if c in df.columns])
+        df = parsed.select("v.*", *[c for c in ("_offset",) if c in parsed.columns])
+        if kind.unwrap:
+            df = _unwrap(df, kind, keep=[c for c in ("_offset",) if c in df.columns])
+    return df
 
 
 def conform(df: DataFrame, kind: ArchiveKind) -> DataFrame:
@@ -135,14 +162,16 @@ def read_archive(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveK
     """Read one or more archives (JSON lines files/dirs or Parquet) as ``kind``'s records.
 
     ``_pos`` is each record's position: archive order (the topic's log order per partition,
-    which is all a consumer relies on) — latest-revision rules use it to break ties.
+    which is all a consumer relies on) — latest-revision rules use it to break ties. A Parquet
+    archive of the ``archive`` command has each record's offset (``_offset``): its position
+    within the topic partition, which is where every revision of one join id is.
     """
     if isinstance(paths, str):
         paths = [paths]
     parts = []
     for i, path in enumerate(paths):
         if _is_parquet(path):
-            df = spark.read.parquet(path)
+            df = _read_parquet(spark, path, kind)
         else:
             schema = kind.schema
             if kind.unwrap:
@@ -150,7 +179,9 @@ def read_archive(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveK
             df = spark.read.schema(schema).option("mode", "PERMISSIVE").json(path)
             if kind.unwrap:
                 df = _unwrap(df, kind)
-        pos = F.lit(i << 54).cast("bigint") + F.monotonically_increasing_id()  # file, then line
+        order = (F.col("_offset") if "_offset" in df.columns
+                 else F.monotonically_increasing_id())  # the offset, else the line
+        pos = F.lit(i << 54).cast("bigint") + order  # the archive first
         parts.append(conform(df.withColumn("_pos", pos), kind))
     out = parts[0]
     for p in parts[1:]:
@@ -158,10 +189,10 @@ def read_archive(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveK
     return out
 
 
-def _unwrap(df: DataFrame, kind: ArchiveKind) -> DataFrame:
+def _unwrap(df: DataFrame, kind: ArchiveKind, keep: Sequence[str] = ()) -> DataFrame:
     """An etj-late envelope carries the record under ``record``: prefer it when present."""
     return df.select(*[F.when(F.col("record").isNotNull(), F.col(f"record.{n}"))
-                       .otherwise(F.col(n)).alias(n) for n in kind.fields])
+                       .otherwise(F.col(n)).alias(n) for n in kind.fields], *keep)
 
 
 def write_table(df: DataFrame, path: str) -> None:

@@ -268,5 +268,6 @@ def rows_as_wire(df: DataFrame) -> list[dict[str, Any]]:
     return [r.asDict() for r in df.orderBy(df.columns[0]).toLocalIterator()]
 
 
-__all__ = ["Report", "write_report", "difference", "exact_moods", "exact_cars", "reconcile_moods", "reconcile_cars",
+__all__ = ["Report", "write_report", "difference", "exact_moods", "exact_cars",
+           "reconcile_moods", "reconcile_cars",
            "backfill", "rows_as_wire", "CAR_COLUMNS"]

@@ -1,9 +1,19 @@
-"""Tool: ``faust -A app.main archive TOPIC OUT.jsonl`` — a topic, start to end, as JSON lines.
+"""Tool: ``faust -A app.main archive TOPIC OUT`` — a topic, start to end, as JSON lines/Parquet.
 
 The batch twin (``python -m app.batch``) reads these archives, so the whole loop — stream,
 archive, exact answer, reconcile, backfill — runs on one machine without Spark's Kafka
-connector. One line per record, the record's JSON value (DESIGN §1 fields); each partition's
-records in log order (all a consumer relies on: per-key order), partitions interleaved.
+connector. Two forms (docs/batch/index.md):
+
+- ``OUT.jsonl`` (or ``-``): one line per record, the record's JSON value (the wire-contract
+  fields); each partition's records in log order, partitions interleaved. One file: fine for
+  tests and small topics, but Spark reads one JSON lines file with one task per 128 MB split.
+- ``OUT.parquet`` (or ``--format parquet``): a Parquet dataset, one directory per topic
+  partition (``OUT/partition=3/part-00000.parquet``, a new file every ``--rows-per-file``
+  records) with the topic's typed columns plus ``_offset`` (the record's offset: log order
+  within its partition, which is all a consumer relies on). Spark reads every file in
+  parallel and only the columns a job needs: a month of a topic is as many tasks as files.
+  Topics without a known schema (late, dead letters) keep each JSON value in a ``value``
+  column. Needs pyarrow (the ``batch`` extra); the worker image does not have it.
 
 Input topics of the joins are validated exactly as the worker validates them (including the
 key check, which an archive cannot repeat later): records the worker dead-letters are left out
@@ -17,13 +27,14 @@ reads to the reported end *and then* until no record came for ``--idle-s`` secon
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
+import click
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 from faust.cli import argument, option
@@ -55,33 +66,168 @@ def input_models() -> dict[str, type[WireModel]]:
             settings.car_arrivals_topic: CarArrivalIn, settings.zones_topic: ZoneIn}
 
 
-def archive_line(model: type[WireModel] | None, key: bytes | None, value: bytes | None,
-                 ) -> str | None:
-    """One record -> its archive line, or None when it is left out."""
+#: Parquet columns of the topics with a known schema (field, arrow type), wire-contract order;
+#: the same fields as app.batch.archives' kinds. Other topics: one ``value`` column (JSON).
+_MOOD_OUT = [("id", "string"), ("consultant", "string"), ("event_time", "int64"),
+             ("recommendation", "string"), ("mood", "string"), ("mood_event_time", "int64"),
+             ("revision", "int64"), ("previous_mood", "string"), ("cause", "string")]
+_CAR_OUT = [("car_id", "int64"), ("zone_id", "int64"), ("fuel_level", "double"),
+            ("pollution_level", "double"), ("car_event_time", "int64"),
+            ("zone_event_time", "int64")]
+
+
+def parquet_columns(topic: str) -> list[tuple[str, str]] | None:
+    """The typed columns of ``topic``'s records, or None: keep the JSON value as a string."""
+    return {
+        settings.moods_topic: [("name", "string"), ("mood", "string"), ("event_time", "int64"),
+                               ("ingestion_time", "int64")],
+        settings.events_topic: [("consultant", "string"), ("recommendation", "string"),
+                                ("event_time", "int64"), ("id", "string"),
+                                ("ingestion_time", "int64")],
+        settings.output_topic: _MOOD_OUT,
+        settings.car_arrivals_topic: [("car_id", "int64"), ("to_zone_id", "int64"),
+                                      ("fuel_level", "double"), ("event_time", "int64")],
+        settings.zones_topic: [("zone_id", "int64"), ("pollution_level", "double"),
+                               ("event_time", "int64")],
+        settings.car_pollution_topic: _CAR_OUT,
+    }.get(topic)
+
+
+def archive_value(model: type[WireModel] | None, key: bytes | None, value: bytes | None,
+                  ) -> Any:
+    """One record -> its archived JSON value, or None when it is left out."""
     if model is not None:
         try:
             record = parse(model, key, value)
         except InvalidRecord:
             return None
-        return json.dumps(record.model_dump(mode="json", exclude_none=True),
-                          separators=(",", ":"))
+        return record.model_dump(mode="json", exclude_none=True)
     if value is None:
         return None
     try:
         data: Any = json.loads(value)
     except ValueError:
         return None
-    return json.dumps(data, separators=(",", ":"))
+    return data
+
+
+def archive_line(model: type[WireModel] | None, key: bytes | None, value: bytes | None,
+                 ) -> str | None:
+    """One record -> its archive line, or None when it is left out."""
+    data = archive_value(model, key, value)
+    return None if data is None else json.dumps(data, separators=(",", ":"))
+
+
+class Sink(Protocol):
+    def write(self, partition: int, offset: int, value: Any) -> None: ...
+    def close(self) -> None: ...
+
+
+class JsonLinesSink:
+    """One JSON value per line, in the order records are read (``-``: stdout)."""
+
+    def __init__(self, out: str | Path) -> None:
+        self.stdout = str(out) == "-"
+        self.f: IO[str] = sys.stdout if self.stdout else Path(out).open("w", encoding="utf-8")
+
+    def write(self, partition: int, offset: int, value: Any) -> None:
+        self.f.write(json.dumps(value, separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        if self.stdout:
+            self.f.flush()
+        else:
+            self.f.close()
+
+
+class ParquetSink:
+    """A Parquet dataset: ``OUT/partition=P/part-NNNNN.parquet``, a file per ``rows_per_file``.
+
+    Written to ``OUT.tmp-archive`` and renamed at the end, so a reader never sees half an
+    archive; an existing OUT is replaced. Rows are buffered per partition (memory: at most
+    ``rows_per_file`` values per partition).
+    """
+
+    def __init__(self, out: str | Path, columns: list[tuple[str, str]] | None,
+                 rows_per_file: int = 1_000_000) -> None:
+        try:
+            import pyarrow as pa
+        except ImportError as exc:  # pragma: no cover - the batch extra is missing
+            raise SystemExit("archive: Parquet needs pyarrow (pip install '.[batch]')") from exc
+        self.pa = pa
+        self.out = Path(out)
+        self.tmp = self.out.with_name(self.out.name + ".tmp-archive")
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.mkdir(parents=True)
+        self.columns = columns
+        fields = columns or [("value", "string")]
+        self.schema = pa.schema([(n, pa.type_for_alias(t)) for n, t in fields]
+                                + [("_offset", pa.int64())])
+        self.rows_per_file = rows_per_file
+        self.buffers: dict[int, list[dict[str, Any]]] = {}
+        self.files: dict[int, int] = {}
+
+    def write(self, partition: int, offset: int, value: Any) -> None:
+        if self.columns is None:
+            row = {"value": json.dumps(value, separators=(",", ":"))}
+        elif isinstance(value, dict):
+            row = {n: value.get(n) for n, _ in self.columns}
+        else:  # not a record of this topic: nothing to type it as
+            row = {n: None for n, _ in self.columns}
+        row["_offset"] = offset
+        buf = self.buffers.setdefault(partition, [])
+        buf.append(row)
+        if len(buf) >= self.rows_per_file:
+            self._flush(partition)
+
+    def _flush(self, partition: int) -> None:
+        import pyarrow.parquet as pq
+
+        rows = self.buffers.pop(partition, [])
+        if not rows:
+            return
+        n = self.files.get(partition, 0)
+        self.files[partition] = n + 1
+        folder = self.tmp / f"partition={partition}"
+        folder.mkdir(exist_ok=True)
+        table = self.pa.Table.from_pylist(rows, schema=self.schema)
+        pq.write_table(table, folder / f"part-{n:05d}.parquet")
+
+    def close(self) -> None:
+        for partition in list(self.buffers):
+            self._flush(partition)
+        if not self.files:  # an empty topic: one empty file, so the schema is readable
+            import pyarrow.parquet as pq
+
+            (self.tmp / "partition=0").mkdir(exist_ok=True)
+            pq.write_table(self.schema.empty_table(),
+                           self.tmp / "partition=0" / "part-00000.parquet")
+        if self.out.exists():
+            shutil.rmtree(self.out) if self.out.is_dir() else self.out.unlink()
+        self.tmp.rename(self.out)
+
+
+def open_sink(out: str | Path, fmt: str, topic: str, rows_per_file: int = 1_000_000) -> Sink:
+    """``fmt``: ``jsonl``, ``parquet``, or ``auto`` (Parquet when OUT ends with .parquet)."""
+    if fmt == "auto":
+        fmt = "parquet" if str(out).rstrip("/").endswith(".parquet") else "jsonl"
+    if fmt == "parquet":
+        if str(out) == "-":
+            raise SystemExit("archive: Parquet cannot go to stdout")
+        return ParquetSink(out, parquet_columns(topic), rows_per_file)
+    return JsonLinesSink(out)
 
 
 async def archive_topic(broker_url: str, topic: str, out: str | Path,
                         model: type[WireModel] | None = None, idle_s: float = 2.0,
                         stall_s: float = 120.0, progress_s: float | None = 5.0,
+                        fmt: str = "auto", rows_per_file: int = 1_000_000,
                         ) -> ArchiveStats:
-    """Write every record of ``topic`` to ``out`` (``-`` = stdout) as JSON lines.
+    """Write every record of ``topic`` to ``out`` (``-`` = stdout) as JSON lines or Parquet.
 
-    Lines are written as they are read (memory stays flat on big topics); each partition's
-    records keep their log order. ``progress_s``: a progress line on stderr this often.
+    Records are written as they are read (memory stays flat on big topics: Parquet buffers at
+    most a file's rows per partition); each partition's records keep their log order.
+    ``progress_s``: a progress line on stderr this often.
     """
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers(broker_url),
                                 enable_auto_commit=False, auto_offset_reset="earliest")
@@ -96,15 +242,14 @@ async def archive_topic(broker_url: str, topic: str, out: str | Path,
         await consumer.seek_to_beginning(*parts)
         ends = await consumer.end_offsets(parts)
         total = sum(ends.values())
-        sink: Any = (nullcontext(sys.stdout) if str(out) == "-"
-                     else Path(out).open("w", encoding="utf-8"))
-        with sink as f:
+        sink = open_sink(out, fmt, topic, rows_per_file)
+        try:
             last = shown = time.monotonic()
             while True:
                 batch = await consumer.getmany(timeout_ms=200)
-                for msgs in batch.values():
+                for tp, msgs in batch.items():
                     for m in msgs:
-                        _archive_one(f, model, m.key, m.value, stats)
+                        _archive_one(sink, tp.partition, m.offset, model, m.key, m.value, stats)
                         last = time.monotonic()
                 now = time.monotonic()
                 if progress_s is not None and now - shown >= progress_s:
@@ -117,22 +262,24 @@ async def archive_topic(broker_url: str, topic: str, out: str | Path,
                 if not at_end and now - last >= stall_s:
                     raise SystemExit(f"archive: {topic}: no record for {stall_s}s before the "
                                      f"end ({stats.read} of {total} read)")
+        finally:
+            sink.close()
     finally:
         await consumer.stop()
     return stats
 
 
-def _archive_one(f: IO[str], model: type[WireModel] | None, key: bytes | None,
-                 value: bytes | None, stats: ArchiveStats) -> None:
+def _archive_one(sink: Sink, partition: int, offset: int, model: type[WireModel] | None,
+                 key: bytes | None, value: bytes | None, stats: ArchiveStats) -> None:
     stats.read += 1
-    line = archive_line(model, key, value)
-    if line is None:
+    data = archive_value(model, key, value)
+    if data is None:
         if model is not None:
             stats.invalid += 1
         else:
             stats.not_json += 1
         return
-    f.write(line + "\n")
+    sink.write(partition, offset, data)
     stats.written += 1
 
 
@@ -144,13 +291,18 @@ def _archive_one(f: IO[str], model: type[WireModel] | None, key: bytes | None,
     option("--quiet", is_flag=True, default=False, help="No progress lines on stderr."),
     option("--raw", is_flag=True, default=False,
            help="Input topics too: write every JSON value, without the worker's validation."),
+    option("--format", "fmt", type=click.Choice(["auto", "jsonl", "parquet"]), default="auto",
+           help="auto: Parquet when OUT ends with .parquet, else JSON lines."),
+    option("--rows-per-file", type=int, default=1_000_000,
+           help="Parquet: a new file per partition every this many records."),
 )
 async def archive(self: object, topic: str, out: str, idle_s: float, quiet: bool,
-                  raw: bool) -> None:
-    """Archive TOPIC (from its start) to OUT as JSON lines, for the batch jobs."""
+                  raw: bool, fmt: str, rows_per_file: int) -> None:
+    """Archive TOPIC (from its start) to OUT as JSON lines or Parquet, for the batch jobs."""
     model = None if raw else input_models().get(topic)
     stats = await archive_topic(settings.broker_url, topic, out, model, idle_s,
-                                progress_s=None if quiet else 5.0)
+                                progress_s=None if quiet else 5.0, fmt=fmt,
+                                rows_per_file=rows_per_file)
     left_out = (f", {stats.invalid} invalid left out" if model is not None
                 else f", {stats.not_json} non-JSON left out")
     print(f"archive: {stats.written} records of {topic} -> {out}{left_out}", file=sys.stderr)

@@ -23,12 +23,14 @@ AGO = NOW - YEAR
 RETENTION_MS = 60_000
 
 
-def archive(names: Names, folder: Path, **topics: str) -> dict[str, str]:
-    """``faust -A app.main archive TOPIC OUT`` for each topic, side by side; name -> path."""
+def archive(names: Names, folder: Path, parquet: tuple[str, ...] = (),
+            **topics: str) -> dict[str, str]:
+    """``faust -A app.main archive TOPIC OUT`` for each topic, side by side; name -> path.
+    Names in ``parquet`` are archived as Parquet datasets, the others as JSON lines."""
     env = {**os.environ, **names.env}
     procs, paths = [], {}
     for name, topic in topics.items():
-        paths[name] = str(folder / f"{name}.jsonl")
+        paths[name] = str(folder / f"{name}.{'parquet' if name in parquet else 'jsonl'}")
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "faust", "-A", "app.main", "archive", topic, paths[name],
              "--idle-s", "1", "--quiet"], env=env, stderr=subprocess.PIPE))
@@ -92,9 +94,11 @@ def test_a_year_old_mood_batch_is_backfilled_onto_the_output_topic(
     before = asyncio.run(output(names))
     assert answers(before) != expected  # the stream alone cannot know
 
-    # 4. archive the topics, backfill: corrections go to the output topic
-    paths = archive(names, tmp_path, moods=names.moods_topic, events=names.events_topic,
-                    revisions=names.output_topic, late=names.late_topic)
+    # 4. archive the topics (the output and late topics as Parquet datasets), backfill:
+    #    corrections go to the output topic
+    paths = archive(names, tmp_path, parquet=("revisions", "late"), moods=names.moods_topic,
+                    events=names.events_topic, revisions=names.output_topic,
+                    late=names.late_topic)
     backfill = ["backfill", "--moods", paths["moods"], "--events", paths["events"],
                 "--late-moods", paths["late"], "--broker", names.env["ETJ_BROKER_URL"],
                 "--topic", names.output_topic, "--no-progress"]
