@@ -38,11 +38,13 @@ def external(module: str, **kwargs: Any) -> dict[str, Any]:
 
 
 def plan(quick: bool, runs: int) -> dict[str, Callable[[], dict[str, Any]]]:
-    from bench import correction_latency, flow_control, recovery, state_growth, throughput
+    from bench import (car_throughput, correction_latency, flow_control, recovery, state_growth,
+                       throughput)
 
     r = 1 if quick else runs
     return {
         "throughput": lambda: throughput.run(records=3_000 if quick else 10_000, runs=r),
+        "car_throughput": lambda: car_throughput.run(records=3_000 if quick else 10_000, runs=r),
         "correction_latency": lambda: correction_latency.run(
             corrections=300 if quick else 1_000, runs=r),
         "state_growth": lambda: state_growth.run(records=500 if quick else 1_000),
@@ -67,6 +69,7 @@ def summary(d: dict[str, Any]) -> dict[str, Any]:
     flow = d.get("flow_control") or {}
     return {
         "throughput_ratio": get("throughput", "ratio"),
+        "car_throughput_rps": get("car_throughput", "car_throughput_rps"),
         "correction_p99_ms": get("correction_latency", "p99_ms"),
         "correction_p50_ms": get("correction_latency", "p50_ms"),
         "correction_pipe_p99_ms": get("correction_latency", "pipe_p99_ms"),
