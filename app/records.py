@@ -1,4 +1,4 @@
-"""Wire records (DESIGN §1) and their validation.
+"""Wire records (docs/joins/topics.md) and their validation.
 
 Inputs are consumed as raw bytes and validated here, not by Faust's codecs: a record that fails
 must become a dead letter with a reason a person understands, never an exception in an agent.
@@ -124,7 +124,7 @@ def parse(model: type[M], key: bytes | None, value: bytes | None) -> M:
     return record
 
 
-# --- car join (DESIGN §1: etj-car-arrivals, etj-zones, internal car moves) ---------------------
+# --- car join (docs/joins/topics.md: etj-car-arrivals, etj-zones, internal car moves) ---------------------
 #: ids are non-negative signed 64-bit integers: a Java/Spark ``long`` holds them, and app.keys
 #: encodes them (it supports the whole int64 range; the wire contract keeps negatives out).
 MAX_ID = 2**63 - 1

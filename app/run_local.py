@@ -29,7 +29,7 @@ def main() -> None:
     broker = LocalBroker(log_dir=Path("var/broker")).start()
     env = {**os.environ, "ETJ_BROKER_URL": broker.url}
     if not broker.external:
-        # tansu under-reports end offsets; batches of one make changelog recovery exact (DESIGN §5)
+        # tansu under-reports end offsets; batches of one make changelog recovery exact (docs/contributing/tests.md)
         env.setdefault("ETJ_PRODUCER_MAX_BATCH_SIZE", "1")
         # ... and a produce request left unanswered is re-sent after 10 s instead of Faust's
         # 20 min (Faust reads PRODUCER_REQUEST_TIMEOUT from the environment; app.compat.delivery)

@@ -1,4 +1,4 @@
-"""What leaves the worker besides revisions: dead letters and late records (DESIGN §1).
+"""What leaves the worker besides revisions: dead letters and late records (docs/joins/topics.md).
 
 Both keep enough of the original record to replay it: dead letters the original bytes (text, or
 base64 when not UTF-8) with the source position, late records the parsed record with its horizon.

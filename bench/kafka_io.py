@@ -3,7 +3,7 @@
 The test harness sends one record per request, which is right for arrival-order scenarios and
 far too slow to load hundreds of thousands of records. Here records are sent in producer
 batches, with one twist for the local tansu broker: it under-reports end offsets as "first offset
-of the newest batch + 1" (DESIGN §5), so :func:`produce_bulk` can send the last record of every
+of the newest batch + 1" (docs/contributing/tests.md), so :func:`produce_bulk` can send the last record of every
 partition alone, in a batch of its own, which makes the reported end offset exact.
 """
 

@@ -3,7 +3,7 @@
 The mood history table's changelog (``<app id>-mood-history-changelog``) is filled with one
 record per consultant — 1,000,000 keys, each in the partition its consultant's inputs go to, the
 last record of every partition alone in its batch so tansu reports the end offset exactly
-(DESIGN §5). Then a worker with an empty data directory starts (a new pod, a lost disk: the whole
+(docs/contributing/tests.md). Then a worker with an empty data directory starts (a new pod, a lost disk: the whole
 changelog is replayed) and the clock runs from process start until ``/ready/`` answers 200 (all
 tables recovered, the worker consumes). Three restarts on the same changelog; the median is the
 figure. ``startup_s`` (the same with nothing to recover: group join, topic checks) is printed

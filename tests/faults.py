@@ -111,7 +111,7 @@ def diff(got: dict[str, Any], want: dict[str, Any], limit: int = 5) -> str:
 
 
 def check_revision_log(revs: list[dict[str, Any]], after_crash: bool = False) -> None:
-    """DESIGN §2: one revision number never carries two different answers; numbers have no gaps,
+    """docs/concepts/revision-log.md: one revision number never carries two different answers; numbers have no gaps,
     except ``after_crash``: a revision saved in state but never sent, then superseded before the
     restarted worker re-emitted it, leaves its number missing (the retracting consumer undoes
     what it counted itself: ``check_counts``)."""

@@ -1,4 +1,4 @@
-"""Agents: car positions x zone pollution, a one-to-many join (DESIGN §2).
+"""Agents: car positions x zone pollution, a one-to-many join (docs/joins/car-zone.md).
 
 etj-car-arrivals (key car id) -> ``track_cars`` -> table car-positions -> car moves
     (internal, key zone id: DEL old zone, ADD new zone)

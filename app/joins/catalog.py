@@ -4,7 +4,7 @@ The built-ins are written as the same plain data a user puts in the JSON file; o
 names and times come from settings (``ETJ_MOODS_TOPIC`` ...), so deployments and tests can
 rename them.
 
-- ``moods``: recommendations × moods (DESIGN §1–3). It names its tables as they were named
+- ``moods``: recommendations × moods (docs/joins/mood-join.md). It names its tables as they were named
   before it was a spec (``mood-history``, ``recent-joins`` ...: existing changelogs stay valid)
   and validates with the wire models :class:`app.records.MoodIn` / ``RecommendationIn``.
 - ``movies``: ratings × the movie version known at the rating's time; inner mode (a rating waits

@@ -1,4 +1,4 @@
-"""The one-to-many car join as pure rules: car positions x zone pollution (DESIGN §2).
+"""The one-to-many car join as pure rules: car positions x zone pollution (docs/joins/car-zone.md).
 
 Two sides, each a small state machine the Faust agents drive (they only load/store state and
 send what these functions return; the property tests drive them directly):
@@ -81,7 +81,7 @@ class Move:
 
 @dataclass(frozen=True, slots=True)
 class CarPollution:
-    """One record of ``etj-car-pollution`` (DESIGN §1), keyed by car id."""
+    """One record of ``etj-car-pollution`` (docs/joins/topics.md), keyed by car id."""
 
     car_id: int
     zone_id: int

@@ -4,7 +4,7 @@ An *event* (a recommendation, a rating) joins the *version* of its key's dimensi
 movie) that was in force at the event's time, by one of two as-of rules:
 
 - ``before``: the version with the greatest event time strictly before the event; none → null.
-  (moods × recommendations, DESIGN §2)
+  (moods × recommendations, docs/concepts/event-time.md)
 - ``at-or-before-else-earliest``: the greatest event time at or before the event's; an event that
   predates every version takes the earliest one. (movies × ratings)
 

@@ -13,7 +13,7 @@ START = 1_790_000_000_000
 
 
 async def send_paced(names: Names, records: list[Record], pace_s: float) -> None:
-    """Send in arrival order, one by one, so the worker sees that order (DESIGN §2 scenario)."""
+    """Send in arrival order, one by one, so the worker sees that order (docs/concepts/event-time.md scenario)."""
     topic = {"mood": names.moods_topic, "event": names.events_topic}
     for kind, key, value in records:
         await produce(names, topic[kind], [(key, value)])

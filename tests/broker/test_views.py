@@ -208,7 +208,7 @@ async def fill_changelog(names: Names, rows: int) -> dict[str, list[list[Any]]]:
     """Write ``rows`` mood histories straight into the mood-history changelog, as the agent would
     (JSON key and value, in the partition of the consultant's raw key). Returns a few of them.
 
-    tansu reports the first offset of a partition's newest batch + 1 as its end (DESIGN §5), so
+    tansu reports the first offset of a partition's newest batch + 1 as its end (docs/contributing/tests.md), so
     the bulk goes in batches and every partition then gets one row alone, which makes each
     partition's end offset exact.
     """
