@@ -72,3 +72,34 @@ def test_only_app_compat_assigns_to_faust_or_aiokafka_attributes():
 def test_the_check_catches_a_patch_outside_compat(tmp_path):
     tree = ast.parse("from faust.topics import Topic\nTopic.send = None\n")
     assert "Topic" in _third_party_names(tree)
+
+
+def _package_imports() -> dict[str, set[str]]:
+    """app subpackage -> the other app subpackages its modules import."""
+    edges: dict[str, set[str]] = {}
+    for path in APP.rglob("*.py"):
+        parts = path.relative_to(APP).parts
+        if len(parts) < 2:
+            continue  # a top-level module (app/topology.py ...) is no package
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            mods = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for mod in mods:
+                bits = mod.split(".")
+                if len(bits) > 1 and bits[0] == "app" and (APP / bits[1]).is_dir() \
+                        and bits[1] != parts[0]:
+                    edges.setdefault(parts[0], set()).add(bits[1])
+    return edges
+
+
+def test_no_import_cycle_between_packages():
+    edges = _package_imports()
+    assert "joins" in edges.get("agents", set())  # the check sees real imports
+
+    def reaches(a: str, b: str, seen: frozenset[str] = frozenset()) -> bool:
+        return any(n == b or (n not in seen and reaches(n, b, seen | {n}))
+                   for n in edges.get(a, ()))
+
+    cycles = sorted(f"{a} <-> {b}" for a in edges for b in edges[a] if reaches(b, a))
+    assert cycles == [], cycles
