@@ -59,3 +59,22 @@ def test_the_readme_links_land_on_existing_pages_and_headings():
 
 def test_the_readme_stays_short():
     assert len(README.read_text(encoding="utf-8").splitlines()) <= 200
+
+
+#: where code points readers into the docs (``docs/<page>.md#<anchor>`` in a comment or docstring)
+CODE_GLOBS = ("app/**/*.py", "tests/**/*.py", "bench/**/*.py", "Makefile", "Dockerfile",
+              "helm/etj/values.yaml", "helm/etj/templates/*", "pyproject.toml", "mkdocs.yml")
+DOC_REF = re.compile(r"docs/((?:[\w.-]+/)*[\w.-]+\.md)(?:#([\w-]+))?")
+
+
+def test_references_from_the_code_land_on_existing_pages_and_headings():
+    bad = []
+    for pattern in CODE_GLOBS:
+        for path in ROOT.glob(pattern):
+            for page, anchor in DOC_REF.findall(path.read_text(encoding="utf-8", errors="replace")):
+                target = DOCS / page
+                if not target.exists():
+                    bad.append(f"{path.relative_to(ROOT)}: docs/{page} does not exist")
+                elif anchor and anchor not in _anchors(target):
+                    bad.append(f"{path.relative_to(ROOT)}: docs/{page} has no heading #{anchor}")
+    assert not bad, "\n".join(bad)
