@@ -89,6 +89,8 @@ def default_text(field: FieldInfo) -> str:
     value = field.default
     if value is None:
         return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"  # as it is written in the environment
     text = f"`{value}`"
     if isinstance(value, int) and not isinstance(value, bool) and value >= 60_000 \
             and value % 60_000 == 0:
