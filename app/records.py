@@ -2,7 +2,7 @@
 
 Inputs are consumed as raw bytes and validated here, not by Faust's codecs: a record that fails
 must become a dead letter with a reason a person understands, never an exception in an agent.
-Rules (documented in the README):
+Rules (docs/concepts/guarantees.md#input-rules):
 - values are UTF-8 JSON objects; unknown extra fields are ignored; a field named twice is
   refused (JSON parsers disagree on which one wins, so stream and batch could disagree);
 - types are strict (``"5"`` is not an int, ``true`` is not an int);

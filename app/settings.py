@@ -14,7 +14,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    """etj configuration; the README's settings table is generated from these descriptions."""
+    """etj configuration. ``python -m app.settings_doc`` generates docs/operating/settings.md
+    and the chart's values schema from these fields and descriptions."""
 
     model_config = SettingsConfigDict(env_prefix="ETJ_", extra="ignore")
 
@@ -97,7 +98,7 @@ class Settings(BaseSettings):
         "records never reached its agent (read again from the first unhandled; see app/compat/stall_guard.py)."
     )
     joins_file: Path | None = Field(
-        None, description="JSON file of extra join specs (see the README, section Declarative joins)."
+        None, description="JSON file of extra join specs (see docs/joins/declarative.md)."
     )
     producer_max_batch_size: int | None = Field(
         None,

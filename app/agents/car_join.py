@@ -19,7 +19,8 @@ partition are handled in event-time order); its ticks topic only wakes that flow
 
 Outputs of one car come from different zone partitions (DEL and ADD race), so they can reach
 etj-car-pollution in any order: a consumer keeps the greatest per car by
-:func:`app.logic.car_join.output_order` (car_event_time first), see the README ("Car positions × zone pollution").
+:func:`app.logic.car_join.output_order` (car_event_time first), see
+docs/joins/car-zone.md#the-consumer-rule-keep-the-newest-output-per-car.
 
 Nothing is "too late" here (no etj-late records): the join keeps *current* state per car and per
 zone, never purged by event time, so a record of any age is compared with that state and either

@@ -77,7 +77,7 @@ class TableNames(BaseModel):
 
 
 class JoinConfig(BaseModel):
-    """A join spec as written in configuration (see the README, section Declarative joins)."""
+    """A join spec as written in configuration (docs/joins/declarative.md#what-a-spec-says)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

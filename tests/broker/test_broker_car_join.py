@@ -266,7 +266,8 @@ async def test_an_old_arrival_arriving_late_does_not_move_the_car_back(names, wo
     await send_in_order(names, [zone(1, 5.0, 1), zone(2, 6.0, 1), car(5, 2, 0.5, 50_000)])
     assert await wait_for(lambda: outputs_with(lambda o: o.car_id == 5), timeout_s=60)
     # 2. its arrival in zone 1 at t=40,000 shows up afterwards, far behind any retention
-    #    horizon: not late (nothing is, see the README), just superseded. A witness car
+    #    horizon: not late (nothing is: docs/joins/car-zone.md#what-counts-as-late-nothing),
+    #    just superseded. A witness car
     #    on car 5's partition, arriving in zone 1 next, is answered only after it.
     await send_in_order(names, [car(5, 1, 0.9, 40_000), car(witness, 1, 0.3, 50_000)])
     assert await wait_for(lambda: outputs_with(lambda o: o.car_id == witness), timeout_s=60)

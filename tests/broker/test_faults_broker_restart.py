@@ -9,7 +9,7 @@ the restart (checked below).
 
 Opt-in, against another broker: with ``ETJ_BOOTSTRAP`` set and ``ETJ_BROKER_RESTART_CMD`` a shell
 command that restarts that broker (e.g. ``systemctl restart kafka``), the test restarts that one
-instead (README.md, "What etj guarantees").
+instead (docs/concepts/guarantees.md#guaranteed).
 """
 
 from __future__ import annotations

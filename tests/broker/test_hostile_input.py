@@ -1,5 +1,5 @@
 """Hostile input on a real broker: every kind ends in etj-dead-letters with a reason a person
-understands, or is accepted by a documented rule (README.md, "What etj guarantees"); the worker
+understands, or is accepted by a documented rule (docs/concepts/guarantees.md); the worker
 stays up and every record is accounted for: records in = accepted + dead letters + late.
 """
 
@@ -88,7 +88,7 @@ HOSTILE_EVENTS: list[tuple[str, str, Any, bytes | None, str]] = [
     ("tombstone event", "event", "ann", None, "tombstone"),
     ("NaN event time", "event", "ann", raw(event(event_time=math.nan)), "(got nan)"),
 ]
-# accepted by a documented rule (README.md, "What etj guarantees", "Input rules")
+# accepted by a documented rule (docs/concepts/guarantees.md#input-rules)
 ACCEPTED: list[tuple[str, str, Any, Any]] = [
     ("unknown extra fields are ignored", "mood", "ann",
      mood(event_time=START, mood="happy", colour="blue", nested={"a": [1]})),
@@ -106,7 +106,7 @@ LATE = [("late mood", "mood", "ann", mood(event_time=START - 61_000, mood="old")
 GOOD = [("mood", "ann", mood(event_time=T - 100, mood="calm")),
         ("event", "ann", event(id="e-good"))]
 # accepted (event times up to 2099 are valid), and it moves the partition's stream time to 2099:
-# every later record of that partition is then late (README.md, "What etj guarantees", "Not guaranteed")
+# every later record of that partition is then late (docs/concepts/guarantees.md#not-guaranteed-what-a-consumer-must-expect)
 FAR_FUTURE = [("mood", "ann", mood(event_time=4_102_444_799_999, mood="far")),
               ("event", "ann", event(id="e-after-far", event_time=T + 7))]
 
@@ -168,7 +168,7 @@ async def test_hostile_moods_and_events_end_in_dead_letters_and_the_worker_stays
     check_metrics(w, names, sent, dead, late)
 
     # 5. an event time far in the future is valid (up to 2099) and moves the partition's stream
-    #    time there: a later record of that partition is late (README.md, "What etj guarantees")
+    #    time there: a later record of that partition is late (docs/concepts/guarantees.md)
     sent_far = await send(names, FAR_FUTURE[:1])
     await has_mood(w, FAR_FUTURE[0][2]["event_time"])  # topics are not ordered among each other
     sent_far += await send(names, FAR_FUTURE[1:])
