@@ -210,7 +210,8 @@ def mood_history(workers: list[Worker], names: Iterable[str]) -> dict[str, set[t
 # --- worker metrics ---------------------------------------------------------------------------
 
 def worker_metrics(w: Worker) -> dict[str, dict[str, float]]:
-    """Counters of one worker from GET /metrics: metric name -> {first label value: value}."""
+    """Counters of one worker from GET /metrics: metric name -> {label value: value}, where the
+    label is the one after ``join`` (topic, cause ...) and values are summed over the joins."""
     status, body = w.get("/metrics")
     assert status == 200, body
     text = body.decode() if isinstance(body, bytes) else str(body)
@@ -219,8 +220,9 @@ def worker_metrics(w: Worker) -> dict[str, dict[str, float]]:
         for s in family.samples:
             if s.name.endswith("_created"):
                 continue
-            label = next(iter(s.labels.values()), "")
-            out.setdefault(s.name, {})[label] = s.value
+            label = next(iter(v for k, v in s.labels.items() if k != "join"), "")
+            by_label = out.setdefault(s.name, {})
+            by_label[label] = by_label.get(label, 0.0) + s.value
     return out
 
 

@@ -122,13 +122,14 @@ async def test_views_answer_for_keys_owned_by_the_other_worker(names, worker_fac
     # 2. every record counted once, across both workers
     async def all_counted() -> dict[Any, float] | None:
         sums = metric_sums([a, b])
-        got = {t: sums.get(("etj_records_in_total", (("topic", t),)), 0.0) for t in sent}
+        got = {t: sums.get(("etj_records_in_total", (("join", "moods"), ("topic", t))), 0.0)
+               for t in sent}
         return sums if got == sent else None
 
     sums = await wait_for(all_counted, timeout_s=45, every_s=0.5)
     assert sums, f"/metrics never counted {sent}"
-    assert sums[("etj_dead_letters_total", (("topic", names.moods_topic),))] == 1
-    assert sums[("etj_late_records_total", (("topic", names.moods_topic),))] == 1
+    assert sums[("etj_dead_letters_total", (("join", "moods"), ("topic", names.moods_topic)))] == 1
+    assert sums[("etj_late_records_total", (("join", "moods"), ("topic", names.moods_topic)))] == 1
 
     # 3. the output converged to the exact answer; its latest revisions are what /joins/ shows
     expected = exact_mood_joins(
