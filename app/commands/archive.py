@@ -20,8 +20,9 @@ key check, which an archive cannot repeat later): records the worker dead-letter
 and counted, so the batch answer is computed from what the stream accepted. Other topics
 (outputs, late, dead letters) are written as they are.
 
-Where the log ends: brokers may under-report end offsets (tansu, docs/contributing/tests.md#the-test-broker), so the archive
-reads to the reported end *and then* until no record came for ``--idle-s`` seconds.
+Where the log ends: brokers may under-report end offsets (tansu,
+docs/contributing/tests.md#the-test-broker), so the archive reads to the reported end *and
+then* until no record came for ``--idle-s`` seconds.
 """
 
 from __future__ import annotations
