@@ -7,6 +7,10 @@ Same rules as the stream (docs/batch/index.md; :mod:`app.logic.car_join`):
 - a car's output carries its zone's latest pollution by event time (ties: the greatest level),
   or null when the zone never reported one.
 
+No as-of join here (so no method to choose, unlike :mod:`app.batch.mood_joins`): the view is
+"now", the latest of each side, so it is two ``max`` aggregations (by car, by zone) and one
+equi-join of their results, which are one row per car and per zone.
+
 A stream consumer keeps, per car, the greatest output by
 :func:`app.logic.car_join.output_order`: the arrival order (car_event_time first),
 then the reading order, an output without a reading below any with one; equal: the later record.
