@@ -162,6 +162,8 @@ class SparkTimer:
                     info = e["Stage Info"]
                     if descriptions.get(info["Stage ID"]) != label or "Completion Time" not in info:
                         continue
+                    if info.get("Number of Tasks") and info.get("Submission Time") is None:
+                        continue  # skipped: its shuffle output was reused
                     acc = {a.get("Name"): a.get("Value") for a in info.get("Accumulables", [])}
 
                     def metric(name: str) -> int:
@@ -171,8 +173,10 @@ class SparkTimer:
                         "shuffle.write.recordsWritten")
                     stages.append({
                         "stage": info["Stage ID"],
-                        "does": ("shuffle read, sort, window, aggregate" if read
-                                 else "scan, shuffle write" if wrote else info["Stage Name"]),
+                        "does": ("shuffle read, " + ("shuffle write" if wrote else
+                                                     "sort, join/window, aggregate")
+                                 if read else "scan, shuffle write" if wrote
+                                 else info["Stage Name"]),
                         "tasks": info["Number of Tasks"],
                         "s": round((info["Completion Time"] - info["Submission Time"]) / 1000, 2),
                         "input_records": metric("input.recordsRead"),
@@ -274,6 +278,7 @@ def run(recommendations: int = 2_000_000, moods: int = 200_000, consultants: int
             "spark_conf": {k: v for k, v in timer.conf.items()
                            if k not in ("spark.local.dir", "spark.eventLog.dir")},
             "spark_stages": timer.stage_times(best_label[method]),
+            "spark_stages_per_method": {m: timer.stage_times(best_label[m]) for m in methods},
         }
         shutil.rmtree(folder / "base", ignore_errors=True)
         if scale > 1:
