@@ -21,9 +21,10 @@ Two exact as-of methods, same answer (the property tests hold both to the oracle
   m.t)``, Spark 4.x with ``spark.sql.join.asofJoin.enabled``; it plans as
   ``SortMergeAsOfJoin``). Its match condition orders versions by time only (which of two
   versions at one time it takes is not specified), so the tie rule is applied first: the
-  versions are reduced to one per (consultant, event time) holding the greatest mood. Measured 2M x 200k on 2 cores (``python -m bench.spark_vs_duckdb``): 7.4 s
-  against 3.5 s for ``window`` with 1,000 consultants, and its cost grows with the versions per
-  key (100 consultants: 34 s; 10,000: 3.8 s) while ``window`` stays at 3.4-4.4 s: the operator
+  versions are reduced to one per (consultant, event time) holding the greatest mood.
+  Measured 2M x 200k on 2 cores (``python -m bench.spark_vs_duckdb``): 7.4 s against 3.5 s for
+  ``window`` with 1,000 consultants, and its cost grows with the versions per key (100
+  consultants: 34 s; 10,000: 3.8 s) while ``window`` stays at 3.4-4.4 s: the operator
   buffers each key's versions and evaluates the match condition and the distance as interpreted
   expressions (no whole-stage code generation), apparently per buffered version.
 
