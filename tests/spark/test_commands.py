@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from app.batch.cli import main
+from app.batch.mood_joins import METHODS
 from app.logic.car_join import CarArrival, ZoneReading, exact_car_view
 from tests.oracle import Mood, Recommendation, exact_mood_joins
 from tests.replay import MoodReplay
@@ -67,10 +68,12 @@ def mood_archives(tmp_path: Path) -> dict[str, Any]:
     }
 
 
-def test_exact_writes_the_exact_answer_as_json_lines_and_parquet(spark, mood_archives, tmp_path):
+@pytest.mark.parametrize("method", METHODS)
+def test_exact_writes_the_exact_answer_as_json_lines_and_parquet(spark, mood_archives, tmp_path,
+                                                                 method):
     out = tmp_path / "joins.jsonl"
     assert main(["exact", "--moods", mood_archives["moods"], "--events", mood_archives["events"],
-                 "--out", str(out), *ARGS], spark=spark) == 0
+                 "--out", str(out), "--method", method, *ARGS], spark=spark) == 0
     got = {r["id"]: (r["id"], r["consultant"], r["event_time"], r["recommendation"], r["mood"],
                      r["mood_event_time"]) for r in read_lines(out)}
     assert got == mood_archives["expected"]
