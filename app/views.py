@@ -349,15 +349,16 @@ def refresh_gauges() -> dict[str, Any]:
     metrics.recovery_remaining.set(state["active_remaining"])
     for name, n in sizes.items():
         metrics.table_keys.labels(name).set(n)
-    for join, by_partition in clocks.items():
+    for spec_name, by_partition in clocks.items():
         # partitions that moved to another worker must not keep reporting a clock from here
         for gauge in (metrics.stream_time, metrics.retention_horizon):
-            for label in set(metrics.totals(gauge, "partition", join=join)) - set(by_partition):
-                gauge.remove(join, label)
+            gone = set(metrics.totals(gauge, "partition", join=spec_name)) - set(by_partition)
+            for label in gone:
+                gauge.remove(spec_name, label)
         for p, c in by_partition.items():
             if c["stream_time"] is not None:
-                metrics.stream_time.labels(join, p).set(c["stream_time"])
-                metrics.retention_horizon.labels(join, p).set(c["retention_horizon"])
+                metrics.stream_time.labels(spec_name, p).set(c["stream_time"])
+                metrics.retention_horizon.labels(spec_name, p).set(c["retention_horizon"])
     return {"recovery": state, "partitions": clocks["moods"], "joins": clocks, "tables": sizes}
 
 
