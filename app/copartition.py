@@ -7,7 +7,7 @@ broker's metadata before it starts consuming and stops with a message that names
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from aiokafka import AIOKafkaConsumer
 
@@ -51,10 +51,14 @@ def check_groups(counts: Mapping[str, int], groups: Iterable[Iterable[str]], exp
         )
 
 
-async def fetch_partition_counts(broker_url: str, topics: Iterable[str]) -> dict[str, int]:
-    """Partition count of each of ``topics`` that exists (metadata only, creates nothing)."""
+async def fetch_partition_counts(broker_url: str, topics: Iterable[str],
+                                 auth: Mapping[str, Any] | None = None) -> dict[str, int]:
+    """Partition count of each of ``topics`` that exists (metadata only, creates nothing).
+
+    ``auth``: TLS/SASL keyword arguments of the client (:func:`app.kafka_security.aiokafka_auth`).
+    """
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers(broker_url),
-                                enable_auto_commit=False)
+                                enable_auto_commit=False, **(auth or {}))
     await consumer.start()
     try:
         existing = await consumer.topics()
@@ -70,7 +74,7 @@ async def fetch_partition_counts(broker_url: str, topics: Iterable[str]) -> dict
 
 
 async def check_copartitioning(broker_url: str, groups: list[tuple[str, ...]],
-                               expected: int) -> None:
+                               expected: int, auth: Mapping[str, Any] | None = None) -> None:
     """Raise :class:`CopartitionError` if any group of joined topics disagrees."""
-    counts = await fetch_partition_counts(broker_url, {t for g in groups for t in g})
+    counts = await fetch_partition_counts(broker_url, {t for g in groups for t in g}, auth)
     check_groups(counts, groups, expected)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import faust
 
-from app.copartition import check_copartitioning
+from app.copartition import bootstrap_servers, check_copartitioning
+from app.kafka_security import aiokafka_auth, broker_credentials, check_tls
 from app.settings import Settings, get_settings
 
 
@@ -23,7 +24,9 @@ class EtjApp(faust.App):
         s = self.etj
         s.datadir.mkdir(parents=True, exist_ok=True)
         await super().on_first_start()
-        await check_copartitioning(s.broker_url, self.copartitioned, s.partitions)
+        await check_tls(s, bootstrap_servers(s.broker_url))  # a refused certificate, said plainly
+        await check_copartitioning(s.broker_url, self.copartitioned, s.partitions,
+                                   aiokafka_auth(s))
 
 
 def create_app(settings: Settings) -> EtjApp:
@@ -31,6 +34,9 @@ def create_app(settings: Settings) -> EtjApp:
     extra = {}
     if settings.producer_max_batch_size is not None:
         extra["producer_max_batch_size"] = settings.producer_max_batch_size
+    credentials = broker_credentials(settings)  # TLS / SASL (app.kafka_security)
+    if credentials is not None:
+        extra["broker_credentials"] = credentials
     app = EtjApp(
         settings.app_id,
         broker=settings.broker_url,

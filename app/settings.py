@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -123,6 +124,34 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = Field(1.0, gt=0, description="Consumer heartbeat interval.")
     rebalance_timeout_s: float = Field(10.0, gt=0, description="Consumer rebalance timeout.")
     commit_interval_s: float = Field(1.0, gt=0, description="Offset commit interval.")
+
+    # secrets: each one from its file (a mounted Kubernetes Secret) or, else, the environment
+    kafka_tls: bool = Field(
+        False, description="Connect to Kafka over TLS (implied by a TLS file below); the "
+        "system's CAs are trusted unless `ETJ_KAFKA_TLS_CA_FILE` is set.")
+    kafka_tls_ca_file: Path | None = Field(
+        None, description="PEM file of the CA(s) that sign the brokers' certificates.")
+    kafka_tls_cert_file: Path | None = Field(
+        None, description="PEM file of this client's certificate (mutual TLS).")
+    kafka_tls_key_file: Path | None = Field(
+        None, description="PEM file of this client's private key (mutual TLS).")
+    kafka_tls_key_password_file: Path | None = Field(
+        None, description="File holding the password of the client key (if it is encrypted).")
+    kafka_tls_key_password: SecretStr | None = Field(
+        None, description="Password of the client key, when no file gives it.")
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        None, description="SASL mechanism (`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`); unset: "
+        "no SASL. Over TLS when TLS is on (SASL_SSL), else SASL_PLAINTEXT.")
+    kafka_sasl_username: str | None = Field(None, description="SASL user name.")
+    kafka_sasl_password_file: Path | None = Field(
+        None, description="File holding the SASL password.")
+    kafka_sasl_password: SecretStr | None = Field(
+        None, description="SASL password, when no file gives it.")
+    views_token_file: Path | None = Field(
+        None, description="File holding the bearer token the state views require "
+        "(health, readiness and metrics stay open); unset with `ETJ_VIEWS_TOKEN`: views open.")
+    views_token: SecretStr | None = Field(
+        None, description="Bearer token of the state views, when no file gives it.")
 
 
 @lru_cache(maxsize=1)

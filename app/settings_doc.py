@@ -34,7 +34,17 @@ HELM_VALUES_PAGE = ROOT / "docs" / "operating" / "helm-values.md"
 
 #: settings the chart sets itself (per pod, or from other values), not through ``config.*``
 CHART_MANAGED = {"datadir": "`persistence.mountPath`", "web_port": "`web.port`",
-                 "web_bind": "set by the chart", "web_host": "the pod's DNS name"}
+                 "web_bind": "set by the chart", "web_host": "the pod's DNS name",
+                 # secrets: files from a mounted Secret, never in the ConfigMap
+                 "kafka_tls_ca_file": "`kafka.tls.secretName`",
+                 "kafka_tls_cert_file": "`kafka.tls.secretName`",
+                 "kafka_tls_key_file": "`kafka.tls.secretName`",
+                 "kafka_tls_key_password_file": "`kafka.tls.secretName`",
+                 "kafka_tls_key_password": "`extraEnv` (from a Secret)",
+                 "kafka_sasl_password_file": "`kafka.sasl.secretName`",
+                 "kafka_sasl_password": "`extraEnv` (from a Secret)",
+                 "views_token_file": "`web.auth.secretName`",
+                 "views_token": "`extraEnv` (from a Secret)"}
 
 #: the page's sections, in reading order; a setting in none of them lands in "Other"
 GROUPS: list[tuple[str, str, list[str]]] = [
@@ -58,6 +68,13 @@ GROUPS: list[tuple[str, str, list[str]]] = [
      ["producer_delivery_timeout_s", "producer_max_batch_size", "consumer_fetch_max_wait_ms",
       "stall_check_s", "session_timeout_s", "heartbeat_interval_s", "rebalance_timeout_s",
       "commit_interval_s"]),
+    ("Security", "TLS and SASL to Kafka, and the token of the state views: "
+     "[security](security.md). A secret comes from its `_FILE` (a mounted Secret) or, else, "
+     "from its variable.",
+     ["kafka_tls", "kafka_tls_ca_file", "kafka_tls_cert_file", "kafka_tls_key_file",
+      "kafka_tls_key_password_file", "kafka_tls_key_password", "kafka_sasl_mechanism",
+      "kafka_sasl_username", "kafka_sasl_password_file", "kafka_sasl_password",
+      "views_token_file", "views_token"]),
 ]
 
 _HEADER = """\

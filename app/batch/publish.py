@@ -20,11 +20,14 @@ from typing import Any, Iterable
 from aiokafka import AIOKafkaProducer
 
 from app.copartition import bootstrap_servers
+from app.kafka_security import aiokafka_auth
+from app.settings import get_settings
 
 
 async def _send_all(broker_url: str, topic: str, values: list[dict[str, Any]],
                     key_field: str) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers(broker_url))
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers(broker_url),
+                                **aiokafka_auth(get_settings()))
     await producer.start()
     try:
         pending = [await producer.send(topic, json.dumps(v).encode(),

@@ -42,6 +42,7 @@ from faust.cli import argument, option
 
 from app.copartition import bootstrap_servers
 from app.faust_app import app, settings
+from app.kafka_security import aiokafka_auth
 from app.records import (
     CarArrivalIn,
     InvalidRecord,
@@ -231,7 +232,8 @@ async def archive_topic(broker_url: str, topic: str, out: str | Path,
     ``progress_s``: a progress line on stderr this often.
     """
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers(broker_url),
-                                enable_auto_commit=False, auto_offset_reset="earliest")
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                **aiokafka_auth(settings))
     await consumer.start()
     stats = ArchiveStats()
     try:

@@ -17,13 +17,15 @@ from faust.cli import argument, option
 
 from app.copartition import bootstrap_servers
 from app.faust_app import app, settings
+from app.kafka_security import aiokafka_auth
 from app.topology import joins
 
 
 async def latest_revisions(topic: str, idle_s: float) -> dict[str, dict[str, Any]]:
     """Join id -> its highest revision in ``topic`` (read from the beginning until idle)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers(settings.broker_url),
-                                enable_auto_commit=False, auto_offset_reset="earliest")
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                **aiokafka_auth(settings))
     await consumer.start()
     latest: dict[str, dict[str, Any]] = {}
     try:

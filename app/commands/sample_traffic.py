@@ -17,6 +17,7 @@ from faust.cli import option
 
 from app.copartition import bootstrap_servers
 from app.faust_app import app, settings
+from app.kafka_security import aiokafka_auth
 
 CONSULTANTS = ("alice", "bob", "carol", "dave", "erin", "frank")
 MOODS = ("happy", "sad", "tired", "excited", "bored", "focused")
@@ -121,7 +122,8 @@ def topic_of(kind: str) -> str:
 async def sample_traffic(self: object, rate: float, count: int, disorder_ms: int,
                          late_ratio: float, cars: int, zones: int, seed: int) -> None:
     """Produce out-of-order moods/recommendations and car arrivals/zone readings."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers(settings.broker_url))
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers(settings.broker_url),
+                                **aiokafka_auth(settings))
     await producer.start()
     try:
         traffic = endless(seed, 200, disorder_ms, late_ratio, cars=cars, zones=max(zones, 1))
@@ -140,7 +142,8 @@ async def watch(self: object, from_beginning: bool) -> None:
     """Print each revision of the output topic as one readable line."""
     consumer = AIOKafkaConsumer(settings.output_topic,
                                 bootstrap_servers=bootstrap_servers(settings.broker_url),
-                                auto_offset_reset="earliest" if from_beginning else "latest")
+                                auto_offset_reset="earliest" if from_beginning else "latest",
+                                **aiokafka_auth(settings))
     await consumer.start()
     try:
         async for msg in consumer:
@@ -160,7 +163,8 @@ async def watch_cars(self: object, from_beginning: bool) -> None:
 
     consumer = AIOKafkaConsumer(settings.car_pollution_topic,
                                 bootstrap_servers=bootstrap_servers(settings.broker_url),
-                                auto_offset_reset="earliest" if from_beginning else "latest")
+                                auto_offset_reset="earliest" if from_beginning else "latest",
+                                **aiokafka_auth(settings))
     newest: dict[int, CarPollution] = {}
     await consumer.start()
     try:

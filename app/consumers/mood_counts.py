@@ -89,8 +89,11 @@ async def read_counts(bootstrap: str, topic: str, idle_s: float = 2.0,
 
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
+    from app.kafka_security import aiokafka_auth
+    from app.settings import get_settings
+
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                auto_offset_reset="earliest")
+                                auto_offset_reset="earliest", **aiokafka_auth(get_settings()))
     await consumer.start()
     state = MoodCounts()
     try:
