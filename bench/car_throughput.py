@@ -17,8 +17,8 @@ import json
 import statistics
 from typing import Any
 
-from bench.kafka_io import create_topics, jbytes, produce_bulk, read_topics
-from bench.workers import bench_broker, new_names, start_worker, wait_stats, workdir
+from bench.kafka_io import create_topics, jbytes, produce_bulk
+from bench.workers import bench_broker, new_names, time_to_last_output, workdir
 
 START_MS = 1_790_000_000_000
 
@@ -39,22 +39,9 @@ def one_run(records: int, seed: int, partitions: int) -> dict[str, Any]:
         asyncio.run(produce_bulk(broker.bootstrap,
                                  ((topic[k], key.encode(), jbytes(v)) for k, key, v in data),
                                  partitions))
-        inputs = list(topic.values())
-        w = start_worker(names, folder, name="cars")
-        try:
-            w.wait_ready(timeout_s=120)
-            t_end, _ = wait_stats(
-                w, lambda s: sum(s["records_in"].get(t, 0) for t in inputs) >= len(data),
-                timeout_s=600, every_s=0.05)
-            outs = asyncio.run(read_topics(broker.bootstrap, [names.car_pollution_topic],
-                                           until=lambda got: False, timeout_s=60, idle_s=1.5))
-        finally:
-            w.stop()
-    if not outs:
-        raise RuntimeError("the worker emitted no car-pollution record")
-    t_first = min(o.timestamp_ms for o in outs) / 1000
-    t_last = max(o.timestamp_ms for o in outs) / 1000
-    seconds = max(t_end, t_last) - t_first
+        t = time_to_last_output(names, folder, list(topic.values()), len(data),
+                                [names.car_pollution_topic], broker.bootstrap, name="cars")
+    outs, seconds = t["outputs"], t["seconds"]
     return {"records": len(data), "seconds": seconds, "rate": len(data) / seconds,
             "outputs": len(outs)}
 

@@ -155,3 +155,97 @@ async def create_topics(bootstrap: str, topics: list[str], partitions: int) -> N
                 pass
     finally:
         await admin.close()
+
+
+async def topic_sizes(bootstrap: str, topics: list[str]) -> dict[str, int]:
+    """Records each topic holds: the sum over its partitions of end − start offset. Exact on
+    tansu only for topics written in one-record batches (it under-reports end offsets)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()
+        tps = [TopicPartition(t, p) for t in topics
+               for p in sorted(consumer.partitions_for_topic(t) or ())]
+        if not tps:
+            return {t: 0 for t in topics}
+        ends = await consumer.end_offsets(tps)
+        starts = await consumer.beginning_offsets(tps)
+        out = {t: 0 for t in topics}
+        for tp in tps:
+            out[tp.topic] += ends[tp] - starts[tp]
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def list_topics(bootstrap: str) -> set[str]:
+    """Every topic the broker has."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        return set(await consumer.topics())
+    finally:
+        await consumer.stop()
+
+
+class OutputWatch:
+    """Read ``topics`` from the beginning in a background thread while something else runs,
+    stamping each record with the wall-clock time (``time.time()``) this reader got it — the
+    moment an output is readable, whatever clock its producer stamped it with. Counting what
+    is read (not end offsets) is how a benchmark knows it is done on tansu with batching."""
+
+    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+        import threading
+
+        self.bootstrap, self.topics = bootstrap, topics
+        self.got: list[tuple[float, Got]] = []  # (wall-clock receipt, record)
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "OutputWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._read())
+        except BaseException as exc:  # surfaced by wait()
+            self._error = exc
+
+    async def _read(self) -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
+                                    auto_offset_reset="earliest", fetch_max_wait_ms=20,
+                                    max_partition_fetch_bytes=4 << 20)
+        await consumer.start()
+        try:
+            await assign_all(consumer, self.topics, wait_s=600)
+            while not self._stop.is_set():
+                batch = await consumer.getmany(timeout_ms=50, max_records=10_000)
+                now, wall = time.monotonic(), time.time()
+                self.got += [(wall, Got(tp.topic, tp.partition, m.offset, m.timestamp, m.key,
+                                        m.value, now))
+                             for tp, msgs in batch.items() for m in msgs]
+        finally:
+            await consumer.stop()
+
+    def wait(self, done: Callable[[list[Got]], bool], timeout_s: float, idle_s: float = 0.0,
+             alive: Callable[[], None] | None = None) -> list[tuple[float, Got]]:
+        """Wait until ``done(records)`` holds and then no record came for ``idle_s`` (late
+        corrections); ``alive()`` may raise when the process being watched died."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._error is not None:
+                raise RuntimeError(f"output reader failed: {self._error!r}")
+            got = list(self.got)
+            if done([g for _, g in got]):
+                if not idle_s or (got and time.time() - got[-1][0] >= idle_s):
+                    return got
+            if alive is not None:
+                alive()
+            time.sleep(0.05)
+        raise TimeoutError(f"outputs not done in {timeout_s} s ({len(self.got)} read)")

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 from bench.kafka_io import Out, create_topics, jbytes, partition_of, produce_bulk
 from bench.workers import bench_broker, new_names, start_worker, stats, workdir
 
-GOAL_S = 60.0
+GOAL_S = 30.0
 TABLE = "mood-history"
 MOODS = ("happy", "sad", "tired", "excited", "bored", "focused")
 

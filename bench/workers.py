@@ -7,6 +7,7 @@ each run gets its own app id and topic names, so runs never see each other's rec
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import shutil
@@ -16,13 +17,14 @@ import time
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from app.local_broker import LocalBroker
 from tests.harness import Names, Worker, make_names
 
-__all__ = ["Names", "Worker", "bench_broker", "machine", "new_names", "start_worker",
-           "stats", "wait_stats", "workdir"]
+__all__ = ["Names", "Worker", "batched", "bench_broker", "machine", "new_names",
+           "reading_from", "start_worker", "stats", "time_to_last_output", "wait_stats",
+           "workdir"]
 
 
 @contextmanager
@@ -90,6 +92,99 @@ def wait_stats(worker: Worker, predicate: Any, timeout_s: float, every_s: float 
             raise RuntimeError(f"worker exited {worker.proc.returncode}:\n{worker.log()[-3000:]}")
         time.sleep(every_s)
     raise TimeoutError(f"worker stats never satisfied the condition; last: {stats(worker)}")
+
+
+def batched(names: Names) -> Names:
+    """The same names with the producer's default batching (``ETJ_PRODUCER_MAX_BATCH_SIZE``
+    unset): how a worker runs on a real Kafka. Changelog end offsets on tansu are then inexact
+    (recovery is not exact), which a throughput run does not need."""
+    return Names(names.prefix, {k: v for k, v in names.env.items()
+                                if k != "ETJ_PRODUCER_MAX_BATCH_SIZE"})
+
+
+def reading_from(names: Names, source: Names, *fields: str) -> Names:
+    """``names`` (its own app id and outputs) reading ``source``'s topics ``fields`` (e.g.
+    ``"moods_topic"``): a second worker group on the same backlog."""
+    env = dict(names.env)
+    for f in fields:
+        env["ETJ_" + f.upper()] = source.env["ETJ_" + f.upper()]
+    return Names(names.prefix, env)
+
+
+def assigned_partitions(worker: Worker, topic: str) -> set[int]:
+    """Partitions of ``topic`` in the worker's latest assignment (its log's "{0-1, 3}")."""
+    import re
+
+    out: set[int] = set()
+    for lo, hi in re.findall(r"(\d+)(?:-(\d+))?", worker.assigned(topic)):
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def wait_shared(ws: list[Worker], topic: str, timeout_s: float = 120) -> None:
+    """Wait until every worker owns some partitions of ``topic`` and no two the same ones
+    (workers started together join one generation; one started later triggers a rebalance)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        sets = [assigned_partitions(w, topic) for w in ws]
+        if all(sets) and sum(map(len, sets)) == len(set().union(*sets)):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{topic} not shared by the workers: {sets}")
+
+
+def time_to_last_output(names: Names, folder: Path, inputs: list[str], expected: int,
+                        outputs: list[str], bootstrap: str, workers: int = 1,
+                        name: str = "w", load: Callable[[], Any] | None = None,
+                        timeout_s: float = 600, **env: Any) -> dict[str, Any]:
+    """The timing every backlog benchmark shares: ``workers`` worker processes consume
+    ``expected`` records of ``inputs``; seconds from the first output to the moment every input
+    was consumed (``records_in`` on /stats/, summed, polled every 50 ms) and the last output
+    written (broker timestamps: the worker's send time), so start-up is not counted.
+
+    ``load``: called once every worker is in the group (the workers start on empty inputs and
+    the backlog arrives at once): with several workers, the first one would otherwise consume
+    alone until the others joined. Returns seconds, the outputs (``Got``) and the workers'
+    /stats/ at the end.
+    """
+    ws: list[Worker] = []
+    try:
+        for i in range(workers):
+            ws.append(start_worker(names, folder, name=name if workers == 1 else f"{name}{i}",
+                                   **env))
+        for w in ws:
+            w.wait_ready(timeout_s=120)
+        if workers > 1:
+            wait_shared(ws, inputs[0])
+        if load is not None:
+            load()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            every = [stats(w) for w in ws]
+            if sum((s.get("records_in") or {}).get(t, 0) for s in every for t in inputs
+                   ) >= expected:
+                t_end = time.time()
+                break
+            for w in ws:
+                if w.proc is not None and w.proc.poll() is not None:
+                    raise RuntimeError(f"worker {w.name} exited {w.proc.returncode}:\n"
+                                       f"{w.log()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"workers consumed {every} of {expected} in {timeout_s} s")
+            time.sleep(0.05)
+        from bench.kafka_io import read_topics
+
+        outs = asyncio.run(read_topics(bootstrap, outputs, until=lambda got: False,
+                                       timeout_s=60, idle_s=1.5))
+        final = [stats(w) for w in ws]
+    finally:
+        for w in ws:
+            w.stop()
+    if not outs:
+        raise RuntimeError(f"the worker emitted nothing to {outputs}")
+    t_first = min(o.timestamp_ms for o in outs) / 1000
+    t_last = max(o.timestamp_ms for o in outs) / 1000
+    return {"seconds": max(t_end, t_last) - t_first, "outputs": outs, "stats": final}
 
 
 def machine() -> dict[str, Any]:
