@@ -101,6 +101,18 @@ class Settings(BaseSettings):
     joins_file: Path | None = Field(
         None, description="JSON file of extra join specs (see docs/joins/declarative.md)."
     )
+    snapshot_url: str | None = Field(
+        None, description="Object store of table snapshots: `file:///path` or "
+        "`s3://bucket/prefix` (endpoint and credentials the usual boto3 way: "
+        "`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...). With `rocksdb://`, a worker snapshots "
+        "the table partitions it owns, and one with no local state starts from the newest "
+        "snapshot instead of replaying the whole changelog (docs/operating/snapshots.md); "
+        "unset: no snapshots.")
+    snapshot_interval_s: float = Field(
+        300.0, gt=0, description="Seconds between snapshots of each owned table partition "
+        "(taken only when its changelog offset moved).")
+    snapshot_keep: int = Field(
+        3, ge=1, description="Snapshots kept per table partition (older ones are deleted).")
     producer_max_batch_size: int | None = Field(
         None,
         ge=1,

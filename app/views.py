@@ -36,6 +36,7 @@ from yarl import URL
 
 from app import metrics
 from app.agents.event_join import engines
+from app.compat.snapshot_restore import restoring
 from app.compat.stores import estimated_keys
 from app.faust_app import app, settings
 from app.keys import decode_zone_car, zone_prefix
@@ -43,6 +44,7 @@ from app.logic.car_join import CarArrival, CarPosition, ZoneReading, join
 from app.range_scan import scan_prefix
 from app.records import MAX_ID
 from app.topology import car_positions, owned_partitions, zone_cars, zone_pollution
+from app.web_auth import peer_headers
 
 #: the mood join's engine: /moods/ and /joins/{consultant}/ read its tables
 mood_engine = engines["moods"]
@@ -63,10 +65,11 @@ _partitioner = DefaultPartitioner()
 # ---- readiness and ownership --------------------------------------------------------------
 
 def recovery_state() -> dict[str, Any]:
-    """Whether this worker's tables are recovered (first assignment done, none in progress)."""
+    """Whether this worker's tables are recovered (first assignment done, none in progress;
+    snapshots being installed count as recovering: app.compat.snapshot_restore)."""
     recovery = app.tables.recovery
     recovered_once = recovery.completed.is_set()
-    recovering = bool(app.in_recovery)
+    recovering = bool(app.in_recovery) or restoring()
     remaining = recovery.active_remaining_total() if recovering else 0
     return {"ready": recovered_once and not recovering, "recovering": recovering,
             "recovered_once": recovered_once, "active_remaining": remaining}
@@ -138,7 +141,7 @@ async def forward(view: View, request: Request, owner: URL) -> Response:
     url = request.url.with_scheme(owner.scheme or "http").with_host(owner.host or "") \
         .with_port(owner.port)
     headers = {"Accept": request.headers.get("Accept", "application/json"),
-               FORWARDED: str(app.conf.canonical_url)}
+               FORWARDED: str(app.conf.canonical_url), **peer_headers()}
     try:
         async with app.http_client.get(
                 url, headers=headers,
@@ -152,7 +155,8 @@ async def forward(view: View, request: Request, owner: URL) -> Response:
 async def ask(owner: URL, path_qs: str) -> tuple[int, Any]:
     """GET ``path_qs`` of the worker ``owner`` itself (no further hop): (status, JSON body)."""
     url = URL(str(owner)).with_path("").join(URL(path_qs))
-    headers = {"Accept": "application/json", FORWARDED: str(app.conf.canonical_url)}
+    headers = {"Accept": "application/json", FORWARDED: str(app.conf.canonical_url),
+               **peer_headers()}
     async with app.http_client.get(
             url, headers=headers, timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)) as resp:
         return resp.status, await resp.json(content_type=None)

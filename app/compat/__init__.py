@@ -16,6 +16,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
   its agent;
 - :mod:`~app.compat.fetch_wait` — the worker consumer's fetch wait is a setting;
 - :mod:`~app.compat.revoke` — records flow control holds are let go when a rebalance starts;
+- :mod:`~app.compat.snapshot_restore` — snapshots of RocksDB table partitions in object
+  storage, installed before Faust opens a partition it has no local state for;
 - :mod:`~app.compat.stores` — range scans over Faust's stores (memory: a sorted index;
   RocksDB: its per-partition ``Rdict``), and the consumer/store reads no public API offers.
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.compat import delivery, fetch_wait, rebalance, revoke, stall_guard
+from app.compat import delivery, fetch_wait, rebalance, revoke, snapshot_restore, stall_guard
 from app.compat.versions import check_versions
 
 __all__ = ["install"]
@@ -44,3 +46,4 @@ def install(app: Any) -> None:
     rebalance.install()
     revoke.install(app)
     stall_guard.install(app, settings.stall_check_s)
+    snapshot_restore.install(app)
