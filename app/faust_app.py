@@ -7,6 +7,7 @@ import faust
 from app.copartition import bootstrap_servers, check_copartitioning
 from app.kafka_security import aiokafka_auth, broker_credentials, check_tls
 from app.settings import Settings, get_settings
+from app.web_auth import web_application_options
 
 
 class EtjApp(faust.App):
@@ -37,6 +38,9 @@ def create_app(settings: Settings) -> EtjApp:
     credentials = broker_credentials(settings)  # TLS / SASL (app.kafka_security)
     if credentials is not None:
         extra["broker_credentials"] = credentials
+    web_options = web_application_options(settings)  # the views' bearer token (app.web_auth)
+    if web_options:
+        extra["web_application_options"] = web_options
     app = EtjApp(
         settings.app_id,
         broker=settings.broker_url,

@@ -31,6 +31,7 @@ from app.range_scan import scan_prefix
 from app.topology import owned_partitions, zone_cars, zone_pollution
 from app.views import (FORWARDED, _ident, input_partition, mood_engine, mood_history,
                        recent_joins, routed, served_by)
+from app.web_auth import peer_headers
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ async def ask_peer(url: URL, path: str) -> dict[str, Any]:
     """GET ``path`` of worker ``url`` (its local answer), or an ``error`` saying why not."""
     try:
         async with app.http_client.get(
-                url.with_path(path), headers={FORWARDED: served_by()},
+                url.with_path(path), headers={FORWARDED: served_by(), **peer_headers()},
                 timeout=aiohttp.ClientTimeout(total=PEER_TIMEOUT_S)) as resp:
             if resp.status != 200:
                 return {"served_by": str(url), "error": f"HTTP {resp.status}"}

@@ -44,6 +44,7 @@ from app.logic.car_join import CarArrival, CarPosition, ZoneReading, join
 from app.range_scan import scan_prefix
 from app.records import MAX_ID
 from app.topology import car_positions, owned_partitions, zone_cars, zone_pollution
+from app.web_auth import peer_headers
 
 #: the mood join's engine: /moods/ and /joins/{consultant}/ read its tables
 mood_engine = engines["moods"]
@@ -140,7 +141,7 @@ async def forward(view: View, request: Request, owner: URL) -> Response:
     url = request.url.with_scheme(owner.scheme or "http").with_host(owner.host or "") \
         .with_port(owner.port)
     headers = {"Accept": request.headers.get("Accept", "application/json"),
-               FORWARDED: str(app.conf.canonical_url)}
+               FORWARDED: str(app.conf.canonical_url), **peer_headers()}
     try:
         async with app.http_client.get(
                 url, headers=headers,
@@ -154,7 +155,8 @@ async def forward(view: View, request: Request, owner: URL) -> Response:
 async def ask(owner: URL, path_qs: str) -> tuple[int, Any]:
     """GET ``path_qs`` of the worker ``owner`` itself (no further hop): (status, JSON body)."""
     url = URL(str(owner)).with_path("").join(URL(path_qs))
-    headers = {"Accept": "application/json", FORWARDED: str(app.conf.canonical_url)}
+    headers = {"Accept": "application/json", FORWARDED: str(app.conf.canonical_url),
+               **peer_headers()}
     async with app.http_client.get(
             url, headers=headers, timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)) as resp:
         return resp.status, await resp.json(content_type=None)

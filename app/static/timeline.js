@@ -59,11 +59,23 @@ function fmtNum(n) {
   return Number(n || 0).toLocaleString("en-US");
 }
 
+// the views' bearer token, when the workers require one (docs/operating/security.md): open
+// the page as /timeline/#token=<token>; it is kept for this tab only and dropped from the URL
+const TOKEN = (() => {
+  const given = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (given) {
+    sessionStorage.setItem("etj-token", given);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem("etj-token");
+})();
+
 async function getJSON(path) {
   const ctl = new AbortController();
   const timer = setTimeout(() => ctl.abort(), 5000);
+  const headers = TOKEN ? {Authorization: "Bearer " + TOKEN} : {};
   try {
-    const resp = await fetch(path, {cache: "no-store", signal: ctl.signal});
+    const resp = await fetch(path, {cache: "no-store", signal: ctl.signal, headers});
     let body = null;
     try { body = await resp.json(); } catch (e) { body = null; }
     return {status: resp.status, body};

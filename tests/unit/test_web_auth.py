@@ -1,0 +1,72 @@
+"""app.web_auth: the views' bearer token, on a bare aiohttp server (the real worker: tests/broker)."""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from pydantic import SecretStr
+
+from app import web_auth
+from app.settings import Settings
+
+PATHS = ["/health/", "/ready/", "/metrics", "/timeline/", "/timeline/static/timeline.js",
+         "/moods/alice/", "/joins/", "/stats/", "/timeline/api/consultants/", "/nope"]
+
+
+async def client(token: str | None) -> TestClient:
+    options = web_auth.web_application_options(
+        Settings(_env_file=None, views_token=SecretStr(token) if token else None))
+    app = web.Application(**options)
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.json_response({"path": request.path})
+
+    for path in PATHS[:-1]:
+        app.router.add_get(path, ok)
+    c = TestClient(TestServer(app))
+    await c.start_server()
+    return c
+
+
+async def test_without_a_token_setting_every_view_is_open():
+    c = await client(None)
+    try:
+        for path in PATHS[:-1]:
+            assert (await c.get(path)).status == 200, path
+        assert web_auth.peer_headers() == {}
+    finally:
+        await c.close()
+
+
+async def test_with_a_token_only_probes_metrics_and_the_page_shell_are_open():
+    c = await client("s3cret")
+    try:
+        for path in PATHS:
+            resp = await c.get(path)
+            if web_auth.is_open(path):
+                assert resp.status == 200, path
+            else:
+                assert resp.status == 401, path
+                assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+                assert "bearer token" in (await resp.json())["error"]
+        for bad in ["Bearer wrong", "s3cret", "Bearer s3cret2", "bearer s3cret", "Basic czNjcmV0",
+                    "Bearer \u00e9\u00e9"]:
+            resp = await c.get("/moods/alice/", headers={"Authorization": bad})
+            assert resp.status == 401, bad
+        good = {"Authorization": "Bearer s3cret"}
+        assert (await c.get("/moods/alice/", headers=good)).status == 200
+        assert (await c.get("/nope", headers=good)).status == 404  # then routing as usual
+        assert web_auth.peer_headers() == good  # what a worker sends when it forwards
+    finally:
+        await c.close()
+
+
+def test_the_token_comes_from_its_file_first_and_an_empty_one_is_refused(tmp_path):
+    f = tmp_path / "token"
+    f.write_text("from-file\n")
+    s = Settings(_env_file=None, views_token_file=f, views_token=SecretStr("env"))
+    assert web_auth.views_token(s) == "from-file"
+    f.write_text("\n")
+    with pytest.raises(ValueError, match="empty"):
+        web_auth.views_token(s)
