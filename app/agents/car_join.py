@@ -30,7 +30,7 @@ arrival order (a zone whose only reading is old would lose it). Malformed record
 
 from __future__ import annotations
 
-import json
+import orjson
 from typing import Any, Iterator
 
 from app import metrics
@@ -58,12 +58,12 @@ JOIN = "cars"  # the car join's value of the metrics' ``join`` label
 
 def move_out(move: Move) -> Out:
     metrics.car_moves.labels(move.op).inc()
-    return Out(car_moves, str(move.zone_id).encode(), json.dumps(move.to_wire()).encode())
+    return Out(car_moves, str(move.zone_id).encode(), orjson.dumps(move.to_wire()))
 
 
 def output_out(out: CarPollution, cause: str) -> Out:
     metrics.car_outputs.labels(cause).inc()
-    return Out(car_pollution, str(out.car_id).encode(), json.dumps(out.to_wire()).encode())
+    return Out(car_pollution, str(out.car_id).encode(), orjson.dumps(out.to_wire()))
 
 
 def _dead(msg: Any, error: InvalidRecord) -> list[Out]:
@@ -98,7 +98,8 @@ def handle_arrival(msg: Any, rec: Any) -> list[Out]:
     return _dead(msg, rec) if isinstance(rec, InvalidRecord) else on_arrival(rec)
 
 
-track_loop = DurableLoop(JOIN, (settings.car_arrivals_topic,), None, parse_input, handle_arrival)
+track_loop = DurableLoop(JOIN, (settings.car_arrivals_topic,), None, parse_input, handle_arrival,
+                         tables=(car_positions,))
 
 
 @app.agent(car_arrivals)
@@ -160,7 +161,7 @@ def handle_zone_side(msg: Any, rec: Any) -> list[Out]:
 
 #: flow control: zone readings, then moves (ties go to the reading)
 zone_loop = DurableLoop(JOIN, (settings.zones_topic, settings.car_moves_topic), car_ticks,
-                        parse_input, handle_zone_side)
+                        parse_input, handle_zone_side, tables=(zone_pollution, zone_cars))
 
 
 @app.agent(car_pollution_inputs)

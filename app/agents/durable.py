@@ -3,8 +3,10 @@ in batches (flush the changelog -> send the outputs -> ack), in event-time order
 co-partitioned inputs.
 
 Per batch of records already waiting in the agent's queue (up to :attr:`DurableLoop.max_batch`):
-each record is handled (validate, update tables, compute outputs), then ONE producer flush makes
-the batch's changelog writes durable, then its outputs are sent, then its records are acked.
+each record is handled (validate, update tables, compute outputs), then the batch's changelog
+rows go to the producer — one per key written, its last value (:mod:`app.compat.write_behind`:
+a key rewritten by many records of the batch, e.g. the stream clock, costs one send) — then ONE
+producer flush makes them durable, then its outputs are sent, then its records are acked.
 Idle, a batch is one record; under a backlog one flush serves hundreds. Outputs reach the
 broker before the offsets that produced them are committed: a record is acked only after its
 outputs are handed to the producer, and Faust's commit flushes the producer before it commits
@@ -29,7 +31,9 @@ from typing import Any, Callable, Sequence
 from faust.types import TP, TopicT
 
 from app import metrics, sinks
+from app.compat import delivery
 from app.compat.stores import committed_offset
+from app.compat.write_behind import WriteBehind
 from app.faust_app import app, settings
 from app.flow_control import EventTimeMerge
 from app.records import InvalidRecord
@@ -60,6 +64,10 @@ Handler = Callable[[Any, Any], list[Out]]
 Parser = Callable[[str, "bytes | None", "bytes | None"], tuple[Any, int]]
 
 
+#: every loop of this worker (tests wait until each has delivered what it handled)
+loops: list["DurableLoop"] = []
+
+
 class DurableLoop:
     """One agent's loop: flow control -> handle -> flush -> send -> ack (module docstring)."""
 
@@ -67,10 +75,15 @@ class DurableLoop:
     max_batch = 500
 
     def __init__(self, join: str, merged: Sequence[str], ticks: TopicT | None,
-                 parse: Parser, handle: Handler) -> None:
+                 parse: Parser, handle: Handler, tables: Sequence[Any] = ()) -> None:
         """``merged``: the input topics flow control orders by event time (ties: the first);
-        ``ticks``: the agent's own ticks topic (wake-ups), None for a single-input agent."""
+        ``ticks``: the agent's own ticks topic (wake-ups), None for a single-input agent;
+        ``tables``: the tables the handler writes (their changelog rows go once per batch,
+        the last value per key: :mod:`app.compat.write_behind`)."""
         self.join = join
+        self.writes = WriteBehind(tables)
+        self.in_flight = 0  # batches handled, not yet delivered (tests wait for 0)
+        loops.append(self)
         self.ticks = ticks
         self.ticks_name = None if ticks is None else ticks.get_topic_name()
         self.parse = parse
@@ -162,26 +175,50 @@ class DurableLoop:
                 loop.call_later(self.merge.max_idle_s + 0.05, self._wake, partition)
 
     # --- the loop --------------------------------------------------------------------------
+    #: batches handled but not yet delivered (changelog -> outputs -> acks) at most: the loop
+    #: handles batch k+1 while batch k waits for the broker
+    max_in_flight = 4
+
     async def run(self, stream: Any) -> None:
-        """Handle every record as it is let go; flush, send and ack per batch (module doc)."""
-        stream.enable_acks = False  # acked below, once the batch's outputs are sent
+        """Handle every record as it is let go; per batch hand its changelog rows to the
+        producer and queue it for :meth:`_deliver` (module doc)."""
+        stream.enable_acks = False  # acked by _deliver, once the batch's outputs are sent
         queue = getattr(stream.channel, "queue", None)  # the agent's buffer of delivered records
+        pipeline: asyncio.Queue[tuple[list[Any], list[Out], list[Any]] | None] = \
+            asyncio.Queue(maxsize=self.max_in_flight)
+        deliver = asyncio.ensure_future(self._deliver(stream, pipeline))
         events: list[Any] = []
         outs: list[Out] = []
         generation = None
-        async for event in stream.events():
-            if event.message.generation_id != generation:  # a rebalance: held ones come again
-                generation = event.message.generation_id
-                self.drop_waiting()
-            for ready, parsed in self.ready(event):
-                events.append(ready)
-                outs += self.handle(ready.message, parsed)
-            if events and (len(events) >= self.max_batch or queue is None or queue.empty()):
-                if outs:
-                    await app.producer.flush()  # state first: no output outruns its changelog
-                    for out in outs:
-                        await out.topic.send(key=out.key, value=out.value, force=True)
-                for done in events:
-                    await stream.ack(done)
-                events, outs = [], []
-            self._schedule_wakeups()
+        try:
+            async for event in stream.events():
+                if event.message.generation_id != generation:  # a rebalance: held ones come again
+                    generation = event.message.generation_id
+                    self.drop_waiting()
+                for ready, parsed in self.ready(event):
+                    events.append(ready)
+                    outs += self.handle(ready.message, parsed)
+                if events and (len(events) >= self.max_batch or queue is None or queue.empty()):
+                    rows = await self.writes.flush()  # the batch's rows, last value per key
+                    self.in_flight += 1
+                    await pipeline.put((rows, outs, events))
+                    events, outs = [], []
+                    if deliver.done():  # it only ends by raising: that is the agent's error
+                        deliver.result()
+                self._schedule_wakeups()
+        finally:
+            if not deliver.done():
+                deliver.cancel()
+
+    async def _deliver(self, stream: Any, pipeline: asyncio.Queue) -> None:
+        """Batch by batch, in order: wait until its changelog rows are in the broker (state
+        first: no output outruns its changelog), send its outputs, ack its records."""
+        while True:
+            rows, outs, events = await pipeline.get()
+            if rows:
+                await asyncio.gather(*rows)
+            for out in outs:
+                await delivery.send_direct(app, out.topic.get_topic_name(), out.key, out.value)
+            for done in events:
+                await stream.ack(done)
+            self.in_flight -= 1

@@ -18,7 +18,7 @@ per assignment; per-join: when the record that produced it is re-delivered).
 
 from __future__ import annotations
 
-import json
+import orjson
 from typing import Any
 
 from app import metrics, sinks
@@ -48,7 +48,8 @@ class JoinEngine:
         app.on_partitions_assigned.connect(self._forget_lost_partitions)
         #: flow control: the dimension, then the events (ties go to the dimension)
         self.loop = DurableLoop(spec.name, (spec.dimension.topic, spec.events.topic),
-                                topology.ticks, self.parse, self.handle)
+                                topology.ticks, self.parse, self.handle,
+                                tables=(t.history, t.joins, t.clock, t.index))
 
         async def join_agent(stream: Any) -> None:
             await self.loop.run(stream)
@@ -65,7 +66,7 @@ class JoinEngine:
         return self._out(rev)
 
     def _out(self, rev: Revision) -> Out:
-        return Out(self.output, rev.id.encode(), json.dumps(self.spec.to_wire(rev)).encode())
+        return Out(self.output, rev.id.encode(), orjson.dumps(self.spec.to_wire(rev)))
 
     def _advance_clock(self, partition: int, event_time: int) -> int:
         clock = self.tables.clock.get(partition)

@@ -104,6 +104,29 @@ def _producer_type(self: Producer) -> Callable[..., aiokafka.AIOKafkaProducer]:
     return lambda **kw: with_delivery_timeout(aiokafka.AIOKafkaProducer(**kw), delivery_timeout_s)
 
 
+async def send_direct(app: Any, topic: str, key: bytes | None, value: bytes | None,
+                      partition: int | None = None) -> Any:
+    """Hand serialized bytes straight to Faust's producer (aiokafka); the delivery future.
+
+    The hot path's sends (a batch's changelog rows and outputs, :mod:`app.agents.durable`)
+    skip Faust's ``Topic.send`` -> ``FutureMessage`` -> ``publish_message`` layers, which cost
+    more than the aiokafka send itself; partitioning (``partition=None``: aiokafka's, as Faust
+    leaves it) and the fail-stop are the same: a send refused now, or a future that fails later,
+    ends the worker like any other lost send (module docstring)."""
+    try:
+        fut = await app.producer.send(topic, key, value, partition, None, None)
+    except (ProducerSendError, KafkaError) as exc:
+        fail_stop(f"sending to {topic} failed: {exc!r}")
+        raise
+    fut.add_done_callback(_fail_stop_on_error)
+    return fut
+
+
+def _fail_stop_on_error(fut: Any) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        fail_stop(f"a produced record was not delivered: {fut.exception()!r}")
+
+
 _publish_message = Topic.publish_message
 
 

@@ -19,10 +19,21 @@ import faust
 import pytest
 from faust.types import Message
 
+from app.agents.durable import loops
+from app.compat import delivery
 from app.agents.event_join import JoinEngine, engines
 from app.faust_app import app
 
-Sent = list[tuple[str, Any, Any]]  # (topic, key, value) of every send, in order
+
+
+class Sent(list):
+    """(topic, key, value) of every output send, in order; ``changelog``: the same for every
+    changelog row the tables' write-behind hands to the producer (app.compat.write_behind)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changelog: list[tuple[str, int | None, Any, Any]] = []  # (topic, partition, k, v)
+
 _offsets = itertools.count()
 
 
@@ -44,19 +55,36 @@ async def deliver(agent: Any, topic: str, key: str | bytes | None, value: Any,
         if stream.current_event is None:
             break
         await asyncio.sleep(0)
+    for _ in range(100):  # ... and deliver its batch (changelog, outputs, acks)
+        if not any(loop.in_flight for loop in loops):
+            break
+        await asyncio.sleep(0)
 
 
 @contextmanager
 def captured() -> Iterator[Sent]:
-    """Every ``Topic.send`` recorded instead of produced; the producer's flush a no-op."""
+    """Every send (``Topic.send``, and the loops' outputs and changelog rows,
+    ``app.compat.delivery.send_direct``) recorded instead of produced; the producer's flush a
+    no-op."""
     app.finalize()
-    sent: Sent = []
+    sent = Sent()
 
     async def fake_send(self: faust.Topic, *, key: Any = None, value: Any = None,
                         **kw: Any) -> None:
         sent.append((self.get_topic_name(), key, value))
 
+    async def fake_send_direct(app_: Any, topic: str, key: Any, value: Any,
+                               partition: int | None = None) -> asyncio.Future:
+        if topic.endswith("-changelog"):
+            sent.changelog.append((topic, partition, key, value))
+        else:
+            sent.append((topic, key, value))
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        done.set_result(None)  # "in the broker": the loop may send the batch's outputs
+        return done
+
     with mock.patch.object(faust.topics.Topic, "send", fake_send), \
+            mock.patch.object(delivery, "send_direct", fake_send_direct), \
             mock.patch.object(app.producer, "flush", mock.AsyncMock()), \
             mock.patch.object(app.producer, "send_soon", mock.Mock()):
         yield sent
