@@ -16,6 +16,7 @@ from app import timers  # noqa: F401  (timers: revisit ticks for every agent)
 from app.commands import sample_traffic  # noqa: F401  (tools)
 from app.commands import archive  # noqa: F401  (tools: a topic -> JSON lines, for app.batch)
 from app.commands import join_latest  # noqa: F401  (tools: join-latest NAME)
+from app.commands import snapshots  # noqa: F401  (tools: the table snapshots in a store)
 from app import views  # noqa: F401  (views: state, health, metrics over HTTP; GET /joins/)
 from app import timeline  # noqa: F401  (the live timeline page, /timeline/)
 

@@ -63,6 +63,9 @@ GROUPS: list[tuple[str, str, list[str]]] = [
       "movie_window_ms", "joins_file"]),
     ("Flow control", "See [flow control](../concepts/flow-control.md).",
      ["flow_control", "flow_max_idle_ms", "flow_max_buffered"]),
+    ("Snapshots", "Snapshots of the table partitions in object storage, for a worker that "
+     "starts with nothing on disk: [snapshots](snapshots.md).",
+     ["snapshot_url", "snapshot_interval_s", "snapshot_keep"]),
     ("Delivery and the consumer group", "See [guarantees](../concepts/guarantees.md) and "
      "[the Faust and aiokafka patches](../contributing/patches.md).",
      ["producer_delivery_timeout_s", "producer_max_batch_size", "consumer_fetch_max_wait_ms",

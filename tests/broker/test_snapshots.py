@@ -11,8 +11,12 @@ Faust's recovery of an empty disk computes, by definition.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from app.commands.sample_traffic import sample_moods_and_events
 from app.snapshots import Snapshots
 from tests.broker.test_faults_broker_restart import S3Broker
 from tests.faults import send, settle_and_check
-from tests.harness import Names, Worker, bootstrap, wait_for
+from tests.harness import Names, bootstrap, wait_for
 
 START = 1_790_000_000_000
 OFFSET_KEY = b"__faust\0offset__"  # faust.stores.rocksdb.Store.offset_key
@@ -241,6 +245,14 @@ async def test_a_corrupt_snapshot_is_refused_and_the_changelog_is_replayed(
     await wait_snapshots(names, snaps, at_least={})
     assert first.stop() == 0
     topic = changelog(names, HISTORY)
+    # the operator's view of the store: `faust -A app.main snapshots`
+    listing = subprocess.run([sys.executable, "-m", "faust", "-A", "app.main", "snapshots",
+                              "--table", topic], env={**os.environ, **names.env},
+                             capture_output=True, text=True, timeout=120)
+    rows = [line.split() for line in listing.stdout.splitlines() if line.startswith(topic)]
+    newest = {m.partition: m for m in await asyncio.to_thread(snaps.list, topic)}
+    assert {(int(r[1]), int(r[2])) for r in rows} >= {(p, m.offset) for p, m in newest.items()}
+    assert {r[-1] for r in rows} >= {m.id for m in newest.values()}, listing.stdout
     for m in await asyncio.to_thread(snaps.list, topic):  # every history snapshot: truncated
         root = tmp_path / "snaps" / m.prefix
         victim = max((f for f in root.iterdir() if f.name != "manifest.json"),
@@ -291,9 +303,6 @@ async def test_a_snapshot_older_than_the_changelog_retention_is_refused(
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(FAKE_LOG_START)
-    import json
-    import os
-
     names.env.update({"ETJ_SNAPSHOT_URL": url, "PYTHONPATH": f"{site}{os.pathsep}"
                       + os.environ.get("PYTHONPATH", ""),
                       "ETJ_TEST_LOG_START": json.dumps({topic: {str(p): o for p, o in
@@ -319,6 +328,3 @@ async def _history_grew(names: Names, past: dict[int, int]) -> bool:
     log = await read_changelog(names, changelog(names, HISTORY))
     return all(log.get(p) and log[p][-1][0] >= o + 2 for p, o in past.items())
 
-
-__all__: list[str] = []
-_ = Worker  # the harness's worker processes (tests/harness.py)

@@ -200,6 +200,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "grafana-dashboard": {"grafana": {"dashboard": {"enabled": True}}},
     "ephemeral-no-pdb-no-sa": {"persistence": {"enabled": False}, "pdb": {"create": False},
                                "serviceAccount": {"create": False}},
+    "snapshots": {"config": {"snapshot_url": "s3://etj-snapshots/prod",
+                             "snapshot_interval_s": 600, "snapshot_keep": 2},
+                  "snapshots": {"credentialsSecret": "etj-s3", "region": "eu-west-1"}},
     "tuned": {"replicaCount": 4, "image": {"digest": "sha256:" + "ab" * 32},
               "config": {"partitions": 8, "revisit_interval_s": 2.5,
                          "producer_max_batch_size": 1},
@@ -403,3 +406,21 @@ def test_every_value_is_documented():
     stale = {d for d in documented
              if not any(leaf == d or leaf.startswith(d + ".") for leaf in leaves)}
     assert not stale, f"`## @param` for values that do not exist: {sorted(stale)}"
+
+
+def test_snapshots_take_their_settings_from_config_and_credentials_from_a_secret():
+    docs = render(VARIANTS["snapshots"])
+    cm = config_map_env(docs)
+    assert (cm["ETJ_SNAPSHOT_URL"], cm["ETJ_SNAPSHOT_INTERVAL_S"], cm["ETJ_SNAPSHOT_KEEP"]) == \
+        ("s3://etj-snapshots/prod", "600", "2")
+    env = {e["name"]: e for e in worker_container(docs)["env"]}
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        ref = env[key]["valueFrom"]["secretKeyRef"]
+        assert (ref["name"], ref["key"]) == ("etj-s3", key)
+    assert env["AWS_ENDPOINT_URL"]["valueFrom"]["secretKeyRef"]["optional"] is True
+    assert env["AWS_DEFAULT_REGION"]["value"] == "eu-west-1"
+    # an endpoint given as a value replaces the Secret's; no Secret, no credentials in the pod
+    docs = render({"snapshots": {"endpointUrl": "http://minio:9000"}})
+    env = {e["name"]: e for e in worker_container(docs)["env"]}
+    assert env["AWS_ENDPOINT_URL"] == {"name": "AWS_ENDPOINT_URL", "value": "http://minio:9000"}
+    assert "AWS_ACCESS_KEY_ID" not in env and "ETJ_SNAPSHOT_URL" not in config_map_env(docs)

@@ -170,3 +170,13 @@ def test_s3_store_on_moto(tmp_path, monkeypatch):
         snaps.download(newest, tmp_path / "restored")
         assert dump(tmp_path / "restored") == ROWS
         assert read_offset(tmp_path / "restored", OFFSET_KEY) == 20
+
+
+def test_the_snapshots_command_prints_one_row_per_snapshot():
+    from app.commands.snapshots import lines
+
+    got = lines([Manifest(TOPIC, 1, 4242, "f", 1_790_000_000_000,
+                          {"a.sst": {"size": 1234567, "sha256": ""}})])
+    assert got[0].split() == ["table", "partition", "offset", "taken", "(UTC)", "bytes", "id"]
+    assert got[1].split() == [TOPIC, "1", "4242", "2026-09-21", "14:13:20", "1,234,567",
+                              "00000000000000004242-1790000000000"]
