@@ -55,6 +55,7 @@ def create_app(settings: Settings) -> EtjApp:
         broker_heartbeat_interval=settings.heartbeat_interval_s,
         broker_rebalance_timeout=settings.rebalance_timeout_s,
         broker_commit_interval=settings.commit_interval_s,
+        producer_linger=settings.producer_linger_ms / 1000,
         **extra,
     )
     app.etj = settings

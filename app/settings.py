@@ -119,6 +119,13 @@ class Settings(BaseSettings):
         description="Faust `producer_max_batch_size`; 1 for the local tansu broker (exact "
         "changelog recovery), unset = Faust's default.",
     )
+    producer_linger_ms: float = Field(
+        5.0,
+        ge=0,
+        description="How long the producer waits to fill a batch before it sends (Kafka's "
+        "`linger.ms`, Faust's `producer_linger`): a batch of changelog rows or revisions then "
+        "goes in one request instead of many; adds at most this to a revision's latency.",
+    )
     producer_delivery_timeout_s: float = Field(
         120.0,
         gt=0,
