@@ -14,8 +14,12 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
 - :mod:`~app.compat.rebalance` — no input record committed unhandled after a rebalance;
 - :mod:`~app.compat.stall_guard` — read again an input partition whose records never reached
   its agent;
+- :mod:`~app.compat.batch_restore` — recovery applies changelog records in batches;
+- :mod:`~app.compat.drain` — fetched records reach the conductor without four tasks each;
 - :mod:`~app.compat.fetch_wait` — the worker consumer's fetch wait is a setting;
 - :mod:`~app.compat.revoke` — records flow control holds are let go when a rebalance starts;
+- :mod:`~app.compat.graceful_stop` — on SIGTERM, acks are awaited a moment, not forever: what
+  is handled is committed, the rest left for the next owner;
 - :mod:`~app.compat.snapshot_restore` — snapshots of RocksDB table partitions in object
   storage, installed before Faust opens a partition it has no local state for;
 - :mod:`~app.compat.stores` — range scans over Faust's stores (memory: a sorted index;
@@ -26,7 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.compat import delivery, fetch_wait, rebalance, revoke, snapshot_restore, stall_guard
+from app.compat import (batch_restore, delivery, drain, fetch_wait, graceful_stop, rebalance,
+                        revoke, snapshot_restore, stall_guard)
 from app.compat.versions import check_versions
 
 __all__ = ["install"]
@@ -42,8 +47,11 @@ def install(app: Any) -> None:
     _installed.add(id(app))
     settings = app.etj
     fetch_wait.install(settings.consumer_fetch_max_wait_ms)
+    drain.install()
+    batch_restore.install()
     delivery.install(app)
     rebalance.install()
     revoke.install(app)
+    graceful_stop.install(app, settings.stop_drain_s)  # after revoke: wraps its wait
     stall_guard.install(app, settings.stall_check_s)
     snapshot_restore.install(app)
