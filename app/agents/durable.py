@@ -83,6 +83,8 @@ class DurableLoop:
         self.join = join
         self.writes = WriteBehind(tables)
         self.in_flight = 0  # batches handled, not yet delivered (tests wait for 0)
+        self._records_in: dict[str, Any] = {}
+        self._flow_waiting = metrics.flow_waiting.labels(join)
         loops.append(self)
         self.ticks = ticks
         self.ticks_name = None if ticks is None else ticks.get_topic_name()
@@ -100,7 +102,11 @@ class DurableLoop:
         """One message -> what to send; a bug must not kill the worker nor lose the record."""
         try:
             if msg.topic != self.ticks_name:
-                metrics.records_in.labels(self.join, msg.topic).inc()
+                counter = self._records_in.get(msg.topic)
+                if counter is None:  # prometheus' labels() costs a lock: once per topic
+                    counter = self._records_in[msg.topic] = metrics.records_in.labels(
+                        self.join, msg.topic)
+                counter.inc()
             return self.handle_one(msg, parsed)
         except Exception as exc:
             log.exception("join %s failed on %s[%s]@%s", self.join, msg.topic, msg.partition,
@@ -126,7 +132,7 @@ class DurableLoop:
                                    (event, parsed))
         if self.merge.forced > forced:
             metrics.flow_forced.labels(self.join).inc(self.merge.forced - forced)
-        metrics.flow_waiting.labels(self.join).set(self.merge.waiting())
+        self._flow_waiting.set(self.merge.waiting())
         return out
 
     # --- flow control ----------------------------------------------------------------------

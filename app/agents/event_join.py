@@ -45,6 +45,8 @@ class JoinEngine:
                                PerJoinLayout(spec, t.history, t.joins, t.index))
         #: partitions whose recovered revisions this process has re-emitted (per process)
         self.resumed: set[int] = set()
+        self._revisions: dict[str, Any] = {}  # cause -> its revisions counter
+        self._stream_time: dict[int, Any] = {}  # partition -> its stream-time gauge
         app.on_partitions_assigned.connect(self._forget_lost_partitions)
         #: flow control: the dimension, then the events (ties go to the dimension)
         self.loop = DurableLoop(spec.name, (spec.dimension.topic, spec.events.topic),
@@ -60,7 +62,11 @@ class JoinEngine:
 
     # --- per record ----------------------------------------------------------------------------
     def _revision_out(self, rev: Revision) -> Out:
-        metrics.revisions_out.labels(self.spec.name, rev.cause).inc()
+        counter = self._revisions.get(rev.cause)
+        if counter is None:  # prometheus' labels() costs a lock: once per cause
+            counter = self._revisions[rev.cause] = metrics.revisions_out.labels(self.spec.name,
+                                                                                rev.cause)
+        counter.inc()
         if self.spec.mode == "inner" and rev.revision == 1 and rev.cause != "arrival":
             metrics.released.labels(self.spec.name).inc()
         return self._out(rev)
@@ -72,7 +78,11 @@ class JoinEngine:
         clock = self.tables.clock.get(partition)
         if clock is None or event_time > clock:
             self.tables.clock[partition] = clock = event_time
-            metrics.stream_time.labels(self.spec.name, str(partition)).set(event_time)
+            gauge = self._stream_time.get(partition)
+            if gauge is None:
+                gauge = self._stream_time[partition] = metrics.stream_time.labels(
+                    self.spec.name, str(partition))
+            gauge.set(event_time)
         return clock
 
     def _limit(self, clock: int, is_event: bool) -> int | None:
