@@ -20,6 +20,9 @@ class EtjApp(faust.App):
     #: (records that flow control holds back must be let go, or that wait never ends;
     #: app.compat.revoke)
     on_revoke_drop: list
+    #: called when the worker stops (SIGTERM), with on_revoke_drop's, before the bounded wait
+    #: for acks: whatever an agent holds unacked and will not finish soon (app.compat.graceful_stop)
+    on_stop_drop: list
 
     async def on_first_start(self) -> None:
         s = self.etj
@@ -60,6 +63,7 @@ def create_app(settings: Settings) -> EtjApp:
     )
     app.etj = settings
     app.on_revoke_drop = []
+    app.on_stop_drop = []
     app.copartitioned = []
     return app
 

@@ -143,6 +143,10 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = Field(1.0, gt=0, description="Consumer heartbeat interval.")
     rebalance_timeout_s: float = Field(10.0, gt=0, description="Consumer rebalance timeout.")
     commit_interval_s: float = Field(1.0, gt=0, description="Offset commit interval.")
+    stop_drain_s: float = Field(
+        2.0, ge=0, description="On SIGTERM: longest wait for records in flight to be handled; "
+        "then what is handled is committed and the rest left unacked for the next owner "
+        "(app/compat/graceful_stop.py). Keep it well under the pod's grace period.")
 
     # secrets: each one from its file (a mounted Kubernetes Secret) or, else, the environment
     kafka_tls: bool = Field(

@@ -70,7 +70,7 @@ GROUPS: list[tuple[str, str, list[str]]] = [
      "[the Faust and aiokafka patches](../contributing/patches.md).",
      ["producer_delivery_timeout_s", "producer_max_batch_size", "consumer_fetch_max_wait_ms",
       "stall_check_s", "session_timeout_s", "heartbeat_interval_s", "rebalance_timeout_s",
-      "commit_interval_s"]),
+      "commit_interval_s", "stop_drain_s"]),
     ("Security", "TLS and SASL to Kafka, and the token of the state views: "
      "[security](security.md). A secret comes from its `_FILE` (a mounted Secret) or, else, "
      "from its variable.",
