@@ -198,17 +198,18 @@ def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 async def test_kill_9_then_an_empty_disk_starts_from_the_snapshot_and_equals_a_full_replay(
         names, worker_factory, tmp_path, s3):
     url = "s3://tansu/snapshots"
-    snapshots_env(names, url, interval_s=2, **s3)
+    # a short session: the new worker's group join waits for the killed member to time out
+    snapshots_env(names, url, interval_s=2, ETJ_SESSION_TIMEOUT_S="4", **s3)
     snaps = Snapshots(url)
-    records = sample_moods_and_events(seed=5, count=360, start_ms=START, late_ratio=0.3,
+    records = sample_moods_and_events(seed=5, count=260, start_ms=START, late_ratio=0.3,
                                       consultants=tuple(f"c{i}" for i in range(16)))
     first = worker_factory(names, name="first").wait_ready()
 
     # 1. a dimension and joins; every partition gets its first snapshot
-    sent = await send(names, records[:150], pace_s=0.005)
+    sent = await send(names, records[:110], pace_s=0.005)
     await wait_snapshots(names, snaps)
     # 2. the worker keeps writing, and is killed -9 mid-stream
-    sending = asyncio.create_task(send(names, records[150:260], pace_s=0.01))
+    sending = asyncio.create_task(send(names, records[110:190], pace_s=0.01))
     await asyncio.sleep(0.8)
     assert first.kill() == -9
     sent += await sending
@@ -229,77 +230,65 @@ async def test_kill_9_then_an_empty_disk_starts_from_the_snapshot_and_equals_a_f
 
     # 4. the joins after it are exact (the oracle, tests/oracle.py), then the tables equal a
     # full replay of their changelogs, key for key
-    sent += await send(names, records[260:], pace_s=0.005)
+    sent += await send(names, records[190:], pace_s=0.005)
     await settle_and_check(names, records, sent, [second], after_crash=True)
     assert second.stop() == 0
     assert await assert_equals_full_replay(names, tmp_path / "second-data") > 0
 
 
-async def test_a_corrupt_snapshot_is_refused_and_the_changelog_is_replayed(
+async def test_corrupt_and_stale_snapshots_are_refused_and_the_changelog_is_replayed(
         names, worker_factory, tmp_path):
+    """History partitions 0 and 1: every snapshot truncated -> "unreadable", full replay.
+    Partitions 2 and 3: the snapshots are older than the changelog's retention -> refused, the
+    changelog replayed from its log start. tansu cannot delete records (it closes the
+    connection on DeleteRecords), so that truncated changelog is simulated: the last worker's
+    consumer reports, for partitions 2 and 3 of the history changelog, a log-start offset two
+    past the snapshot's offset (a sitecustomize patches aiokafka's ``beginning_offsets`` in
+    that process only, FAKE_LOG_START). Faust's own recovery sees the same log start, so a
+    full replay there means: from it."""
     url = f"file://{tmp_path / 'snaps'}"
     snapshots_env(names, url)
-    snaps = Snapshots(url)
-    first = worker_factory(names, name="first").wait_ready()
-    await send(names, moods([f"c{i}" for i in range(24)], START, 3))
-    await wait_snapshots(names, snaps, at_least={})
-    assert first.stop() == 0
-    topic = changelog(names, HISTORY)
-    # the operator's view of the store: `faust -A app.main snapshots`
-    listing = subprocess.run([sys.executable, "-m", "faust", "-A", "app.main", "snapshots",
-                              "--table", topic], env={**os.environ, **names.env},
-                             capture_output=True, text=True, timeout=120)
-    rows = [line.split() for line in listing.stdout.splitlines() if line.startswith(topic)]
-    newest = {m.partition: m for m in await asyncio.to_thread(snaps.list, topic)}
-    assert {(int(r[1]), int(r[2])) for r in rows} >= {(p, m.offset) for p, m in newest.items()}
-    assert {r[-1] for r in rows} >= {m.id for m in newest.values()}, listing.stdout
-    for m in await asyncio.to_thread(snaps.list, topic):  # every history snapshot: truncated
-        root = tmp_path / "snaps" / m.prefix
-        victim = max((f for f in root.iterdir() if f.name != "manifest.json"),
-                     key=lambda f: f.stat().st_size)
-        victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
-
-    second = worker_factory(names, name="second").wait_ready(timeout_s=90)
-    log = second.log()
-    for p in range(PARTITIONS):
-        assert re.search(rf"snapshot \S+ of {re.escape(topic)}\[{p}\] not used: unreadable", log)
-        assert f"no usable snapshot of {topic}[{p}]: full replay" in log
-    assert second.stop() == 0
-    tables = dump_tables(tmp_path / "second-data")
-    assert sum(len(tables.get((HISTORY, p), {})) for p in range(PARTITIONS)) == 24
-    await assert_equals_full_replay(names, tmp_path / "second-data")
-
-
-async def test_a_snapshot_older_than_the_changelog_retention_is_refused(
-        names, worker_factory, tmp_path):
-    """tansu cannot delete records (it closes the connection on DeleteRecords), so the
-    truncated changelog is simulated: the third worker's consumer reports, for each history
-    changelog partition, a log-start offset two past the snapshot's offset (a sitecustomize
-    patches aiokafka's ``beginning_offsets`` in that process only, FAKE_LOG_START). Faust's own
-    recovery sees the same log start, so a full replay means: from there."""
-    url = f"file://{tmp_path / 'snaps'}"
-    snapshots_env(names, url, interval_s=2)
     snaps = Snapshots(url)
     topic = changelog(names, HISTORY)
     old = [f"old{i}" for i in range(24)]
     new = [f"new{i}" for i in range(24)]
+    corrupt, stale = (0, 1), (2, 3)
 
-    # 1. snapshots of the old consultants' moods; then the new ones' moods reach the changelog
-    # through a worker that takes no snapshots (so the snapshots stay behind)
+    # 1. snapshots of the old consultants' moods, caught up with the changelog; then the new
+    # ones' moods reach the changelog through a worker that takes no snapshots
     first = worker_factory(names, name="first").wait_ready()
     await send(names, moods(old, START, 2))
-    taken = await wait_caught_up(names, snaps)  # nothing of the old ones after the snapshots
+    taken = await wait_caught_up(names, snaps)
     assert first.stop() == 0
     assert await newest_offsets(snaps, topic) == taken
     names.env.pop("ETJ_SNAPSHOT_URL")
-    again = worker_factory(names, name="first").wait_ready()  # same datadir
+    again = worker_factory(names, name="first")  # same datadir
+    listing_done = asyncio.create_task(asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "faust", "-A", "app.main", "snapshots", "--url",
+                         url, "--table", topic], env={**os.environ, **names.env},
+        capture_output=True, text=True, timeout=120))
+    await asyncio.to_thread(again.wait_ready)
     await send(names, moods(new, START + 10_000, 2))
-    log = await wait_for(lambda: _history_grew(names, taken), timeout_s=60, every_s=0.5)
-    assert log, "the new moods never reached every history changelog partition"
+    grew = await wait_for(lambda: _history_grew(names, taken), timeout_s=60, every_s=0.5)
+    assert grew, "the new moods never reached every history changelog partition"
     assert again.stop() == 0
 
-    # 2. the changelog "lost" everything up to each snapshot's offset + 1
-    log_start = {p: o + 2 for p, o in taken.items()}
+    # the operator's view of the store (`faust -A app.main snapshots`, run meanwhile)
+    listing = await listing_done
+    rows = [line.split() for line in listing.stdout.splitlines() if line.startswith(topic)]
+    listed = await asyncio.to_thread(snaps.list, topic)
+    assert sorted((int(r[1]), int(r[2]), r[-1]) for r in rows) == sorted(
+        (m.partition, m.offset, m.id) for m in listed), listing.stdout + listing.stderr
+
+    # 2. partitions 0, 1: every snapshot truncated; 2, 3: the changelog "lost" everything up
+    # to each snapshot's offset + 1
+    for m in listed:
+        if m.partition in corrupt:
+            root = tmp_path / "snaps" / m.prefix
+            victim = max((f for f in root.iterdir() if f.name != "manifest.json"),
+                         key=lambda f: f.stat().st_size)
+            victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    log_start = {p: taken[p] + 2 for p in stale}
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(FAKE_LOG_START)
@@ -307,21 +296,31 @@ async def test_a_snapshot_older_than_the_changelog_retention_is_refused(
                       + os.environ.get("PYTHONPATH", ""),
                       "ETJ_TEST_LOG_START": json.dumps({topic: {str(p): o for p, o in
                                                                 log_start.items()}})})
+
+    # 3. a worker with an empty disk: it refuses them all, says why, and replays
     third = worker_factory(names, name="third").wait_ready(timeout_s=90)
     text = third.log()
-    for p in range(PARTITIONS):
+    for p in corrupt:
+        assert re.search(rf"snapshot \S+ of {re.escape(topic)}\[{p}\] not used: unreadable",
+                         text), text[-3000:]
+        assert f"no usable snapshot of {topic}[{p}]: full replay" in text
+    for p in stale:
         assert re.search(rf"snapshot \S+ of {re.escape(topic)}\[{p}\] not used: older than "
                          r"the changelog's retention", text), text[-3000:]
+    assert "restored " + topic not in text
     assert third.stop() == 0
     tables = dump_tables(tmp_path / "third-data")
     records = await read_changelog(names, topic)
-    for p in range(PARTITIONS):
+    for p in corrupt:  # the whole changelog: old and new consultants
+        assert tables.get((HISTORY, p), {}) == replay(records.get(p, [])), p
+    for p in stale:  # from the log start: the records before it are "gone"
         got = tables.get((HISTORY, p), {})
-        # Faust reads a partition from its log start - 1 (its "offset - 1" convention)
-        assert got == replay(records.get(p, []), from_offset=log_start[p] - 1), p
-        assert not any(k.decode().strip('"').startswith("old") for k in got), (
-            "the stale snapshot's keys must not be there", p)
-    assert sum(len(tables.get((HISTORY, p), {})) for p in range(PARTITIONS)) == len(new)
+        assert got == replay(records.get(p, []), from_offset=log_start[p]), p
+        assert got and all(k.decode().strip('"').startswith("new") for k in got), (
+            "new consultants only: the stale snapshot's old ones must not be there", p)
+    history = [k.decode().strip('"') for p in corrupt for k in tables.get((HISTORY, p), {})]
+    assert any(k.startswith("old") for k in history) and any(k.startswith("new")
+                                                             for k in history)
 
 
 async def _history_grew(names: Names, past: dict[int, int]) -> bool:
