@@ -15,7 +15,6 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
 - :mod:`~app.compat.stall_guard` — read again an input partition whose records never reached
   its agent;
 - :mod:`~app.compat.batch_restore` — recovery applies changelog records in batches;
-- :mod:`~app.compat.drain` — fetched records reach the conductor without four tasks each;
 - :mod:`~app.compat.fetch_wait` — the worker consumer's fetch wait is a setting;
 - :mod:`~app.compat.revoke` — records flow control holds are let go when a rebalance starts;
 - :mod:`~app.compat.graceful_stop` — on SIGTERM, acks are awaited a moment, not forever: what
@@ -30,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.compat import (batch_restore, delivery, drain, fetch_wait, graceful_stop, rebalance,
+from app.compat import (batch_restore, delivery, fetch_wait, graceful_stop, rebalance,
                         revoke, snapshot_restore, stall_guard)
 from app.compat.versions import check_versions
 
@@ -47,7 +46,6 @@ def install(app: Any) -> None:
     _installed.add(id(app))
     settings = app.etj
     fetch_wait.install(settings.consumer_fetch_max_wait_ms)
-    drain.install()
     batch_restore.install()
     delivery.install(app)
     rebalance.install()

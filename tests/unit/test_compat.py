@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -104,68 +103,4 @@ def test_no_import_cycle_between_packages():
 
     cycles = sorted(f"{a} <-> {b}" for a in edges for b in edges[a] if reaches(b, a))
     assert cycles == [], cycles
-
-
-# --- app.compat.drain: a callback stepped in place behaves as if awaited -----------------------
-
-async def test_run_inline_finishes_a_callback_that_never_waits():
-    from app.compat.drain import run_inline
-
-    async def callback(x: int) -> int:
-        return x + 1
-
-    assert run_inline(callback(1)) == (True, 2)
-
-
-async def test_run_inline_raises_what_the_callback_raises_at_once():
-    from app.compat.drain import run_inline
-
-    async def callback() -> None:
-        raise ValueError("bad record")
-
-    with pytest.raises(ValueError, match="bad record"):
-        run_inline(callback())
-
-
-async def test_run_inline_hands_back_the_rest_of_a_callback_that_waits():
-    from app.compat.drain import run_inline
-
-    gate: asyncio.Future = asyncio.get_running_loop().create_future()
-    steps: list[str] = []
-
-    async def callback() -> str:
-        steps.append("start")
-        value = await gate  # a full queue, say
-        await asyncio.sleep(0)
-        steps.append("end")
-        return f"got {value}"
-
-    done, rest = run_inline(callback())
-    assert not done and steps == ["start"]
-    task = asyncio.ensure_future(rest)
-    await asyncio.sleep(0)
-    assert not task.done()
-    gate.set_result(7)
-    assert await task == "got 7" and steps == ["start", "end"]
-
-
-async def test_a_waiting_callback_abandoned_by_cancellation_sees_it():
-    from app.compat.drain import run_inline
-
-    seen: list[str] = []
-
-    async def callback() -> None:
-        try:
-            await asyncio.get_running_loop().create_future()  # never done
-        except asyncio.CancelledError:
-            seen.append("cancelled")
-            raise
-
-    done, rest = run_inline(callback())
-    task = asyncio.ensure_future(rest)
-    await asyncio.sleep(0)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert seen == ["cancelled"]
 
