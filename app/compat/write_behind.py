@@ -45,7 +45,6 @@ class WriteBehind:
     def __init__(self, tables: Iterable[Any] = ()) -> None:
         #: (table, partition, key) -> last value (or _DELETED), in first-write order
         self.pending: dict[tuple[Any, int, Any], Any] = {}
-        self.sent = 0  # changelog messages handed to the producer (bench, tests)
         #: RocksDB tables: remember the changelog offset a partition's store holds (Faust's
         #: ``_on_changelog_sent``), so a restart keeping its volume replays only the tail
         self._persist_offsets: dict[Any, Callable[[Any], None] | None] = {}
@@ -105,5 +104,4 @@ class WriteBehind:
             persist = self._persist_offset_of(table)
             if persist is not None:
                 fut.add_done_callback(persist)
-        self.sent += len(rows)
         return futures
