@@ -10,15 +10,15 @@ producer batches make each a broker round trip (bench ``sends_per_record``, ``th
 
 :class:`WriteBehind` replaces those two hooks on the tables of one agent's
 :class:`~app.agents.durable.DurableLoop`: a write updates the store at once (reads see it) and
-records ``(table, partition, key) -> value``; :meth:`WriteBehind.flush`, called by the loop
-before its producer flush, sends one changelog message per key written in the batch — its last
+records ``(table, partition, key) -> value``; :meth:`WriteBehind.flush`, called by the loop at
+the end of each batch, sends one changelog message per key written in the batch — its last
 value, or a tombstone — serialized by the table's own codecs and handed to the producer by
 :func:`app.compat.delivery.send_direct` (its fail-stop applies); for a RocksDB table the last
-row per partition records its offset in the store, as Faust's ``_on_changelog_sent`` does. Nothing changes for
-durability: the batch's records are acked only after that flush (the loop's protocol), so a
-crash before it loses only writes of records that are delivered again; recovery keeps the last
-value per key, which is the value sent. Not called: Faust's per-write TTL bookkeeping and table
-sensors (etj's tables have no TTL; its metrics are its own).
+row per partition records its offset in the store, as Faust's ``_on_changelog_sent`` does.
+Nothing changes for durability: the batch's records are acked only once the broker has those
+rows and the batch's outputs are sent (the loop's protocol), so a crash before that loses only
+writes of records that are delivered again; recovery keeps the last value per key, which is the
+value sent. Not called: Faust's per-write TTL bookkeeping and table sensors (etj's tables have no TTL; its metrics are its own).
 
 Tests: tests/agent/test_write_behind.py (one message per key per batch, its last value and
 tombstones, the partition of the record that wrote it); every fault test (kill -9, rebalance,
