@@ -18,7 +18,8 @@ row per partition records its offset in the store, as Faust's ``_on_changelog_se
 Nothing changes for durability: the batch's records are acked only once the broker has those
 rows and the batch's outputs are sent (the loop's protocol), so a crash before that loses only
 writes of records that are delivered again; recovery keeps the last value per key, which is the
-value sent. Not called: Faust's per-write TTL bookkeeping and table sensors (etj's tables have no TTL; its metrics are its own).
+value sent. Not called: Faust's per-write TTL bookkeeping and table sensors (etj's tables have
+no TTL; its metrics are its own).
 
 Tests: tests/agent/test_write_behind.py (one message per key per batch, its last value and
 tombstones, the partition of the record that wrote it); every fault test (kill -9, rebalance,
