@@ -11,9 +11,11 @@ rules live in :mod:`app.logic.event_join`, the table layouts in :mod:`app.joins.
 module validates, routes late records, keeps the stream clock and returns what they emit; the
 loop (:mod:`app.agents.durable`) makes it durable: flush the changelog -> send -> ack.
 
-State first: a crash between the flush and the sends leaves a revision in state that never
+State first: a crash between the flush and the sends leaves revisions in state that never
 reached the topic, which the layout re-emits (per-key: a partition's current revisions, once
-per assignment; per-join: when the record that produced it is re-delivered).
+per assignment; per-join: when the record that produced it is re-delivered) — gap-free: with
+each join's current revision go those it superseded whose source record's offset is not yet
+committed (:meth:`JoinEngine.delivered`; :mod:`app.joins.state`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ import orjson
 from typing import Any
 
 from app import metrics, sinks
+from faust.types import TP
+
 from app.agents.durable import DurableLoop, Out, dead_letter
+from app.compat.stores import committed_offset
 from app.faust_app import app
 from app.joins.state import Layout, PerJoinLayout, PerKeyLayout
 from app.logic.event_join import Revision
@@ -40,9 +45,12 @@ class JoinEngine:
         self.spec = spec = topology.spec
         self.tables = t = topology.tables
         self.output = topology.output
-        self.layout: Layout = (PerKeyLayout(spec, t.history, t.joins, t.index)
+        #: a revision's source: [input, offset], input = its topic's index here
+        self.inputs = (spec.events.topic, spec.dimension.topic, spec.ticks)
+        self._tps: dict[tuple[int, int], TP] = {}
+        self.layout: Layout = (PerKeyLayout(spec, t.history, t.joins, t.index, self.delivered)
                                if spec.layout == "per-key" else
-                               PerJoinLayout(spec, t.history, t.joins, t.index))
+                               PerJoinLayout(spec, t.history, t.joins, t.index, self.delivered))
         #: partitions whose recovered revisions this process has re-emitted (per process)
         self.resumed: set[int] = set()
         self._revisions: dict[str, Any] = {}  # cause -> its revisions counter
@@ -61,6 +69,20 @@ class JoinEngine:
         self.agent = app.agent(topology.inputs, name=f"{__name__}.{spec.name}")(join_agent)
 
     # --- per record ----------------------------------------------------------------------------
+    def delivered(self, partition: int, src: Any) -> bool:
+        """Is the output of a revision made by input record ``src`` surely in the log? Yes once
+        its offset is committed: Faust flushes the producer before it commits, and a record is
+        acked only after its outputs are handed to the producer (:mod:`app.agents.durable`).
+        A source of None (a row saved before sources were kept) counts as delivered."""
+        if src is None:
+            return True
+        index, offset = src
+        tp = self._tps.get((index, partition))
+        if tp is None:
+            tp = self._tps[(index, partition)] = TP(self.inputs[index], partition)
+        committed = committed_offset(app.consumer, tp)
+        return committed is not None and offset < committed
+
     def _revision_out(self, rev: Revision) -> Out:
         counter = self._revisions.get(rev.cause)
         if counter is None:  # prometheus' labels() costs a lock: once per cause
@@ -135,20 +157,22 @@ class JoinEngine:
         release_from = self._release_from(clock)
         if is_event:
             revisions, held = self.layout.on_event(partition, spec.event_of(rec), horizon,
-                                                   release_from)
+                                                   release_from, [0, offset])
             if held:
                 metrics.held.labels(spec.name).inc()
         else:
             revisions = self.layout.on_version(partition, spec.key_of(rec, spec.dimension),
-                                               spec.version_of(rec), horizon, release_from)
+                                               spec.version_of(rec), horizon, release_from,
+                                               [1, offset])
         return [self._revision_out(r) for r in revisions]
 
-    def on_tick(self, partition: int) -> list[Out]:
+    def on_tick(self, partition: int, offset: int | None = None) -> list[Out]:
         """Revisit partition ``partition``: review recent joins, finalise and purge old state."""
         clock = self.tables.clock.get(partition)
         if clock is None:
             return []
-        revisions, purged = self.layout.on_tick(partition, clock, self._release_from(clock))
+        revisions, purged = self.layout.on_tick(partition, clock, self._release_from(clock),
+                                                None if offset is None else [2, offset])
         metrics.joins_finalised.labels(self.spec.name).inc(purged.joins)
         metrics.unmatched.labels(self.spec.name).inc(purged.unmatched)
         return [self._revision_out(r) for r in revisions]
@@ -168,7 +192,7 @@ class JoinEngine:
         """One message of the agent's topics -> what to send once state is durable."""
         outs = [] if msg.partition in self.resumed else self.resume(msg.partition)
         if msg.topic == self.spec.ticks:
-            return outs + self.on_tick(msg.partition)
+            return outs + self.on_tick(msg.partition, msg.offset)
         return outs + self.on_input(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
                                     parsed)
 

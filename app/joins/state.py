@@ -11,14 +11,21 @@ join id)`` makes "older than the horizon" one range. An event writes one row (pl
 row), whatever the key's fan-in; a dimension version reads the key's joins with one prefix scan.
 The history row is purged when it is written (no active-key list to walk). Instead of
 re-emitting a whole partition after a reassignment, a re-delivered record re-emits what it
-touched: a duplicate event its join's current revision, a duplicate version the joins that
+touched: a duplicate event its join's revisions, a duplicate version those of the joins that
 currently answer with it. Records re-delivered after a crash are exactly the ones whose outputs
 may be lost, so nothing is lost and nothing is re-sent at scale.
+
+Both layouts re-emit gap-free: with a join's current revision go the revisions it superseded
+whose source (``src``: the input record that produced it, stamped by the agent) is not known to
+be delivered (``delivered(p, src)``: its input offset is committed, which Faust does only after
+flushing the producer). Each join row carries them (:attr:`app.logic.event_join.Join.unsent`),
+so they are saved in the same changelog row as the revision that superseded them; they are
+dropped when the row is next written and their source is committed.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import faust
 
@@ -27,29 +34,46 @@ from app.joins.keys import (expiry_key, expiry_upto, join_key, key_prefix, parti
 from app.joins.spec import JoinSpec
 from app.logic.event_join import (Event, Join, KeyState, Purged, Revision, Version,
                                   affected_floor, current_revisions, insert_version,
-                                  purge_history, rejoin_affected, revisit)
+                                  purge_history, rejoin_affected, revisit, unsent_revisions)
 from app.range_scan import scan, scan_prefix
 
 __all__ = ["Layout", "PerJoinLayout", "PerKeyLayout"]
 
 
+#: (partition, source of a revision) -> is its output known to be in the log?
+Delivered = Callable[[int, Any], bool]
+
+
+def _untracked(p: int, src: Any) -> bool:
+    return src is None  # no sources kept (a replay without a broker): nothing to track
+
+
 class Layout(Protocol):
     def on_event(self, p: int, e: Event, horizon: int | None,
-                 release_from: int | None) -> tuple[list[Revision], bool]: ...
+                 release_from: int | None, src: Any = None) -> tuple[list[Revision], bool]: ...
 
     def on_version(self, p: int, key: str, v: Version, horizon: int | None,
-                   release_from: int | None) -> list[Revision]: ...
+                   release_from: int | None, src: Any = None) -> list[Revision]: ...
 
-    def on_tick(self, p: int, clock: int, release_from: int | None,
+    def on_tick(self, p: int, clock: int, release_from: int | None, src: Any = None,
                 ) -> tuple[list[Revision], Purged]: ...
 
     def resume(self, p: int) -> list[Revision]: ...
 
 
 class _Codec:
-    def __init__(self, spec: JoinSpec) -> None:
+    def __init__(self, spec: JoinSpec, delivered: Delivered | None) -> None:
         self.spec, self.rules = spec, spec.rules
         self.np, self.nd = len(spec.payload_fields), len(spec.dimension.copy)
+        self.delivered = delivered or _untracked
+
+    def settle(self, p: int, j: Join, src: Any) -> None:
+        """``j`` has a new revision from ``src``: stamp it, drop its delivered superseded ones."""
+        j.settle(src, lambda s: self.delivered(p, s))
+
+    def unsent(self, p: int, jid: str, key: str, j: Join) -> list[Revision]:
+        """What to re-emit for ``j``: its revisions that may be missing from the log."""
+        return unsent_revisions(self.rules, jid, key, j, lambda s: self.delivered(p, s))
 
     def load(self, raw: Any) -> Join:
         return Join.from_json(raw, self.np, self.nd)
@@ -62,8 +86,8 @@ class PerKeyLayout(_Codec):
     """history[key] = [[t, *values], ...]; joins[key] = {jid: join}; active[p] = [key, ...]."""
 
     def __init__(self, spec: JoinSpec, history: faust.Table, joins: faust.Table,
-                 active: faust.Table) -> None:
-        super().__init__(spec)
+                 active: faust.Table, delivered: Delivered | None = None) -> None:
+        super().__init__(spec, delivered)
         self.history, self.joins, self.active = history, joins, active
 
     def _load(self, key: str) -> KeyState:
@@ -83,19 +107,21 @@ class PerKeyLayout(_Codec):
             self.active[p] = sorted([*keys, key])
 
     def on_event(self, p: int, e: Event, horizon: int | None,
-                 release_from: int | None) -> tuple[list[Revision], bool]:
+                 release_from: int | None, src: Any = None) -> tuple[list[Revision], bool]:
         history = self.history.get(e.key) or []
         raw = self.joins.get(e.key) or {}
         old = raw.get(e.id)
         j, rev = self.rules.arrive(history, e, None if old is None else self.load(old),
                                    release_from)
+        if rev:
+            self.settle(p, j, src)  # type: ignore[arg-type]
         if j is not None:  # only this join is decoded; the row is rewritten as a whole
             self.joins[e.key] = {**raw, e.id: self.dump(j)}
         self._mark_active(p, e.key)
         return ([rev] if rev else []), (old is None and j is not None and j.revision == 0)
 
     def on_version(self, p: int, key: str, v: Version, horizon: int | None,
-                   release_from: int | None) -> list[Revision]:
+                   release_from: int | None, src: Any = None) -> list[Revision]:
         history = [list(x) for x in self.history.get(key) or []]
         if not insert_version(history, v):
             self._mark_active(p, key)
@@ -107,12 +133,15 @@ class PerKeyLayout(_Codec):
         revs = list(rejoin_affected(self.rules, history, key, v, cands, horizon, release_from))
         if revs:
             changed = {r.id for r in revs}
+            for jid, j in cands:
+                if jid in changed:
+                    self.settle(p, j, src)
             self.joins[key] = {**raw, **{jid: self.dump(j) for jid, j in cands
                                          if jid in changed}}
         self._mark_active(p, key)
         return revs
 
-    def on_tick(self, p: int, clock: int, release_from: int | None,
+    def on_tick(self, p: int, clock: int, release_from: int | None, src: Any = None,
                 ) -> tuple[list[Revision], Purged]:
         keys = self.active.get(p) or []
         horizon = clock - self.spec.retention_ms
@@ -124,6 +153,9 @@ class PerKeyLayout(_Codec):
         for key in keys:
             state = self._load(key)
             revs, purged = revisit(self.rules, state, key, review_from, horizon, release_from)
+            for r in revs:
+                if r.id in state.joins:  # a reviewed join may be purged at once
+                    self.settle(p, state.joins[r.id], src)
             if revs or purged.joins:
                 self._save_joins(key, state)
             if purged.versions:
@@ -139,27 +171,29 @@ class PerKeyLayout(_Codec):
 
     def resume(self, p: int) -> list[Revision]:
         return [r for key in self.active.get(p) or []
-                for r in current_revisions(self.rules, self._load(key), key)]
+                for r in current_revisions(self.rules, self._load(key), key,
+                                           lambda s: self.delivered(p, s))]
 
 
 class PerJoinLayout(_Codec):
     """history[key] = [[t, *values], ...]; joins[(key, jid)] = join; expiry[(p, t, key, jid)]."""
 
     def __init__(self, spec: JoinSpec, history: faust.Table, joins: faust.Table,
-                 expiry: faust.Table) -> None:
-        super().__init__(spec)
+                 expiry: faust.Table, delivered: Delivered | None = None) -> None:
+        super().__init__(spec, delivered)
         self.history, self.joins, self.expiry = history, joins, expiry
 
     def on_event(self, p: int, e: Event, horizon: int | None,
-                 release_from: int | None) -> tuple[list[Revision], bool]:
+                 release_from: int | None, src: Any = None) -> tuple[list[Revision], bool]:
         k = join_key(e.key, e.id)
         raw = self.joins.get(k)
         existing = None if raw is None else self.load(raw)
         old_time = None if existing is None else existing.event_time
         j, rev = self.rules.arrive(self.history.get(e.key) or [], e, existing, release_from)
         if j is None:  # a duplicate: perhaps re-delivered after a crash lost its output
-            again = None if existing is None else self.rules.current(e.id, e.key, existing)
-            return ([again] if again else []), False
+            return ([] if existing is None else self.unsent(p, e.id, e.key, existing)), False
+        if rev:
+            self.settle(p, j, src)
         self.joins[k] = self.dump(j)
         if old_time != j.event_time:
             if old_time is not None:
@@ -172,11 +206,12 @@ class PerJoinLayout(_Codec):
             del self.expiry[ek]
 
     def on_version(self, p: int, key: str, v: Version, horizon: int | None,
-                   release_from: int | None) -> list[Revision]:
+                   release_from: int | None, src: Any = None) -> list[Revision]:
         history = [list(x) for x in self.history.get(key) or []]
         if not insert_version(history, v):  # a duplicate: re-emit what answers with it
-            return [r for _, j, r in self._joins_of(p, key, None) if j.answer_time == v[0]
-                    and j.answer == v[1:] and r is not None]
+            return [r for jid, j, cur in self._joins_of(p, key, None) if j.answer_time == v[0]
+                    and j.answer == v[1:] and cur is not None
+                    for r in self.unsent(p, jid, key, j)]
         if horizon is not None:
             history = purge_history(history, horizon)
         self.history[key] = history
@@ -188,6 +223,7 @@ class PerJoinLayout(_Codec):
         changed = {r.id for r in revs}
         for jid, j in cands:
             if jid in changed:
+                self.settle(p, j, src)
                 self.joins[join_key(key, jid)] = self.dump(j)
         return revs
 
@@ -202,7 +238,7 @@ class PerJoinLayout(_Codec):
                 out.append((jid, j, self.rules.current(jid, key, j)))
         return out
 
-    def on_tick(self, p: int, clock: int, release_from: int | None,
+    def on_tick(self, p: int, clock: int, release_from: int | None, src: Any = None,
                 ) -> tuple[list[Revision], Purged]:
         horizon = clock - self.spec.retention_ms
         stale = [k for k, _ in scan(self.expiry, partition_prefix(p), expiry_upto(p, horizon), p)]

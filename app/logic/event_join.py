@@ -19,7 +19,17 @@ Shapes:
 - a version: ``[event_time, value, ...]`` (JSON list, as stored; histories are sorted lists)
 - a join in state: :class:`Join`; :meth:`Join.to_json` is the stored layout
   ``[event_time, *payload, *answer, answer_time, revision, cause, *previous]`` — for the mood
-  spec exactly A's ``recent-joins`` layout.
+  spec exactly A's ``recent-joins`` layout — followed, once the engine tracks delivery, by
+  ``source`` and ``unsent`` (:class:`Join`).
+
+Gap-free revision logs: a revision is saved in state (its changelog row) before its output is
+sent, so a crash can leave revision n in state and not in the topic. If revision n+1 supersedes
+it before the restarted worker re-emits it, re-emitting only the current revision leaves n
+missing. So a join keeps, next to its current revision, the revisions it superseded whose
+output is not known to be delivered (:attr:`Join.unsent`, each with the *source* — which input
+record produced it — the engine stamps); :func:`unsent_revisions` is what to re-emit. Which
+sources are delivered is the engine's knowledge (committed input offsets), passed in as a
+predicate: this module has no clock and no broker.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 Cause = Literal["arrival", "late-dimension", "revisit", "backfill"]
 AsOf = Literal["before", "at-or-before-else-earliest"]
@@ -124,11 +134,33 @@ class Join:
     revision: int  # 0: held (inner mode), never emitted
     cause: Cause
     previous: list[Any] | None = None  # revision - 1's answer, so a re-emit is identical
+    #: which input record produced the current revision (opaque to the rules; the engine's
+    #: ``[input, offset]``); None: unknown (a row from before sources were kept), delivered
+    source: Any = None
+    #: superseded revisions whose output may not be delivered yet, oldest first, each
+    #: ``[source, revision, cause, event_time, payload, answer, answer_time, previous]``
+    unsent: list[list[Any]] = field(default_factory=list)
 
     def to_json(self, n_dim: int) -> list[Any]:
         none = [None] * n_dim
-        return [self.event_time, *self.payload, *(self.answer or none), self.answer_time,
-                self.revision, self.cause, *(self.previous or none)]
+        row = [self.event_time, *self.payload, *(self.answer or none), self.answer_time,
+               self.revision, self.cause, *(self.previous or none)]
+        if self.unsent:
+            row += [self.source, self.unsent]
+        elif self.source is not None:
+            row.append(self.source)
+        return row
+
+    def supersede(self) -> None:
+        """The current revision is about to be replaced: keep it until it is known delivered."""
+        self.unsent.append([self.source, self.revision, self.cause, self.event_time,
+                            self.payload, self.answer, self.answer_time, self.previous])
+
+    def settle(self, source: Any, delivered: Callable[[Any], bool]) -> None:
+        """A new revision from input ``source`` was made: stamp it, forget delivered ones."""
+        self.source = source
+        if self.unsent:
+            self.unsent = [u for u in self.unsent if not delivered(u[0])]
 
     @staticmethod
     def stored_revision(raw: Sequence[Any], n_payload: int, n_dim: int) -> int:
@@ -140,9 +172,12 @@ class Join:
         p, d = 1 + n_payload, 1 + n_payload + n_dim
         answer_time = raw[d]
         previous = list(raw[d + 3:d + 3 + n_dim]) or [None] * n_dim  # older states had none
+        tail = d + 3 + n_dim
         return cls(raw[0], list(raw[1:p]), None if answer_time is None else list(raw[p:d]),
                    answer_time, raw[d + 1], raw[d + 2],
-                   None if all(v is None for v in previous) else previous)
+                   None if all(v is None for v in previous) else previous,
+                   raw[tail] if len(raw) > tail else None,
+                   [list(u) for u in raw[tail + 1]] if len(raw) > tail + 1 else [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +267,8 @@ class JoinRules:
         if (new_time, new_payload, answer, answer_time) == (j.event_time, j.payload, j.answer,
                                                              j.answer_time) and j.revision:
             return None
+        if j.revision:
+            j.supersede()
         j.previous = j.answer if j.revision else None
         j.event_time, j.payload, j.answer, j.answer_time = new_time, new_payload, answer, \
             answer_time
@@ -322,9 +359,22 @@ def revisit(rules: JoinRules, state: KeyState, key: str, review_from: int | None
     return revisions, Purged(len(stale), unmatched, before - len(state.history))
 
 
-def current_revisions(rules: JoinRules, state: KeyState, key: str) -> Iterator[Revision]:
-    """The latest revision of every emitted join, as it was emitted (re-emit after recovery)."""
+def current_revisions(rules: JoinRules, state: KeyState, key: str,
+                      delivered: Callable[[Any], bool] | None = None) -> Iterator[Revision]:
+    """Every emitted join's revisions that may be missing from the log, as they were emitted
+    (re-emit after recovery): its :func:`unsent_revisions`, or only the latest revision when
+    ``delivered`` is None."""
     for jid, j in state.joins.items():
-        rev = rules.current(jid, key, j)
-        if rev:
-            yield rev
+        yield from unsent_revisions(rules, jid, key, j, delivered)
+
+
+def unsent_revisions(rules: JoinRules, jid: str, key: str, j: Join,
+                     delivered: Callable[[Any], bool] | None = None) -> list[Revision]:
+    """What to re-emit for ``j`` after a crash: the superseded revisions whose source is not
+    ``delivered`` (oldest first), then the current one. Re-emitting a revision that did reach
+    the log repeats it (same number, same answer); skipping one that did not leaves a gap."""
+    out = [Revision(jid, key, u[3], tuple(u[4]), None if u[5] is None else tuple(u[5]), u[6],
+                    u[1], None if u[7] is None else tuple(u[7]), u[2])
+           for u in j.unsent if delivered is not None and not delivered(u[0])]
+    rev = rules.current(jid, key, j)
+    return out + [rev] if rev else out

@@ -35,7 +35,7 @@ async def test_kill_9_mid_stream_then_restart_is_exact(names, worker_factory):
     sent = await sending
     second = worker_factory(names, name="second").wait_ready()
 
-    revs = await settle_and_check(names, records, sent, [second], after_crash=True)
+    revs = await settle_and_check(names, records, sent, [second])
     assert 0 < seen < len(records)
     # records the first process had consumed but not committed are consumed again: harmless
     assert processed(second) >= len(records) - seen
@@ -66,7 +66,7 @@ RECORDS_2W = dict(seed=23, count=240, start_ms=START, late_ratio=0.3, consultant
 async def test_two_workers_one_killed_the_survivor_alone_is_exact(names, worker_factory):
     records = sample_moods_and_events(**RECORDS_2W)
     a, sent = await two_workers_then_kill_b(names, worker_factory, records)
-    await settle_and_check(names, records[:160], sent, [a], timeout_s=90, after_crash=True)
+    await settle_and_check(names, records[:160], sent, [a], timeout_s=90)
 
 
 async def test_two_workers_one_killed_then_it_comes_back_is_exact(names, worker_factory):
@@ -77,7 +77,7 @@ async def test_two_workers_one_killed_then_it_comes_back_is_exact(names, worker_
     a.wait_ready(count=4, timeout_s=120)
     assert b2.assigned(names.events_topic), "the returning worker got no partition"
     sent += await send(names, records[160:], pace_s=0.02)
-    revs = await settle_and_check(names, records, sent, [a, b2], after_crash=True)
+    revs = await settle_and_check(names, records, sent, [a, b2])
     assert any(r["revision"] > 1 for r in revs)
 
 

@@ -100,4 +100,4 @@ async def test_a_send_past_the_delivery_timeout_stops_the_worker_uncommitted(own
     # 2. a new worker: tables recovered from the changelogs, uncommitted records read again
     sent = await sending
     second = worker_factory(names, name="second").wait_ready()
-    await settle_and_check(names, records, sent, [second], after_crash=True)
+    await settle_and_check(names, records, sent, [second])
