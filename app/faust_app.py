@@ -38,6 +38,8 @@ def create_app(settings: Settings) -> EtjApp:
     extra = {}
     if settings.producer_max_batch_size is not None:
         extra["producer_max_batch_size"] = settings.producer_max_batch_size
+    if settings.producer_max_request_bytes is not None:
+        extra["producer_max_request_size"] = settings.producer_max_request_bytes
     credentials = broker_credentials(settings)  # TLS / SASL (app.kafka_security)
     if credentials is not None:
         extra["broker_credentials"] = credentials

@@ -119,6 +119,14 @@ class Settings(BaseSettings):
         description="Faust `producer_max_batch_size`; 1 for the local tansu broker (exact "
         "changelog recovery), unset = Faust's default.",
     )
+    producer_max_request_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="Faust `producer_max_request_size`: the producer refuses a record bigger "
+        "than this. A refused output sends the input that produced it to the dead letters "
+        "(docs/concepts/guarantees.md#outputs-the-broker-refuses); unset = Faust's default "
+        "(1 MiB).",
+    )
     producer_linger_ms: float = Field(
         5.0,
         ge=0,

@@ -68,7 +68,8 @@ GROUPS: list[tuple[str, str, list[str]]] = [
      ["snapshot_url", "snapshot_interval_s", "snapshot_keep"]),
     ("Delivery and the consumer group", "See [guarantees](../concepts/guarantees.md) and "
      "[the Faust and aiokafka patches](../contributing/patches.md).",
-     ["producer_delivery_timeout_s", "producer_max_batch_size", "consumer_fetch_max_wait_ms",
+     ["producer_delivery_timeout_s", "producer_max_batch_size", "producer_max_request_bytes",
+      "consumer_fetch_max_wait_ms",
       "stall_check_s", "session_timeout_s", "heartbeat_interval_s", "rebalance_timeout_s",
       "commit_interval_s", "stop_drain_s"]),
     ("Security", "TLS and SASL to Kafka, and the token of the state views: "

@@ -8,11 +8,20 @@ rows go to the producer — one per key written, its last value (:mod:`app.compa
 a key rewritten by many records of the batch, e.g. the stream clock, costs one send) — then ONE
 producer flush makes them durable, then its outputs are sent, then its records are acked.
 Idle, a batch is one record; under a backlog one flush serves hundreds. Outputs reach the
-broker before the offsets that produced them are committed: a record is acked only after its
-outputs are handed to the producer, and Faust's commit flushes the producer before it commits
-offsets (``Consumer._commit_offsets``). State first: a crash between the flush and the sends
+broker before the offsets that produced them are committed: a record is acked only once the
+broker has its outputs (and Faust's commit flushes the producer before it commits offsets,
+``Consumer._commit_offsets``). State first: a crash between the flush and the sends
 leaves outputs in state that never reached their topic; the handlers re-emit them when the
 record is delivered again (it was not acked, so its offset was not committed).
+
+Poison pills (:mod:`app.compat.delivery`): an output the broker refuses for good (e.g. over the
+producer's max request size) would fail-stop the worker on every restart. Instead, the loop
+confirms the refusal by sending that output alone, then dead-letters the record that produced
+it (``output refused by the broker: ...``, naming the output), waits until the broker has the
+dead letter, and acks. A tick is dead-lettered the same way for an output it produced (its
+revisit, or the re-emit of a partition's state): the dead letter then names the join id whose
+revision is missing. Changelog rows, a refused dead letter and every transient error still
+fail-stop.
 
 Flow control (:mod:`app.flow_control`): records of an agent's joined inputs pass an
 :class:`~app.flow_control.EventTimeMerge` first, so under a backlog a partition's inputs are
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -38,6 +48,8 @@ from app.faust_app import app, settings
 from app.flow_control import EventTimeMerge
 from app.records import InvalidRecord
 from app.topology import dead_letters
+
+DEAD_LETTERS = dead_letters.get_topic_name()
 
 log = logging.getLogger(__name__)
 
@@ -188,13 +200,17 @@ class DurableLoop:
     async def run(self, stream: Any) -> None:
         """Handle every record as it is let go; per batch hand its changelog rows to the
         producer and queue it for :meth:`_deliver` (module doc)."""
-        stream.enable_acks = False  # acked by _deliver, once the batch's outputs are sent
+        stream.enable_acks = False  # acked by _ack, once the broker has the batch's outputs
+        self.in_flight = 0  # a new run: batches of an earlier one that failed are not acked
         queue = getattr(stream.channel, "queue", None)  # the agent's buffer of delivered records
-        pipeline: asyncio.Queue[tuple[list[Any], list[Out], list[Any]] | None] = \
+        #: (changelog futures, outputs, events, ends): ends[i] = len(outputs) after events[i],
+        #: so the outputs of events[i] are outputs[ends[i - 1]:ends[i]]
+        pipeline: asyncio.Queue[tuple[list[Any], list[Out], list[Any], list[int]] | None] = \
             asyncio.Queue(maxsize=self.max_in_flight)
         deliver = asyncio.ensure_future(self._deliver(stream, pipeline))
         events: list[Any] = []
         outs: list[Out] = []
+        ends: list[int] = []
         generation = None
         try:
             async for event in stream.events():
@@ -204,11 +220,12 @@ class DurableLoop:
                 for ready, parsed in self.ready(event):
                     events.append(ready)
                     outs += self.handle(ready.message, parsed)
+                    ends.append(len(outs))
                 if events and (len(events) >= self.max_batch or queue is None or queue.empty()):
                     rows = await self.writes.flush()  # the batch's rows, last value per key
                     self.in_flight += 1
-                    await pipeline.put((rows, outs, events))
-                    events, outs = [], []
+                    await pipeline.put((rows, outs, events, ends))
+                    events, outs, ends = [], [], []
                     if deliver.done():  # it only ends by raising: that is the agent's error
                         deliver.result()
                 self._schedule_wakeups()
@@ -218,13 +235,82 @@ class DurableLoop:
 
     async def _deliver(self, stream: Any, pipeline: asyncio.Queue) -> None:
         """Batch by batch, in order: wait until its changelog rows are in the broker (state
-        first: no output outruns its changelog), send its outputs, ack its records."""
+        first: no output outruns its changelog), send its outputs, queue it for :meth:`_ack`
+        (the next batch's outputs go out while this one's are awaited)."""
+        acks: asyncio.Queue = asyncio.Queue(maxsize=self.max_in_flight)
+        acking = asyncio.ensure_future(self._ack(stream, acks))
+        try:
+            while True:
+                rows, outs, events, ends = await pipeline.get()
+                if rows:
+                    await asyncio.gather(*rows)
+                sent = [await delivery.send_direct(app, out.topic.get_topic_name(), out.key,
+                                                   out.value, refusable=True) for out in outs]
+                await acks.put((sent, outs, events, ends))
+                if acking.done():  # it only ends by raising
+                    acking.result()
+        finally:
+            if not acking.done():
+                acking.cancel()
+
+    async def _ack(self, stream: Any, acks: asyncio.Queue) -> None:
+        """Batch by batch, in order: wait until the broker has its outputs; dead-letter the
+        records whose outputs it refused for good (:meth:`_dead_letter_refused`); ack."""
         while True:
-            rows, outs, events = await pipeline.get()
-            if rows:
-                await asyncio.gather(*rows)
-            for out in outs:
-                await delivery.send_direct(app, out.topic.get_topic_name(), out.key, out.value)
+            sent, outs, events, ends = await acks.get()
+            refused: list[tuple[int, BaseException]] = []
+            for i, fut in enumerate(sent):
+                try:
+                    await fut  # at once when done already
+                except Exception as exc:
+                    if not delivery.refused_for_good(exc):  # the callback failed stop already
+                        delivery.fail_stop(f"a produced record was not delivered: {exc!r}")
+                        raise
+                    refused.append((i, exc))
+            if refused:
+                await self._dead_letter_refused(refused, outs, events, ends)
             for done in events:
                 await stream.ack(done)
             self.in_flight -= 1
+
+    async def _dead_letter_refused(self, refused: list[tuple[int, BaseException]],
+                                   outs: list[Out], events: list[Any], ends: list[int]) -> None:
+        """Outputs refused for good (index, error): each sent alone again (the refusal may be a
+        batch neighbour's); the records whose outputs are refused again go to the dead letters,
+        once each, and the broker has those dead letters before this returns (a refused dead
+        letter fails stop: there is nowhere else to put the record)."""
+        letters = []
+        dead: set[int] = set()  # indices into events
+        for i, exc in refused:
+            out = outs[i]
+            topic = out.topic.get_topic_name()
+            if topic == DEAD_LETTERS:
+                delivery.fail_stop(f"a dead letter was refused by the broker: {exc!r}")
+            source = bisect_right(ends, i)  # the event whose outputs hold outs[i]
+            if source in dead:
+                continue
+            try:
+                await (await delivery.send_alone(app, topic, out.key, out.value))
+                continue  # delivered alone: the refusal was a batch neighbour's
+            except Exception as again:
+                if not delivery.refused_for_good(again):  # send_alone failed stop already
+                    raise
+                exc = again
+            dead.add(source)
+            msg = events[source].message
+            log.warning("join %s: the broker refused an output of %s[%s]@%s for good (%r); "
+                        "the record goes to the dead letters", self.join, msg.topic,
+                        msg.partition, msg.offset, exc)
+            letter = dead_letter(
+                self.join, msg.topic, msg.partition, msg.offset, msg.key, msg.value,
+                f"output refused by the broker: {exc!r} (output to {topic}, key "
+                f"{_text(out.key)}, {len(out.value)} bytes)")
+            letters.append(await delivery.send_direct(app, DEAD_LETTERS, letter.key,
+                                                      letter.value))
+        for fut in letters:
+            await fut  # a failure here failed stop already (send_direct's callback)
+
+
+def _text(key: bytes | None) -> str:
+    """An output key for a person: its text, cut at 200 characters."""
+    return "null" if key is None else repr(key[:200].decode("utf-8", errors="replace"))

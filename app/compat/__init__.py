@@ -10,7 +10,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
 
 - :mod:`~app.compat.versions` — refuse an untested faust-streaming / aiokafka;
 - :mod:`~app.compat.delivery` — re-send through broker stalls, keep every sent-to topic's
-  leaders, fail-stop on a lost send;
+  leaders, fail-stop on a lost send (but hand back an output refused for good: the durable loop
+  dead-letters its input);
 - :mod:`~app.compat.rebalance` — no input record committed unhandled after a rebalance;
 - :mod:`~app.compat.stall_guard` — read again an input partition whose records never reached
   its agent;

@@ -1,5 +1,5 @@
 """Producer delivery: re-send through broker stalls, keep every topic's leaders known, stop
-without committing when a send fails.
+without committing when a send fails — unless the broker refuses an output record for good.
 
 Every record etj produces (table changelogs, revisions, car moves, ticks, dead letters) is the
 durable side of an input record that Faust will ack. Three gaps in Faust + aiokafka lose it:
@@ -26,26 +26,46 @@ durable side of an input record that Faust will ack. Three gaps in Faust + aioka
   once with :data:`EXIT_CODE`, before another offset is committed: the supervisor (Kubernetes,
   ``make run``) starts it again, the tables are recovered from what reached the changelogs, and
   the records after the last commit are read again (fail-stop, at-least-once).
+* ... except for a poison pill: an OUTPUT record (a revision, a car move, a late record) that
+  the broker refuses for a reason that will not change — over the producer's
+  ``max_request_size`` (``MessageSizeTooLargeError``, raised by ``send`` itself), over the
+  topic's ``max.message.bytes`` (the same class, on the future), a batch over the segment size,
+  a record that fails the broker's validation (``INVALID_RECORD``, a code aiokafka 0.14 does
+  not know: registered here, :class:`InvalidRecordError`) or its checksum. Fail-stop would meet
+  the same refusal after every restart, forever. :func:`send_direct` with ``refusable=True``
+  hands such a refusal to its caller instead (:func:`refused_for_good`): the durable loop
+  confirms it by sending the record alone (:func:`send_alone`: a refusal of a whole producer
+  batch must not condemn the other records in it) and then dead-letters the INPUT record that
+  produced it. Changelog rows are never refusable (state cannot be dropped), and neither is a
+  transient error (timeout, broker unavailable, not leader, ...) nor a refusal that is the
+  deployment's, not the record's (topic authorization, an invalid topic): those still fail-stop.
 
-Upstream: aiokafka 0.14.0 (``MessageAccumulator._batch_ttl``, ``AIOKafkaClient._topics``),
-faust-streaming 0.15.3 (``Producer._producer_type``, ``Topic.publish_message``). Tests:
+Upstream: aiokafka 0.14.0 (``MessageAccumulator._batch_ttl``, ``AIOKafkaClient._topics``,
+``errors.kafka_errors``, ``AIOKafkaProducer._partition`` / ``_serialize``), faust-streaming
+0.15.3 (``Producer._producer_type``, ``Topic.publish_message``). Tests:
 tests/broker/test_delivery.py (the metadata drop, reproduced against the broker; the fail-stop
 paths), tests/broker/test_faults_stalled_broker.py (a SIGSTOPped broker: re-sent and exact; past
-the delivery timeout: exit 75, restart exact). Remove when aiokafka has a
+the delivery timeout: exit 75, restart exact), tests/unit/test_refusals.py (which refusals are
+for good), tests/broker/test_poison_pill.py (an output over the producer's max request size: its
+input dead-lettered, the worker goes on). Remove when aiokafka has a
 ``delivery_timeout_ms`` and keeps every sent-to topic in its metadata, and Faust stops without
-committing when a send fails.
+committing when a send fails; keep the refusal classification (aiokafka has no notion of a
+refusal that is the record's fault) and :class:`InvalidRecordError` while aiokafka lacks it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
 from typing import Any, Callable
 
 import aiokafka
+import aiokafka.errors
 from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (BrokerResponseError, CorruptRecordException, KafkaError,
+                             MessageSizeTooLargeError, RecordListTooLargeError)
 from faust.exceptions import ProducerSendError
 from faust.sensors import Sensor
 from faust.topics import Topic
@@ -104,26 +124,102 @@ def _producer_type(self: Producer) -> Callable[..., aiokafka.AIOKafkaProducer]:
     return lambda **kw: with_delivery_timeout(aiokafka.AIOKafkaProducer(**kw), delivery_timeout_s)
 
 
+class InvalidRecordError(BrokerResponseError):
+    """Broker error 87 (Kafka 2.5+), unknown to aiokafka 0.14: its ``for_code`` turns it into
+    ``UnknownError``, which says nothing about whether sending again could help."""
+
+    errno = 87
+    message = "INVALID_RECORD"
+    description = "This record has failed the validation on broker and hence will be rejected."
+
+
+#: refusals of the record itself (its size, its bytes): sent again, it is refused again.
+#: Not here on purpose: authorization and topic errors (the deployment's, fixed by an operator:
+#: fail-stop waits for that; dead-lettering every record meanwhile would not), timestamps (the
+#: producer stamps records with the clock) and every ``retriable`` error
+REFUSED_FOR_GOOD: tuple[type[BaseException], ...] = (
+    MessageSizeTooLargeError,  # over max_request_size (send), or max.message.bytes (broker)
+    RecordListTooLargeError,  # a batch over the broker's segment size
+    CorruptRecordException,  # failed the checksum, or a size the broker cannot read
+    InvalidRecordError,  # failed the broker's validation (e.g. no key on a compacted topic)
+)
+
+
+def refused_for_good(exc: BaseException) -> bool:
+    """Did the producer or the broker refuse the record itself, so that no retry or restart can
+    deliver it? (Faust wraps what ``send`` raises in ``ProducerSendError``: its cause says.)"""
+    if isinstance(exc, ProducerSendError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    return isinstance(exc, REFUSED_FOR_GOOD) and not getattr(exc, "retriable", False)
+
+
 async def send_direct(app: Any, topic: str, key: bytes | None, value: bytes | None,
-                      partition: int | None = None) -> Any:
+                      partition: int | None = None, *, refusable: bool = False) -> Any:
     """Hand serialized bytes straight to Faust's producer (aiokafka); the delivery future.
 
     The hot path's sends (a batch's changelog rows and outputs, :mod:`app.agents.durable`)
     skip Faust's ``Topic.send`` -> ``FutureMessage`` -> ``publish_message`` layers, which cost
     more than the aiokafka send itself; partitioning (``partition=None``: aiokafka's, as Faust
     leaves it) and the fail-stop are the same: a send refused now, or a future that fails later,
-    ends the worker like any other lost send (module docstring)."""
+    ends the worker like any other lost send (module docstring).
+
+    ``refusable`` (outputs only, never a changelog row): a refusal :func:`refused_for_good`
+    does not end the worker; the future fails with it (at once when ``send`` itself refused),
+    and the caller MUST await it and deal with the record (the durable loop dead-letters its
+    input). Every other error still fails stop."""
     try:
         fut = await app.producer.send(topic, key, value, partition, None, None)
     except (ProducerSendError, KafkaError) as exc:
+        if refusable and refused_for_good(exc):
+            return _failed(exc.__cause__ if isinstance(exc, ProducerSendError) else exc)
         fail_stop(f"sending to {topic} failed: {exc!r}")
         raise
-    fut.add_done_callback(_fail_stop_on_error)
+    fut.add_done_callback(_fail_stop_unless_refused if refusable else _fail_stop_on_error)
+    return fut
+
+
+async def send_alone(app: Any, topic: str, key: bytes | None, value: bytes | None) -> Any:
+    """Send one record in a producer batch of its own, to the partition ``send_direct`` would
+    pick; the delivery future, which fails only with a refusal :func:`refused_for_good` (any
+    other error fails stop).
+
+    The broker answers per batch: a refusal on a future may be a neighbour's in the same batch
+    (a batch over ``max.message.bytes``, an invalid record in it). Sent alone, a record refused
+    again is refused for itself. (aiokafka: ``create_batch``/``send_batch``, and its private
+    ``_partition``, as ``send`` uses it.)"""
+    producer = app.producer._ensure_producer()
+    try:
+        producer._serialize(key, value, [])  # send's own check of max_request_size
+    except MessageSizeTooLargeError as exc:  # (send_batch skips it)
+        return _failed(exc)
+    try:
+        await producer.client._wait_on_metadata(topic)
+        partition = producer._partition(topic, None, key, value, key, value)
+        batch = producer.create_batch()
+        batch.append(key=key, value=value, timestamp=None)  # the first record always fits
+        fut = await producer.send_batch(batch, topic, partition=partition)
+    except KafkaError as exc:
+        fail_stop(f"sending to {topic} failed: {exc!r}")
+        raise
+    fut.add_done_callback(_fail_stop_unless_refused)
+    return fut
+
+
+def _failed(exc: BaseException) -> Any:
+    """A delivery future that failed already, with ``exc``."""
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_exception(exc)
     return fut
 
 
 def _fail_stop_on_error(fut: Any) -> None:
     if not fut.cancelled() and fut.exception() is not None:
+        fail_stop(f"a produced record was not delivered: {fut.exception()!r}")
+
+
+def _fail_stop_unless_refused(fut: Any) -> None:
+    if not fut.cancelled() and fut.exception() is not None \
+            and not refused_for_good(fut.exception()):
         fail_stop(f"a produced record was not delivered: {fut.exception()!r}")
 
 
@@ -149,8 +245,14 @@ async def _wait_on_metadata(self: AIOKafkaClient, topic: str) -> Any:
     return await _original_wait_on_metadata(self, topic)
 
 
+def register_broker_errors() -> None:
+    """Teach aiokafka's ``for_code`` the broker errors it lacks (:class:`InvalidRecordError`)."""
+    aiokafka.errors.kafka_errors.setdefault(InvalidRecordError.errno, InvalidRecordError)
+
+
 def install(app: Any) -> None:
     """Wire the fixes into ``app`` (its ``etj`` settings give the delivery timeout)."""
+    register_broker_errors()
     AIOKafkaClient._wait_on_metadata = _wait_on_metadata  # type: ignore[method-assign]
     Producer._producer_type = property(_producer_type)  # type: ignore[assignment]
     Topic.publish_message = _publish_or_stop  # type: ignore[method-assign]

@@ -74,7 +74,7 @@ def captured() -> Iterator[Sent]:
         sent.append((self.get_topic_name(), key, value))
 
     async def fake_send_direct(app_: Any, topic: str, key: Any, value: Any,
-                               partition: int | None = None) -> asyncio.Future:
+                               partition: int | None = None, **kw: Any) -> asyncio.Future:
         if topic.endswith("-changelog"):
             sent.changelog.append((topic, partition, key, value))
         else:

@@ -1,0 +1,103 @@
+"""An output the broker refuses for good: its input record goes to the dead letters, the agent
+goes on (app.agents.durable, app.compat.delivery). The broker's refusal is simulated here, on
+the future of the send as a broker gives it; tests/broker/test_poison_pill.py has a real one."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import contextmanager
+from typing import Any, AsyncIterator, Iterator
+from unittest import mock
+
+import pytest
+from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
+
+from app.agents.durable import loops
+from app.compat import delivery
+from app.faust_app import settings
+
+POISON = b"POISON"
+
+
+@pytest.fixture
+async def harness(join_harness: Any) -> AsyncIterator[Any]:
+    async with join_harness("moods") as h:
+        yield h
+
+
+def _failed(exc: BaseException) -> asyncio.Future:
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_exception(exc)
+    return fut
+
+
+@contextmanager
+def broker_refuses(refused: BaseException, alone_too: bool = True) -> Iterator[list[bytes]]:
+    """Outputs whose value holds POISON fail on their future with ``refused``; sent alone
+    (``send_alone``), refused again when ``alone_too``. Yields the values sent alone."""
+    captured_send = delivery.send_direct  # the harness' fake, which records every send
+    alone: list[bytes] = []
+
+    async def send_direct(app: Any, topic: str, key: Any, value: Any,
+                          partition: int | None = None, *, refusable: bool = False) -> Any:
+        if refusable and POISON in value:
+            return _failed(refused)
+        return await captured_send(app, topic, key, value, partition)
+
+    async def send_alone(app: Any, topic: str, key: Any, value: Any) -> Any:
+        alone.append(value)
+        if alone_too:
+            return _failed(refused)
+        return await captured_send(app, topic, key, value)
+
+    with mock.patch.object(delivery, "send_direct", send_direct), \
+            mock.patch.object(delivery, "send_alone", send_alone):
+        yield alone
+
+
+def event(rid: str, text: str, t: int) -> dict[str, Any]:
+    return {"consultant": "ann", "recommendation": text, "event_time": t, "id": rid}
+
+
+async def test_the_record_whose_revision_is_refused_is_dead_lettered_and_the_rest_joined(
+        harness):
+    with broker_refuses(MessageSizeTooLargeError()) as alone:
+        await harness.put(settings.moods_topic, "ann",
+                          {"name": "ann", "mood": "happy", "event_time": 10})
+        await harness.event(event("a", "tea", 100))
+        await harness.event(event("big", "POISON" * 10, 200))
+        await harness.event(event("c", "cake", 300))
+    assert len(alone) == 1  # confirmed alone before it condemns the record
+    [dead] = harness.outputs(settings.dead_letter_topic)
+    assert dead["topic"] == settings.events_topic and '"id": "big"' in dead["value"]
+    assert dead["error"].startswith("output refused by the broker: MessageSizeTooLargeError")
+    assert f"output to {settings.output_topic}, key 'big'" in dead["error"]
+    assert [r["id"] for r in harness.outputs()] == ["a", "c"]
+    assert not any(loop.in_flight for loop in loops)  # every record acked
+
+
+async def test_a_refusal_that_was_a_batch_neighbours_is_not_a_dead_letter(harness):
+    with broker_refuses(RecordListTooLargeError(), alone_too=False) as alone:
+        await harness.event(event("a", "POISON tea", 100))
+    assert len(alone) == 1 and harness.outputs(settings.dead_letter_topic) == []
+    assert [r["id"] for r in harness.outputs()] == ["a"]  # the one sent alone
+
+
+async def test_a_tick_whose_re_emitted_revision_is_refused_is_dead_lettered(harness):
+    """A partition's first record re-emits its stored revisions (per-key layout, after a
+    restart): a refused one names the join id, on the dead letter of what came (a tick)."""
+    await harness.event(event("big", "POISON", 100))  # sent: the broker did not refuse it then
+    harness.engine.resumed.clear()  # as after a restart
+    with broker_refuses(MessageSizeTooLargeError()):
+        await harness.tick()
+    [dead] = harness.outputs(settings.dead_letter_topic)
+    assert dead["topic"] == settings.ticks_topic and "key 'big'" in dead["error"]
+
+
+async def test_a_transient_failure_still_fails_stop(harness, monkeypatch):
+    exits: list[int] = []
+    monkeypatch.setattr(delivery, "_exit", exits.append)
+    with broker_refuses(delivery.KafkaError("broker gone")):  # not refused for good
+        await harness.event(event("a", "POISON", 100))
+    assert exits and exits[0] == delivery.EXIT_CODE
+    assert harness.outputs(settings.dead_letter_topic) == []
