@@ -61,6 +61,9 @@ class Out:
     topic: TopicT
     key: bytes | None
     value: bytes
+    #: a repeat of an output made by an earlier record (re-emitted after a crash or a
+    #: rebalance): if the broker refuses it, the record that triggered the repeat is not to blame
+    again: bool = False
 
 
 def dead_letter(join: str, topic: str, partition: int, offset: int, key: bytes | None,
@@ -288,6 +291,11 @@ class DurableLoop:
                 delivery.fail_stop(f"a dead letter was refused by the broker: {exc!r}")
             source = bisect_right(ends, i)  # the event whose outputs hold outs[i]
             if source in dead:
+                continue
+            if out.again:  # its own record was dead-lettered when it was first refused
+                log.warning("join %s: the broker refused a re-emitted output again (%r): "
+                            "output to %s, key %s; not sent", self.join, exc, topic,
+                            _text(out.key))
                 continue
             try:
                 await (await delivery.send_alone(app, topic, out.key, out.value))

@@ -93,8 +93,8 @@ class JoinEngine:
             metrics.released.labels(self.spec.name).inc()
         return self._out(rev)
 
-    def _out(self, rev: Revision) -> Out:
-        return Out(self.output, rev.id.encode(), orjson.dumps(self.spec.to_wire(rev)))
+    def _out(self, rev: Revision, again: bool = False) -> Out:
+        return Out(self.output, rev.id.encode(), orjson.dumps(self.spec.to_wire(rev)), again)
 
     def _advance_clock(self, partition: int, event_time: int) -> int:
         clock = self.tables.clock.get(partition)
@@ -186,7 +186,7 @@ class JoinEngine:
     def resume(self, partition: int) -> list[Out]:
         """Re-emit, once per assignment, what the layout says may have been lost in a crash."""
         self.resumed.add(partition)
-        return [self._out(r) for r in self.layout.resume(partition)]
+        return [self._out(r, again=True) for r in self.layout.resume(partition)]
 
     def handle(self, msg: Any, parsed: Any = None) -> list[Out]:
         """One message of the agent's topics -> what to send once state is durable."""

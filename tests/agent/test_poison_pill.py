@@ -83,15 +83,18 @@ async def test_a_refusal_that_was_a_batch_neighbours_is_not_a_dead_letter(harnes
     assert [r["id"] for r in harness.outputs()] == ["a"]  # the one sent alone
 
 
-async def test_a_tick_whose_re_emitted_revision_is_refused_is_dead_lettered(harness):
+async def test_a_re_emitted_revision_refused_again_is_logged_not_blamed_on_the_trigger(
+        harness, caplog):
     """A partition's first record re-emits its stored revisions (per-key layout, after a
-    restart): a refused one names the join id, on the dead letter of what came (a tick)."""
+    restart): a refused repeat is logged and skipped; the record that came (a tick here) is
+    not dead-lettered for it (the one that made the revision was, when first refused)."""
     await harness.event(event("big", "POISON", 100))  # sent: the broker did not refuse it then
     harness.engine.resumed.clear()  # as after a restart
     with broker_refuses(MessageSizeTooLargeError()):
         await harness.tick()
-    [dead] = harness.outputs(settings.dead_letter_topic)
-    assert dead["topic"] == settings.ticks_topic and "key 'big'" in dead["error"]
+    assert harness.outputs(settings.dead_letter_topic) == []
+    assert "refused a re-emitted output again" in caplog.text and "'big'" in caplog.text
+    assert not any(loop.in_flight for loop in loops)  # the tick is acked
 
 
 async def test_a_transient_failure_still_fails_stop(harness, monkeypatch):
