@@ -70,6 +70,8 @@ def plan(quick: bool, runs: int) -> dict[str, Callable[[], dict[str, Any]]]:
         # a new worker's empty disk: from snapshots vs a full replay, 5M keys (quick: 200k)
         "snapshot_restore": lambda: external("bench.snapshot_restore", **(
             {"keys": 200_000} if quick else {})),
+        # all three joins under traffic, a fault every 30-60 s; 10 min (quick: 2), then checks
+        "chaos": lambda: external("bench.chaos", **({"minutes": 2} if quick else {})),
     }
 
 
@@ -112,6 +114,13 @@ def summary(d: dict[str, Any]) -> dict[str, Any]:
         "corrections_backlog_without_flow_control":
             flow.get("corrections_backlog_without_flow_control"),
         "late_backlog_without_flow_control": flow.get("late_backlog_without_flow_control"),
+        "chaos_records": get("chaos", "chaos_records"),
+        "chaos_faults": get("chaos", "chaos_faults"),
+        "chaos_lost": get("chaos", "chaos_lost"),
+        "chaos_wrong": get("chaos", "chaos_wrong"),
+        "chaos_gaps": get("chaos", "chaos_gaps"),
+        "chaos_rss_growth_ratio": get("chaos", "chaos_rss_growth_ratio"),
+        "chaos_minutes": get("chaos", "chaos_minutes"),
     }
 
 
@@ -131,6 +140,9 @@ GOALS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "recovery_s_1m_keys": ("<= 30", lambda v: v <= 30),
     "snapshot_ready_s_5m_keys": ("<= 30", lambda v: v <= 30),
     "snapshot_speedup": (">= 10", lambda v: v >= 10),
+    "chaos_lost": ("0", lambda v: v == 0),
+    "chaos_wrong": ("0", lambda v: v == 0),
+    "chaos_rss_growth_ratio": ("<= 1.3", lambda v: v <= 1.3),
 }
 
 

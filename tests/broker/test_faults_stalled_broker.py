@@ -11,8 +11,6 @@ fault under test.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 from pathlib import Path
 from typing import Iterator
 
@@ -22,20 +20,10 @@ from app.commands.sample_traffic import sample_moods_and_events
 from app.compat.delivery import EXIT_CODE
 from app.local_broker import LocalBroker
 from tests.faults import send, settle_and_check, wait_processed
-from tests.harness import Names, make_names
+from tests.harness import Names, PausableBroker, make_names
 
 START = 1_790_000_000_000
 CONSULTANTS = tuple(f"c{i}" for i in range(8))
-
-
-class PausableBroker(LocalBroker):
-    def pause(self) -> None:
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGCONT)
 
 
 @pytest.fixture

@@ -1,0 +1,215 @@
+"""The chaos run's verdict, once traffic stopped and the workers converged: counted, not
+asserted, so one figure per property comes out of a long run whatever else went wrong.
+
+The exact answers come from the oracles the broker tests use: :mod:`tests.oracle` for the mood
+join (through :func:`tests.faults.exact_answer`), the movies test's ``exact`` (the spec-generic
+oracle over parsed records) and :func:`app.logic.car_join.exact_car_view` (through the car
+test's ``exact``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition
+
+from app.logic.car_join import CarPollution, newest_per_car
+from bench.chaos_traffic import RETENTION_MS
+from tests.broker import test_broker_car_join as car_test
+from tests.broker import test_broker_movies as movies_test
+from tests.faults import (Sent, answers, check_counts, check_revision_log, exact_answer,
+                          exact_counts, fates_of, settled_mood_history)
+from tests.harness import Names, Worker, bootstrap, read_all
+from tests.oracle import Recommendation
+
+MOOD_KINDS, CAR_KINDS, MOVIE_KINDS = ("mood", "event"), ("car", "zone"), ("movie", "rating")
+
+
+def expected(sent: list[Sent]) -> dict[str, Any]:
+    """Exact answers over every record sent (duplicates change nothing)."""
+    def of(kinds: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
+        return [(s.kind, s.key, s.value) for s in sent if s.kind in kinds]
+
+    return {"mood": exact_answer(of(MOOD_KINDS)), "car": car_test.exact(of(CAR_KINDS)),
+            "movies": movies_test.exact(of(MOVIE_KINDS))}
+
+
+async def outputs(names: Names) -> dict[str, Any]:
+    """Every output record of the three joins, from the start of their topics."""
+    async def values(topic: str) -> list[Any]:
+        return [v for _, v in await read_all(names, topic, idle_s=2, timeout_s=900)]
+
+    return {"mood": await values(names.output_topic),
+            "car": [CarPollution.from_wire(v) for v in await values(names.car_pollution_topic)],
+            "movies": await values(names.rated_movies_topic)}
+
+
+def latest(outs: dict[str, Any]) -> dict[str, Any]:
+    """What each join's consumer rule keeps."""
+    return {"mood": answers(outs["mood"]), "car": newest_per_car(outs["car"]),
+            "movies": movies_test.answers(outs["movies"])}
+
+
+async def wait_converged(names: Names, want: dict[str, Any], timeout_s: float,
+                         ) -> tuple[dict[str, Any], float]:
+    """The outputs once every join's latest answers equal ``want`` (else the last read), and
+    the seconds it took."""
+    t0 = time.monotonic()
+    while True:
+        outs = await outputs(names)
+        if latest(outs) == want or time.monotonic() - t0 > timeout_s:
+            return outs, time.monotonic() - t0
+        await asyncio.sleep(5)
+
+
+def differing(got: dict[Any, Any], want: dict[Any, Any]) -> tuple[int, int]:
+    """(missing, wrong): ids the exact answer has and ``got`` lacks; ids answered otherwise
+    (or answered though the exact answer has no such id)."""
+    missing = len(set(want) - set(got))
+    wrong = len(set(got) - set(want)) + sum(got[k] != want[k] for k in set(got) & set(want))
+    return missing, wrong
+
+
+def gaps_and_clashes(revs: list[dict[str, Any]], answer: Any) -> tuple[set[str], int]:
+    """Join ids whose revision numbers are not 1..n; (id, number) pairs carrying two answers."""
+    by_number: dict[tuple[str, int], Any] = {}
+    clashes = 0
+    for r in revs:
+        a = answer(r)
+        seen = by_number.setdefault((r["id"], r["revision"]), a)
+        clashes += seen != a
+    numbers: dict[str, set[int]] = {}
+    for jid, n in by_number:
+        numbers.setdefault(jid, set()).add(n)
+    return {j for j, ns in numbers.items() if ns != set(range(1, max(ns) + 1))}, clashes
+
+
+def mood_wire_answer(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["mood"], r["mood_event_time"], r["event_time"], r["recommendation"],
+            r["previous_mood"])
+
+
+def movie_wire_answer(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["title"], r["movie_event_time"], r["event_time"], r["previous_title"])
+
+
+async def unconsumed(names: Names, sent: list[Sent], timeout_s: float = 60) -> int:
+    """Records past the group's committed offset of their partition (0 once every one was
+    handled and committed). The end of each partition is taken from the positions the sends
+    got back, not from the broker: tansu under-reports end offsets of batched topics."""
+    ends: dict[tuple[str, int], int] = {}
+    for s in sent:
+        ends[(s.topic, s.partition)] = max(ends.get((s.topic, s.partition), 0), s.offset + 1)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), group_id=names.app_id,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            behind = {}
+            for (topic, p), end in ends.items():
+                committed = await consumer.committed(TopicPartition(topic, p)) or 0
+                behind[(topic, p)] = max(0, end - committed)
+            if not any(behind.values()) or time.monotonic() > deadline:
+                return sum(1 for s in sent if s.offset >= ends[(s.topic, s.partition)]
+                           - behind[(s.topic, s.partition)])
+            await asyncio.sleep(2)
+    finally:
+        await consumer.stop()
+
+
+def unpurged_moods(sent: list[Sent]) -> list[Sent]:
+    """The moods the mood history must still show: those at or after their partition's
+    retention horizon (stream time, the newest event time of the partition's moods and
+    recommendations, minus the retention). Older ones may have been purged (the last one
+    before the horizon stays): that they were handled shows in the committed offsets."""
+    stream_time: dict[int, int] = {}
+    for s in sent:
+        if s.kind in MOOD_KINDS:
+            stream_time[s.partition] = max(stream_time.get(s.partition, 0),
+                                           s.value["event_time"])
+    return [s for s in sent if s.kind == "mood"
+            and s.value["event_time"] >= stream_time[s.partition] - RETENTION_MS]
+
+
+def car_web_view_wrong(workers: list[Worker], want: dict[int, CarPollution]) -> int:
+    """Cars whose ``GET /cars/{id}/`` (asked of any worker: it is routed) is not the exact car
+    view, a few tries each (a view answers 503 while a rebalance moves its partition)."""
+    wrong = 0
+    for car_id, exact in want.items():
+        wire = exact.to_wire()
+        for attempt in range(5):
+            status, body = workers[(car_id + attempt) % len(workers)].get(f"/cars/{car_id}/")
+            if status == 200 and {k: body.get(k) for k in wire} == wire:
+                break
+            time.sleep(1)
+        else:
+            wrong += 1
+    return wrong
+
+
+async def verdict(names: Names, workers: list[Worker], sent: list[Sent],
+                  want: dict[str, Any], outs: dict[str, Any]) -> dict[str, Any]:
+    """Every figure of the run's end state (see bench.chaos)."""
+    got = latest(outs)
+    missing, wrong, detail = 0, 0, {}
+    for join in ("mood", "car", "movies"):
+        m, w = differing(got[join], want[join])
+        missing, wrong = missing + m, wrong + w
+        detail[f"{join}_missing"], detail[f"{join}_wrong"] = m, w
+    detail["car_web_view_wrong"] = await asyncio.to_thread(car_web_view_wrong, workers,
+                                                            want["car"])
+    wrong += detail["car_web_view_wrong"]
+    try:  # the retracting consumer's counts (the mood join's aggregate)
+        check_counts(outs["mood"], want["mood"])
+        detail["mood_counts_wrong"] = 0
+    except AssertionError:
+        folded = exact_counts(want["mood"])
+        from app.consumers.mood_counts import fold
+
+        have = fold(outs["mood"]).as_dict()
+        detail["mood_counts_wrong"] = sum(have.get(k) != folded.get(k)
+                                          for k in set(have) | set(folded)) or 1
+    wrong += detail["mood_counts_wrong"]
+
+    mood_gaps, mood_clashes = gaps_and_clashes(outs["mood"], mood_wire_answer)
+    movie_gaps, movie_clashes = gaps_and_clashes(outs["movies"], movie_wire_answer)
+    wrong += mood_clashes + movie_clashes
+    try:
+        check_revision_log(outs["mood"])
+        detail["check_revision_log"] = "ok"
+    except AssertionError as exc:
+        detail["check_revision_log"] = str(exc)[:300]
+
+    # every input record has a fate: accepted (seen in the join), a dead letter, or late
+    fates = await fates_of(names)
+    elsewhere = set(fates.dead) | set(fates.late)
+    joined = {r["id"] for r in outs["mood"]} | {r["id"] for r in outs["movies"]}
+    moods = unpurged_moods(sent)
+    in_history = {m.position for m in moods}
+    history = await settled_mood_history(workers, moods, exclude=elsewhere, timeout_s=120)
+    no_fate = 0
+    for s in sent:
+        if s.position in elsewhere:
+            continue
+        if s.kind == "event":
+            no_fate += Recommendation(s.value["consultant"], s.value["recommendation"],
+                                      s.value["event_time"], s.value.get("id")
+                                      ).join_id not in joined
+        elif s.kind == "rating":
+            no_fate += s.value["id"] not in joined
+        elif s.kind == "mood" and s.position in in_history:
+            no_fate += ((s.value["event_time"], s.value["mood"])
+                        not in history.get(s.value["name"], ()))
+    detail["no_fate"] = no_fate
+    # car arrivals, zone readings and movie versions show in no per-record output: the group
+    # must have handled (and committed) every one of them
+    detail["unconsumed"] = await unconsumed(names, sent)
+    return {"chaos_lost": missing + no_fate + detail["unconsumed"], "chaos_wrong": wrong,
+            "chaos_gaps": len(mood_gaps) + len(movie_gaps),
+            "chaos_dead_letters": len(fates.dead), "chaos_late": len(fates.late),
+            "mood_gaps": len(mood_gaps), "movie_gaps": len(movie_gaps),
+            "revision_clashes": mood_clashes + movie_clashes, **detail}

@@ -1,0 +1,36 @@
+"""The chaos run (bench/chaos.py), short: all three joins under steady out-of-order traffic
+while a worker is killed -9, restarted gracefully, joined by a new one, and the broker stops
+answering; at the end every answer is exact, every input record accounted for, revision
+numbers have no gaps, and no worker process grew its memory by more than 30 %.
+
+The broker is started for this test alone, whatever ``ETJ_BOOTSTRAP`` says: pausing it is one
+of the faults. A broker kill -9 + restart needs durable storage, which the bundled broker has
+only in S3 (``tests.harness.S3Broker``), where its end offsets lag: a worker that recovers its
+tables there loses updates, so that fault is left to ``python -m bench.chaos --durable-broker``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from bench.chaos import MEMORY_BROKER_KINDS, run
+
+
+def test_two_minutes_of_faults_every_join_exact_nothing_lost(tmp_path):
+    # ~20 s apart, each kind in turn: kill9, graceful, rebalance (a new worker joins),
+    # broker_pause, then kill9 again; the faults hit w2, w1, w0 in turn, so w1's and w2's
+    # new processes and x1 live ~60-100 s: RSS is compared over 30 s after a 30 s warm-up
+    result = run(minutes=2, rate=100, every_s=(18, 22), kinds=list(MEMORY_BROKER_KINDS),
+                 warm_up_s=30, settle_s=150, folder=tmp_path)
+    shown = json.dumps({k: v for k, v in result.items() if k != "rss_per_incarnation"},
+                       default=str)
+    assert result["chaos_fault_kinds"].keys() == set(MEMORY_BROKER_KINDS), shown
+    assert result["chaos_faults"] >= 5, shown
+    assert result["chaos_lost"] == 0, shown
+    assert result["chaos_wrong"] == 0, shown
+    assert result["chaos_gaps"] == 0, shown
+    assert result["chaos_dead_letters"] == result["chaos_late"] == 0, shown
+    # after the warm-up a short run's state still grows (retention is 100 s of traffic), yet
+    # measured growth stayed under 1.1: the goal of the long run holds here too
+    assert result["rss_compared"] >= 1, shown
+    assert result["chaos_rss_growth_ratio"] <= 1.3, result["rss_per_incarnation"]
