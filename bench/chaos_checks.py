@@ -13,6 +13,7 @@ import asyncio
 import time
 from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
@@ -22,7 +23,7 @@ from tests.broker import test_broker_car_join as car_test
 from tests.broker import test_broker_movies as movies_test
 from tests.faults import (Sent, answers, check_counts, check_revision_log, exact_answer,
                           exact_counts, fates_of, settled_mood_history)
-from tests.harness import Names, Worker, bootstrap, read_all
+from tests.harness import Names, Worker, bootstrap
 from tests.oracle import Recommendation
 
 MOOD_KINDS, CAR_KINDS, MOVIE_KINDS = ("mood", "event"), ("car", "zone"), ("movie", "rating")
@@ -37,14 +38,43 @@ def expected(sent: list[Sent]) -> dict[str, Any]:
             "movies": movies_test.exact(of(MOVIE_KINDS))}
 
 
-async def outputs(names: Names) -> dict[str, Any]:
-    """Every output record of the three joins, from the start of their topics."""
-    async def values(topic: str) -> list[Any]:
-        return [v for _, v in await read_all(names, topic, idle_s=2, timeout_s=900)]
+class Outputs:
+    """Every output record of the three joins, read from the start of their topics by one
+    consumer that goes on where it stopped: the broker serves each record once, not once per
+    look (reading hundreds of thousands of records again every few seconds kept tansu busy)."""
 
-    return {"mood": await values(names.output_topic),
-            "car": [CarPollution.from_wire(v) for v in await values(names.car_pollution_topic)],
-            "movies": await values(names.rated_movies_topic)}
+    def __init__(self, names: Names) -> None:
+        self.names = names
+        self.topics = {"mood": names.output_topic, "car": names.car_pollution_topic,
+                       "movies": names.rated_movies_topic}
+        self.got: dict[str, list[Any]] = {join: [] for join in self.topics}
+        self.consumer: AIOKafkaConsumer | None = None
+
+    async def read(self, idle_s: float = 2.0, timeout_s: float = 900) -> dict[str, Any]:
+        """Read until ``idle_s`` pass without a record; every record so far, per join."""
+        if self.consumer is None:
+            self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(self.names),
+                                             enable_auto_commit=False,
+                                             auto_offset_reset="earliest",
+                                             max_partition_fetch_bytes=8 << 20)
+            await self.consumer.start()
+            self.consumer.assign([TopicPartition(t, p) for t in self.topics.values()
+                                  for p in self.consumer.partitions_for_topic(t) or ()])
+            await self.consumer.seek_to_beginning()
+        join_of = {t: j for j, t in self.topics.items()}
+        deadline, last = time.monotonic() + timeout_s, time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - last < idle_s:
+            for tp, msgs in (await self.consumer.getmany(timeout_ms=300)).items():
+                join = join_of[tp.topic]
+                for m in msgs:
+                    v = orjson.loads(m.value)
+                    self.got[join].append(CarPollution.from_wire(v) if join == "car" else v)
+                last = time.monotonic()
+        return self.got
+
+    async def close(self) -> None:
+        if self.consumer is not None:
+            await self.consumer.stop()
 
 
 def latest(outs: dict[str, Any]) -> dict[str, Any]:
@@ -58,11 +88,18 @@ async def wait_converged(names: Names, want: dict[str, Any], timeout_s: float,
     """The outputs once every join's latest answers equal ``want`` (else the last read), and
     the seconds it took."""
     t0 = time.monotonic()
-    while True:
-        outs = await outputs(names)
-        if latest(outs) == want or time.monotonic() - t0 > timeout_s:
-            return outs, time.monotonic() - t0
-        await asyncio.sleep(5)
+    reader = Outputs(names)
+    try:
+        while True:
+            outs = await reader.read()
+            got = latest(outs)
+            exact = [join for join in want if got[join] == want[join]]
+            print(f"[chaos] settling {time.monotonic() - t0:5.0f} s: exact {exact}", flush=True)
+            if len(exact) == len(want) or time.monotonic() - t0 > timeout_s:
+                return outs, time.monotonic() - t0
+            await asyncio.sleep(3)
+    finally:
+        await reader.close()
 
 
 def differing(got: dict[Any, Any], want: dict[Any, Any]) -> tuple[int, int]:
