@@ -172,19 +172,27 @@ def unpurged_moods(sent: list[Sent]) -> list[Sent]:
             and s.value["event_time"] >= stream_time[s.partition] - RETENTION_MS]
 
 
-def car_web_view_wrong(workers: list[Worker], want: dict[int, CarPollution]) -> int:
+def car_web_view_wrong(workers: list[Worker], want: dict[int, CarPollution],
+                       patience_s: float = 60) -> int:
     """Cars whose ``GET /cars/{id}/`` (asked of any worker: it is routed) is not the exact car
-    view, a few tries each (a view answers 503 while a rebalance moves its partition)."""
+    view. A view answers 503 while a rebalance moves its partition, so a car is asked again
+    every second, for ``patience_s`` in all (then once each: a stuck group must not make the
+    check last an hour)."""
     wrong = 0
+    deadline = time.monotonic() + patience_s
     for car_id, exact in want.items():
         wire = exact.to_wire()
-        for attempt in range(5):
-            status, body = workers[(car_id + attempt) % len(workers)].get(f"/cars/{car_id}/")
+        attempt = 0
+        while True:
+            status, body = workers[(car_id + attempt) % len(workers)].get(f"/cars/{car_id}/",
+                                                                         timeout_s=5)
             if status == 200 and {k: body.get(k) for k in wire} == wire:
                 break
+            attempt += 1
+            if time.monotonic() > deadline or attempt >= 5:
+                wrong += 1
+                break
             time.sleep(1)
-        else:
-            wrong += 1
     return wrong
 
 
