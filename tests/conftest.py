@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 import pytest
 
 from app.local_broker import LocalBroker
-from tests.harness import Names, Worker, make_names
+from tests.harness import Names, Stopped, Worker, make_names
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -47,6 +47,21 @@ def worker_factory(tmp_path: Path, request: pytest.FixtureRequest,
     if rep is not None and rep.failed:
         for w in started:
             print(f"\n===== log of worker {w.name} (last 6000 chars) =====\n{w.log()[-6000:]}")
+
+
+@pytest.fixture
+def exits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The exit codes a fail-stop asked for; the patched exit raises :class:`Stopped`."""
+    from app.compat import delivery
+
+    codes: list[int] = []
+
+    def exit_(code: int) -> None:
+        codes.append(code)
+        raise Stopped(code)
+
+    monkeypatch.setattr(delivery, "_exit", exit_)
+    return codes
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -372,3 +372,8 @@ class S3Broker(Pausable):
     def log(self) -> str:
         path = self.workdir / "tansu.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+class Stopped(Exception):
+    """What the ``exits`` fixture's patched exit raises instead of ending the test process
+    (app.compat.delivery.fail_stop)."""

@@ -37,6 +37,10 @@ def movie(title: str, t: int) -> dict[str, Any]:
     return {"movie_id": "m1", "title": title, "event_time": t}
 
 
+def mood(name: str, t: int) -> dict[str, Any]:
+    return {"name": "ann", "mood": name, "event_time": t}
+
+
 async def test_per_join_a_redelivered_version_re_emits_superseded_unsent_revisions(join_harness):
     async with join_harness("movies") as h:
         with committed_upto(0):  # nothing committed: every output may be lost
@@ -61,7 +65,6 @@ async def test_per_join_a_redelivered_version_re_emits_superseded_unsent_revisio
 
 async def test_per_key_resume_re_emits_superseded_unsent_revisions_once(join_harness):
     async with join_harness("moods") as h:
-        mood = lambda m, t: {"name": "ann", "mood": m, "event_time": t}  # noqa: E731
         with committed_upto(0):
             await h.dimension(mood("sad", T))
             await h.event({"consultant": "ann", "recommendation": "tea", "event_time": T + 10,
@@ -86,7 +89,6 @@ async def test_per_key_resume_re_emits_superseded_unsent_revisions_once(join_har
 async def test_committed_sources_are_dropped_from_state_when_the_row_is_next_written(
         join_harness):
     async with join_harness("moods") as h:
-        mood = lambda m, t: {"name": "ann", "mood": m, "event_time": t}  # noqa: E731
         with committed_upto(0):
             await h.dimension(mood("sad", T))
             await h.event({"consultant": "ann", "recommendation": "tea", "event_time": T + 10,

@@ -13,24 +13,9 @@ from faust.topics import Topic
 from faust.transport.drivers.aiokafka import Producer
 
 from app.compat import delivery
+from tests.harness import Stopped
 
 TP = TopicPartition("t", 0)
-
-
-class Stopped(Exception):
-    """What the patched exit raises instead of ending the test process."""
-
-
-@pytest.fixture
-def exits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    codes: list[int] = []
-
-    def exit_(code: int) -> None:
-        codes.append(code)
-        raise Stopped(code)
-
-    monkeypatch.setattr(delivery, "_exit", exit_)
-    return codes
 
 
 async def test_a_batch_lives_for_the_delivery_timeout_not_the_request_timeout():

@@ -11,6 +11,7 @@ from aiokafka import errors as E
 from faust.exceptions import ProducerSendError
 
 from app.compat import delivery
+from tests.harness import Stopped
 
 delivery.register_broker_errors()
 
@@ -65,22 +66,6 @@ def test_invalid_record_is_known_to_aiokafka_once_installed():
 
 
 # --- send_direct / send_alone with a fake producer -----------------------------------------
-
-class Stopped(Exception):
-    pass
-
-
-@pytest.fixture
-def exits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    codes: list[int] = []
-
-    def exit_(code: int) -> None:
-        codes.append(code)
-        raise Stopped(code)
-
-    monkeypatch.setattr(delivery, "_exit", exit_)
-    return codes
-
 
 class FakeProducer:
     """Faust's producer: ``send`` raises ``raises`` or returns a future the test settles."""
