@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 from unittest import mock
 
-from app.faust_app import app, settings
+from app.faust_app import app
 
 T = 1_790_000_000_000
 
