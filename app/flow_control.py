@@ -94,9 +94,13 @@ class EventTimeMerge:
     def waiting_partitions(self) -> list[int]:
         return [n for n, p in self.partitions.items() if p.waiting_since is not None]
 
-    def reset(self) -> None:
-        """Forget everything queued (a rebalance: unacked records are delivered again)."""
+    def reset(self) -> list[Any]:
+        """Forget everything queued (a rebalance: unacked records are delivered again); returns
+        the items it held, so that the engine can stop tracking them."""
+        held = [item for p in self.partitions.values() for q in p.queues.values()
+                for _, _, item in q]
         self.partitions.clear()
+        return held
 
     def _must_wait(self, partition: int, p: _Partition) -> bool:
         lagging = tuple(t for t in self.topics

@@ -28,6 +28,15 @@ Flow control (:mod:`app.flow_control`): records of an agent's joined inputs pass
 handled in event-time order (live, nothing waits). A record it holds back is not acked; a
 rebalance drops what it holds (they are delivered again). A held record whose wait times out
 with nothing else arriving is let go by a wake-up tick the loop sends to its own ticks topic.
+
+A rebalance must not wait for a held record: Faust waits, before it gives partitions up, until
+every record it delivered is acked or garbage (``Consumer.wait_empty``, a weak set, no time
+limit). Dropping a record from the merge does not make it garbage (Faust's stream generator
+keeps the last message it delivered in a local), so :meth:`DurableLoop.drop_waiting` also
+takes the dropped records out of Faust's set; and until the next assignment, records the agent
+still takes are dropped the same way instead of held (they come again after the rebalance, and
+flow control orders them then). Without it a worker waited minutes on one held mood and the
+group never settled (the 10-minute chaos run; tests/agent/test_revoke.py).
 """
 
 from __future__ import annotations
@@ -110,7 +119,10 @@ class DurableLoop:
                                     max_buffered=settings.flow_max_buffered,
                                     enabled=settings.flow_control and len(merged) > 1)
         self._wakeups: set[int] = set()  # partitions with a wake-up tick scheduled
+        #: partitions are being revoked: records are dropped, not held (module doc)
+        self._revoking = False
         app.on_revoke_drop.append(self.drop_waiting)
+        app.on_partitions_assigned.connect(self._on_assigned)
 
     # --- per record ------------------------------------------------------------------------
     def handle(self, msg: Any, parsed: Any) -> list[Out]:
@@ -138,6 +150,9 @@ class DurableLoop:
         forced = self.merge.forced
         if msg.topic == self.ticks_name:
             out = self.merge.poll() + [(event, None)]
+        elif self._revoking and self.merge.enabled:
+            self._untrack([(event, None)])  # a rebalance is on: comes again after it
+            return []
         else:
             try:
                 parsed, event_time = self.parse(msg.topic, msg.key, msg.value)
@@ -170,9 +185,22 @@ class DurableLoop:
         return highwater > next_offset
 
     def drop_waiting(self) -> None:
-        """A rebalance starts: let go of held records (unacked, so delivered again after it)."""
-        self.merge.reset()
+        """A rebalance starts: let go of held records (unacked, so delivered again after it),
+        and hold none until the next assignment (module doc)."""
+        self._revoking = True
+        self._untrack(self.merge.reset())
         metrics.flow_waiting.labels(self.join).set(0)
+
+    async def _on_assigned(self, app: Any, assigned: Any, **kwargs: Any) -> None:
+        """Partitions are assigned: flow control holds records again."""
+        self._revoking = None
+
+    @staticmethod
+    def _untrack(dropped: list[tuple[Any, Any]]) -> None:
+        """Faust stops waiting for these records (not acked: their offsets stay uncommitted)."""
+        unacked = app.consumer._unacked_messages
+        for event, _ in dropped:
+            unacked.discard(event.message)
 
     def _wake(self, partition: int) -> None:
         """A wait may have timed out with nothing else arriving: a tick makes the agent look."""
@@ -219,7 +247,7 @@ class DurableLoop:
             async for event in stream.events():
                 if event.message.generation_id != generation:  # a rebalance: held ones come again
                     generation = event.message.generation_id
-                    self.drop_waiting()
+                    self._untrack(self.merge.reset())
                 for ready, parsed in self.ready(event):
                     events.append(ready)
                     outs += self.handle(ready.message, parsed)
