@@ -6,8 +6,11 @@ acked. A record :mod:`app.flow_control` holds back, waiting for another input to
 event time, is delivered but unacked on purpose, so that wait would last until its timeout
 (``broker_rebalance_timeout``) on every rebalance. Symptom without it: the graceful-restart and
 two-worker tests stall for the whole timeout. The callbacks in ``app.on_revoke_drop`` (each
-agent's flow control) drop what they hold first; the records are not acked, so they are
-delivered again after the rebalance. Remove when flow control acks nothing it holds (it cannot:
+agent's flow control) drop what they hold first, take the dropped records out of the set Faust
+waits on (a weak set, but the stream generator keeps its last message alive), and drop instead
+of hold what the agents still take until the next assignment (``DurableLoop.drop_waiting``;
+without that, the 10-minute chaos run left a group in a rebalance for minutes). The records are
+not acked, so they are delivered again after the rebalance. Remove when flow control acks nothing it holds (it cannot:
 an ack would let the commit pass a record not yet handled).
 """
 
