@@ -178,10 +178,10 @@ class JoinEngine:
         return [self._revision_out(r) for r in revisions]
 
     async def _forget_lost_partitions(self, app: Any, assigned: set[Any], **kwargs: Any) -> None:
-        """A partition that left this worker comes back with recovered state: re-emit it again."""
+        """A partition that left this worker comes back with recovered state: re-emit it again.
+        (What flow control held is let go by the loop itself: ``DurableLoop._on_assigned``.)"""
         self.resumed.intersection_update(tp.partition for tp in assigned
                                          if tp.topic == self.spec.ticks)
-        self.loop.drop_waiting()
 
     def resume(self, partition: int) -> list[Out]:
         """Re-emit, once per assignment, what the layout says may have been lost in a crash."""
