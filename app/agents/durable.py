@@ -33,10 +33,10 @@ A rebalance must not wait for a held record: Faust waits, before it gives partit
 every record it delivered is acked or garbage (``Consumer.wait_empty``, a weak set, no time
 limit). Dropping a record from the merge does not make it garbage (Faust's stream generator
 keeps the last message it delivered in a local), so :meth:`DurableLoop.drop_waiting` also
-takes the dropped records out of Faust's set; and until the next assignment, records the agent
-still takes are dropped the same way instead of held (they come again after the rebalance, and
-flow control orders them then). Without it a worker waited minutes on one held mood and the
-group never settled (the 10-minute chaos run; tests/agent/test_revoke.py).
+takes the dropped records out of Faust's set; and :mod:`app.compat.revoke` calls it again and
+again while it waits, for records the agent takes and holds meanwhile. Without it a worker
+waited minutes on one held mood and the group never settled (the 10-minute chaos run;
+tests/agent/test_revoke.py).
 """
 
 from __future__ import annotations
@@ -119,8 +119,6 @@ class DurableLoop:
                                     max_buffered=settings.flow_max_buffered,
                                     enabled=settings.flow_control and len(merged) > 1)
         self._wakeups: set[int] = set()  # partitions with a wake-up tick scheduled
-        #: partitions are being revoked: records are dropped, not held (module doc)
-        self._revoking = False
         app.on_revoke_drop.append(self.drop_waiting)
         app.on_partitions_assigned.connect(self._on_assigned)
 
@@ -150,9 +148,6 @@ class DurableLoop:
         forced = self.merge.forced
         if msg.topic == self.ticks_name:
             out = self.merge.poll() + [(event, None)]
-        elif self._revoking and self.merge.enabled:
-            self._untrack([(event, None)])  # a rebalance is on: comes again after it
-            return []
         else:
             try:
                 parsed, event_time = self.parse(msg.topic, msg.key, msg.value)

@@ -6,26 +6,50 @@ acked. A record :mod:`app.flow_control` holds back, waiting for another input to
 event time, is delivered but unacked on purpose, so that wait would last until its timeout
 (``broker_rebalance_timeout``) on every rebalance. Symptom without it: the graceful-restart and
 two-worker tests stall for the whole timeout. The callbacks in ``app.on_revoke_drop`` (each
-agent's flow control) drop what they hold first, take the dropped records out of the set Faust
-waits on (a weak set, but the stream generator keeps its last message alive), and drop instead
-of hold what the agents still take until the next assignment (``DurableLoop.drop_waiting``;
-without that, the 10-minute chaos run left a group in a rebalance for minutes). The records are
+agent's flow control) drop what they hold and take the dropped records out of the set Faust
+waits on (a weak set, but the stream generator keeps its last message alive:
+``DurableLoop.drop_waiting``), again and again until only records on their way to the broker
+are left (an agent may take and hold more records meanwhile); then Faust's own wait. Without
+it, the 10-minute chaos run left a group in a rebalance for minutes. The records let go are
 not acked, so they are delivered again after the rebalance. Remove when flow control acks nothing it holds (it cannot:
 an ack would let the commit pass a record not yet handled).
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import time
 from typing import Any
+
+#: how often the held records are let go while delivered ones are awaited
+POLL_S = 0.05
+#: how often garbage is collected meanwhile (the consumer's weak set of delivered records)
+GC_EVERY_S = 0.5
+
+
+async def let_go(app: Any, consumer: Any) -> None:
+    """Until every delivered record is acked, let go of what the agents hold (no time limit,
+    as Faust's own wait: records on their way to the broker are acked when it has them)."""
+    last_gc = time.monotonic()
+    while True:
+        for drop in app.on_revoke_drop:
+            drop()
+        consumer._clean_unacked_messages()
+        if not consumer._unacked_messages or consumer.should_stop:
+            return
+        if time.monotonic() - last_gc >= GC_EVERY_S:
+            gc.collect()
+            last_gc = time.monotonic()
+        await asyncio.sleep(POLL_S)
 
 
 def install(app: Any) -> None:
-    """Run ``app.on_revoke_drop``'s callbacks before Faust's wait for acks."""
+    """Let go of held records (:func:`let_go`) before Faust's wait for acks."""
     original = app._consumer_wait_empty
 
     async def consumer_wait_empty(consumer: Any, logger: Any) -> None:
-        for drop in app.on_revoke_drop:
-            drop()
+        await let_go(app, consumer)
         await original(consumer, logger)
 
     app._consumer_wait_empty = consumer_wait_empty
