@@ -23,6 +23,10 @@ class EtjApp(faust.App):
     #: called when the worker stops (SIGTERM), with on_revoke_drop's, before the bounded wait
     #: for acks: whatever an agent holds unacked and will not finish soon (app.compat.graceful_stop)
     on_stop_drop: list
+    #: awaited with on_revoke_drop's, on a rebalance and on a stop: each agent hands the batch it
+    #: has handled so far to its delivery (Faust clears the agents' buffers first, so the "no
+    #: more records waiting" that would end the batch never comes; app.agents.durable)
+    on_revoke_flush: list
 
     async def on_first_start(self) -> None:
         s = self.etj
@@ -66,6 +70,7 @@ def create_app(settings: Settings) -> EtjApp:
     app.etj = settings
     app.on_revoke_drop = []
     app.on_stop_drop = []
+    app.on_revoke_flush = []
     app.copartitioned = []
     return app
 

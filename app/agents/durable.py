@@ -37,6 +37,13 @@ takes the dropped records out of Faust's set; and :mod:`app.compat.revoke` calls
 again while it waits, for records the agent takes and holds meanwhile. Without it a worker
 waited minutes on one held mood and the group never settled (the 10-minute chaos run;
 tests/agent/test_revoke.py).
+
+Nor for a batch half built: the loop ends a batch when the agent's buffer is empty, but before
+it waits, Faust clears that buffer, and the loop then waits for a record that never comes with
+its batch handled, not delivered, not acked. So on a rebalance (and a stop) the batch is
+handed to the delivery from outside the loop (:meth:`DurableLoop.flush_batch`,
+``app.on_revoke_flush``). Found by the second 10-minute chaos run: a worker's revoke waited
+for ever on such a batch.
 """
 
 from __future__ import annotations
@@ -120,6 +127,14 @@ class DurableLoop:
                                     enabled=settings.flow_control and len(merged) > 1)
         self._wakeups: set[int] = set()  # partitions with a wake-up tick scheduled
         app.on_revoke_drop.append(self.drop_waiting)
+        app.on_revoke_flush.append(self.flush_batch)
+        #: the batch handled and not yet handed to the delivery: events, their outputs, and
+        #: ends[i] = len(outputs) after events[i] (outputs of events[i]: outs[ends[i-1]:ends[i]])
+        self._events: list[Any] = []
+        self._outs: list[Out] = []
+        self._ends: list[int] = []
+        self._pipeline: asyncio.Queue | None = None
+        self._flushing: asyncio.Lock | None = None
         app.on_partitions_assigned.connect(self._on_assigned)
 
     # --- per record ------------------------------------------------------------------------
@@ -229,14 +244,11 @@ class DurableLoop:
         stream.enable_acks = False  # acked by _ack, once the broker has the batch's outputs
         self.in_flight = 0  # a new run: batches of an earlier one that failed are not acked
         queue = getattr(stream.channel, "queue", None)  # the agent's buffer of delivered records
-        #: (changelog futures, outputs, events, ends): ends[i] = len(outputs) after events[i],
-        #: so the outputs of events[i] are outputs[ends[i - 1]:ends[i]]
-        pipeline: asyncio.Queue[tuple[list[Any], list[Out], list[Any], list[int]] | None] = \
-            asyncio.Queue(maxsize=self.max_in_flight)
-        deliver = asyncio.ensure_future(self._deliver(stream, pipeline))
-        events: list[Any] = []
-        outs: list[Out] = []
-        ends: list[int] = []
+        #: (changelog futures, outputs, events, ends), batch by batch
+        self._pipeline = asyncio.Queue(maxsize=self.max_in_flight)
+        self._flushing = asyncio.Lock()
+        self._events, self._outs, self._ends = [], [], []
+        deliver = asyncio.ensure_future(self._deliver(stream, self._pipeline))
         generation = None
         try:
             async for event in stream.events():
@@ -244,20 +256,39 @@ class DurableLoop:
                     generation = event.message.generation_id
                     self._untrack(self.merge.reset())
                 for ready, parsed in self.ready(event):
-                    events.append(ready)
-                    outs += self.handle(ready.message, parsed)
-                    ends.append(len(outs))
-                if events and (len(events) >= self.max_batch or queue is None or queue.empty()):
-                    rows = await self.writes.flush()  # the batch's rows, last value per key
-                    self.in_flight += 1
-                    await pipeline.put((rows, outs, events, ends))
-                    events, outs, ends = [], [], []
+                    self._events.append(ready)
+                    self._outs += self.handle(ready.message, parsed)
+                    self._ends.append(len(self._outs))
+                if self._events and (len(self._events) >= self.max_batch
+                                     or not self._more_waiting(queue)):
+                    await self.flush_batch()
                     if deliver.done():  # it only ends by raising: that is the agent's error
                         deliver.result()
                 self._schedule_wakeups()
         finally:
             if not deliver.done():
                 deliver.cancel()
+
+    @staticmethod
+    def _more_waiting(queue: Any) -> bool:
+        """Does the agent's buffer hold more delivered records (the batch goes on)?"""
+        return queue is not None and not queue.empty()
+
+    async def flush_batch(self) -> None:
+        """Hand the batch handled so far to the delivery: its changelog rows to the producer
+        (the last value per key), then the batch to :meth:`_deliver`. The loop calls it when
+        its buffer is empty; a rebalance or a stop calls it too (module doc). One at a time, in
+        order: the batch and the rows it wrote are taken in the same step."""
+        if self._flushing is None or self._pipeline is None:
+            return  # not running
+        async with self._flushing:
+            if not self._events:
+                return
+            events, outs, ends = self._events, self._outs, self._ends
+            self._events, self._outs, self._ends = [], [], []
+            rows = await self.writes.flush()  # takes the rows before its first await
+            self.in_flight += 1
+            await self._pipeline.put((rows, outs, events, ends))
 
     async def _deliver(self, stream: Any, pipeline: asyncio.Queue) -> None:
         """Batch by batch, in order: wait until its changelog rows are in the broker (state

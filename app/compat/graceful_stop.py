@@ -77,6 +77,12 @@ def install(app: Any, drain_s: float) -> None:
         began = time.monotonic()
         for drop in (*app.on_revoke_drop, *app.on_stop_drop):
             drop()
+        for flush in app.on_revoke_flush:  # a batch half built waits for records Faust cleared
+            try:
+                await asyncio.wait_for(flush(), drain_s)
+            except asyncio.TimeoutError:  # its records stay unacked: read again by the next owner
+                logger.warning("stop: a handled batch was not handed to the producer within "
+                               "%.1f s", drain_s)
         left = await drain(consumer, drain_s)
         took = time.monotonic() - began
         if left:

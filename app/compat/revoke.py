@@ -8,7 +8,9 @@ event time, is delivered but unacked on purpose, so that wait would last until i
 two-worker tests stall for the whole timeout. The callbacks in ``app.on_revoke_drop`` (each
 agent's flow control) drop what they hold and take the dropped records out of the set Faust
 waits on (a weak set, but the stream generator keeps its last message alive:
-``DurableLoop.drop_waiting``), again and again until only records on their way to the broker
+``DurableLoop.drop_waiting``) and hand the batch they handled to its delivery (Faust cleared
+their buffers: the batch would wait for a record that never comes; ``DurableLoop.flush_batch``),
+again and again until only records on their way to the broker
 are left (an agent may take and hold more records meanwhile); then Faust's own wait. Without
 it, the 10-minute chaos run left a group in a rebalance for minutes. The records let go are
 not acked, so they are delivered again after the rebalance. Remove when flow control acks nothing it holds (it cannot:
@@ -35,6 +37,8 @@ async def let_go(app: Any, consumer: Any) -> None:
     while True:
         for drop in app.on_revoke_drop:
             drop()
+        for flush in app.on_revoke_flush:
+            await flush()
         consumer._clean_unacked_messages()
         if not consumer._unacked_messages or consumer.should_stop:
             return
