@@ -21,19 +21,25 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import time
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: how often the held records are let go while delivered ones are awaited
 POLL_S = 0.05
 #: how often garbage is collected meanwhile (the consumer's weak set of delivered records)
 GC_EVERY_S = 0.5
+#: how often a long wait says what it waits for
+LOG_EVERY_S = 10.0
 
 
 async def let_go(app: Any, consumer: Any) -> None:
     """Until every delivered record is acked, let go of what the agents hold (no time limit,
     as Faust's own wait: records on their way to the broker are acked when it has them)."""
-    last_gc = time.monotonic()
+    began = last_gc = time.monotonic()
+    next_log = began + LOG_EVERY_S
     while True:
         for drop in app.on_revoke_drop:
             drop()
@@ -42,9 +48,16 @@ async def let_go(app: Any, consumer: Any) -> None:
         consumer._clean_unacked_messages()
         if not consumer._unacked_messages or consumer.should_stop:
             return
-        if time.monotonic() - last_gc >= GC_EVERY_S:
+        now = time.monotonic()
+        if now - last_gc >= GC_EVERY_S:
             gc.collect()
-            last_gc = time.monotonic()
+            last_gc = now
+        if now >= next_log:
+            next_log = now + LOG_EVERY_S
+            waiting = sorted((m.topic, m.partition, m.offset) for m in consumer._unacked_messages)
+            log.warning("rebalance: waited %.0f s for %d delivered records to be acked "
+                        "(on their way to the broker?), first %s", now - began, len(waiting),
+                        waiting[:10])
         await asyncio.sleep(POLL_S)
 
 
