@@ -27,6 +27,9 @@ class EtjApp(faust.App):
     #: has handled so far to its delivery (Faust clears the agents' buffers first, so the "no
     #: more records waiting" that would end the batch never comes; app.agents.durable)
     on_revoke_flush: list
+    #: each agent loop's state and where its tasks wait, as text: logged when an input partition
+    #: stalls or a rebalance waits long (app.compat.stall_guard, app.compat.revoke; app.awaiting)
+    on_describe: list
 
     async def on_first_start(self) -> None:
         s = self.etj
@@ -71,6 +74,7 @@ def create_app(settings: Settings) -> EtjApp:
     app.on_revoke_drop = []
     app.on_stop_drop = []
     app.on_revoke_flush = []
+    app.on_describe = []
     app.copartitioned = []
     return app
 

@@ -153,7 +153,7 @@ def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
 
         # traffic stopped: the answers converge (the fleet is still supervised)
         want = expected(sender.sent)
-        outs, settle = asyncio.run(wait_converged(names, want, settle_s))
+        outs, settle = asyncio.run(wait_converged(names, want, settle_s, slow=fleet.dump_stacks))
         fleet.sample_rss()
         result = asyncio.run(verdict(names, fleet.running, sender.sent, want, outs))
         fleet.sample_rss()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 from aiokafka import AIOKafkaConsumer
@@ -84,13 +84,17 @@ def latest(outs: dict[str, Any]) -> dict[str, Any]:
 
 
 async def wait_converged(names: Names, want: dict[str, Any], timeout_s: float,
+                         slow: Callable[[], Any] | None = None, slow_s: float = 120,
                          ) -> tuple[dict[str, Any], float]:
     """The outputs once every join's latest answers equal ``want`` (else the last read), and
-    the seconds it took."""
+    the seconds it took; ``slow()`` is called once if that takes more than ``slow_s``."""
     t0 = time.monotonic()
     reader = Outputs(names)
     try:
         while True:
+            if slow is not None and time.monotonic() - t0 > slow_s:
+                await asyncio.to_thread(slow)
+                slow = None
             outs = await reader.read()
             got = latest(outs)
             exact = [join for join in want if got[join] == want[join]]

@@ -11,6 +11,9 @@ beyond the warm-up are compared, and the run reports the largest ratio among the
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -154,6 +157,25 @@ class Fleet:
         ratios = [e["ratio"] for e in each if e["ratio"] is not None]
         return {"chaos_rss_growth_ratio": max(ratios) if ratios else None,
                 "rss_compared": len(ratios), "rss_per_incarnation": each}
+
+    def dump_stacks(self) -> list[Path]:
+        """Every running worker's threads, as py-spy sees them now (``<name>.stacks.txt``
+        beside its log): where a worker that stopped answering is stuck. Needs py-spy (the
+        bench extra); skipped without it."""
+        exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        if not Path(exe).exists():
+            return []
+        written = []
+        for w in self.running:
+            if w.proc is None or w.proc.poll() is not None:
+                continue
+            out = self.folder / f"{w.name}.stacks.txt"
+            done = subprocess.run([exe, "dump", "--pid", str(w.proc.pid), "--locals"],
+                                  capture_output=True, text=True, timeout=60)
+            out.write_text(done.stdout + done.stderr)
+            print(f"[chaos] {w.name}'s stacks: {out}", flush=True)
+            written.append(out)
+        return written
 
     def watch(self, every_s: float = 2.0) -> None:
         """In a thread until :meth:`stop_all`: supervise, and sample every process's RSS."""

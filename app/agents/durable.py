@@ -56,7 +56,7 @@ from typing import Any, Callable, Sequence
 
 from faust.types import TP, TopicT
 
-from app import metrics, sinks
+from app import awaiting, metrics, sinks
 from app.compat import delivery
 from app.compat.stores import committed_offset
 from app.compat.write_behind import WriteBehind
@@ -128,6 +128,7 @@ class DurableLoop:
         self._wakeups: set[int] = set()  # partitions with a wake-up tick scheduled
         app.on_revoke_drop.append(self.drop_waiting)
         app.on_revoke_flush.append(self.flush_batch)
+        app.on_describe.append(self.describe)
         #: the batch handled and not yet handed to the delivery: events, their outputs, and
         #: ends[i] = len(outputs) after events[i] (outputs of events[i]: outs[ends[i-1]:ends[i]])
         self._events: list[Any] = []
@@ -135,7 +136,9 @@ class DurableLoop:
         self._ends: list[int] = []
         self._pipeline: asyncio.Queue | None = None
         self._flushing: asyncio.Lock | None = None
-        app.on_partitions_assigned.connect(self._on_assigned)
+        self._queue: Any = None  # the agent's buffer of delivered records
+        #: the tasks of the running loop: the agent's, the delivery's, the acks' (describe())
+        self._tasks: dict[str, Any] = {}
 
     # --- per record ------------------------------------------------------------------------
     def handle(self, msg: Any, parsed: Any) -> list[Out]:
@@ -195,15 +198,10 @@ class DurableLoop:
         return highwater > next_offset
 
     def drop_waiting(self) -> None:
-        """A rebalance starts: let go of held records (unacked, so delivered again after it),
-        and hold none until the next assignment (module doc)."""
-        self._revoking = True
+        """A rebalance starts: let go of held records (unacked, so delivered again after it;
+        module doc)."""
         self._untrack(self.merge.reset())
         metrics.flow_waiting.labels(self.join).set(0)
-
-    async def _on_assigned(self, app: Any, assigned: Any, **kwargs: Any) -> None:
-        """Partitions are assigned: flow control holds records again."""
-        self._revoking = None
 
     @staticmethod
     def _untrack(dropped: list[tuple[Any, Any]]) -> None:
@@ -243,12 +241,13 @@ class DurableLoop:
         producer and queue it for :meth:`_deliver` (module doc)."""
         stream.enable_acks = False  # acked by _ack, once the broker has the batch's outputs
         self.in_flight = 0  # a new run: batches of an earlier one that failed are not acked
-        queue = getattr(stream.channel, "queue", None)  # the agent's buffer of delivered records
+        queue = self._queue = getattr(stream.channel, "queue", None)
         #: (changelog futures, outputs, events, ends), batch by batch
         self._pipeline = asyncio.Queue(maxsize=self.max_in_flight)
         self._flushing = asyncio.Lock()
         self._events, self._outs, self._ends = [], [], []
         deliver = asyncio.ensure_future(self._deliver(stream, self._pipeline))
+        self._tasks = {"loop": asyncio.current_task(), "deliver": deliver}
         generation = None
         try:
             async for event in stream.events():
@@ -295,7 +294,7 @@ class DurableLoop:
         first: no output outruns its changelog), send its outputs, queue it for :meth:`_ack`
         (the next batch's outputs go out while this one's are awaited)."""
         acks: asyncio.Queue = asyncio.Queue(maxsize=self.max_in_flight)
-        acking = asyncio.ensure_future(self._ack(stream, acks))
+        acking = self._tasks["ack"] = asyncio.ensure_future(self._ack(stream, acks))
         try:
             while True:
                 rows, outs, events, ends = await pipeline.get()
@@ -371,6 +370,23 @@ class DurableLoop:
                                                       letter.value))
         for fut in letters:
             await fut  # a failure here failed stop already (send_direct's callback)
+
+
+    # --- diagnostics -----------------------------------------------------------------------
+    def describe(self) -> str:
+        """This loop's state and where each of its tasks waits (logged when a partition
+        stalls: :mod:`app.compat.stall_guard`, :mod:`app.compat.revoke`)."""
+        queue, pipeline, lock = self._queue, self._pipeline, self._flushing
+        held = {n: p.waiting_for for n, p in self.merge.partitions.items() if p.size()}
+        lines = [
+            f"join {self.join}: buffer {'?' if queue is None else queue.qsize()}, batch being "
+            f"built {len(self._events)}, batches in flight {self.in_flight} (pipeline "
+            f"{'?' if pipeline is None else pipeline.qsize()}/{self.max_in_flight}), flush lock "
+            f"{'?' if lock is None else 'held' if lock.locked() else 'free'}, flow control "
+            f"holds {self.merge.waiting()} (partition -> lagging inputs waited for: {held})"]
+        for name, task in self._tasks.items():
+            lines.append(f"  {name}: " + " -> ".join(awaiting.chain(task)))
+        return "\n".join(lines)
 
 
 def _text(key: bytes | None) -> str:

@@ -179,7 +179,7 @@ class JoinEngine:
 
     async def _forget_lost_partitions(self, app: Any, assigned: set[Any], **kwargs: Any) -> None:
         """A partition that left this worker comes back with recovered state: re-emit it again.
-        (What flow control held is let go by the loop itself: ``DurableLoop._on_assigned``.)"""
+        (What flow control held is let go by the loop itself: ``DurableLoop.drop_waiting``.)"""
         self.resumed.intersection_update(tp.partition for tp in assigned
                                          if tp.topic == self.spec.ticks)
 

@@ -25,6 +25,8 @@ import logging
 import time
 from typing import Any
 
+from app import awaiting
+
 log = logging.getLogger(__name__)
 
 #: how often the held records are let go while delivered ones are awaited
@@ -56,8 +58,8 @@ async def let_go(app: Any, consumer: Any) -> None:
             next_log = now + LOG_EVERY_S
             waiting = sorted((m.topic, m.partition, m.offset) for m in consumer._unacked_messages)
             log.warning("rebalance: waited %.0f s for %d delivered records to be acked "
-                        "(on their way to the broker?), first %s", now - began, len(waiting),
-                        waiting[:10])
+                        "(on their way to the broker?), first %s; the agents:\n%s",
+                        now - began, len(waiting), waiting[:10], awaiting.agents(app))
         await asyncio.sleep(POLL_S)
 
 

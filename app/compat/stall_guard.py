@@ -27,9 +27,12 @@ fetched record to its agent across a rebalance (then this finds nothing: its log
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any
 
+from app import awaiting
 from app.compat.rebalance import first_unhandled, is_input
 
 log = logging.getLogger(__name__)
@@ -38,6 +41,12 @@ log = logging.getLogger(__name__)
 _suspects: dict[Any, tuple[Any, ...]] = {}
 #: tp -> the head offset it was last read again from
 _reread: dict[Any, int] = {}
+#: the longest a check waits for the consumer's position of one partition (aiokafka's
+#: ``position`` waits, with no limit, for a partition whose position is being reset)
+POSITION_TIMEOUT_S = 5.0
+#: how often at most a stall logs what every agent is doing (app.awaiting)
+DESCRIBE_EVERY_S = 60.0
+_described = [0.0]
 
 
 async def check_stalls(app: Any) -> list[Any]:
@@ -49,7 +58,11 @@ async def check_stalls(app: Any) -> list[Any]:
     for tp in (tp for tp in consumer.assignment() if is_input(app, tp)):
         try:
             highwater = consumer.highwater(tp)
-            position = await consumer.position(tp)
+            position = await asyncio.wait_for(consumer.position(tp), POSITION_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            log.info("input %s[%s]: no fetch position within %.0f s (being reset); checked "
+                     "next time", tp.topic, tp.partition, POSITION_TIMEOUT_S)
+            continue
         except Exception:
             continue
         last = read_offset.get(tp)
@@ -109,6 +122,11 @@ async def check_stalls(app: Any) -> list[Any]:
             _suspects[tp] = state
     for tp in set(_suspects) - seen:
         del _suspects[tp]
+    now = time.monotonic()
+    if fixed and now - _described[0] >= DESCRIBE_EVERY_S:
+        _described[0] = now  # an agent blocked somewhere says where (app.awaiting)
+        log.warning("stalled inputs %s; the agents:\n%s",
+                    sorted(f"{tp.topic}[{tp.partition}]" for tp in fixed), awaiting.agents(app))
     return fixed
 
 

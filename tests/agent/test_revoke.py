@@ -117,3 +117,21 @@ async def test_a_batch_half_built_when_faust_clears_the_buffer_is_delivered(join
             await asyncio.wait_for(revoke.let_go(app, app.consumer), timeout=5)
             assert not unacked()  # delivered and acked
             assert [r["id"] for r in h.outputs()] == ["r1"]
+
+
+async def test_describe_says_what_a_loop_holds_and_where_its_tasks_wait(join_harness):
+    """What the stall guard and a long rebalance wait log (app.awaiting): found necessary when
+    a chaos run's worker stopped handling records and its log said only 'stalled'."""
+    async with join_harness("moods") as h:
+        engine = engines["moods"]
+        with lagging(engine), acking(engine):
+            await h.dimension(mood("calm", T))
+            text = engine.loop.describe()
+            assert text.startswith("join moods: ")
+            assert "flow control holds 1 (partition -> lagging inputs waited for: {0: (" in text
+            lines = dict(line.strip().split(": ", 1) for line in text.splitlines()[1:])
+            assert set(lines) == {"loop", "deliver", "ack"}
+            # run(), waiting in Faust's stream for a record: through the wrappers Faust uses
+            assert "app/agents/durable.py" in lines["loop"] and " events -> " in lines["loop"]
+            assert " _deliver -> " in lines["deliver"] and "waits on" in lines["deliver"]
+            assert engine.loop.describe in app.on_describe

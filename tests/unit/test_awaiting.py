@@ -1,0 +1,49 @@
+"""app.awaiting: where a suspended task waits, innermost await included."""
+
+import asyncio
+
+import pytest
+
+from app import awaiting
+
+
+async def _inner(queue: asyncio.Queue) -> None:
+    await queue.get()
+
+
+async def _outer(queue: asyncio.Queue) -> None:
+    await _inner(queue)
+
+
+@pytest.mark.asyncio
+async def test_chain_names_every_await_down_to_the_future():
+    queue: asyncio.Queue = asyncio.Queue()
+    task = asyncio.ensure_future(_outer(queue))
+    await asyncio.sleep(0.01)
+    chain = awaiting.chain(task)
+    names = [step.rsplit(" ", 1)[-1] for step in chain]
+    assert names[:2] == ["_outer", "_inner"]
+    assert "get" in names  # asyncio.Queue.get: the await that blocks
+    assert chain[-1] == "waits on Future pending"
+    assert chain[0].startswith("tests/unit/test_awaiting.py:")
+    queue.put_nowait(1)
+    await task
+    assert awaiting.chain(task) == ["(done)"]
+
+
+@pytest.mark.asyncio
+async def test_chain_of_a_failed_and_of_no_task():
+    async def fail() -> None:
+        raise ValueError("boom")
+
+    task = asyncio.ensure_future(fail())
+    await asyncio.gather(task, return_exceptions=True)
+    assert awaiting.chain(task) == ["(done, raised ValueError('boom'))"]
+    assert awaiting.chain(None) == ["(none)"]
+
+
+def test_agents_joins_what_each_describes():
+    class App:
+        on_describe = [lambda: "join a: idle", lambda: "join b: busy"]
+
+    assert awaiting.agents(App()) == "join a: idle\njoin b: busy"
