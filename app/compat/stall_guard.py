@@ -14,8 +14,15 @@ Every ``ETJ_STALL_CHECK_S``, per assigned input partition, seen twice in a row:
 - Faust left the partition paused while records wait in the broker -> resume it;
 - the fetch position at the high watermark while records after the last one handled (acked)
   never were -> seek back to the first of them.
-At worst (an agent blocked that long) this re-delivers records: the joins are idempotent, so a
-repeat changes nothing.
+None of these while the agent has the records: a record of the partition (of the current
+generation) waiting in an agent's buffer or delivered and not acked yet is on its way, and a
+partition Faust paused because that buffer is full (``Consumer._buffered_partitions``, its back
+pressure; it resumes it when the buffer drains) is not stalled. A slow or blocked agent is not
+helped by reading its records again: the tenth 10-minute chaos run re-read thousands of records
+a slow agent already held every 20 s, and resumed partitions Faust had paused for back pressure,
+until its buffer held the same records several times and it never caught up (a worker's
+partition "stalled" for minutes). Such a partition is logged instead, with what every agent is
+doing (:mod:`app.awaiting`).
 
 Upstream: faust-streaming 0.15.3 (``Stream`` skipping a record across a generation change,
 ``Fetcher`` dropping a cut fetch, ``Recovery`` leaving a partition paused). Tests:
@@ -54,6 +61,7 @@ async def check_stalls(app: Any) -> list[Any]:
     consumer = app.consumer
     read_offset = getattr(consumer, "_read_offset", {})
     fixed = []
+    slow: list[str] = []
     seen = set()
     for tp in (tp for tp in consumer.assignment() if is_input(app, tp)):
         try:
@@ -72,6 +80,10 @@ async def check_stalls(app: Any) -> list[Any]:
                 and last >= first)
         if not hole:
             _reread.pop(tp, None)  # the head was handled: a hole there later is a new one
+        if (highwater is not None and position is not None and position < highwater
+                and tp not in consumer._get_active_partitions()
+                and tp in consumer._buffered_partitions and _queued(app, tp, None)):
+            continue  # Faust's back pressure: the agent's buffer is full, it resumes it
         if hole:
             # a hole at the head: later records were handled, `first` never was, and the
             # consumer read past it (app.compat.rebalance keeps the commit from passing it)
@@ -95,6 +107,21 @@ async def check_stalls(app: Any) -> list[Any]:
                 continue  # everything fetched was handled
             why, state = (f"last record handled {again - 1}, last read {last}",
                           ("tail", again, position))
+        if state[0] != "paused":
+            # the agent has the record (a hole) or records from there on (a tail): slow or
+            # blocked, not skipped; a tail's skipped record shows as a hole once later ones
+            # are handled
+            busy = _queued(app, tp, again) + _unacked(app, tp, again)
+            if state[0] == "hole":
+                busy = [offset for offset in busy if offset == again]
+            if busy:
+                state = ("busy", again)
+                seen.add(tp)
+                if _suspects.get(tp) == state:
+                    slow.append(f"{tp.topic}[{tp.partition}] ({len(busy)} records from "
+                                f"{again} delivered, none handled since the last check)")
+                _suspects[tp] = state
+                continue
         seen.add(tp)
         if state[0] == "hole" and _reread.get(tp) == first and _suspects.get(tp) == state:
             # read again from `first` and still not delivered: not in the log
@@ -123,11 +150,35 @@ async def check_stalls(app: Any) -> list[Any]:
     for tp in set(_suspects) - seen:
         del _suspects[tp]
     now = time.monotonic()
-    if fixed and now - _described[0] >= DESCRIBE_EVERY_S:
+    if (fixed or slow) and now - _described[0] >= DESCRIBE_EVERY_S:
         _described[0] = now  # an agent blocked somewhere says where (app.awaiting)
-        log.warning("stalled inputs %s; the agents:\n%s",
-                    sorted(f"{tp.topic}[{tp.partition}]" for tp in fixed), awaiting.agents(app))
+        log.warning("stalled inputs %s, inputs an agent holds and does not handle %s; the "
+                    "agents:\n%s", sorted(f"{tp.topic}[{tp.partition}]" for tp in fixed), slow,
+                    awaiting.agents(app))
     return fixed
+
+
+def _queued(app: Any, tp: Any, start: int | None) -> list[int]:
+    """Offsets (from ``start``; None: any) of ``tp``'s records of the current generation waiting
+    in the agents' buffers (the conductor's channels of its topic; Faust's stream skips, unacked,
+    the records of an earlier generation, so those do not count)."""
+    generation = app.consumer_generation_id
+    out = []
+    for channel in app.topics._topic_name_index.get(tp.topic, ()):
+        for event in list(getattr(getattr(channel, "queue", None), "_queue", ())):
+            msg = getattr(event, "message", None)
+            if (msg is not None and msg.tp == tp and msg.generation_id == generation
+                    and (start is None or msg.offset >= start)):
+                out.append(msg.offset)
+    return out
+
+
+def _unacked(app: Any, tp: Any, start: int) -> list[int]:
+    """Offsets from ``start`` of ``tp``'s records an agent took and has not acked yet (held by
+    flow control, in a batch on its way to the broker)."""
+    generation = app.consumer_generation_id
+    return [m.offset for m in list(app.consumer._unacked_messages)
+            if m.tp == tp and m.generation_id == generation and m.offset >= start]
 
 
 def install(app: Any, interval_s: float) -> None:
