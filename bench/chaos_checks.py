@@ -83,13 +83,23 @@ def latest(outs: dict[str, Any]) -> dict[str, Any]:
             "movies": movies_test.answers(outs["movies"])}
 
 
+async def follow(reader: Outputs, stop: asyncio.Event) -> None:
+    """Read the outputs as they come until ``stop`` (during the traffic): at its end only the
+    tail is left to read. Read all at once after 10 minutes of traffic, the first look took the
+    broker ~10 minutes (hundreds of thousands of one-record batches) and ate the settling time."""
+    while not stop.is_set():
+        await reader.read(idle_s=1.0, timeout_s=30)
+        await asyncio.sleep(1.0)
+
+
 async def wait_converged(names: Names, want: dict[str, Any], timeout_s: float,
                          slow: Callable[[], Any] | None = None, slow_s: float = 120,
-                         ) -> tuple[dict[str, Any], float]:
+                         reader: Outputs | None = None) -> tuple[dict[str, Any], float]:
     """The outputs once every join's latest answers equal ``want`` (else the last read), and
-    the seconds it took; ``slow()`` is called once if that takes more than ``slow_s``."""
+    the seconds it took; ``slow()`` is called once if that takes more than ``slow_s``;
+    ``reader``: one that has read along already (:func:`follow`)."""
     t0 = time.monotonic()
-    reader = Outputs(names)
+    reader = Outputs(names) if reader is None else reader
     try:
         while True:
             if slow is not None and time.monotonic() - t0 > slow_s:
