@@ -114,8 +114,8 @@ async def check_stalls(app: Any) -> list[Any]:
             busy = _queued(app, tp, again) + _unacked(app, tp, again)
             if state[0] == "hole":
                 busy = [offset for offset in busy if offset == again]
-            if busy:
-                state = ("busy", again)
+            if busy:  # logged when the agent acked nothing of it between two checks
+                state = ("busy", again, max(acked) if acked else None)
                 seen.add(tp)
                 if _suspects.get(tp) == state:
                     slow.append(f"{tp.topic}[{tp.partition}] ({len(busy)} records from "

@@ -175,3 +175,15 @@ async def test_a_position_being_reset_does_not_block_the_guard(monkeypatch):
     consumer.position = never
     monkeypatch.setattr(stall_guard, "POSITION_TIMEOUT_S", 0.05)
     assert await asyncio.wait_for(twice(make_app(consumer)), timeout=2) == []
+
+
+@pytest.mark.asyncio
+async def test_a_slow_agent_that_handles_records_between_checks_is_not_reported(caplog):
+    consumer = tail()
+    app = make_app(consumer, queued=[message(o) for o in range(60, 100)])
+    consumer._unacked_messages = {message(o) for o in range(50, 60)}
+    await stall_guard.check_stalls(app)
+    consumer._acked[TP0] = list(range(60))  # it handled ten more meanwhile
+    consumer._unacked_messages = set()
+    assert await stall_guard.check_stalls(app) == []
+    assert consumer.seeks == [] and "does not handle" not in caplog.text
