@@ -59,6 +59,7 @@ import asyncio
 import logging
 import os
 import sys
+import time
 from typing import Any, Callable
 
 import aiokafka
@@ -250,9 +251,29 @@ def register_broker_errors() -> None:
     aiokafka.errors.kafka_errors.setdefault(InvalidRecordError.errno, InvalidRecordError)
 
 
+def describe_producer(app: Any) -> str:
+    """The producer's state for a stall's log line (:mod:`app.awaiting`): the nodes with a
+    request in flight (aiokafka sends one request per node at a time), the partitions muted
+    meanwhile, the batches waiting and the oldest one's age. A loop that waits in aiokafka's
+    ``wait_drain`` waits for these."""
+    producer = getattr(app.producer, "_producer", None)
+    if producer is None:
+        return "producer: not started"
+    sender = getattr(producer, "_sender", None)
+    batches = [b for queue in producer._message_accumulator._batches.values() for b in queue]
+    oldest = max((time.monotonic() - b._ctime for b in batches), default=0.0)
+    task = getattr(sender, "_sender_task", None)
+    return (f"producer: requests in flight to nodes "
+            f"{sorted(getattr(sender, '_in_flight', ()))}, "
+            f"{len(getattr(sender, '_muted_partitions', ()))} partitions muted, {len(batches)} "
+            f"batches waiting (oldest {oldest:.1f} s), sender "
+            f"{'running' if task is not None and not task.done() else 'STOPPED'}")
+
+
 def install(app: Any) -> None:
     """Wire the fixes into ``app`` (its ``etj`` settings give the delivery timeout)."""
     register_broker_errors()
+    getattr(app, "on_describe", []).append(lambda: describe_producer(app))
     AIOKafkaClient._wait_on_metadata = _wait_on_metadata  # type: ignore[method-assign]
     Producer._producer_type = property(_producer_type)  # type: ignore[assignment]
     Topic.publish_message = _publish_or_stop  # type: ignore[method-assign]
