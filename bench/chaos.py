@@ -64,13 +64,6 @@ KINDS = ("kill9", "graceful", "rebalance", "broker_pause", "broker_restart")
 MEMORY_BROKER_KINDS = KINDS[:-1]
 Broker = PausableBroker | S3Broker
 GOALS = {"chaos_lost": 0, "chaos_wrong": 0, "chaos_rss_growth_ratio": 1.3}
-#: how long a worker's fetch may wait at the broker (ETJ_CONSUMER_FETCH_MAX_WAIT_MS): the
-#: bundled broker holds a fetch for the full wait, and as its logs grow each fetch of every
-#: partition costs it more; with 100 ms (the other benches' latency setting) four workers kept
-#: it at 100-160 % CPU, a produce took 77-130 ms instead of 0.25 ms with the workers stopped,
-#: and the agents (one changelog row per round trip and partition, one-record batches) never
-#: caught up after the faults. Latency is not what this run measures.
-FETCH_MAX_WAIT_MS = 500
 
 
 def faults(fleet: Fleet, broker: Broker, rng: random.Random) -> dict[str, Callable[[], str]]:
@@ -169,9 +162,7 @@ def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
         if isinstance(broker, S3Broker):
             broker.start_storage()
         broker.start()
-        names = make_names(broker.url, **{**LOCAL_SETTINGS,
-                                          "consumer_fetch_max_wait_ms": FETCH_MAX_WAIT_MS},
-                           retention_ms=RETENTION_MS,
+        names = make_names(broker.url, **LOCAL_SETTINGS, retention_ms=RETENTION_MS,
                            movie_retention_ms=RETENTION_MS, movie_window_ms=RETENTION_MS)
         fleet = Fleet(names, folder, workers, store_url=store)
         fleet.start_all()
