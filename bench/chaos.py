@@ -53,11 +53,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.chaos_checks import Outputs, expected, follow, verdict, wait_converged
+from bench.chaos_checks import expected, verdict, wait_converged
 from bench.chaos_fleet import Fleet
 from bench.chaos_traffic import RETENTION_MS, Sender
 from bench.workers import LOCAL_SETTINGS
-from tests.harness import Names, PausableBroker, S3Broker, make_names
+from tests.harness import PausableBroker, S3Broker, make_names
 
 KINDS = ("kill9", "graceful", "rebalance", "broker_pause", "broker_restart")
 #: the kinds a broker on memory storage can take (a restart would lose every topic)
@@ -96,26 +96,6 @@ def schedule(rng: random.Random, seconds: float, every_s: tuple[float, float],
         if at >= seconds - 5:
             return out
         out.append((at, kinds[len(out) % len(kinds)] if kinds else rng.choice(among)))
-
-
-async def chaos_and_settle(fleet: Fleet, broker: Broker, sender: Sender, seconds: float,
-                           plan: list[tuple[float, str]], rng: random.Random, names: Names,
-                           settle_s: float) -> tuple[list[dict[str, Any]], dict[str, Any],
-                                                     dict[str, Any], float]:
-    """The traffic and its faults (:func:`chaos`) while the outputs are read along, then the
-    wait until the answers converge: (faults done, exact answers, outputs, settling seconds)."""
-    reader = Outputs(names)
-    stop = asyncio.Event()
-    following = asyncio.create_task(follow(reader, stop))
-    try:
-        done = await chaos(fleet, broker, sender, seconds, plan, rng)
-    finally:
-        stop.set()
-        await asyncio.gather(following, return_exceptions=True)
-    want = expected(sender.sent)
-    outs, settle = await wait_converged(names, want, settle_s, slow=fleet.dump_stacks,
-                                        reader=reader)
-    return done, want, outs, settle
 
 
 async def chaos(fleet: Fleet, broker: Broker, sender: Sender, seconds: float,
@@ -168,10 +148,12 @@ def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
         fleet.start_all()
         fleet.watch()
         sender = Sender(names, seed, rate)
-        # then traffic stops and the answers converge (the fleet is still supervised)
-        done, want, outs, settle = asyncio.run(chaos_and_settle(
-            fleet, broker, sender, seconds, plan, rng, names, settle_s))
+        done = asyncio.run(chaos(fleet, broker, sender, seconds, plan, rng))
         traffic_s = seconds
+
+        # traffic stopped: the answers converge (the fleet is still supervised)
+        want = expected(sender.sent)
+        outs, settle = asyncio.run(wait_converged(names, want, settle_s, slow=fleet.dump_stacks))
         fleet.sample_rss()
         result = asyncio.run(verdict(names, fleet.running, sender.sent, want, outs))
         fleet.sample_rss()
