@@ -44,11 +44,8 @@ def chain(task: "asyncio.Future[Any] | None") -> list[str]:
                 coro = inner[0]
                 continue
             futures = [r for r in held if isinstance(r, asyncio.Future)]
-            if futures:
-                out.append(f"waits on {_future(futures[0])}")
-                break
-        if frame is None:
-            out.append(f"<{type(coro).__name__}>")
+            out.append(f"waits on {_future(futures[0])}" if futures
+                       else f"<{type(coro).__name__}>")
             break
         code = frame.f_code
         out.append(f"{_short(code.co_filename)}:{frame.f_lineno} {code.co_name}")

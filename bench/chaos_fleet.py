@@ -11,15 +11,14 @@ beyond the warm-up are compared, and the run reports the largest ratio among the
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.profile_worker import pyspy
 from tests.harness import Names, Worker
 
 
@@ -162,8 +161,9 @@ class Fleet:
         """Every running worker's threads, as py-spy sees them now (``<name>.stacks.txt``
         beside its log): where a worker that stopped answering is stuck. Needs py-spy (the
         bench extra); skipped without it."""
-        exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        if not Path(exe).exists():
+        try:
+            exe = pyspy()
+        except RuntimeError:
             return []
         written = []
         for w in self.running:

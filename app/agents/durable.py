@@ -371,7 +371,6 @@ class DurableLoop:
         for fut in letters:
             await fut  # a failure here failed stop already (send_direct's callback)
 
-
     # --- diagnostics -----------------------------------------------------------------------
     def describe(self) -> str:
         """This loop's state and where each of its tasks waits (logged when a partition

@@ -80,17 +80,16 @@ async def check_stalls(app: Any) -> list[Any]:
                 and last >= first)
         if not hole:
             _reread.pop(tp, None)  # the head was handled: a hole there later is a new one
-        if (highwater is not None and position is not None and position < highwater
-                and tp not in consumer._get_active_partitions()
-                and tp in consumer._buffered_partitions and _queued(app, tp, None)):
+        paused = (highwater is not None and position is not None and position < highwater
+                  and tp not in consumer._get_active_partitions())
+        if paused and tp in consumer._buffered_partitions and _queued(app, tp, None):
             continue  # Faust's back pressure: the agent's buffer is full, it resumes it
         if hole:
             # a hole at the head: later records were handled, `first` never was, and the
             # consumer read past it (app.compat.rebalance keeps the commit from passing it)
             why, again, state = (f"records after {first} handled, {first} never", first,
                                  ("hole", first, min(acked)))
-        elif (highwater is not None and position is not None and position < highwater
-              and tp not in consumer._get_active_partitions()):
+        elif paused:
             # records wait in the broker but Faust left the partition paused (seen once in a
             # while after a restart: a partition never consumed)
             why, again, state = ("paused with records waiting", None, ("paused", last, position))
@@ -165,7 +164,8 @@ def _queued(app: Any, tp: Any, start: int | None) -> list[int]:
     generation = app.consumer_generation_id
     out = []
     for channel in app.topics._topic_name_index.get(tp.topic, ()):
-        for event in list(getattr(getattr(channel, "queue", None), "_queue", ())):
+        # ``_queue``, not the ``queue`` property: that one creates a buffer a channel lacks
+        for event in list(getattr(getattr(channel, "_queue", None), "_queue", ())):
             msg = getattr(event, "message", None)
             if (msg is not None and msg.tp == tp and msg.generation_id == generation
                     and (start is None or msg.offset >= start)):

@@ -72,7 +72,7 @@ class Consumer:
 
 
 def make_app(consumer: Consumer, queued: list[Any] = ()) -> Any:
-    channel = SimpleNamespace(queue=SimpleNamespace(
+    channel = SimpleNamespace(_queue=SimpleNamespace(
         _queue=deque(SimpleNamespace(message=m) for m in queued)))
     return SimpleNamespace(consumer=consumer, consumer_generation_id=GEN,
                            tables=SimpleNamespace(changelog_topics=set()),
