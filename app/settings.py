@@ -119,6 +119,12 @@ class Settings(BaseSettings):
         description="Faust `producer_max_batch_size`; 1 for the local tansu broker (exact "
         "changelog recovery), unset = Faust's default.",
     )
+    end_offsets_by_fetch: bool = Field(
+        False, description="Ask each partition's end offset with a Fetch as well as ListOffsets "
+        "and take the larger (app/compat/end_offsets.py): the bundled tansu broker's ListOffsets "
+        "under-reports batched partitions, so with this on it can run with producer batching. "
+        "Not needed on Apache Kafka, Redpanda or a managed Kafka.",
+    )
     producer_max_request_bytes: int | None = Field(
         None,
         ge=1,

@@ -69,7 +69,7 @@ GROUPS: list[tuple[str, str, list[str]]] = [
     ("Delivery and the consumer group", "See [guarantees](../concepts/guarantees.md) and "
      "[the Faust and aiokafka patches](../contributing/patches.md).",
      ["producer_delivery_timeout_s", "producer_max_batch_size", "producer_max_request_bytes",
-      "consumer_fetch_max_wait_ms",
+      "end_offsets_by_fetch", "consumer_fetch_max_wait_ms",
       "stall_check_s", "session_timeout_s", "heartbeat_interval_s", "rebalance_timeout_s",
       "commit_interval_s", "stop_drain_s"]),
     ("Security", "TLS and SASL to Kafka, and the token of the state views: "

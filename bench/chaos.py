@@ -1,7 +1,8 @@
 """The chaos run: all three joins under steady out-of-order traffic while faults keep coming;
 at the end, every answer exact and every record accounted for.
 
-``python -m bench.chaos [--minutes 10] [--workers 3] [--rate 360] [--seed 1] [--durable-broker]``
+``python -m bench.chaos [--minutes 10] [--workers 3] [--rate 360] [--seed 1] [--durable-broker]
+[--batching]``
 
 Three worker processes (``faust -A app.main worker``, RocksDB tables, each its own data dir and
 web port) run on the bundled tansu broker, started here (memory storage). Traffic (``bench.chaos_traffic``):
@@ -19,6 +20,10 @@ Every 30–60 s (seeded) one fault, drawn from:
   worker that recovers its tables after a worker fault comes back without their last
   updates or not at all (measured, the S3Broker docstring says more): with
   ``--durable-broker`` the run shows the broker's bug as much as the workers'.
+
+The workers' producers send one-record batches, as the bundled broker needed for exact
+recovery; with ``--batching`` they use the producer's default batching, as on a real Kafka,
+and ``ETJ_END_OFFSETS_BY_FETCH=true`` (:mod:`app.compat.end_offsets`) keeps recovery exact.
 
 Worker faults hit the slots in turn, last first. A worker that exits unasked is started again
 (``unasked_exits``), as its supervisor would. Then traffic stops, the workers converge, and
@@ -122,10 +127,12 @@ async def chaos(fleet: Fleet, broker: Broker, sender: Sender, seconds: float,
 def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
         every_s: tuple[float, float] = (30, 60), kinds: list[str] | None = None,
         warm_up_s: float = 60, settle_s: float = 600, store: str = "rocksdb://",
-        durable_broker: bool = False, folder: Path | None = None) -> dict[str, Any]:
+        durable_broker: bool = False, folder: Path | None = None,
+        batching: bool = False) -> dict[str, Any]:
     """The chaos run; its figures (module docstring). ``kinds``: the faults in this order
     (cycled) instead of drawn; ``folder``: where workers and broker keep data and logs
-    (default: a temporary folder, kept when the run fails or is not exact)."""
+    (default: a temporary folder, kept when the run fails or is not exact); ``batching``: the
+    workers' producers batch (module docstring)."""
     rng = random.Random(seed)
     seconds = minutes * 60
     among = KINDS if durable_broker else MEMORY_BROKER_KINDS
@@ -144,6 +151,9 @@ def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
         broker.start()
         names = make_names(broker.url, **LOCAL_SETTINGS, retention_ms=RETENTION_MS,
                            movie_retention_ms=RETENTION_MS, movie_window_ms=RETENTION_MS)
+        if batching:
+            del names.env["ETJ_PRODUCER_MAX_BATCH_SIZE"]
+            names.env["ETJ_END_OFFSETS_BY_FETCH"] = "true"
         fleet = Fleet(names, folder, workers, store_url=store)
         fleet.start_all()
         fleet.watch()
@@ -163,7 +173,8 @@ def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
             **{k: result.pop(k) for k in ("chaos_lost", "chaos_wrong", "chaos_gaps")},
             **fleet.rss(warm_up_s, min_span_s=warm_up_s / 2),
             "chaos_minutes": round(traffic_s / 60, 2), "rate": rate, "workers": workers,
-            "store": store, "seed": seed, "durable_broker": durable_broker, "settle_s": round(settle, 1),
+            "store": store, "seed": seed, "durable_broker": durable_broker,
+            "producer_batching": batching, "settle_s": round(settle, 1),
             "resent": sender.resent, "unasked_exits": fleet.unasked_exits,
             "joins": {k: len(v) for k, v in want.items()}, **result, "faults": done,
         }
@@ -191,10 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", default="rocksdb://")
     p.add_argument("--durable-broker", action="store_true",
                    help="broker log in S3 (moto): adds the broker_restart fault")
+    p.add_argument("--batching", action="store_true",
+                   help="the workers' producers batch (ETJ_END_OFFSETS_BY_FETCH=true)")
     a = p.parse_args(argv)
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # the faults make it shout
     result = run(minutes=a.minutes, workers=a.workers, rate=a.rate, seed=a.seed, store=a.store,
-                 durable_broker=a.durable_broker)
+                 durable_broker=a.durable_broker, batching=a.batching)
     print(json.dumps(result, indent=2, default=str))
     return 0 if result["goals_met"] else 1
 
