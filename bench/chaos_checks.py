@@ -112,6 +112,18 @@ async def wait_converged(names: Names, want: dict[str, Any], timeout_s: float,
         await reader.close()
 
 
+#: how many of each kind of difference a run reports in full (``examples``), to look into
+EXAMPLES = 8
+
+
+def differences(got: dict[Any, Any], want: dict[Any, Any]) -> list[dict[str, Any]]:
+    """The first :data:`EXAMPLES` ids answered otherwise than the exact answer: id, got, want."""
+    ids = sorted((set(got) | set(want)) - {k for k in set(got) & set(want) if got[k] == want[k]},
+                 key=str)
+    return [{"id": str(k), "got": repr(got.get(k)), "want": repr(want.get(k))}
+            for k in ids[:EXAMPLES]]
+
+
 def differing(got: dict[Any, Any], want: dict[Any, Any]) -> tuple[int, int]:
     """(missing, wrong): ids the exact answer has and ``got`` lacks; ids answered otherwise
     (or answered though the exact answer has no such id)."""
@@ -211,10 +223,13 @@ async def verdict(names: Names, workers: list[Worker], sent: list[Sent],
     """Every figure of the run's end state (see bench.chaos)."""
     got = latest(outs)
     missing, wrong, detail = 0, 0, {}
+    examples: dict[str, Any] = {}
     for join in ("mood", "car", "movies"):
         m, w = differing(got[join], want[join])
         missing, wrong = missing + m, wrong + w
         detail[f"{join}_missing"], detail[f"{join}_wrong"] = m, w
+        if m or w:
+            examples[join] = differences(got[join], want[join])
     detail["car_web_view_wrong"] = await asyncio.to_thread(car_web_view_wrong, workers,
                                                             want["car"])
     wrong += detail["car_web_view_wrong"]
@@ -246,20 +261,29 @@ async def verdict(names: Names, workers: list[Worker], sent: list[Sent],
     moods = unpurged_moods(sent)
     in_history = {m.position for m in moods}
     history = await settled_mood_history(workers, moods, exclude=elsewhere, timeout_s=120)
-    no_fate = 0
+    fateless: list[Sent] = []
     for s in sent:
         if s.position in elsewhere:
             continue
         if s.kind == "event":
-            no_fate += Recommendation(s.value["consultant"], s.value["recommendation"],
-                                      s.value["event_time"], s.value.get("id")
-                                      ).join_id not in joined
+            lost = Recommendation(s.value["consultant"], s.value["recommendation"],
+                                  s.value["event_time"], s.value.get("id")
+                                  ).join_id not in joined
         elif s.kind == "rating":
-            no_fate += s.value["id"] not in joined
+            lost = s.value["id"] not in joined
         elif s.kind == "mood" and s.position in in_history:
-            no_fate += ((s.value["event_time"], s.value["mood"])
-                        not in history.get(s.value["name"], ()))
+            lost = ((s.value["event_time"], s.value["mood"])
+                    not in history.get(s.value["name"], ()))
+        else:
+            lost = False
+        if lost:
+            fateless.append(s)
+    no_fate = len(fateless)
     detail["no_fate"] = no_fate
+    if fateless:
+        examples["no_fate"] = [{"kind": s.kind, "at": list(s.position), "key": repr(s.key),
+                                "value": s.value} for s in fateless[:EXAMPLES]]
+    detail["examples"] = examples
     # car arrivals, zone readings and movie versions show in no per-record output: the group
     # must have handled (and committed) every one of them
     detail["unconsumed"] = await unconsumed(names, sent)

@@ -15,6 +15,13 @@ touched: a duplicate event its join's revisions, a duplicate version those of th
 currently answer with it. Records re-delivered after a crash are exactly the ones whose outputs
 may be lost, so nothing is lost and nothing is re-sent at scale.
 
+A re-delivered record also writes again the rows it finds: after a kill -9 a worker that kept
+its data directory (RocksDB, a pod with its volume) holds the rows of records it handled whose
+changelog rows were lost with the process; their inputs were not committed, so they come again,
+find their rows and change nothing, and without the write the changelog would never get those
+rows: the next owner of the partition, which recovers from the changelog, would lack them (a
+rating waiting for its movie never answered; found by the chaos run with producer batching).
+
 Both layouts re-emit gap-free: with a join's current revision go the revisions it superseded
 whose source (``src``: the input record that produced it, stamped by the agent) is not known to
 be delivered (``delivered(p, src)``: its input offset is committed, which Faust does only after
@@ -101,10 +108,13 @@ class PerKeyLayout(_Codec):
         elif self.joins.get(key) is not None:
             del self.joins[key]
 
-    def _mark_active(self, p: int, key: str) -> None:
+    def _mark_active(self, p: int, key: str, again: bool = False) -> None:
+        """``key`` in partition ``p``'s active keys; ``again``: write the row even if it is."""
         keys = self.active.get(p) or []
         if key not in keys:
             self.active[p] = sorted([*keys, key])
+        elif again:
+            self.active[p] = keys
 
     def on_event(self, p: int, e: Event, horizon: int | None,
                  release_from: int | None, src: Any = None) -> tuple[list[Revision], bool]:
@@ -117,14 +127,22 @@ class PerKeyLayout(_Codec):
             self.settle(p, j, src)  # type: ignore[arg-type]
         if j is not None:  # only this join is decoded; the row is rewritten as a whole
             self.joins[e.key] = {**raw, e.id: self.dump(j)}
+        elif old is not None:  # a duplicate: its row again, for the changelog (docstring);
+            self.joins[e.key] = raw  # what it may have lost is re-emitted by resume()
+            self._mark_active(p, e.key, again=True)
+            return [], False
         self._mark_active(p, e.key)
         return ([rev] if rev else []), (old is None and j is not None and j.revision == 0)
 
     def on_version(self, p: int, key: str, v: Version, horizon: int | None,
                    release_from: int | None, src: Any = None) -> list[Revision]:
         history = [list(x) for x in self.history.get(key) or []]
-        if not insert_version(history, v):
-            self._mark_active(p, key)
+        if not insert_version(history, v):  # a duplicate: its rows again (module docstring)
+            self.history[key] = history
+            raw = self.joins.get(key)
+            if raw:
+                self.joins[key] = raw
+            self._mark_active(p, key, again=True)
             return []
         self.history[key] = history
         raw = self.joins.get(key) or {}
@@ -191,7 +209,11 @@ class PerJoinLayout(_Codec):
         old_time = None if existing is None else existing.event_time
         j, rev = self.rules.arrive(self.history.get(e.key) or [], e, existing, release_from)
         if j is None:  # a duplicate: perhaps re-delivered after a crash lost its output
-            return ([] if existing is None else self.unsent(p, e.id, e.key, existing)), False
+            if existing is None:
+                return [], False
+            self.joins[k] = raw  # and its changelog rows (module docstring)
+            self.expiry[expiry_key(p, existing.event_time, e.key, e.id)] = 1
+            return self.unsent(p, e.id, e.key, existing), False
         if rev:
             self.settle(p, j, src)
         self.joins[k] = self.dump(j)
@@ -209,9 +231,14 @@ class PerJoinLayout(_Codec):
                    release_from: int | None, src: Any = None) -> list[Revision]:
         history = [list(x) for x in self.history.get(key) or []]
         if not insert_version(history, v):  # a duplicate: re-emit what answers with it
-            return [r for jid, j, cur in self._joins_of(p, key, None) if j.answer_time == v[0]
-                    and j.answer == v[1:] and cur is not None
-                    for r in self.unsent(p, jid, key, j)]
+            self.history[key] = history  # and write its rows again (module docstring)
+            out = []
+            for jid, j, cur in self._joins_of(p, key, None):
+                if j.answer_time == v[0] and j.answer == v[1:]:
+                    self.joins[join_key(key, jid)] = self.dump(j)
+                    if cur is not None:
+                        out += self.unsent(p, jid, key, j)
+            return out
         if horizon is not None:
             history = purge_history(history, horizon)
         self.history[key] = history
