@@ -61,7 +61,7 @@ from typing import Any, Callable
 from bench.chaos_checks import expected, verdict, wait_converged
 from bench.chaos_fleet import Fleet
 from bench.chaos_traffic import RETENTION_MS, Sender
-from bench.workers import LOCAL_SETTINGS
+from bench.workers import LOCAL_SETTINGS, batched
 from tests.harness import PausableBroker, S3Broker, make_names
 
 KINDS = ("kill9", "graceful", "rebalance", "broker_pause", "broker_restart")
@@ -151,8 +151,8 @@ def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
         broker.start()
         names = make_names(broker.url, **LOCAL_SETTINGS, retention_ms=RETENTION_MS,
                            movie_retention_ms=RETENTION_MS, movie_window_ms=RETENTION_MS)
-        if batching:
-            del names.env["ETJ_PRODUCER_MAX_BATCH_SIZE"]
+        if batching:  # recovery stays exact on tansu with the end offsets a Fetch reports
+            names = batched(names)
             names.env["ETJ_END_OFFSETS_BY_FETCH"] = "true"
         fleet = Fleet(names, folder, workers, store_url=store)
         fleet.start_all()

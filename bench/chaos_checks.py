@@ -118,7 +118,8 @@ EXAMPLES = 8
 
 def differences(got: dict[Any, Any], want: dict[Any, Any]) -> list[dict[str, Any]]:
     """The first :data:`EXAMPLES` ids answered otherwise than the exact answer: id, got, want."""
-    ids = sorted((set(got) | set(want)) - {k for k in set(got) & set(want) if got[k] == want[k]},
+    none = object()
+    ids = sorted((k for k in set(got) | set(want) if got.get(k, none) != want.get(k, none)),
                  key=str)
     return [{"id": str(k), "got": repr(got.get(k)), "want": repr(want.get(k))}
             for k in ids[:EXAMPLES]]

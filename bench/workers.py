@@ -97,7 +97,8 @@ def wait_stats(worker: Worker, predicate: Any, timeout_s: float, every_s: float 
 def batched(names: Names) -> Names:
     """The same names with the producer's default batching (``ETJ_PRODUCER_MAX_BATCH_SIZE``
     unset): how a worker runs on a real Kafka. Changelog end offsets on tansu are then inexact
-    (recovery is not exact), which a throughput run does not need."""
+    (recovery is not exact), which a throughput run does not need; ``bench.chaos --batching``
+    adds ``ETJ_END_OFFSETS_BY_FETCH=true``, which makes it exact (app.compat.end_offsets)."""
     return Names(names.prefix, {k: v for k, v in names.env.items()
                                 if k != "ETJ_PRODUCER_MAX_BATCH_SIZE"})
 
