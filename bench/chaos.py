@@ -61,8 +61,9 @@ from typing import Any, Callable
 from bench.chaos_checks import expected, verdict, wait_converged
 from bench.chaos_fleet import Fleet
 from bench.chaos_traffic import RETENTION_MS, Sender
+from bench.kafka_io import list_topics, read_topics
 from bench.workers import LOCAL_SETTINGS, batched
-from tests.harness import PausableBroker, S3Broker, make_names
+from tests.harness import PausableBroker, S3Broker, bootstrap, make_names
 
 KINDS = ("kill9", "graceful", "rebalance", "broker_pause", "broker_restart")
 #: the kinds a broker on memory storage can take (a restart would lose every topic)
@@ -124,6 +125,26 @@ async def chaos(fleet: Fleet, broker: Broker, sender: Sender, seconds: float,
     return done
 
 
+async def dump_topics(url: str, into: Path, idle_s: float = 10) -> Path:
+    """Every record of every topic (inputs, outputs, changelogs), one JSON line each, one file
+    per topic in ``into``: a run that is not exact is read from these after its broker (memory
+    storage) is gone."""
+    into.mkdir(parents=True, exist_ok=True)
+    topics = sorted(t for t in await list_topics(url) if not t.startswith("__"))
+    got = await read_topics(url, topics, lambda _: False, timeout_s=600, idle_s=idle_s)
+    files = {t: (into / f"{t}.jsonl").open("w") for t in topics}
+    try:
+        for g in got:
+            files[g.topic].write(json.dumps({
+                "p": g.partition, "o": g.offset, "ts": g.timestamp_ms,
+                "k": None if g.key is None else g.key.decode("utf-8", "replace"),
+                "v": None if g.value is None else g.value.decode("utf-8", "replace")}) + "\n")
+    finally:
+        for f in files.values():
+            f.close()
+    return into
+
+
 def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
         every_s: tuple[float, float] = (30, 60), kinds: list[str] | None = None,
         warm_up_s: float = 60, settle_s: float = 600, store: str = "rocksdb://",
@@ -182,6 +203,9 @@ def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
         result["goals_met"] = (result["chaos_lost"] == 0 and result["chaos_wrong"] == 0 and
                                (result["chaos_rss_growth_ratio"] or 0) <= 1.3)
         ok = result["chaos_lost"] == 0 and result["chaos_wrong"] == 0
+        if not ok:  # what to read the failure from once the broker (memory storage) is gone
+            result["topics_dumped"] = str(asyncio.run(dump_topics(bootstrap(names),
+                                                                  folder / "topics")))
         return result
     finally:
         if fleet is not None:

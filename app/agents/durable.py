@@ -29,6 +29,10 @@ handled in event-time order (live, nothing waits). A record it holds back is not
 rebalance drops what it holds (they are delivered again). A held record whose wait times out
 with nothing else arriving is let go by a wake-up tick the loop sends to its own ticks topic.
 
+A record flow control lets go later is handled as Faust's current event
+(:mod:`app.compat.current_event`): Faust's tables take a row's partition (RocksDB database,
+changelog partition) from it, and a tick of one partition lets go of held records of others.
+
 A rebalance must not wait for a held record: Faust waits, before it gives partitions up, until
 every record it delivered is acked or garbage (``Consumer.wait_empty``, a weak set, no time
 limit). Dropping a record from the merge does not make it garbage (Faust's stream generator
@@ -58,6 +62,7 @@ from faust.types import TP, TopicT
 
 from app import awaiting, metrics, sinks
 from app.compat import delivery
+from app.compat.current_event import as_current
 from app.compat.stores import committed_offset
 from app.compat.write_behind import WriteBehind
 from app.faust_app import app, settings
@@ -203,9 +208,17 @@ class DurableLoop:
         self._untrack(self.merge.reset())
         metrics.flow_waiting.labels(self.join).set(0)
 
-    @staticmethod
-    def _untrack(dropped: list[tuple[Any, Any]]) -> None:
+    def _untrack(self, dropped: list[tuple[Any, Any]]) -> None:
         """Faust stops waiting for these records (not acked: their offsets stay uncommitted)."""
+        if dropped:
+            first: dict[tuple[str, int], int] = {}
+            for event, _ in dropped:
+                m = event.message
+                tp = (m.topic, m.partition)
+                first[tp] = min(first.get(tp, m.offset), m.offset)
+            log.info("join %s: a rebalance let go of %d held records (delivered again from "
+                     "the committed offsets); first offset per input: %s", self.join,
+                     len(dropped), {f"{t}[{p}]": o for (t, p), o in sorted(first.items())})
         unacked = app.consumer._unacked_messages
         for event, _ in dropped:
             unacked.discard(event.message)
@@ -256,7 +269,11 @@ class DurableLoop:
                     self._untrack(self.merge.reset())
                 for ready, parsed in self.ready(event):
                     self._events.append(ready)
-                    self._outs += self.handle(ready.message, parsed)
+                    if ready is event:
+                        self._outs += self.handle(ready.message, parsed)
+                    else:  # let go by flow control: its partition, not the current one's
+                        with as_current(ready):
+                            self._outs += self.handle(ready.message, parsed)
                     self._ends.append(len(self._outs))
                 if self._events and (len(self._events) >= self.max_batch
                                      or not self._more_waiting(queue)):

@@ -19,6 +19,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
 - :mod:`~app.compat.end_offsets` — end offsets from a Fetch too, for a broker whose ListOffsets
   under-reports batched partitions (the bundled tansu; ``ETJ_END_OFFSETS_BY_FETCH``);
 - :mod:`~app.compat.fetch_wait` — the worker consumer's fetch wait is a setting;
+- :mod:`~app.compat.current_event` — a record flow control lets go later is handled as Faust's
+  current event (its tables take a row's partition from it);
 - :mod:`~app.compat.revoke` — records flow control holds are let go when a rebalance starts;
 - :mod:`~app.compat.graceful_stop` — on SIGTERM, acks are awaited a moment, not forever: what
   is handled is committed, the rest left for the next owner;

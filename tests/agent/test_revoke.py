@@ -135,3 +135,29 @@ async def test_describe_says_what_a_loop_holds_and_where_its_tasks_wait(join_har
             assert "app/agents/durable.py" in lines["loop"] and " events -> " in lines["loop"]
             assert " _deliver -> " in lines["deliver"] and "waits on" in lines["deliver"]
             assert engine.loop.describe in app.on_describe
+
+
+async def test_a_held_record_let_go_by_another_partitions_tick_keeps_its_own_partition(
+        join_harness):
+    """A tick of one partition lets go of every held record whose wait timed out, whatever its
+    partition. Faust's tables find a row's partition from the *current* event (RocksDB: which
+    partition's database; the changelog: which partition), and the current event is the tick:
+    the mood went into partition 0's history and changelog, so partition 1's recommendations
+    answered "no mood" and a recovery of partition 1 never had it. Found by the 10-minute
+    chaos run with batching (19 answers "no mood", never corrected)."""
+    from tests.agent.test_write_behind import rows
+
+    async with join_harness("moods") as h:
+        engine = engines["moods"]
+        t = h.tables
+        lag_1 = mock.patch.object(engine.loop.merge, "lag", lambda topic, partition, offset:
+                                  topic == engine.spec.events.topic and partition == 1)
+        with lag_1, acking(engine):
+            await h.dimension(mood("calm", T), partition=1)
+            assert held(engine) == 1  # waits for partition 1's lagging events
+            engine.loop.merge.partitions[1].waiting_since -= 60  # its wait timed out
+            await h.tick(partition=0)  # partition 0's revisit lets it go
+        assert held(engine) == 0
+        assert rows(h.sent, t.history) == [(1, "ann", [[T, "calm"]])]
+        assert rows(h.sent, t.index) == [(1, 1, ["ann"])]
+        assert (1, 1, T) in rows(h.sent, t.clock)
