@@ -13,7 +13,10 @@ The rules live in :mod:`app.logic.car_join`; this module loads/stores state and 
 they emit. Both agents run the durability protocol of every agent (:mod:`app.agents.durable`):
 per batch, the changelog is flushed, then the outputs are sent, then the records acked; a crash
 in between loses outputs whose input is then re-consumed, and the rules answer a re-delivered
-record (equal to the stored one) with its outputs again. The zone side's two inputs pass the
+record (equal to the stored one) with its outputs again, and the agents write its row again:
+after a kill -9 a worker that kept its RocksDB holds rows whose changelog rows were lost with
+the process, and the next owner of the partition, which recovers from the changelog, would lack
+them (a DEL whose tombstone was lost: the car would stay in the zone it left). The zone side's two inputs pass the
 same event-time flow control as a join's (under a backlog, zone readings and car moves of a
 partition are handled in event-time order); its ticks topic only wakes that flow control up.
 
@@ -91,6 +94,8 @@ def on_arrival(rec: CarArrivalIn) -> list[Out]:
                                                     rec.fuel_level, rec.event_time))
     if new is not None:
         car_positions[rec.car_id] = new.to_json()
+    elif moves:  # equal to the position: re-delivered, its row again (module docstring)
+        car_positions[rec.car_id] = raw
     return [move_out(m) for m in moves]
 
 
@@ -128,6 +133,8 @@ def on_reading(rec: ZoneIn, partition: int) -> list[Out]:
                                                                  partition))
     if store:
         zone_pollution[rec.zone_id] = [reading.event_time, reading.pollution_level]
+    elif stored == reading:  # re-delivered: its row again (module docstring)
+        zone_pollution[rec.zone_id] = raw
     return [output_out(o, "zone-update") for o in outputs]
 
 
@@ -141,6 +148,8 @@ def on_move(rec: CarMoveIn) -> list[Out]:
     if rec.op == "DEL":
         if apply_del(stored, move):
             del zone_cars[table_key]
+        elif stored is None:  # deleted already (re-delivered?): its tombstone again
+            zone_cars.on_key_del(table_key)  # the changelog hook alone: no row to delete
         return []
     raw_reading = zone_pollution.get(rec.zone_id)
     reading = (None if raw_reading is None
@@ -148,6 +157,8 @@ def on_move(rec: CarMoveIn) -> list[Out]:
     store, output = apply_add(stored, move, reading)
     if store:
         zone_cars[table_key] = [rec.event_time, rec.fuel_level]
+    elif stored == move.arrival:  # re-delivered: its row again (module docstring)
+        zone_cars[table_key] = raw
     return [] if output is None else [output_out(output, "car-move")]
 
 
