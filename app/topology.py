@@ -31,11 +31,16 @@ from app.range_scan import range_table
 
 _raw = dict(key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
 _out = dict(key_serializer="raw", value_serializer="raw")
-_json = dict(partitions=settings.partitions,
+#: every table's RocksDB memory: a memtable and a block cache per table partition (the memory
+#: store ignores them; docs/operating/scaling.md#memory)
+_store = dict(options=dict(write_buffer_size=settings.rocksdb_write_buffer_mb << 20,
+                           max_write_buffer_number=2,
+                           block_cache_size=settings.rocksdb_block_cache_mb << 20))
+_json = dict(partitions=settings.partitions, **_store,
              schema=faust.Schema(key_serializer="json", value_serializer="json"))
 # key_type=bytes too: Faust derives the changelog's key serializer from key_type alone (json
 # otherwise), and recovery would then fail to decode the byte keys
-_bytes_json = dict(partitions=settings.partitions, key_type=bytes,
+_bytes_json = dict(partitions=settings.partitions, key_type=bytes, **_store,
                    schema=faust.Schema(key_serializer="raw", value_serializer="json"))
 
 # --- shared outputs ----------------------------------------------------------------------------
@@ -106,7 +111,8 @@ zone_pollution = app.Table("zone-pollution", default=None, **_json)
 # key: (zone_id, car_id) as 16 bytes, big-endian, sign bit flipped (app.keys) -> byte order is
 # (zone, car) order, so a zone's cars are one key range (app.range_scan)
 # value: [car_event_time, fuel_level] of the arrival that put the car there
-zone_cars = range_table(app, "zone-cars", default=None, partitions=settings.partitions)
+zone_cars = range_table(app, "zone-cars", default=None, partitions=settings.partitions,
+                        **_store)
 
 
 # --- what must be co-partitioned, and what this worker owns ------------------------------------
