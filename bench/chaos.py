@@ -60,7 +60,7 @@ from typing import Any, Callable
 
 from bench.chaos_checks import expected, verdict, wait_converged
 from bench.chaos_fleet import Fleet
-from bench.chaos_traffic import RETENTION_MS, Sender
+from bench.chaos_traffic import EVENT_MS_PER_S, RETENTION_MS, Sender
 from bench.kafka_io import list_topics, read_topics
 from bench.workers import LOCAL_SETTINGS, batched
 from tests.harness import PausableBroker, S3Broker, bootstrap, make_names
@@ -179,6 +179,9 @@ def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
         fleet.start_all()
         fleet.watch()
         sender = Sender(names, seed, rate)
+        #: from then on the joins' state spans its whole retention window (event time is
+        #: tied to the seconds of traffic: bench.chaos_traffic)
+        state_filled = time.monotonic() + RETENTION_MS / EVENT_MS_PER_S
         done = asyncio.run(chaos(fleet, broker, sender, seconds, plan, rng))
         traffic_s = seconds
 
@@ -192,7 +195,7 @@ def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
             "name": "chaos", "chaos_records": len(sender.sent), "chaos_faults": len(done),
             "chaos_fault_kinds": dict(Counter(d["kind"] for d in done)),
             **{k: result.pop(k) for k in ("chaos_lost", "chaos_wrong", "chaos_gaps")},
-            **fleet.rss(warm_up_s, min_span_s=warm_up_s / 2),
+            **fleet.rss(warm_up_s, min_span_s=warm_up_s / 2, state_filled=state_filled),
             "chaos_minutes": round(traffic_s / 60, 2), "rate": rate, "workers": workers,
             "store": store, "seed": seed, "durable_broker": durable_broker,
             "producer_batching": batching, "settle_s": round(settle, 1),

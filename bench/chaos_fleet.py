@@ -7,6 +7,12 @@ with its predecessor's would measure the restart, not a leak. Each incarnation's
 last ``VmRSS`` sample ÷ its first sample at least ``warm_up_s`` after it started (recovery,
 imports and first fetches are over by then); only incarnations that lived ``min_span_s``
 beyond the warm-up are compared, and the run reports the largest ratio among them.
+
+A first incarnation's baseline is taken while the joins' state is still filling its retention
+window (100 s of traffic), and the state it then grows into is not a leak. So the run also
+reports ``chaos_rss_growth_ratio_filled``: the same ratio with the baseline taken no earlier
+than the moment the state spans its whole window (``state_filled``). The goal is set on the
+first; the second says how much of it the filling explains.
 """
 
 from __future__ import annotations
@@ -31,8 +37,14 @@ class Incarnation:
     started: float
     samples: list[tuple[float, int]] = field(default_factory=list)
 
-    def ratio(self, warm_up_s: float, min_span_s: float) -> float | None:
-        after = [kb for t, kb in self.samples if t >= warm_up_s]
+    def ratio(self, warm_up_s: float, min_span_s: float,
+              not_before: float | None = None) -> float | None:
+        """Last sample ÷ first at least ``warm_up_s`` after the start (and not before the
+        monotonic time ``not_before``); None when it lived less than ``min_span_s`` after it."""
+        after = [kb for t, kb in self.samples if t >= warm_up_s
+                 and (not_before is None or self.started + t >= not_before)]
+        if not_before is not None:
+            warm_up_s = max(warm_up_s, not_before - self.started)
         last_t = self.samples[-1][0] if self.samples else 0.0
         if not after or last_t < warm_up_s + min_span_s:
             return None
@@ -143,19 +155,29 @@ class Fleet:
                 if kb:  # 0 while the process is still being exec'ed
                     inc.samples.append((now - inc.started, kb))
 
-    def rss(self, warm_up_s: float, min_span_s: float) -> dict[str, Any]:
+    def rss(self, warm_up_s: float, min_span_s: float,
+            state_filled: float | None = None) -> dict[str, Any]:
+        """The largest growth ratio (module docstring); with ``state_filled`` (the monotonic
+        time from which the joins' state spans its whole retention window) also the largest
+        counted from then on, ``chaos_rss_growth_ratio_filled``: growth that the state filling
+        its window does not explain."""
         each = []
         for inc in self.incarnations:
             r = inc.ratio(warm_up_s, min_span_s)
+            f = None if state_filled is None else inc.ratio(warm_up_s, min_span_s, state_filled)
             if inc.samples:
                 each.append({"name": inc.name, "pid": inc.pid, "ratio": r and round(r, 3),
+                             "ratio_filled": f and round(f, 3),
                              "lived_s": round(inc.samples[-1][0]),
                              "first_mb": round(inc.samples[0][1] / 1024),
                              "max_mb": round(max(kb for _, kb in inc.samples) / 1024),
                              "last_mb": round(inc.samples[-1][1] / 1024)})
         ratios = [e["ratio"] for e in each if e["ratio"] is not None]
+        filled = [e["ratio_filled"] for e in each if e["ratio_filled"] is not None]
         return {"chaos_rss_growth_ratio": max(ratios) if ratios else None,
-                "rss_compared": len(ratios), "rss_per_incarnation": each}
+                "rss_compared": len(ratios),
+                "chaos_rss_growth_ratio_filled": max(filled) if filled else None,
+                "rss_compared_filled": len(filled), "rss_per_incarnation": each}
 
     def dump_stacks(self) -> list[Path]:
         """Every running worker's threads, as py-spy sees them now (``<name>.stacks.txt``
