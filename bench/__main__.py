@@ -123,6 +123,7 @@ def summary(d: dict[str, Any]) -> dict[str, Any]:
         "chaos_wrong": get("chaos", "chaos_wrong"),
         "chaos_gaps": get("chaos", "chaos_gaps"),
         "chaos_rss_growth_ratio": get("chaos", "chaos_rss_growth_ratio"),
+        "chaos_rss_growth_ratio_filled": get("chaos", "chaos_rss_growth_ratio_filled"),
         "chaos_minutes": get("chaos", "chaos_minutes"),
     }
 
