@@ -99,11 +99,18 @@ async def wait_converged(names: Names, want: dict[str, Any], timeout_s: float,
         while True:
             got = latest(outs)
             exact = [join for join in want if got[join] == want[join]]
-            print(f"[chaos] settling {time.monotonic() - t0:5.0f} s: exact {exact}", flush=True)
+            off = {join: differing(got[join], want[join]) for join in want if join not in exact}
+            print(f"[chaos] settling {time.monotonic() - t0:5.0f} s: exact {exact}"
+                  + "".join(f", {j} missing {m} wrong {w}" for j, (m, w) in off.items()),
+                  flush=True)
             waited = time.monotonic() - t0 - read_s
             if len(exact) == len(want) or waited > timeout_s:
                 return outs, time.monotonic() - t0
             if slow is not None and waited > slow_s:
+                for join in off:
+                    print(f"[chaos] {join} differs: "
+                          f"{orjson.dumps(differences(got[join], want[join])).decode()}",
+                          flush=True)
                 await asyncio.to_thread(slow)
                 slow = None
             await asyncio.sleep(3)
