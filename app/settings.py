@@ -25,12 +25,14 @@ class Settings(BaseSettings):
     store_url: str = Field("memory://", description="Table store: `memory://` or `rocksdb://`.")
     datadir: Path = Field(Path("var/etj"), description="Faust data directory (RocksDB state).")
     rocksdb_write_buffer_mb: int = Field(
-        4, ge=1, description="RocksDB memtable size of each table partition, in MiB; at most two "
-        "per partition are in memory (Faust's default, 64 MiB × 3, grew a worker's RSS for as "
-        "long as it ran: docs/operating/scaling.md#memory).")
+        4, ge=1, description="RocksDB memtable size of each table partition, in MiB (Faust's "
+        "default: 64); all memtables together are bounded by `ETJ_ROCKSDB_MEMTABLES_MB`.")
+    rocksdb_memtables_mb: int = Field(
+        32, ge=1, description="RocksDB memtables of all table partitions of the worker together, "
+        "in MiB: past it, one is flushed (docs/operating/scaling.md#memory).")
     rocksdb_block_cache_mb: int = Field(
-        16, ge=1, description="RocksDB block cache of each table partition, in MiB (Faust's "
-        "default: 2,048 each).")
+        64, ge=1, description="RocksDB block cache shared by all table partitions of the worker, "
+        "in MiB; index and filter blocks included (Faust's default: 2,048 per table partition).")
     web_port: int = Field(6066, description="Port of the Faust web server (views, health).")
     web_bind: str = Field("0.0.0.0", description="Address the web server binds.")
     web_host: str = Field(

@@ -31,11 +31,11 @@ from app.range_scan import range_table
 
 _raw = dict(key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
 _out = dict(key_serializer="raw", value_serializer="raw")
-#: every table's RocksDB memory: a memtable and a block cache per table partition (the memory
-#: store ignores them; docs/operating/scaling.md#memory)
+#: every table's RocksDB memtables (the memory store ignores them); the block cache and the
+#: memtables' total are one budget per worker (app.compat.rocksdb_memory,
+#: docs/operating/scaling.md#memory)
 _store = dict(options=dict(write_buffer_size=settings.rocksdb_write_buffer_mb << 20,
-                           max_write_buffer_number=2,
-                           block_cache_size=settings.rocksdb_block_cache_mb << 20))
+                           max_write_buffer_number=2))
 _json = dict(partitions=settings.partitions, **_store,
              schema=faust.Schema(key_serializer="json", value_serializer="json"))
 # key_type=bytes too: Faust derives the changelog's key serializer from key_type alone (json

@@ -24,6 +24,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
 - :mod:`~app.compat.revoke` — records flow control holds are let go when a rebalance starts;
 - :mod:`~app.compat.graceful_stop` — on SIGTERM, acks are awaited a moment, not forever: what
   is handled is committed, the rest left for the next owner;
+- :mod:`~app.compat.rocksdb_memory` — one RocksDB block cache and one memtable budget per
+  worker, shared by every table partition, instead of one of each per table partition;
 - :mod:`~app.compat.snapshot_restore` — snapshots of RocksDB table partitions in object
   storage, installed before Faust opens a partition it has no local state for;
 - :mod:`~app.compat.stores` — range scans over Faust's stores (memory: a sorted index;
@@ -35,7 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.compat import (batch_restore, delivery, end_offsets, fetch_wait, graceful_stop,
-                        rebalance, revoke, snapshot_restore, stall_guard)
+                        rebalance, revoke, rocksdb_memory, snapshot_restore, stall_guard)
 from app.compat.versions import check_versions
 
 __all__ = ["install"]
@@ -58,4 +60,5 @@ def install(app: Any) -> None:
     revoke.install(app)
     graceful_stop.install(app, settings.stop_drain_s)  # after revoke: wraps its wait
     stall_guard.install(app, settings.stall_check_s)
+    rocksdb_memory.install(settings.rocksdb_block_cache_mb, settings.rocksdb_memtables_mb)
     snapshot_restore.install(app)
