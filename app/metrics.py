@@ -44,6 +44,8 @@ ready = Gauge("etj_ready", "1 when this worker's tables are recovered and it con
 recovery_remaining = Gauge("etj_recovery_remaining",
                            "Changelog records this worker still has to recover (actives)")
 table_keys = Gauge("etj_table_keys", "Keys in this worker's local store", ["table"])
+rocksdb_memory = Gauge("etj_rocksdb_memory_bytes", "RocksDB memory in use by this worker's "
+                       "tables (one budget per worker: app.compat.rocksdb_memory)", ["part"])
 retention_horizon = Gauge("etj_retention_horizon_ms",
                           "Stream time minus retention, per partition this worker owns",
                           ["join", "partition"])

@@ -36,6 +36,7 @@ from yarl import URL
 
 from app import metrics
 from app.agents.event_join import engines
+from app.compat import rocksdb_memory
 from app.compat.snapshot_restore import restoring
 from app.compat.stores import estimated_keys
 from app.faust_app import app, settings
@@ -353,6 +354,9 @@ def refresh_gauges() -> dict[str, Any]:
     metrics.recovery_remaining.set(state["active_remaining"])
     for name, n in sizes.items():
         metrics.table_keys.labels(name).set(n)
+    rocksdb = rocksdb_memory.usage()
+    for part, n in rocksdb.items():
+        metrics.rocksdb_memory.labels(part).set(n)
     for spec_name, by_partition in clocks.items():
         # partitions that moved to another worker must not keep reporting a clock from here
         for gauge in (metrics.stream_time, metrics.retention_horizon):
@@ -363,7 +367,8 @@ def refresh_gauges() -> dict[str, Any]:
             if c["stream_time"] is not None:
                 metrics.stream_time.labels(spec_name, p).set(c["stream_time"])
                 metrics.retention_horizon.labels(spec_name, p).set(c["retention_horizon"])
-    return {"recovery": state, "partitions": clocks["moods"], "joins": clocks, "tables": sizes}
+    return {"recovery": state, "partitions": clocks["moods"], "joins": clocks, "tables": sizes,
+            "rocksdb_memory": rocksdb}
 
 
 @app.page("/stats/")
@@ -388,10 +393,12 @@ async def stats(view: View, request: Request) -> Response:
         "partitions": current["partitions"],
         "join_partitions": current["joins"],
         "tables": current["tables"],
+        "rocksdb_memory": current["rocksdb_memory"],
     })
 # -> {"records_in": {topic: n}, "joins", "corrections", "late", "dead_letters", "car_moves",
 #     "car_outputs",
-#     "partitions": {p: {"stream_time", "retention_horizon", "active_keys"}}, "tables": {name: n}}
+#     "partitions": {p: {"stream_time", "retention_horizon", "active_keys"}}, "tables": {name: n},
+#     "rocksdb_memory": {"memtables", "memtables_budget", "block_cache", "block_cache_budget"}}
 
 
 @app.page("/health/")

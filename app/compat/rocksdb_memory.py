@@ -36,16 +36,28 @@ from typing import Any
 import rocksdict
 from faust.stores.rocksdb import RocksDBOptions
 
-__all__ = ["install", "shared"]
+__all__ = ["install", "shared", "usage"]
 
 _original = RocksDBOptions.as_options
 #: (block cache, write buffer manager) of this process, once installed
 _shared: tuple[Any, Any] | None = None
+_cache_budget = [0]  # bytes (rocksdict's Cache does not say its capacity)
 
 
 def shared() -> tuple[Any, Any] | None:
     """The process's (block cache, write buffer manager); None until :func:`install`."""
     return _shared
+
+
+def usage() -> dict[str, int]:
+    """Bytes in use: ``memtables`` (the write buffer manager's count) and ``block_cache``
+    (index and filter blocks included), with their budgets; empty before :func:`install` (the
+    gauge ``etj_rocksdb_memory_bytes``, ``GET /stats/``)."""
+    if _shared is None:
+        return {}
+    cache, buffers = _shared
+    return {"memtables": buffers.get_usage(), "memtables_budget": buffers.get_buffer_size(),
+            "block_cache": cache.get_usage(), "block_cache_budget": _cache_budget[0]}
 
 
 def _as_options(self: RocksDBOptions) -> Any:
@@ -69,6 +81,7 @@ def install(block_cache_mb: int, memtables_mb: int) -> None:
     (the first budgets stay: databases already open use them)."""
     global _shared
     if _shared is None:
+        _cache_budget[0] = block_cache_mb << 20
         _shared = (rocksdict.Cache(block_cache_mb << 20),
                    rocksdict.WriteBufferManager(memtables_mb << 20, False))
     RocksDBOptions.as_options = _as_options  # type: ignore[method-assign]

@@ -401,3 +401,7 @@ async def test_car_and_zone_views_answer_for_keys_owned_by_the_other_worker(name
     stats = [w.get("/stats/")[1] for w in (a, b)]
     assert sum(sum(s["car_outputs"].values()) for s in stats) == len(outputs)
     assert all(s["tables"]["car-positions"] > 0 for s in stats)  # RocksDB: an estimate
+    mem = stats[1]["rocksdb_memory"]  # b's RocksDB: one budget per worker, in use
+    assert 0 < mem["memtables"] <= mem["memtables_budget"] + 64 * 2**20, mem
+    assert mem["block_cache"] <= mem["block_cache_budget"], mem
+    assert total("etj_rocksdb_memory_bytes", part="memtables") > 0
