@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import faust
 
+from app import local_state
 from app.copartition import bootstrap_servers, check_copartitioning
 from app.kafka_security import aiokafka_auth, broker_credentials, check_tls
 from app.settings import Settings, get_settings
@@ -30,14 +33,31 @@ class EtjApp(faust.App):
     #: each agent loop's state and where its tasks wait, as text: logged when an input partition
     #: stalls or a rebalance waits long (app.compat.stall_guard, app.compat.revoke; app.awaiting)
     on_describe: list
+    #: each agent loop says whether everything it handled was delivered (no changelog row
+    #: pending, no batch in flight): only then is the local state left for the next start
+    #: (app.local_state)
+    on_settled: list
+
+    def _keeps_local_state(self) -> bool:
+        return self.etj.store_url.startswith("rocksdb")
 
     async def on_first_start(self) -> None:
         s = self.etj
         s.datadir.mkdir(parents=True, exist_ok=True)
+        if self._keeps_local_state():  # before Faust opens any table partition
+            local_state.claim(Path(self.conf.tabledir))
         await super().on_first_start()
         await check_tls(s, bootstrap_servers(s.broker_url))  # a refused certificate, said plainly
         await check_copartitioning(s.broker_url, self.copartitioned, s.partitions,
                                    aiokafka_auth(s))
+
+
+    async def on_shutdown(self) -> None:
+        """After every service stopped (agents, producer, consumer, tables)."""
+        await super().on_shutdown()
+        if self._keeps_local_state():
+            local_state.release(Path(self.conf.tabledir),
+                                clean=all(settled() for settled in self.on_settled))
 
 
 def create_app(settings: Settings) -> EtjApp:
@@ -75,6 +95,7 @@ def create_app(settings: Settings) -> EtjApp:
     app.on_stop_drop = []
     app.on_revoke_flush = []
     app.on_describe = []
+    app.on_settled = []
     app.copartitioned = []
     return app
 

@@ -134,6 +134,7 @@ class DurableLoop:
         app.on_revoke_drop.append(self.drop_waiting)
         app.on_revoke_flush.append(self.flush_batch)
         app.on_describe.append(self.describe)
+        app.on_settled.append(self.settled)
         #: the batch handled and not yet handed to the delivery: events, their outputs, and
         #: ends[i] = len(outputs) after events[i] (outputs of events[i]: outs[ends[i-1]:ends[i]])
         self._events: list[Any] = []
@@ -387,6 +388,11 @@ class DurableLoop:
                                                       letter.value))
         for fut in letters:
             await fut  # a failure here failed stop already (send_direct's callback)
+
+    def settled(self) -> bool:
+        """Was everything this loop handled delivered? (no batch being built or in flight, no
+        changelog row pending: app.local_state keeps the local state only then)"""
+        return not self._events and self.in_flight == 0 and not self.writes.pending
 
     # --- diagnostics -----------------------------------------------------------------------
     def describe(self) -> str:
