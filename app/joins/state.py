@@ -15,12 +15,14 @@ touched: a duplicate event its join's revisions, a duplicate version those of th
 currently answer with it. Records re-delivered after a crash are exactly the ones whose outputs
 may be lost, so nothing is lost and nothing is re-sent at scale.
 
-A re-delivered record also writes again the rows it finds: after a kill -9 a worker that kept
-its data directory (RocksDB, a pod with its volume) holds the rows of records it handled whose
-changelog rows were lost with the process; their inputs were not committed, so they come again,
-find their rows and change nothing, and without the write the changelog would never get those
-rows: the next owner of the partition, which recovers from the changelog, would lack them (a
-rating waiting for its movie never answered; found by the chaos run with producer batching).
+A re-delivered record also writes again the rows it finds: a store can hold rows of records it
+handled whose changelog rows were lost with a crashed process (their inputs were not committed,
+so they come again, find their rows and change nothing), and without the write the changelog
+would never get those rows: the next owner of the partition, which recovers from the changelog,
+would lack them (a rating waiting for its movie never answered; found by the chaos run with
+producer batching, when a worker restarted after a kill -9 still trusted its volume). Since
+:mod:`app.local_state` discards a crashed worker's volume, a store is recovered from the
+changelogs and this write is a second line of defence; it costs a row per duplicate.
 
 Both layouts re-emit gap-free: with a join's current revision go the revisions it superseded
 whose source (``src``: the input record that produced it, stamped by the agent) is not known to
