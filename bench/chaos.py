@@ -214,8 +214,8 @@ def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
         if fleet is not None:
             fleet.stop_all()
         broker.stop()
-        if own and ok:
-            shutil.rmtree(folder, ignore_errors=True)
+        if own and ok and not (fleet is not None and fleet.unasked_exits):
+            shutil.rmtree(folder, ignore_errors=True)  # kept when a worker exited unasked
         elif own:
             print(f"[chaos] logs kept in {folder}", file=sys.stderr, flush=True)
 
