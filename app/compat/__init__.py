@@ -16,6 +16,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
 - :mod:`~app.compat.stall_guard` — read again an input partition whose records never reached
   its agent;
 - :mod:`~app.compat.batch_restore` — recovery applies changelog records in batches;
+- :mod:`~app.compat.standby_offsets` — a changelog partition with nothing applied is read from
+  its start instead of crashing recovery;
 - :mod:`~app.compat.end_offsets` — end offsets from a Fetch too, for a broker whose ListOffsets
   under-reports batched partitions (the bundled tansu; ``ETJ_END_OFFSETS_BY_FETCH``);
 - :mod:`~app.compat.fetch_wait` — the worker consumer's fetch wait is a setting;
@@ -37,7 +39,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.compat import (batch_restore, delivery, end_offsets, fetch_wait, graceful_stop,
-                        rebalance, revoke, rocksdb_memory, snapshot_restore, stall_guard)
+                        rebalance, revoke, rocksdb_memory, snapshot_restore, stall_guard,
+                        standby_offsets)
 from app.compat.versions import check_versions
 
 __all__ = ["install"]
@@ -54,6 +57,7 @@ def install(app: Any) -> None:
     settings = app.etj
     fetch_wait.install(settings.consumer_fetch_max_wait_ms)
     batch_restore.install()
+    standby_offsets.install()
     end_offsets.install(settings.end_offsets_by_fetch)
     delivery.install(app)
     rebalance.install()
