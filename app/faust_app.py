@@ -38,24 +38,20 @@ class EtjApp(faust.App):
     #: (app.local_state)
     on_settled: list
 
-    def _keeps_local_state(self) -> bool:
-        return self.etj.store_url.startswith("rocksdb")
-
     async def on_first_start(self) -> None:
         s = self.etj
         s.datadir.mkdir(parents=True, exist_ok=True)
-        if self._keeps_local_state():  # before Faust opens any table partition
+        if s.local_tables:  # before Faust opens any table partition
             local_state.claim(Path(self.conf.tabledir))
         await super().on_first_start()
         await check_tls(s, bootstrap_servers(s.broker_url))  # a refused certificate, said plainly
         await check_copartitioning(s.broker_url, self.copartitioned, s.partitions,
                                    aiokafka_auth(s))
 
-
     async def on_shutdown(self) -> None:
         """After every service stopped (agents, producer, consumer, tables)."""
         await super().on_shutdown()
-        if self._keeps_local_state():
+        if self.etj.local_tables:
             local_state.release(Path(self.conf.tabledir),
                                 clean=all(settled() for settled in self.on_settled))
 

@@ -41,7 +41,8 @@ __all__ = ["install", "shared", "usage"]
 _original = RocksDBOptions.as_options
 #: (block cache, write buffer manager) of this process, once installed
 _shared: tuple[Any, Any] | None = None
-_cache_budget = [0]  # bytes (rocksdict's Cache does not say its capacity)
+#: the block cache's capacity in bytes (rocksdict's Cache does not say it)
+_cache_bytes = 0
 
 
 def shared() -> tuple[Any, Any] | None:
@@ -57,7 +58,7 @@ def usage() -> dict[str, int]:
         return {}
     cache, buffers = _shared
     return {"memtables": buffers.get_usage(), "memtables_budget": buffers.get_buffer_size(),
-            "block_cache": cache.get_usage(), "block_cache_budget": _cache_budget[0]}
+            "block_cache": cache.get_usage(), "block_cache_budget": _cache_bytes}
 
 
 def _as_options(self: RocksDBOptions) -> Any:
@@ -79,9 +80,9 @@ def _as_options(self: RocksDBOptions) -> Any:
 def install(block_cache_mb: int, memtables_mb: int) -> None:
     """Every RocksDB database Faust opens from now on shares these budgets (MiB); idempotent
     (the first budgets stay: databases already open use them)."""
-    global _shared
+    global _shared, _cache_bytes
     if _shared is None:
-        _cache_budget[0] = block_cache_mb << 20
-        _shared = (rocksdict.Cache(block_cache_mb << 20),
+        _cache_bytes = block_cache_mb << 20
+        _shared = (rocksdict.Cache(_cache_bytes),
                    rocksdict.WriteBufferManager(memtables_mb << 20, False))
     RocksDBOptions.as_options = _as_options  # type: ignore[method-assign]

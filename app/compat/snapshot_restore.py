@@ -267,7 +267,7 @@ def install(app: Any) -> None:
     settings = app.etj
     if not settings.snapshot_url:
         return
-    if not str(settings.store_url).startswith("rocksdb:"):
+    if not settings.local_tables:
         log.warning("ETJ_SNAPSHOT_URL is set but the store is %s: snapshots need rocksdb://",
                     settings.store_url)
         return
