@@ -13,6 +13,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
   leaders, fail-stop on a lost send (but hand back an output refused for good: the durable loop
   dead-letters its input);
 - :mod:`~app.compat.rebalance` — no input record committed unhandled after a rebalance;
+- :mod:`~app.compat.log_gaps` — Faust counts an offset it never handed to an agent as handled
+  only when the log does not hold it (aiokafka read past it);
 - :mod:`~app.compat.stall_guard` — read again an input partition whose records never reached
   its agent;
 - :mod:`~app.compat.batch_restore` — recovery applies changelog records in batches;
@@ -39,8 +41,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.compat import (batch_restore, delivery, end_offsets, fetch_wait, graceful_stop,
-                        rebalance, revoke, rocksdb_memory, snapshot_restore, stall_guard,
-                        standby_offsets)
+                        log_gaps, rebalance, revoke, rocksdb_memory, snapshot_restore,
+                        stall_guard, standby_offsets)
 from app.compat.versions import check_versions
 
 __all__ = ["install"]
@@ -61,6 +63,7 @@ def install(app: Any) -> None:
     end_offsets.install(settings.end_offsets_by_fetch)
     delivery.install(app)
     rebalance.install()
+    log_gaps.install()
     revoke.install(app)
     graceful_stop.install(app, settings.stop_drain_s)  # after revoke: wraps its wait
     stall_guard.install(app, settings.stall_check_s)

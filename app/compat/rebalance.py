@@ -13,13 +13,14 @@ history, a recommendation with no revision). Three Faust behaviours add up to th
 3. ``Consumer._new_offset`` takes the committed offset (the *next* offset to read) for the last
    one handled: when offset ``c`` was never acked but ``c + 1`` was, it commits past ``c``. And
    a record arriving two ahead of the reset "last read" offset makes Faust's gap logic (meant
-   for compacted topics and transaction markers) count the offset in between as acked.
+   for compacted topics and transaction markers) count the offset in between as acked (that
+   gap logic now counts only offsets the log does not hold: :mod:`app.compat.log_gaps`).
 
 Fixes: seek first, then resume (1); a partition with no committed offset is read from its
-beginning (2); a commit never passes the first unhandled offset unless it was acked or counted
-as a gap (3). A record the consumer drops stops the commit instead of vanishing;
-:mod:`app.compat.stall_guard` then reads it again (and, if it still does not come, the offset is not in
-the log — a transaction marker, compaction — and counts as a gap).
+beginning (2); a commit never passes the first unhandled offset unless it was acked or the
+log does not hold it (3: a transaction marker, compaction, as :mod:`app.compat.log_gaps` learns
+from aiokafka). A record the consumer drops stops the commit instead of vanishing;
+:mod:`app.compat.stall_guard` then reads it again.
 
 Upstream: faust-streaming 0.15.3 (``faust/tables/recovery.py``, ``faust/transport/consumer.py``),
 aiokafka 0.14.0 (``AIOKafkaConsumer.seek_to_committed``). Tests: tests/unit/test_rebalance_fixes.py
@@ -35,6 +36,8 @@ from typing import Any
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+from app.compat import log_gaps
 
 _original_on_recovery_completed = Recovery.on_recovery_completed
 
@@ -92,6 +95,9 @@ def _new_offset(self: Consumer, tp: Any) -> int | None:
     acked = self._acked[tp]
     if not acked:
         return None
+    committed = first_unhandled(self, tp)
+    if committed is not None and (end := log_gaps.absent_until(tp, committed)) is not None:
+        self._gap[tp].addi(committed, end)  # the log does not hold it (app.compat.log_gaps)
     gaps = self._gap[tp]
     if gaps:  # real gaps (compaction, transaction markers) count as acked, as in Faust
         top = max(acked)
@@ -99,7 +105,6 @@ def _new_offset(self: Consumer, tp: Any) -> int | None:
             acked.extend(range(interval.begin, interval.end))
         gaps.chop(0, top + 1)
     acked.sort()
-    committed = first_unhandled(self, tp)
     if committed is not None and acked[0] > committed:
         return None  # offset `committed` was not handled: wait for it
     run = 1

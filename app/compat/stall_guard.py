@@ -9,8 +9,9 @@ restart.
 
 Every ``ETJ_STALL_CHECK_S``, per assigned input partition, seen twice in a row:
 - a hole at the head (the first unhandled offset, the committed one, read past while later
-  ones were acked) -> seek back to it; still missing after that re-read, it is not in the log
-  (a transaction marker, compaction) and counts as handled;
+  ones were acked) -> counted as handled if aiokafka read past it with no record (a transaction
+  marker, compaction: :mod:`app.compat.log_gaps`), else seek back to it (again, as long as it
+  stays missing: a record the log holds is never counted without being handled);
 - Faust left the partition paused while records wait in the broker -> resume it;
 - the fetch position at the high watermark while records after the last one handled (acked)
   never were -> seek back to the first of them.
@@ -40,14 +41,13 @@ import time
 from typing import Any
 
 from app import awaiting
+from app.compat import log_gaps
 from app.compat.rebalance import first_unhandled, is_input
 
 log = logging.getLogger(__name__)
 
 #: tp -> what looked stalled at the previous check
 _suspects: dict[Any, tuple[Any, ...]] = {}
-#: tp -> the head offset it was last read again from
-_reread: dict[Any, int] = {}
 #: the longest a check waits for the consumer's position of one partition (aiokafka's
 #: ``position`` waits, with no limit, for a partition whose position is being reset)
 POSITION_TIMEOUT_S = 5.0
@@ -78,12 +78,17 @@ async def check_stalls(app: Any) -> list[Any]:
         acked = consumer._acked.get(tp) or ()
         hole = (first is not None and acked and min(acked) > first and last is not None
                 and last >= first)
-        if not hole:
-            _reread.pop(tp, None)  # the head was handled: a hole there later is a new one
         paused = (highwater is not None and position is not None and position < highwater
                   and tp not in consumer._get_active_partitions())
         if paused and tp in consumer._buffered_partitions and _queued(app, tp, None):
             continue  # Faust's back pressure: the agent's buffer is full, it resumes it
+        if hole and (end := log_gaps.absent_until(tp, first)) is not None:
+            # the log does not hold `first` (aiokafka read past it): handled, as Faust's gaps
+            log.info("input %s[%s]: offsets %s-%s are not in the log (a transaction marker, "
+                     "compaction); counted as handled", tp.topic, tp.partition, first, end - 1)
+            consumer._gap[tp].addi(first, end)
+            _suspects.pop(tp, None)
+            continue
         if hole:
             # a hole at the head: later records were handled, `first` never was, and the
             # consumer read past it (app.compat.rebalance keeps the commit from passing it)
@@ -122,22 +127,13 @@ async def check_stalls(app: Any) -> list[Any]:
                 _suspects[tp] = state
                 continue
         seen.add(tp)
-        if state[0] == "hole" and _reread.get(tp) == first and _suspects.get(tp) == state:
-            # read again from `first` and still not delivered: not in the log
-            log.warning("input %s[%s]: offset %s is not in the log (a transaction marker, "
-                        "compaction); counted as handled", tp.topic, tp.partition, first)
-            consumer._gap[tp].addi(first, first + 1)
-            fixed.append(tp)
-            seen.discard(tp)
-        elif _suspects.get(tp) == state and state[0] == "paused":
+        if _suspects.get(tp) == state and state[0] == "paused":
             log.warning("input %s[%s] stalled: %s, fetch position %s, high watermark %s; "
                         "resuming it", tp.topic, tp.partition, why, position, highwater)
             consumer.resume_partitions({tp})
             fixed.append(tp)
             seen.discard(tp)
         elif _suspects.get(tp) == state:
-            if state[0] == "hole":
-                _reread[tp] = first
             log.warning("input %s[%s] stalled: %s, fetch position %s, high watermark %s; "
                         "reading again from %s", tp.topic, tp.partition, why, position,
                         highwater, again)
