@@ -6,10 +6,12 @@ record) and counts every offset in between as acked, and the record's own offset
 But a jump also appears when records the broker did return never reached that loop: a fetch
 Faust cut at a generation change, records of a partition that was seeked meanwhile, a seek
 back by :mod:`app.compat.stall_guard` while the loop still hands out what it fetched before.
-Chaos run 21 lost 202 ratings that way: offsets 11878–12078 of a ratings partition were read
-past, counted as a gap, and committed as soon as offset 11877 (read again by the stall guard)
-was handled; a rebalance seven seconds later dropped the re-read records from the agent's
-buffer, and the next owner started after them. No error, no log line: answers missing for good.
+Chaos run 21 lost 202 ratings that way: the ~200 offsets after offset 11877 of a ratings
+partition were read past, counted as a gap, and committed as soon as 11877 (read again by the
+stall guard) was handled; a rebalance seven seconds later dropped the re-read records from the
+agent's buffer, and the next owner started after them. No error, no log line: answers missing
+for good. (Why those records never reached Faust's read loop is not known; with this patch it
+costs a re-read, not the records.)
 
 The fix asks aiokafka, which knows: the offsets a fetch result moved past without returning a
 record (``FetchResult.getall``: from the result's next offset before to its next offset after,
