@@ -199,12 +199,12 @@ class Settings(BaseSettings):
     views_token: SecretStr | None = Field(
         None, description="Bearer token of the state views, when no file gives it.")
 
-
     @property
     def local_tables(self) -> bool:
         """Are the tables kept on the worker's disk (``rocksdb://``), not in memory? Snapshots
         and the crash rule (app.local_state) apply only then."""
         return str(self.store_url).startswith("rocksdb:")
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

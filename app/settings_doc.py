@@ -50,8 +50,8 @@ CHART_MANAGED = {"datadir": "`persistence.mountPath`", "web_port": "`web.port`",
 GROUPS: list[tuple[str, str, list[str]]] = [
     ("Worker and broker", "Where the worker connects, where it keeps its state, how it is "
      "reached.", ["app_id", "broker_url", "store_url", "datadir", "rocksdb_write_buffer_mb",
-                  "rocksdb_memtables_mb", "rocksdb_block_cache_mb", "web_port", "web_bind", "web_host", "partitions",
-                  "replication_factor"]),
+                  "rocksdb_memtables_mb", "rocksdb_block_cache_mb", "web_port", "web_bind",
+                  "web_host", "partitions", "replication_factor"]),
     ("Topics", "Every topic name is a setting, so several deployments (and the tests) can share "
      "one broker. What each topic holds: [topics and fields](../joins/topics.md).",
      ["moods_topic", "events_topic", "output_topic", "ticks_topic", "car_arrivals_topic",

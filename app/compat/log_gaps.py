@@ -90,6 +90,16 @@ def absent_until(tp: Any, offset: int) -> int | None:
         return max(i.end for i in hits) if hits else None
 
 
+def count_if_absent(consumer: Any, tp: Any, offset: int) -> int | None:
+    """If the log does not hold ``offset`` of ``tp``, count its run of absent offsets as a gap
+    (acked, in Faust's ``consumer._gap``) and return the run's end; else None. For the offset
+    at the head of the commit, which Faust's gap rule never sees (nothing was read before it)."""
+    end = absent_until(tp, offset)
+    if end is not None:
+        consumer._gap[tp].addi(offset, end)
+    return end
+
+
 def forget_before(tp: Any, offset: int | None) -> None:
     """Drop what is noted of ``tp`` below ``offset`` (committed: never asked about again)."""
     if offset is None:

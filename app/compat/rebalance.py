@@ -96,8 +96,8 @@ def _new_offset(self: Consumer, tp: Any) -> int | None:
     if not acked:
         return None
     committed = first_unhandled(self, tp)
-    if committed is not None and (end := log_gaps.absent_until(tp, committed)) is not None:
-        self._gap[tp].addi(committed, end)  # the log does not hold it (app.compat.log_gaps)
+    if committed is not None:
+        log_gaps.count_if_absent(self, tp, committed)  # the log may not hold it
     gaps = self._gap[tp]
     if gaps:  # real gaps (compaction, transaction markers) count as acked, as in Faust
         top = max(acked)

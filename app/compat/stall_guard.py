@@ -82,11 +82,10 @@ async def check_stalls(app: Any) -> list[Any]:
                   and tp not in consumer._get_active_partitions())
         if paused and tp in consumer._buffered_partitions and _queued(app, tp, None):
             continue  # Faust's back pressure: the agent's buffer is full, it resumes it
-        if hole and (end := log_gaps.absent_until(tp, first)) is not None:
+        if hole and (end := log_gaps.count_if_absent(consumer, tp, first)) is not None:
             # the log does not hold `first` (aiokafka read past it): handled, as Faust's gaps
             log.info("input %s[%s]: offsets %s-%s are not in the log (a transaction marker, "
                      "compaction); counted as handled", tp.topic, tp.partition, first, end - 1)
-            consumer._gap[tp].addi(first, end)
             _suspects.pop(tp, None)
             continue
         if hole:

@@ -144,7 +144,5 @@ def test_notes_below_the_committed_offset_are_forgotten():
 
 
 def test_installed_over_faust_and_aiokafka():
-    import app.compat as compat  # noqa: F401  (install replaces the methods below)
-
     log_gaps.install()
     assert FetchResult.getall is log_gaps.getall and Consumer._add_gap is log_gaps.add_gap
