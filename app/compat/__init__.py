@@ -17,6 +17,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
   only when the log does not hold it (aiokafka read past it);
 - :mod:`~app.compat.stall_guard` — read again an input partition whose records never reached
   its agent;
+- :mod:`~app.compat.eager_delivery` — the fetch loop hands a record to the conductor in place
+  when that takes no wait, instead of in four tasks;
 - :mod:`~app.compat.batch_restore` — recovery applies changelog records in batches;
 - :mod:`~app.compat.standby_offsets` — a changelog partition with nothing applied is read from
   its start instead of crashing recovery;
@@ -40,9 +42,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.compat import (batch_restore, delivery, end_offsets, fetch_wait, graceful_stop,
-                        log_gaps, rebalance, revoke, rocksdb_memory, snapshot_restore,
-                        stall_guard, standby_offsets)
+from app.compat import (batch_restore, delivery, eager_delivery, end_offsets, fetch_wait,
+                        graceful_stop, log_gaps, rebalance, revoke, rocksdb_memory,
+                        snapshot_restore, stall_guard, standby_offsets)
 from app.compat.versions import check_versions
 
 __all__ = ["install"]
@@ -58,6 +60,7 @@ def install(app: Any) -> None:
     _installed.add(id(app))
     settings = app.etj
     fetch_wait.install(settings.consumer_fetch_max_wait_ms)
+    eager_delivery.install()
     batch_restore.install()
     standby_offsets.install()
     end_offsets.install(settings.end_offsets_by_fetch)
