@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import mode.loop
+import uvloop
 
 from app.settings import Settings
 
@@ -27,5 +27,6 @@ log = logging.getLogger(__name__)
 def use(settings: Settings) -> str:
     """Set the event loop policy from ``settings.event_loop``; the name of the one in force."""
     if settings.event_loop == "uvloop":
-        mode.loop.use("uvloop")  # asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        # what mode.loop.use("uvloop") does on its first import only: here on every call
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return type(asyncio.get_event_loop_policy()).__module__.split(".")[0]
