@@ -55,9 +55,9 @@ def plan(quick: bool, runs: int) -> dict[str, Callable[[], dict[str, Any]]]:
         "correction_latency": lambda: correction_latency.run(
             corrections=300 if quick else 1_000, runs=r),
         "state_growth": lambda: state_growth.run(records=500 if quick else 1_000),
-        # 1M keys replay in ~2 min each: two runs keep `make bench` within its 15 minutes
+        # 1M keys replay in ~25 s each (+ ~12 s to load them): the median of three runs
         "recovery": lambda: recovery.run(keys=100_000 if quick else 1_000_000,
-                                         runs=1 if quick else min(r, 2),
+                                         runs=1 if quick else r,
                                          rocksdb_restarts=1 if quick else 0),
         "flow_control": lambda: flow_control.run(records=300 if quick else 600,
                                                  retention_ms=60_000),
