@@ -17,8 +17,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
   only when the log does not hold it (aiokafka read past it);
 - :mod:`~app.compat.stall_guard` — read again an input partition whose records never reached
   its agent;
-- :mod:`~app.compat.eager_delivery` — the fetch loop hands a record to the conductor in place
-  when that takes no wait, instead of in four tasks;
+- :mod:`~app.compat.eager_delivery` — the fetch loop hands a changelog record to the conductor
+  in place when that takes no wait, instead of in four tasks;
 - :mod:`~app.compat.batch_restore` — recovery applies changelog records in batches;
 - :mod:`~app.compat.standby_offsets` — a changelog partition with nothing applied is read from
   its start instead of crashing recovery;
