@@ -15,13 +15,10 @@ here, before the CLI creates the loop (``app.main`` is imported first). A loop a
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import uvloop
 
 from app.settings import Settings
-
-log = logging.getLogger(__name__)
 
 
 def use(settings: Settings) -> str:
