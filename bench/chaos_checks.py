@@ -140,8 +140,10 @@ def differing(got: dict[Any, Any], want: dict[Any, Any]) -> tuple[int, int]:
     return missing, wrong
 
 
-def gaps_and_clashes(revs: list[dict[str, Any]], answer: Any) -> tuple[set[str], int]:
-    """Join ids whose revision numbers are not 1..n; (id, number) pairs carrying two answers."""
+def gaps_and_clashes(revs: list[dict[str, Any]], answer: Any
+                     ) -> tuple[dict[str, list[int]], int]:
+    """Join ids whose revision numbers are not 1..n (with the numbers they have); (id, number)
+    pairs carrying two answers."""
     by_number: dict[tuple[str, int], Any] = {}
     clashes = 0
     for r in revs:
@@ -151,7 +153,8 @@ def gaps_and_clashes(revs: list[dict[str, Any]], answer: Any) -> tuple[set[str],
     numbers: dict[str, set[int]] = {}
     for jid, n in by_number:
         numbers.setdefault(jid, set()).add(n)
-    return {j for j, ns in numbers.items() if ns != set(range(1, max(ns) + 1))}, clashes
+    return {j: sorted(ns) for j, ns in numbers.items()
+            if ns != set(range(1, max(ns) + 1))}, clashes
 
 
 def mood_wire_answer(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -256,6 +259,10 @@ async def verdict(names: Names, workers: list[Worker], sent: list[Sent],
     mood_gaps, mood_clashes = gaps_and_clashes(outs["mood"], mood_wire_answer)
     movie_gaps, movie_clashes = gaps_and_clashes(outs["movies"], movie_wire_answer)
     wrong += mood_clashes + movie_clashes
+    for join, gaps in (("mood_gaps", mood_gaps), ("movie_gaps", movie_gaps)):
+        if gaps:
+            examples[join] = [{"id": j, "revisions": ns}
+                              for j, ns in sorted(gaps.items())[:EXAMPLES]]
     try:
         check_revision_log(outs["mood"])
         detail["check_revision_log"] = "ok"

@@ -12,7 +12,8 @@ row), whatever the key's fan-in; a dimension version reads the key's joins with 
 The history row is purged when it is written (no active-key list to walk). Instead of
 re-emitting a whole partition after a reassignment, a re-delivered record re-emits what it
 touched: a duplicate event its join's revisions, a duplicate version those of the joins that
-currently answer with it. Records re-delivered after a crash are exactly the ones whose outputs
+currently answer with it or have a revision it made (superseded since, perhaps, by a version
+whose own re-delivery comes after this one is committed: without them, a gap). Records re-delivered after a crash are exactly the ones whose outputs
 may be lost, so nothing is lost and nothing is re-sent at scale.
 
 A re-delivered record also writes again the rows it finds: a store can hold rows of records it
@@ -232,20 +233,14 @@ class PerJoinLayout(_Codec):
     def on_version(self, p: int, key: str, v: Version, horizon: int | None,
                    release_from: int | None, src: Any = None) -> list[Revision]:
         history = [list(x) for x in self.history.get(key) or []]
-        if not insert_version(history, v):  # a duplicate: re-emit what answers with it
-            self.history[key] = history  # and write its rows again (module docstring)
-            out = []
-            for jid, j, cur in self._joins_of(p, key, None):
-                if j.answer_time == v[0] and j.answer == v[1:]:
-                    self.joins[join_key(key, jid)] = self.dump(j)
-                    if cur is not None:
-                        out += self.unsent(p, jid, key, j)
-            return out
+        if not insert_version(history, v):  # a duplicate: perhaps re-delivered after a crash
+            self.history[key] = history  # its rows again (module docstring)
+            return self._again(p, key, v, src)
         if horizon is not None:
             history = purge_history(history, horizon)
         self.history[key] = history
-        if v not in history:  # older than the last version before the horizon: no effect
-            return []
+        if v not in history:  # older than the last version before the horizon: no effect,
+            return self._again(p, key, v, src)  # unless it is re-delivered and made some
         floor = affected_floor(history, v, self.rules.asof, horizon)
         cands = [(jid, j) for jid, j, _ in self._joins_of(p, key, floor)]
         revs = list(rejoin_affected(self.rules, history, key, v, cands, horizon, release_from))
@@ -255,6 +250,21 @@ class PerJoinLayout(_Codec):
                 self.settle(p, j, src)
                 self.joins[join_key(key, jid)] = self.dump(j)
         return revs
+
+    def _again(self, p: int, key: str, v: Version, src: Any) -> list[Revision]:
+        """A version seen before, or too old to change anything: re-emit (and write again) the
+        joins that answer with it and those with a revision it made (``src``), current or
+        superseded. The latter matter: once this record is acked and committed, the revisions
+        it made count as delivered, and a later version may have taken over the join's answer
+        before the crash (the chaos run found the gap: revision 1 never sent)."""
+        out = []
+        for jid, j, cur in self._joins_of(p, key, None):
+            made = src is not None and (j.source == src or any(u[0] == src for u in j.unsent))
+            if made or (j.answer_time == v[0] and j.answer == v[1:]):
+                self.joins[join_key(key, jid)] = self.dump(j)
+                if cur is not None:
+                    out += self.unsent(p, jid, key, j)
+        return out
 
     def _joins_of(self, p: int, key: str, floor: int | None,
                   ) -> list[tuple[str, Join, Revision | None]]:

@@ -38,11 +38,13 @@ _offsets = itertools.count()
 
 
 async def deliver(agent: Any, topic: str, key: str | bytes | None, value: Any,
-                  partition: int = 0) -> None:
-    """Put one message on ``agent``'s ``topic`` and wait until the agent has handled it."""
+                  partition: int = 0, offset: int | None = None) -> None:
+    """Put one message on ``agent``'s ``topic`` and wait until the agent has handled it.
+    ``offset``: the message's (a re-delivery: the offset it had); default, a new one."""
     raw = value if isinstance(value, (bytes, type(None))) else json.dumps(value).encode()
     channel = agent.stream().channel
-    message = Message(topic=topic, partition=partition, offset=next(_offsets),
+    offset = next(_offsets) if offset is None else offset
+    message = Message(topic=topic, partition=partition, offset=offset,
                       timestamp=time.time(), timestamp_type=0, headers=None,
                       key=key.encode() if isinstance(key, str) else key, value=raw,
                       checksum=b"", serialized_key_size=0, serialized_value_size=0,
@@ -101,15 +103,19 @@ class JoinHarness:
         self.engine, self.agent, self.sent = engine, agent, sent
         self.spec, self.tables = engine.spec, engine.tables
 
-    async def put(self, topic: str, key: str | None, value: Any, partition: int = 0) -> None:
-        await deliver(self.agent, topic, key, value, partition)
+    async def put(self, topic: str, key: str | None, value: Any, partition: int = 0,
+                  offset: int | None = None) -> None:
+        await deliver(self.agent, topic, key, value, partition, offset)
 
-    async def event(self, value: dict[str, Any], partition: int = 0) -> None:
-        await self.put(self.spec.events.topic, value[self.spec.events.key], value, partition)
+    async def event(self, value: dict[str, Any], partition: int = 0,
+                    offset: int | None = None) -> None:
+        await self.put(self.spec.events.topic, value[self.spec.events.key], value, partition,
+                       offset)
 
-    async def dimension(self, value: dict[str, Any], partition: int = 0) -> None:
+    async def dimension(self, value: dict[str, Any], partition: int = 0,
+                        offset: int | None = None) -> None:
         await self.put(self.spec.dimension.topic, value[self.spec.dimension.key], value,
-                       partition)
+                       partition, offset)
 
     async def tick(self, partition: int = 0) -> None:
         await self.put(self.spec.ticks, None, b"{}", partition)

@@ -63,6 +63,31 @@ async def test_per_join_a_redelivered_version_re_emits_superseded_unsent_revisio
         assert h.outputs()[n:] == first[-1:]
 
 
+async def test_per_join_every_lost_revision_comes_again_as_commits_advance(join_harness):
+    # A rating waits for its movie; versions A, B, C then make revisions 1, 2, 3. All three
+    # outputs are lost in a crash. Flow control delivers the records again in event-time
+    # order (the versions first), and each is committed once handled. Version A no longer
+    # answers the rating, yet it must re-emit the revision it made before its own offset is
+    # committed: after that, revision 1 counts as delivered. The chaos run found the gap.
+    rating = {"id": "r1", "movie_id": "m1", "user_id": "u", "rating": 4.0, "event_time": T + 10}
+    first_order = [("event", rating, 20), ("dimension", movie("A", T), 11),
+                   ("dimension", movie("B", T + 5), 12), ("dimension", movie("C", T + 7), 13)]
+    async with join_harness("movies") as h:
+        with committed_upto(0):
+            for side, value, offset in first_order:
+                await getattr(h, side)(value, offset=offset)
+        first = {r["revision"]: r for r in h.outputs()}
+        assert [(n, r["title"], r["cause"]) for n, r in sorted(first.items())] == [
+            (1, "A", "late-dimension"), (2, "B", "late-dimension"), (3, "C", "late-dimension")]
+        n = len(h.outputs())
+        for side, value, offset in [*first_order[1:], first_order[0]]:
+            with committed_upto(min(offset, 14)):  # those before it are committed (r1: 20)
+                await getattr(h, side)(value, offset=offset)
+        again = h.outputs()[n:]
+        assert {r["revision"] for r in again} == {1, 2, 3}, again
+        assert all(r == first[r["revision"]] for r in again), "re-emitted exactly as emitted"
+
+
 async def test_per_key_resume_re_emits_superseded_unsent_revisions_once(join_harness):
     async with join_harness("moods") as h:
         with committed_upto(0):
