@@ -13,8 +13,9 @@ The history row is purged when it is written (no active-key list to walk). Inste
 re-emitting a whole partition after a reassignment, a re-delivered record re-emits what it
 touched: a duplicate event its join's revisions, a duplicate version those of the joins that
 currently answer with it or have a revision it made (superseded since, perhaps, by a version
-whose own re-delivery comes after this one is committed: without them, a gap). Records re-delivered after a crash are exactly the ones whose outputs
-may be lost, so nothing is lost and nothing is re-sent at scale.
+whose own re-delivery comes after this one is committed: without them, a gap). Records
+re-delivered after a crash are exactly the ones whose outputs may be lost, so nothing is lost
+and nothing is re-sent at scale.
 
 A re-delivered record also writes again the rows it finds: a store can hold rows of records it
 handled whose changelog rows were lost with a crashed process (their inputs were not committed,
