@@ -29,7 +29,9 @@ answers whose records were committed; that version stepped input records in the 
 own context instead of a copy. The cause was not established. This version (a copy of the
 context for every record) then passed that test 10 times in a row, 12 more with a busy loop on
 the other core, the kill, graceful-stop, duplicate, stalled-broker, unclean-restart,
-flow-control and 2-minute chaos tests, and the full suite; the full chaos run is its next test.
+flow-control and 2-minute chaos tests, and the full suite. Its first full chaos run (run 24,
+docs/performance.md) ended with one wrong answer, from a standby store that disagreed with its
+changelog after a graceful restart; whether this patch plays a part is not established.
 Figures (``python -m bench.throughput --records 10000 --runs 1``, A B A B, 2026-11-25): one-record
 batches 2,284 / 2,621 → 2,919 / 3,056 records/s, default batching 6,552 / 6,515 → 8,498 / 8,340.
 
