@@ -297,12 +297,49 @@ def wait_processed(w: Worker, at_least: int, timeout_s: float = 90) -> float:
     raise TimeoutError(f"worker {w.name} processed {processed(w)} < {at_least} records")
 
 
+async def uncommitted(names: Names, sent: Iterable[Sent], timeout_s: float = 20.0,
+                      ) -> dict[str, tuple[int | None, int]]:
+    """Input partitions whose committed offset is still short of the records ``sent`` to them
+    after ``timeout_s`` (``"topic[p]" -> (committed, wanted)``; empty: all committed).
+
+    A worker that answers everything but never commits a partition handles it all again after
+    a restart, and each join keeps every revision it superseded since that commit
+    (app.logic.event_join.Join.unsent) until a row outgrows the producer's request limit: the
+    CI failure of 2026-11-25, three mood partitions never committed past the first worker's
+    stop."""
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition
+
+    want: dict[tuple[str, int], int] = {}
+    for s in sent:
+        want[(s.topic, s.partition)] = max(want.get((s.topic, s.partition), 0), s.offset + 1)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), group_id=names.app_id,
+                                enable_auto_commit=False)
+    await consumer.start()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    try:
+        while True:
+            short = {}
+            for (topic, p), end in sorted(want.items()):
+                committed = await consumer.committed(TopicPartition(topic, p))
+                if committed is None or committed < end:
+                    short[f"{topic}[{p}]"] = (committed, end)
+            if not short or loop.time() > deadline:
+                return short
+            await asyncio.sleep(1)
+    finally:
+        await consumer.stop()
+
+
 async def settle_and_check(names, records, sent, workers, timeout_s=150):
     expected = exact_answer(records)
     revs = await wait_converged(names, expected, timeout_s=timeout_s)
     if answers(revs) != expected:
         print(await diagnose(names, workers))
     assert answers(revs) == expected, diff(answers(revs), expected)
+    short = await uncommitted(names, sent)
+    assert not short, f"input partitions left uncommitted (committed, end): {short}"
     check_revision_log(revs)
     check_counts(revs, expected)
     fates = await fates_of(names)

@@ -131,6 +131,9 @@ class DurableLoop:
                                     max_buffered=settings.flow_max_buffered,
                                     enabled=settings.flow_control and len(merged) > 1)
         self._wakeups: set[int] = set()  # partitions with a wake-up tick scheduled
+        #: (topic, partition) -> [first, end): a run of consecutive offsets this process
+        #: acked, so the broker took their outputs (:meth:`_ack`, :meth:`in_log`)
+        self.acked_run: dict[tuple[str, int], list[int]] = {}
         app.on_revoke_drop.append(self.drop_waiting)
         app.on_revoke_flush.append(self.flush_batch)
         app.on_describe.append(self.describe)
@@ -343,7 +346,14 @@ class DurableLoop:
                     refused.append((i, exc))
             if refused:
                 await self._dead_letter_refused(refused, outs, events, ends)
+            runs = self.acked_run
             for done in events:
+                m = done.message
+                run = runs.get((m.topic, m.partition))
+                if run is None or m.offset > run[1]:  # a jump: only what follows is known
+                    runs[(m.topic, m.partition)] = [m.offset, m.offset + 1]
+                elif m.offset == run[1]:
+                    run[1] += 1
                 await stream.ack(done)
             self.in_flight -= 1
 
@@ -388,6 +398,25 @@ class DurableLoop:
                                                       letter.value))
         for fut in letters:
             await fut  # a failure here failed stop already (send_direct's callback)
+
+    def in_log(self, topic: str, partition: int, offset: int) -> bool:
+        """Are the outputs of input record ``topic[partition]@offset`` surely in the log?
+
+        Yes when this loop acked it: a record is acked only after the broker took its outputs
+        (or its dead letter). Kept as one run of consecutive acked offsets per partition, not a
+        set: a partition's records are handled in offset order (flow control keeps each input's
+        order), a re-delivered one falls inside the run, and a jump (a record Faust read past
+        without handing it over, a gap in the log) starts a new run, forgetting the old one
+        (safe: forgotten means "not known", the revision is kept). Per process: a restarted
+        worker knows only the committed offsets.
+
+        Why not the committed offset alone: a join revised by many records between two
+        commits, or while a commit waits at a partition's head, then keeps every revision it
+        superseded (:attr:`app.logic.event_join.Join.unsent`) — the CI run of 2026-11-25: a
+        consultant's row of recent joins passed the producer's 1 MB request limit and the
+        worker failed stop."""
+        run = self.acked_run.get((topic, partition))
+        return run is not None and run[0] <= offset < run[1]
 
     def settled(self) -> bool:
         """Was everything this loop handled delivered? (no batch being built or in flight, no

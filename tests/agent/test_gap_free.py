@@ -10,9 +10,11 @@ only the current one once everything is committed (app.logic.event_join.Join.uns
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import ExitStack, contextmanager
+from typing import Any, Iterator
 from unittest import mock
 
+from app.agents.event_join import engines
 from app.faust_app import app
 
 T = 1_790_000_000_000
@@ -29,8 +31,23 @@ class _Committed(dict):
         return self.upto
 
 
-def committed_upto(offset: int) -> Any:
-    return mock.patch.object(app.consumer, "_committed_offset", _Committed(offset), create=True)
+class _Forgets(dict):
+    """A loop's runs of acked offsets that keep nothing (DurableLoop.in_log): as if every
+    output were lost in a crash, the harness' sends notwithstanding."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
+@contextmanager
+def committed_upto(offset: int) -> Iterator[None]:
+    """Every input committed up to ``offset``, and that is all the engines know delivered."""
+    with ExitStack() as stack:
+        stack.enter_context(mock.patch.object(app.consumer, "_committed_offset",
+                                              _Committed(offset), create=True))
+        for engine in engines.values():
+            stack.enter_context(mock.patch.object(engine.loop, "acked_run", _Forgets()))
+        yield
 
 
 def movie(title: str, t: int) -> dict[str, Any]:
@@ -126,6 +143,31 @@ async def test_committed_sources_are_dropped_from_state_when_the_row_is_next_wri
         j = h.engine.layout.load(h.tables.joins["ann"]["x"])
         assert (j.revision, j.unsent) == (3, [])  # revisions 1 and 2 dropped: delivered
         assert j.source[0] == 1  # revision 3 came from the dimension (input 1)
+
+
+async def test_acked_sources_are_dropped_before_any_commit(join_harness):
+    # Nothing is committed, but the broker took every output (the harness' sends succeed and
+    # the loop acks each record): a superseded revision is known delivered at once, so the row
+    # does not carry it. With the committed offset alone, every revision superseded between
+    # two commits stayed in the row: a row of recent joins outgrew the 1 MB request limit.
+    async with join_harness("moods") as h:
+        with mock.patch.object(app.consumer, "_committed_offset", _Committed(0), create=True):
+            await h.dimension(mood("sad", T), offset=100)
+            await h.event({"consultant": "ann", "recommendation": "tea", "event_time": T + 10,
+                           "id": "x"}, offset=200)
+            await h.dimension(mood("ok", T + 5), offset=101)
+            await h.dimension(mood("happy", T + 7), offset=102)
+            in_log = [h.engine.loop.in_log(h.spec.dimension.topic, 0, o) for o in range(99, 104)]
+            assert in_log == [False, True, True, True, False]
+            # a record Faust read past (offset 104 acked, 103 never handled): a new run
+            await h.dimension(mood("calm", T + 8), offset=104)
+            await h.dimension(mood("glad", T + 9), offset=105)
+            in_log = [h.engine.loop.in_log(h.spec.dimension.topic, 0, o) for o in range(101, 107)]
+            assert in_log == [False, False, False, True, True, False]  # 101-102: forgotten
+        assert [(r["revision"], r["mood"]) for r in h.outputs()] == [
+            (1, "sad"), (2, "ok"), (3, "happy"), (4, "calm"), (5, "glad")]
+        j = h.engine.layout.load(h.tables.joins["ann"]["x"])
+        assert (j.revision, j.unsent) == (5, [])  # each superseded one was acked already
 
 
 # --- a re-delivered record writes its rows again ------------------------------------------------
