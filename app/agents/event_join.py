@@ -14,8 +14,9 @@ loop (:mod:`app.agents.durable`) makes it durable: flush the changelog -> send -
 State first: a crash between the flush and the sends leaves revisions in state that never
 reached the topic, which the layout re-emits (per-key: a partition's current revisions, once
 per assignment; per-join: when the record that produced it is re-delivered) — gap-free: with
-each join's current revision go those it superseded whose source record's offset is not yet
-committed (:meth:`JoinEngine.delivered`; :mod:`app.joins.state`).
+each join's current revision go those it superseded whose source record is not known
+delivered (acked by this process, or committed: :meth:`JoinEngine.delivered`;
+:mod:`app.joins.state`).
 """
 
 from __future__ import annotations

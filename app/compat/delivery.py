@@ -56,6 +56,7 @@ refusal that is the record's fault) and :class:`InvalidRecordError` while aiokaf
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import sys
@@ -173,10 +174,22 @@ async def send_direct(app: Any, topic: str, key: bytes | None, value: bytes | No
     except (ProducerSendError, KafkaError) as exc:
         if refusable and refused_for_good(exc):
             return _failed(exc.__cause__ if isinstance(exc, ProducerSendError) else exc)
-        fail_stop(f"sending to {topic} failed: {exc!r}")
+        fail_stop(f"sending to {topic} failed: {exc!r}{_row_hint(topic, exc)}")
         raise
-    fut.add_done_callback(_fail_stop_unless_refused if refusable else _fail_stop_on_error)
+    fut.add_done_callback(_fail_stop_unless_refused if refusable
+                          else functools.partial(_fail_stop_on_error, topic))
     return fut
+
+
+def _row_hint(topic: str, exc: BaseException) -> str:
+    """What to do when the refused record is a table row (the worker fails stop on it after
+    every restart until someone acts): empty for any other refusal."""
+    if not (topic.endswith("-changelog") and refused_for_good(exc)):
+        return ""
+    return ("; a table row outgrew what the producer or the topic accepts: raise "
+            "ETJ_PRODUCER_MAX_REQUEST_BYTES and the changelog topic's max.message.bytes, or, "
+            "for a join whose keys have many events in retention, give it the per-join layout "
+            "(docs/operating/recovery.md)")
 
 
 async def send_alone(app: Any, topic: str, key: bytes | None, value: bytes | None) -> Any:
@@ -213,9 +226,11 @@ def _failed(exc: BaseException) -> Any:
     return fut
 
 
-def _fail_stop_on_error(fut: Any) -> None:
+def _fail_stop_on_error(topic: str, fut: Any) -> None:
     if not fut.cancelled() and fut.exception() is not None:
-        fail_stop(f"a produced record was not delivered: {fut.exception()!r}")
+        exc = fut.exception()
+        fail_stop(f"a produced record was not delivered to {topic}: {exc!r}"
+                  f"{_row_hint(topic, exc)}")
 
 
 def _fail_stop_unless_refused(fut: Any) -> None:

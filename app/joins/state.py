@@ -28,10 +28,11 @@ changelogs and this write is a second line of defence; it costs a row per duplic
 
 Both layouts re-emit gap-free: with a join's current revision go the revisions it superseded
 whose source (``src``: the input record that produced it, stamped by the agent) is not known to
-be delivered (``delivered(p, src)``: its input offset is committed, which Faust does only after
-flushing the producer). Each join row carries them (:attr:`app.logic.event_join.Join.unsent`),
-so they are saved in the same changelog row as the revision that superseded them; they are
-dropped when the row is next written and their source is committed.
+be delivered (``delivered(p, src)``: this process acked that input record, which it does only
+once the broker has its outputs, or its offset is committed). Each join row carries them
+(:attr:`app.logic.event_join.Join.unsent`), so they are saved in the same changelog row as the
+revision that superseded them; they are dropped when the join is next revised and their source
+is known delivered.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ it before the restarted worker re-emits it, re-emitting only the current revisio
 missing. So a join keeps, next to its current revision, the revisions it superseded whose
 output is not known to be delivered (:attr:`Join.unsent`, each with the *source* — which input
 record produced it — the engine stamps); :func:`unsent_revisions` is what to re-emit. Which
-sources are delivered is the engine's knowledge (committed input offsets), passed in as a
-predicate: this module has no clock and no broker.
+sources are delivered is the engine's knowledge (input records it saw the broker take the
+outputs of, committed input offsets), passed in as a predicate: this module has no clock and no broker.
 """
 
 from __future__ import annotations

@@ -95,11 +95,22 @@ async def test_refused_by_send_itself_gives_a_failed_future_when_refusable(exits
     assert exits == []
 
 
-async def test_refused_by_send_itself_fails_stop_when_not_refusable(exits):
+async def test_refused_by_send_itself_fails_stop_when_not_refusable(exits, caplog):
     app = FakeApp(FakeProducer(raises=wrapped(CLIENT_SIDE_TOO_LARGE)))
     with pytest.raises(Stopped):  # a changelog row: state cannot be dropped
         await delivery.send_direct(app, "x-changelog", b"k", b"v", 0)
     assert exits == [delivery.EXIT_CODE]
+    # it stops again after every restart: the log says what to change
+    assert "ETJ_PRODUCER_MAX_REQUEST_BYTES" in caplog.text and "per-join" in caplog.text
+
+
+async def test_a_row_refused_later_by_the_broker_says_what_to_change(exits, caplog):
+    producer = FakeProducer()
+    fut = await delivery.send_direct(FakeApp(producer), "x-changelog", b"k", b"v", 0)
+    fut.set_exception(E.for_code(10)())  # MESSAGE_TOO_LARGE: over max.message.bytes
+    await asyncio.sleep(0)
+    assert exits == [delivery.EXIT_CODE]
+    assert "x-changelog" in caplog.text and "max.message.bytes" in caplog.text
 
 
 async def test_a_transient_send_error_fails_stop_even_when_refusable(exits):
