@@ -152,6 +152,9 @@ class DurableLoop:
     # --- per record ------------------------------------------------------------------------
     def handle(self, msg: Any, parsed: Any) -> list[Out]:
         """One message -> what to send; a bug must not kill the worker nor lose the record."""
+        run = self.acked_run.get((msg.topic, msg.partition))
+        if run is not None and run[0] <= msg.offset < run[1]:
+            run[1] = msg.offset  # handled again: what it makes now is not in the log yet
         try:
             if msg.topic != self.ticks_name:
                 counter = self._records_in.get(msg.topic)
@@ -211,6 +214,7 @@ class DurableLoop:
         module doc)."""
         self._untrack(self.merge.reset())
         metrics.flow_waiting.labels(self.join).set(0)
+        self.acked_run.clear()  # in_log: another worker may handle these partitions next
 
     def _untrack(self, dropped: list[tuple[Any, Any]]) -> None:
         """Faust stops waiting for these records (not acked: their offsets stay uncommitted)."""
@@ -405,10 +409,14 @@ class DurableLoop:
         Yes when this loop acked it: a record is acked only after the broker took its outputs
         (or its dead letter). Kept as one run of consecutive acked offsets per partition, not a
         set: a partition's records are handled in offset order (flow control keeps each input's
-        order), a re-delivered one falls inside the run, and a jump (a record Faust read past
-        without handing it over, a gap in the log) starts a new run, forgetting the old one
-        (safe: forgotten means "not known", the revision is kept). Per process: a restarted
-        worker knows only the committed offsets.
+        order), and a jump (a record Faust read past without handing it over, a gap in the log)
+        starts a new run, forgetting the old one (safe: forgotten means "not known", the
+        revision is kept). A record handled again (a seek back, a re-delivery) cuts the run at
+        its offset, since a tick, or an event released from its hold, may make a revision this
+        time that it did not make before; and a rebalance forgets every run
+        (:meth:`drop_waiting`), since a partition may come back with revisions another worker
+        made from the same offsets. Per process: a restarted worker knows only the committed
+        offsets.
 
         Why not the committed offset alone: a join revised by many records between two
         commits, or while a commit waits at a partition's head, then keeps every revision it

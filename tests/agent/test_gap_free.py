@@ -170,6 +170,22 @@ async def test_acked_sources_are_dropped_before_any_commit(join_harness):
         assert (j.revision, j.unsent) == (5, [])  # each superseded one was acked already
 
 
+def test_a_record_handled_again_or_a_rebalance_makes_acked_offsets_unknown():
+    # handled again (a seek back, a re-delivery), a record may make a revision it did not make
+    # the first time (a tick's revisit, a held event released): not in the log until re-acked
+    loop = engines["moods"].loop
+    ticks = loop.ticks_name
+    loop.acked_run.clear()
+    loop.acked_run[(ticks, 0)] = [100, 110]
+    msg = mock.Mock(topic=ticks, partition=0, offset=104)
+    with mock.patch.object(loop, "handle_one", return_value=[]):
+        loop.handle(msg, None)
+    assert [loop.in_log(ticks, 0, o) for o in (99, 100, 103, 104, 109)] == [
+        False, True, True, False, False]
+    loop.drop_waiting()  # a rebalance starts: the partition may go, and come back
+    assert not loop.in_log(ticks, 0, 100)
+
+
 # --- a re-delivered record writes its rows again ------------------------------------------------
 #
 # After a kill -9, a worker that kept its data directory (RocksDB) holds the rows of records it
