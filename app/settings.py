@@ -143,7 +143,7 @@ class Settings(BaseSettings):
         description="Faust `producer_max_request_size`: the producer refuses a record bigger "
         "than this. A refused output sends the input that produced it to the dead letters "
         "(docs/concepts/guarantees.md#outputs-the-broker-refuses); unset = Faust's default "
-        "(1 MiB).",
+        "(1,000,000 bytes).",
     )
     producer_linger_ms: float = Field(
         5.0,
