@@ -22,7 +22,7 @@ from bench.chaos_traffic import RETENTION_MS
 from tests.broker import test_broker_car_join as car_test
 from tests.broker import test_broker_movies as movies_test
 from tests.faults import (Sent, answers, check_counts, check_revision_log, exact_answer,
-                          exact_counts, fates_of, settled_mood_history)
+                          exact_counts, fates_of, settled_mood_history, uncommitted)
 from tests.harness import Names, Worker, bootstrap
 from tests.oracle import Recommendation
 
@@ -168,27 +168,10 @@ def movie_wire_answer(r: dict[str, Any]) -> tuple[Any, ...]:
 
 async def unconsumed(names: Names, sent: list[Sent], timeout_s: float = 60) -> int:
     """Records past the group's committed offset of their partition (0 once every one was
-    handled and committed). The end of each partition is taken from the positions the sends
-    got back, not from the broker: tansu under-reports end offsets of batched topics."""
-    ends: dict[tuple[str, int], int] = {}
-    for s in sent:
-        ends[(s.topic, s.partition)] = max(ends.get((s.topic, s.partition), 0), s.offset + 1)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), group_id=names.app_id,
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            behind = {}
-            for (topic, p), end in ends.items():
-                committed = await consumer.committed(TopicPartition(topic, p)) or 0
-                behind[(topic, p)] = max(0, end - committed)
-            if not any(behind.values()) or time.monotonic() > deadline:
-                return sum(1 for s in sent if s.offset >= ends[(s.topic, s.partition)]
-                           - behind[(s.topic, s.partition)])
-            await asyncio.sleep(2)
-    finally:
-        await consumer.stop()
+    handled and committed; :func:`tests.faults.uncommitted`)."""
+    short = await uncommitted(names, sent, timeout_s=timeout_s, poll_s=2)
+    return sum(1 for s in sent if (s.topic, s.partition) in short
+               and s.offset >= (short[(s.topic, s.partition)][0] or 0))
 
 
 def unpurged_moods(sent: list[Sent]) -> list[Sent]:

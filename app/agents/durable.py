@@ -104,6 +104,53 @@ Parser = Callable[[str, "bytes | None", "bytes | None"], tuple[Any, int]]
 loops: list["DurableLoop"] = []
 
 
+class AckedRuns:
+    """Which input records this process acked, so the broker surely has their outputs: a
+    record is acked only after the broker took its outputs (or its dead letter).
+
+    Kept as one run ``[first, end)`` of consecutive acked offsets per input partition, not a
+    set: a partition's records are handled in offset order (flow control keeps each input's
+    order), and a jump (a record Faust read past without handing it over, a gap in the log)
+    starts a new run, forgetting the old one (safe: forgotten means "not known", the revision
+    is kept). A record handled again (a seek back, a re-delivery) cuts the run at its offset,
+    since a tick, or an event released from its hold, may make a revision this time that it
+    did not make before; and a rebalance forgets every run (:meth:`DurableLoop.drop_waiting`),
+    since a partition may come back with revisions another worker made from the same offsets.
+    Per process: a restarted worker knows only the committed offsets.
+
+    Why not the committed offset alone (:meth:`app.agents.event_join.JoinEngine.delivered`):
+    a join revised by many records between two commits, or while a commit waits at a
+    partition's head, then keeps every revision it superseded
+    (:attr:`app.logic.event_join.Join.unsent`) — the CI run of 2026-11-25: a consultant's row
+    of recent joins passed the producer's 1 MB request limit and the worker failed stop."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple[str, int], list[int]] = {}
+
+    def handled(self, topic: str, partition: int, offset: int) -> None:
+        """A record is being handled: if it was acked already, what it makes now is not in
+        the log yet."""
+        run = self._runs.get((topic, partition))
+        if run is not None and run[0] <= offset < run[1]:
+            run[1] = offset
+
+    def acked(self, topic: str, partition: int, offset: int) -> None:
+        """The broker has this record's outputs."""
+        run = self._runs.get((topic, partition))
+        if run is None or offset > run[1]:  # a jump: only what follows is known
+            self._runs[(topic, partition)] = [offset, offset + 1]
+        elif offset == run[1]:
+            run[1] += 1
+
+    def holds(self, topic: str, partition: int, offset: int) -> bool:
+        """Are the outputs of input record ``topic[partition]@offset`` surely in the log?"""
+        run = self._runs.get((topic, partition))
+        return run is not None and run[0] <= offset < run[1]
+
+    def clear(self) -> None:
+        self._runs.clear()
+
+
 class DurableLoop:
     """One agent's loop: flow control -> handle -> flush -> send -> ack (module docstring)."""
 
@@ -131,9 +178,8 @@ class DurableLoop:
                                     max_buffered=settings.flow_max_buffered,
                                     enabled=settings.flow_control and len(merged) > 1)
         self._wakeups: set[int] = set()  # partitions with a wake-up tick scheduled
-        #: (topic, partition) -> [first, end): a run of consecutive offsets this process
-        #: acked, so the broker took their outputs (:meth:`_ack`, :meth:`in_log`)
-        self.acked_run: dict[tuple[str, int], list[int]] = {}
+        #: the input records this loop acked, whose outputs the broker has
+        self.acked = AckedRuns()
         app.on_revoke_drop.append(self.drop_waiting)
         app.on_revoke_flush.append(self.flush_batch)
         app.on_describe.append(self.describe)
@@ -152,9 +198,7 @@ class DurableLoop:
     # --- per record ------------------------------------------------------------------------
     def handle(self, msg: Any, parsed: Any) -> list[Out]:
         """One message -> what to send; a bug must not kill the worker nor lose the record."""
-        run = self.acked_run.get((msg.topic, msg.partition))
-        if run is not None and run[0] <= msg.offset < run[1]:
-            run[1] = msg.offset  # handled again: what it makes now is not in the log yet
+        self.acked.handled(msg.topic, msg.partition, msg.offset)
         try:
             if msg.topic != self.ticks_name:
                 counter = self._records_in.get(msg.topic)
@@ -214,7 +258,7 @@ class DurableLoop:
         module doc)."""
         self._untrack(self.merge.reset())
         metrics.flow_waiting.labels(self.join).set(0)
-        self.acked_run.clear()  # in_log: another worker may handle these partitions next
+        self.acked.clear()  # another worker may handle these partitions next
 
     def _untrack(self, dropped: list[tuple[Any, Any]]) -> None:
         """Faust stops waiting for these records (not acked: their offsets stay uncommitted)."""
@@ -350,14 +394,9 @@ class DurableLoop:
                     refused.append((i, exc))
             if refused:
                 await self._dead_letter_refused(refused, outs, events, ends)
-            runs = self.acked_run
             for done in events:
                 m = done.message
-                run = runs.get((m.topic, m.partition))
-                if run is None or m.offset > run[1]:  # a jump: only what follows is known
-                    runs[(m.topic, m.partition)] = [m.offset, m.offset + 1]
-                elif m.offset == run[1]:
-                    run[1] += 1
+                self.acked.acked(m.topic, m.partition, m.offset)
                 await stream.ack(done)
             self.in_flight -= 1
 
@@ -402,29 +441,6 @@ class DurableLoop:
                                                       letter.value))
         for fut in letters:
             await fut  # a failure here failed stop already (send_direct's callback)
-
-    def in_log(self, topic: str, partition: int, offset: int) -> bool:
-        """Are the outputs of input record ``topic[partition]@offset`` surely in the log?
-
-        Yes when this loop acked it: a record is acked only after the broker took its outputs
-        (or its dead letter). Kept as one run of consecutive acked offsets per partition, not a
-        set: a partition's records are handled in offset order (flow control keeps each input's
-        order), and a jump (a record Faust read past without handing it over, a gap in the log)
-        starts a new run, forgetting the old one (safe: forgotten means "not known", the
-        revision is kept). A record handled again (a seek back, a re-delivery) cuts the run at
-        its offset, since a tick, or an event released from its hold, may make a revision this
-        time that it did not make before; and a rebalance forgets every run
-        (:meth:`drop_waiting`), since a partition may come back with revisions another worker
-        made from the same offsets. Per process: a restarted worker knows only the committed
-        offsets.
-
-        Why not the committed offset alone: a join revised by many records between two
-        commits, or while a commit waits at a partition's head, then keeps every revision it
-        superseded (:attr:`app.logic.event_join.Join.unsent`) — the CI run of 2026-11-25: a
-        consultant's row of recent joins passed the producer's 1 MB request limit and the
-        worker failed stop."""
-        run = self.acked_run.get((topic, partition))
-        return run is not None and run[0] <= offset < run[1]
 
     def settled(self) -> bool:
         """Was everything this loop handled delivered? (no batch being built or in flight, no

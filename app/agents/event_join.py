@@ -72,14 +72,14 @@ class JoinEngine:
     # --- per record ----------------------------------------------------------------------------
     def delivered(self, partition: int, src: Any) -> bool:
         """Is the output of a revision made by input record ``src`` surely in the log? Yes once
-        this process acked that record (the broker had its outputs: :meth:`DurableLoop.in_log`)
-        or its offset is committed (Faust flushes the producer before it commits; the only
-        knowledge a restarted worker has). A source of None (a row saved before sources were
+        this process acked that record (the broker had its outputs:
+        :class:`~app.agents.durable.AckedRuns`) or its offset is committed (Faust flushes the
+        producer before it commits; the only knowledge a restarted worker has). A source of None (a row saved before sources were
         kept) counts as delivered."""
         if src is None:
             return True
         index, offset = src
-        if self.loop.in_log(self.inputs[index], partition, offset):
+        if self.loop.acked.holds(self.inputs[index], partition, offset):
             return True
         tp = self._tps.get((index, partition))
         if tp is None:

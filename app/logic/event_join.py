@@ -29,7 +29,8 @@ missing. So a join keeps, next to its current revision, the revisions it superse
 output is not known to be delivered (:attr:`Join.unsent`, each with the *source* — which input
 record produced it — the engine stamps); :func:`unsent_revisions` is what to re-emit. Which
 sources are delivered is the engine's knowledge (input records it saw the broker take the
-outputs of, committed input offsets), passed in as a predicate: this module has no clock and no broker.
+outputs of, committed input offsets), passed in as a predicate: this module has no clock and
+no broker.
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ class JoinHarness:
         for table in vars(self.tables).values():
             table.data.clear()
         self.engine.resumed.clear()
-        self.engine.loop.acked_run.clear()
+        self.engine.loop.acked.clear()
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
 from unittest import mock
 
+from app.agents.durable import AckedRuns
 from app.agents.event_join import engines
 from app.faust_app import app
 
@@ -31,11 +32,11 @@ class _Committed(dict):
         return self.upto
 
 
-class _Forgets(dict):
-    """A loop's runs of acked offsets that keep nothing (DurableLoop.in_log): as if every
+class _Forgets(AckedRuns):
+    """A loop's acked records that keep nothing (app.agents.durable.AckedRuns): as if every
     output were lost in a crash, the harness' sends notwithstanding."""
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def acked(self, topic: str, partition: int, offset: int) -> None:
         pass
 
 
@@ -46,7 +47,7 @@ def committed_upto(offset: int) -> Iterator[None]:
         stack.enter_context(mock.patch.object(app.consumer, "_committed_offset",
                                               _Committed(offset), create=True))
         for engine in engines.values():
-            stack.enter_context(mock.patch.object(engine.loop, "acked_run", _Forgets()))
+            stack.enter_context(mock.patch.object(engine.loop, "acked", _Forgets()))
         yield
 
 
@@ -157,12 +158,14 @@ async def test_acked_sources_are_dropped_before_any_commit(join_harness):
                            "id": "x"}, offset=200)
             await h.dimension(mood("ok", T + 5), offset=101)
             await h.dimension(mood("happy", T + 7), offset=102)
-            in_log = [h.engine.loop.in_log(h.spec.dimension.topic, 0, o) for o in range(99, 104)]
+            in_log = [h.engine.loop.acked.holds(h.spec.dimension.topic, 0, o)
+                      for o in range(99, 104)]
             assert in_log == [False, True, True, True, False]
             # a record Faust read past (offset 104 acked, 103 never handled): a new run
             await h.dimension(mood("calm", T + 8), offset=104)
             await h.dimension(mood("glad", T + 9), offset=105)
-            in_log = [h.engine.loop.in_log(h.spec.dimension.topic, 0, o) for o in range(101, 107)]
+            in_log = [h.engine.loop.acked.holds(h.spec.dimension.topic, 0, o)
+                      for o in range(101, 107)]
             assert in_log == [False, False, False, True, True, False]  # 101-102: forgotten
         assert [(r["revision"], r["mood"]) for r in h.outputs()] == [
             (1, "sad"), (2, "ok"), (3, "happy"), (4, "calm"), (5, "glad")]
@@ -175,15 +178,16 @@ def test_a_record_handled_again_or_a_rebalance_makes_acked_offsets_unknown():
     # the first time (a tick's revisit, a held event released): not in the log until re-acked
     loop = engines["moods"].loop
     ticks = loop.ticks_name
-    loop.acked_run.clear()
-    loop.acked_run[(ticks, 0)] = [100, 110]
+    loop.acked.clear()
+    for offset in range(100, 110):
+        loop.acked.acked(ticks, 0, offset)
     msg = mock.Mock(topic=ticks, partition=0, offset=104)
     with mock.patch.object(loop, "handle_one", return_value=[]):
         loop.handle(msg, None)
-    assert [loop.in_log(ticks, 0, o) for o in (99, 100, 103, 104, 109)] == [
+    assert [loop.acked.holds(ticks, 0, o) for o in (99, 100, 103, 104, 109)] == [
         False, True, True, False, False]
     loop.drop_waiting()  # a rebalance starts: the partition may go, and come back
-    assert not loop.in_log(ticks, 0, 100)
+    assert not loop.acked.holds(ticks, 0, 100)
 
 
 # --- a re-delivered record writes its rows again ------------------------------------------------
