@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import TopicPartition
+import orjson
 
 #: (topic, key bytes, value bytes | None) or the same + an explicit partition
 Out = tuple[Any, ...]
@@ -25,7 +26,7 @@ Out = tuple[Any, ...]
 
 def jbytes(value: Any) -> bytes:
     """A JSON value as compact UTF-8 bytes."""
-    return json.dumps(value, separators=(",", ":")).encode()
+    return orjson.dumps(value)
 
 
 _partitioner = DefaultPartitioner()
@@ -38,19 +39,32 @@ def partition_of(key: bytes, partitions: int) -> int:
 
 
 async def produce_bulk(bootstrap: str, records: Iterable[Out], partitions: int,
-                       exact_end: bool = False, window: int = 20_000) -> int:
+                       exact_end: bool = False, in_flight: int = 32) -> int:
     """Send ``records`` (keyed, default partitioner) in large batches; return how many.
+
+    Batches of up to 1 MiB per partition are built here (aiokafka's ``create_batch`` /
+    ``send_batch``: no future and no accumulator step per record, ~0.5 µs a record instead of
+    ~10 µs through ``send``), at most ``in_flight`` of them unacknowledged; a partition's batches
+    go in order, as ``send``'s would.
 
     ``exact_end``: hold back the last record of each (topic, partition) and send it alone after
     everything else is acknowledged, so tansu's end offset counts it (changelogs need this).
     """
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5,
-                                max_batch_size=1 << 20, max_request_size=8 << 20)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_batch_size=1 << 20,
+                                max_request_size=8 << 20)
     await producer.start()
     last: dict[tuple[str, int], Out] = {}
+    filling: dict[tuple[str, int], Any] = {}
+    pending: list[asyncio.Future[Any]] = []
     sent = 0
+
+    async def ship(tp: tuple[str, int]) -> None:
+        pending.append(await producer.send_batch(filling.pop(tp), tp[0], partition=tp[1]))
+        if len(pending) >= in_flight:
+            await asyncio.gather(*pending)
+            pending.clear()
+
     try:
-        pending: list[asyncio.Future[Any]] = []
         for rec in records:
             tp = (rec[0], rec[3] if len(rec) > 3 else partition_of(rec[1] or b"", partitions))
             if exact_end:
@@ -59,12 +73,17 @@ async def produce_bulk(bootstrap: str, records: Iterable[Out], partitions: int,
                 if held is None:
                     continue
                 rec = held
-            topic, key, value = rec[:3]
-            pending.append(await producer.send(topic, value, key=key, partition=tp[1]))
+            key, value = rec[1], rec[2]
+            batch = filling.get(tp)
+            if batch is None:
+                batch = filling[tp] = producer.create_batch()
+            if batch.append(key=key, value=value, timestamp=None) is None:  # full
+                await ship(tp)
+                batch = filling[tp] = producer.create_batch()
+                batch.append(key=key, value=value, timestamp=None)
             sent += 1
-            if len(pending) >= window:
-                await asyncio.gather(*pending)
-                pending.clear()
+        for tp in list(filling):
+            await ship(tp)
         await asyncio.gather(*pending)
         for (topic, p), (_, key, value, *_) in sorted(last.items()):
             await producer.send_and_wait(topic, value, key=key, partition=p)

@@ -36,7 +36,8 @@ from typing import Any
 from app.snapshots import Snapshots
 from bench.kafka_io import create_topics, produce_bulk
 from bench.recovery import TABLE, changelog_records
-from bench.workers import Names, bench_broker, new_names, start_worker, stats, workdir
+from bench.workers import (DEFAULT_SESSION, Names, bench_broker, new_names, start_worker, stats,
+                           workdir)
 
 GOAL_S = 30.0
 GOAL_SPEEDUP = 10.0
@@ -75,11 +76,13 @@ def wait_snapshots(snaps: Snapshots, topic: str, last: dict[int, int],
 
 def run(keys: int = 5_000_000, partitions: int = 4, interval_s: float = 5.0) -> dict[str, Any]:
     with bench_broker() as broker, workdir() as folder:
-        # a start with nothing to recover (group join, topic checks): the floor of both figures
-        startup_s, _, _ = ready_in(new_names(broker, store_url="rocksdb://"), folder, "empty")
+        # a start with nothing to recover (group join, topic checks): the floor of both figures,
+        # so the worker's own session timeout (bench.workers.DEFAULT_SESSION)
+        startup_s, _, _ = ready_in(new_names(broker, store_url="rocksdb://", **DEFAULT_SESSION),
+                                   folder, "empty")
         url = f"file://{folder / 'snapshots'}"
         names = new_names(broker, store_url="rocksdb://", snapshot_url=url,
-                          snapshot_interval_s=interval_s)
+                          snapshot_interval_s=interval_s, **DEFAULT_SESSION)
         topic = f"{names.env['ETJ_APP_ID']}-{TABLE}-changelog"
         asyncio.run(create_topics(broker.bootstrap, [topic], partitions))
         t0 = time.monotonic()

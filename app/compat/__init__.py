@@ -30,6 +30,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
 - :mod:`~app.compat.revoke` — records flow control holds are let go when a rebalance starts;
 - :mod:`~app.compat.graceful_stop` — on SIGTERM, acks are awaited a moment, not forever: what
   is handled is committed, the rest left for the next owner;
+- :mod:`~app.compat.leave_group` — a stopping worker leaves its consumer group in the group's
+  first generation too (tansu numbers it 0), so the next worker need not wait out its session;
 - :mod:`~app.compat.rocksdb_memory` — one RocksDB block cache and one memtable budget per
   worker, shared by every table partition, instead of one of each per table partition;
 - :mod:`~app.compat.snapshot_restore` — snapshots of RocksDB table partitions in object
@@ -43,8 +45,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.compat import (batch_restore, delivery, eager_delivery, end_offsets, fetch_wait,
-                        graceful_stop, log_gaps, rebalance, revoke, rocksdb_memory,
-                        snapshot_restore, stall_guard, standby_offsets)
+                        graceful_stop, leave_group, log_gaps, rebalance, revoke,
+                        rocksdb_memory, snapshot_restore, stall_guard, standby_offsets)
 from app.compat.versions import check_versions
 
 __all__ = ["install"]
@@ -69,6 +71,7 @@ def install(app: Any) -> None:
     log_gaps.install()
     revoke.install(app)
     graceful_stop.install(app, settings.stop_drain_s)  # after revoke: wraps its wait
+    leave_group.install()
     stall_guard.install(app, settings.stall_check_s)
     rocksdb_memory.install(settings.rocksdb_block_cache_mb, settings.rocksdb_memtables_mb)
     snapshot_restore.install(app)
