@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import faust
 from faust.types import TopicT
 
+from app.compat.table_codec import TableSchema
 from app.faust_app import app, settings
 from app.joins.catalog import load_specs
 from app.joins.spec import JoinSpec
@@ -36,12 +37,13 @@ _out = dict(key_serializer="raw", value_serializer="raw")
 #: docs/operating/scaling.md#memory)
 _store = dict(options=dict(write_buffer_size=settings.rocksdb_write_buffer_mb << 20,
                            max_write_buffer_number=2))
+#: tables hold plain JSON rows: decoded without Faust's registry (app.compat.table_codec)
 _json = dict(partitions=settings.partitions, **_store,
-             schema=faust.Schema(key_serializer="json", value_serializer="json"))
+             schema=TableSchema(key_serializer="json", value_serializer="json"))
 # key_type=bytes too: Faust derives the changelog's key serializer from key_type alone (json
 # otherwise), and recovery would then fail to decode the byte keys
 _bytes_json = dict(partitions=settings.partitions, key_type=bytes, **_store,
-                   schema=faust.Schema(key_serializer="raw", value_serializer="json"))
+                   schema=TableSchema(key_serializer="raw", value_serializer="json"))
 
 # --- shared outputs ----------------------------------------------------------------------------
 dead_letters = app.topic(settings.dead_letter_topic, **_out)  # original key -> record + reason
@@ -111,8 +113,7 @@ zone_pollution = app.Table("zone-pollution", default=None, **_json)
 # key: (zone_id, car_id) as 16 bytes, big-endian, sign bit flipped (app.keys) -> byte order is
 # (zone, car) order, so a zone's cars are one key range (app.range_scan)
 # value: [car_event_time, fuel_level] of the arrival that put the car there
-zone_cars = range_table(app, "zone-cars", default=None, partitions=settings.partitions,
-                        **_store)
+zone_cars = range_table(app, "zone-cars", default=None, **_bytes_json)
 
 
 # --- what must be co-partitioned, and what this worker owns ------------------------------------

@@ -36,6 +36,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
   worker, shared by every table partition, instead of one of each per table partition;
 - :mod:`~app.compat.snapshot_restore` — snapshots of RocksDB table partitions in object
   storage, installed before Faust opens a partition it has no local state for;
+- :mod:`~app.compat.table_codec` — table rows decoded with orjson at once, not through Faust's
+  serializer registry (used by ``app.topology``'s table schemas, nothing to install);
 - :mod:`~app.compat.stores` — range scans over Faust's stores (memory: a sorted index;
   RocksDB: its per-partition ``Rdict``), and the consumer/store reads no public API offers.
 """

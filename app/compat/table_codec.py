@@ -1,0 +1,67 @@
+"""Table rows decoded with orjson at once, not through Faust's serializer registry.
+
+Upstream (faust-streaming 0.15.3, ``Schema.loads_key`` / ``loads_value`` ->
+``Registry.loads_*`` -> the ``json`` codec -> ``Model._maybe_reconstruct``): each changelog
+record's key and value go through the registry: the bytes made a ``str`` (``want_str``),
+``orjson.loads``, then a look for a Faust model namespace (``value["__faust"]["ns"]``) in every
+value, which on a list (every etj row is one) raises a ``TypeError`` and catches it.
+
+Symptom: decoding was 29 % of the main thread of a 1M-key replay, the largest share after the
+event loop itself (``python -m bench.profile_worker --recovery 1000000``; the replay is bound by
+that thread: 100 % of a core, the consumer thread ~15 %, the broker idle).
+
+Here: etj's tables hold plain JSON (the ``to_json`` layouts of :mod:`app.logic`) under JSON or
+raw-byte keys, never a Faust model, so :class:`TableSchema` decodes a ``json`` key or value with
+``orjson.loads`` and passes a ``raw`` one through; anything else (a model type, another codec)
+goes to Faust as before. A row that does not parse raises Faust's own ``KeyDecodeError`` /
+``ValueDecodeError``, as before. Writing is unchanged (Faust's ``json`` codec is orjson too).
+Tests: tests/unit/test_table_codec.py (same values as Faust's path, errors); every broker test
+recovers tables through it. Remove when Faust decodes without the per-value model lookup.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+import orjson
+from faust.exceptions import KeyDecodeError, ValueDecodeError
+
+__all__ = ["TableSchema"]
+
+
+def _fast(serializer: Any, typ: Any) -> str | None:
+    """"json" or "raw" when this schema may decode without Faust, else None."""
+    if serializer == "raw" and typ in (None, bytes):
+        return "raw"
+    if serializer == "json" and typ is None:
+        return "json"
+    return None
+
+
+class TableSchema(faust.Schema):
+    """A table's schema (``app.topology``): plain JSON rows, decoded without the registry."""
+
+    def loads_key(self, app: Any, message: Any, *, loads: Any = None,
+                  serializer: Any = None) -> Any:
+        how = _fast(serializer or self.key_serializer, self.key_type)
+        if how is None or message.key is None:
+            return super().loads_key(app, message, loads=loads, serializer=serializer)
+        if how == "raw":
+            return message.key
+        try:
+            return orjson.loads(message.key)
+        except orjson.JSONDecodeError as exc:
+            raise KeyDecodeError(str(exc)) from exc
+
+    def loads_value(self, app: Any, message: Any, *, loads: Any = None,
+                    serializer: Any = None) -> Any:
+        how = _fast(serializer or self.value_serializer, self.value_type)
+        if how is None or message.value is None:
+            return super().loads_value(app, message, loads=loads, serializer=serializer)
+        if how == "raw":
+            return message.value
+        try:
+            return orjson.loads(message.value)
+        except orjson.JSONDecodeError as exc:
+            raise ValueDecodeError(str(exc)) from exc
