@@ -30,13 +30,23 @@ from faust.exceptions import KeyDecodeError, ValueDecodeError
 __all__ = ["TableSchema"]
 
 
-def _fast(serializer: Any, typ: Any) -> str | None:
-    """"json" or "raw" when this schema may decode without Faust, else None."""
+#: what :func:`_decode` answers when Faust's own path must decode
+FAUST = object()
+
+
+def _decode(raw: bytes | None, serializer: Any, typ: Any, error: type[Exception]) -> Any:
+    """A ``json`` key or value (no model type) parsed by orjson, a ``raw`` one as it is, else
+    :data:`FAUST`; a row that does not parse raises Faust's ``error``."""
+    if raw is None:
+        return FAUST
     if serializer == "raw" and typ in (None, bytes):
-        return "raw"
-    if serializer == "json" and typ is None:
-        return "json"
-    return None
+        return raw
+    if serializer != "json" or typ is not None:
+        return FAUST
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise error(str(exc)) from exc
 
 
 class TableSchema(faust.Schema):
@@ -44,24 +54,16 @@ class TableSchema(faust.Schema):
 
     def loads_key(self, app: Any, message: Any, *, loads: Any = None,
                   serializer: Any = None) -> Any:
-        how = _fast(serializer or self.key_serializer, self.key_type)
-        if how is None or message.key is None:
+        got = _decode(message.key, serializer or self.key_serializer, self.key_type,
+                      KeyDecodeError)
+        if got is FAUST:
             return super().loads_key(app, message, loads=loads, serializer=serializer)
-        if how == "raw":
-            return message.key
-        try:
-            return orjson.loads(message.key)
-        except orjson.JSONDecodeError as exc:
-            raise KeyDecodeError(str(exc)) from exc
+        return got
 
     def loads_value(self, app: Any, message: Any, *, loads: Any = None,
                     serializer: Any = None) -> Any:
-        how = _fast(serializer or self.value_serializer, self.value_type)
-        if how is None or message.value is None:
+        got = _decode(message.value, serializer or self.value_serializer, self.value_type,
+                      ValueDecodeError)
+        if got is FAUST:
             return super().loads_value(app, message, loads=loads, serializer=serializer)
-        if how == "raw":
-            return message.value
-        try:
-            return orjson.loads(message.value)
-        except orjson.JSONDecodeError as exc:
-            raise ValueDecodeError(str(exc)) from exc
+        return got
