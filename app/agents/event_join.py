@@ -74,8 +74,8 @@ class JoinEngine:
         """Is the output of a revision made by input record ``src`` surely in the log? Yes once
         this process acked that record (the broker had its outputs:
         :class:`~app.agents.durable.AckedRuns`) or its offset is committed (Faust flushes the
-        producer before it commits; the only knowledge a restarted worker has). A source of None (a row saved before sources were
-        kept) counts as delivered."""
+        producer before it commits; the only knowledge a restarted worker has). A source of
+        None (a row saved before sources were kept) counts as delivered."""
         if src is None:
             return True
         index, offset = src
