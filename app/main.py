@@ -5,11 +5,12 @@ from the spec list) -> agents -> timers -> tools -> views; then the patches to F
 aiokafka the guarantees rest on (:mod:`app.compat`).
 """
 
-from app import compat, event_loop
+from app import compat, event_loop, garbage_collection
 from app.faust_app import app
 
 compat.install(app)  # first: refuse an untested Faust/aiokafka before anything is declared
 event_loop.use(app.etj)  # before `faust worker` makes its loop (Faust ignores its own -L)
+garbage_collection.use()  # fewer collections: a table of a million rows is long-lived
 from app import topology  # noqa: F401  (topics -> tables, for every join spec and the car join)
 from app.agents import event_join  # noqa: F401  (agents: one per join spec)
 from app.agents import car_join  # noqa: F401  (agents: car positions x zone pollution)

@@ -30,6 +30,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
 - :mod:`~app.compat.revoke` — records flow control holds are let go when a rebalance starts;
 - :mod:`~app.compat.graceful_stop` — on SIGTERM, acks are awaited a moment, not forever: what
   is handled is committed, the rest left for the next owner;
+- :mod:`~app.compat.table_start` — the table manager starts without Faust's fixed one-second
+  sleep (every table is declared at import);
 - :mod:`~app.compat.leave_group` — a stopping worker leaves its consumer group in the group's
   first generation too (tansu numbers it 0), so the next worker need not wait out its session;
 - :mod:`~app.compat.rocksdb_memory` — one RocksDB block cache and one memtable budget per
@@ -48,7 +50,8 @@ from typing import Any
 
 from app.compat import (batch_restore, delivery, eager_delivery, end_offsets, fetch_wait,
                         graceful_stop, leave_group, log_gaps, rebalance, revoke,
-                        rocksdb_memory, snapshot_restore, stall_guard, standby_offsets)
+                        rocksdb_memory, snapshot_restore, stall_guard, standby_offsets,
+                        table_start)
 from app.compat.versions import check_versions
 
 __all__ = ["install"]
@@ -74,6 +77,7 @@ def install(app: Any) -> None:
     revoke.install(app)
     graceful_stop.install(app, settings.stop_drain_s)  # after revoke: wraps its wait
     leave_group.install()
+    table_start.install()
     stall_guard.install(app, settings.stall_check_s)
     rocksdb_memory.install(settings.rocksdb_block_cache_mb, settings.rocksdb_memtables_mb)
     snapshot_restore.install(app)
