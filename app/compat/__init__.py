@@ -19,6 +19,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
   its agent;
 - :mod:`~app.compat.eager_delivery` — the fetch loop hands a changelog record to the conductor
   in place when that takes no wait, instead of in four tasks;
+- :mod:`~app.compat.producer_buffer` — the producer buffer reads ``producer_threaded`` once,
+  not for every record the conductor hands on;
 - :mod:`~app.compat.batch_restore` — recovery applies changelog records in batches;
 - :mod:`~app.compat.standby_offsets` — a changelog partition with nothing applied is read from
   its start instead of crashing recovery;
@@ -49,7 +51,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.compat import (batch_restore, delivery, eager_delivery, end_offsets, fetch_wait,
-                        graceful_stop, leave_group, log_gaps, rebalance, revoke,
+                        graceful_stop, leave_group, log_gaps, producer_buffer, rebalance, revoke,
                         rocksdb_memory, snapshot_restore, stall_guard, standby_offsets,
                         table_start)
 from app.compat.versions import check_versions
@@ -68,6 +70,7 @@ def install(app: Any) -> None:
     settings = app.etj
     fetch_wait.install(settings.consumer_fetch_max_wait_ms)
     eager_delivery.install()
+    producer_buffer.install()
     batch_restore.install()
     standby_offsets.install()
     end_offsets.install(settings.end_offsets_by_fetch)
