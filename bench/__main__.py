@@ -40,7 +40,7 @@ def external(module: str, **kwargs: Any) -> dict[str, Any]:
 def plan(quick: bool, runs: int) -> dict[str, Callable[[], dict[str, Any]]]:
     from bench import (car_throughput, correction_latency, flow_control, recovery, state_growth,
                        throughput)
-    from bench import movies_throughput, peer_quix, scale_workers
+    from bench import movies_throughput, peer_quix, scale_workers, spark_vs_duckdb
 
     r = 1 if quick else runs
     return {
@@ -48,8 +48,10 @@ def plan(quick: bool, runs: int) -> dict[str, Callable[[], dict[str, Any]]]:
         "car_throughput": lambda: car_throughput.run(records=3_000 if quick else 10_000, runs=r),
         "movies_throughput": lambda: movies_throughput.run(records=3_000 if quick else 10_000,
                                                            runs=r),
-        # one broker, one backlog, etj then Quix under each producer setting (~2.5 min)
-        "peer_quix": lambda: peer_quix.run(records=5_000 if quick else 30_000),
+        # one broker, one backlog, etj then Quix with the producer's default batching (the
+        # ratio's setting; python -m bench.peer_quix also runs both with one-record batches)
+        "peer_quix": lambda: peer_quix.run(records=5_000 if quick else 30_000,
+                                           settings=("default",)),
         # one worker, then two, on the same records; the median of 3 (~1.5 min): single runs
         # ranged 1.36-1.86 on the same worker
         "scale_workers": lambda: scale_workers.run(records=4_000 if quick else 20_000,
@@ -65,10 +67,11 @@ def plan(quick: bool, runs: int) -> dict[str, Callable[[], dict[str, Any]]]:
                                                  retention_ms=60_000),
         "zone_fanout": lambda: external("bench.zone_fanout", **(
             {"large": 100_000, "repeats": 20} if quick else {})),
-        # 2M x 200k against DuckDB, then 10x the data on Spark (spark_scaling_ratio)
+        # 2M x 200k against DuckDB, then 10x the data on Spark (spark_scaling_ratio); the method
+        # that has always been fastest only (python -m bench.spark_vs_duckdb times them all)
         "spark_vs_duckdb": lambda: external("bench.spark_vs_duckdb", **(
             {"recommendations": 200_000, "moods": 20_000, "consultants": 100, "runs": 1}
-            if quick else {})),
+            if quick else {}), methods=spark_vs_duckdb.BENCH_METHODS),
         # a new worker's empty disk: from snapshots vs a full replay, 5M keys (quick: 200k)
         "snapshot_restore": lambda: external("bench.snapshot_restore", **(
             {"keys": 200_000} if quick else {})),

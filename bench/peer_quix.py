@@ -3,7 +3,8 @@
 One broker holds one out-of-order backlog (``sample-traffic``'s generator: jittered arrivals, a
 share of moods 20 s of event time late). etj (one worker) and Quix Streams (one app process,
 ``bench/quix_peer_app.py``) each read all of it with their own group, one after the other, under
-the same producer setting; twice: the producer's default batching, then one-record batches.
+the same producer setting; twice: the producer's default batching, then one-record batches
+(``make bench``: the default only, the setting of ``peer_quix_ratio``).
 
 - Rate = input records ÷ seconds from the first input handled (etj: its first ``records_in``
   on /stats/ or its first output, whichever is earlier; Quix: its first processed message) to

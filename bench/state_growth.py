@@ -103,7 +103,7 @@ def run(records: int = 1_000, retention_ms: int = 50_000, consultants: int = 100
                 size["dead_letters"] = int(sum((s.get("dead_letters") or {}).values()))
                 sizes.append(size)
         finally:
-            w.stop()
+            w.kill()  # the sizes are read; nothing reuses this broker
     first, last = sizes
     span_ms = records * 100
     ratio = last["bytes"] / first["bytes"]
