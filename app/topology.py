@@ -37,13 +37,16 @@ _out = dict(key_serializer="raw", value_serializer="raw")
 #: docs/operating/scaling.md#memory)
 _store = dict(options=dict(write_buffer_size=settings.rocksdb_write_buffer_mb << 20,
                            max_write_buffer_number=2))
-#: tables hold plain JSON rows: decoded without Faust's registry (app.compat.table_codec)
+#: tables hold plain JSON rows: decoded without Faust's registry (app.compat.table_codec), and
+#: not at all on replay into RocksDB, which keeps the changelog's bytes
+_decode = not settings.local_tables
 _json = dict(partitions=settings.partitions, **_store,
-             schema=TableSchema(key_serializer="json", value_serializer="json"))
+             schema=TableSchema(key_serializer="json", value_serializer="json", decode=_decode))
 # key_type=bytes too: Faust derives the changelog's key serializer from key_type alone (json
 # otherwise), and recovery would then fail to decode the byte keys
 _bytes_json = dict(partitions=settings.partitions, key_type=bytes, **_store,
-                   schema=TableSchema(key_serializer="raw", value_serializer="json"))
+                   schema=TableSchema(key_serializer="raw", value_serializer="json",
+                                      decode=_decode))
 
 # --- shared outputs ----------------------------------------------------------------------------
 dead_letters = app.topic(settings.dead_letter_topic, **_out)  # original key -> record + reason

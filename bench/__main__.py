@@ -45,9 +45,12 @@ def plan(quick: bool, runs: int) -> dict[str, Callable[[], dict[str, Any]]]:
     r = 1 if quick else runs
     return {
         "throughput": lambda: throughput.run(records=3_000 if quick else 10_000, runs=r),
-        "car_throughput": lambda: car_throughput.run(records=3_000 if quick else 10_000, runs=r),
+        # the car and movies joins' rates are beside the goals, not held against one: the
+        # median of 2 (single runs ranged within ~15 %)
+        "car_throughput": lambda: car_throughput.run(records=3_000 if quick else 10_000,
+                                                     runs=min(r, 2)),
         "movies_throughput": lambda: movies_throughput.run(records=3_000 if quick else 10_000,
-                                                           runs=r),
+                                                           runs=min(r, 2)),
         # one broker, one backlog, etj then Quix with the producer's default batching (the
         # ratio's setting; python -m bench.peer_quix also runs both with one-record batches)
         "peer_quix": lambda: peer_quix.run(records=5_000 if quick else 30_000,
@@ -59,19 +62,21 @@ def plan(quick: bool, runs: int) -> dict[str, Callable[[], dict[str, Any]]]:
         "correction_latency": lambda: correction_latency.run(
             corrections=300 if quick else 1_000, runs=r),
         "state_growth": lambda: state_growth.run(records=500 if quick else 1_000),
-        # 1M keys replay in ~25 s each (+ ~12 s to load them): the median of three runs
+        # 1M keys replay in ~20 s each (+ ~2 s to load them): the median of two runs (three
+        # runs of 2026-11-25 spread 27.01-27.31 s)
         "recovery": lambda: recovery.run(keys=100_000 if quick else 1_000_000,
-                                         runs=1 if quick else r,
+                                         runs=1 if quick else min(r, 2),
                                          rocksdb_restarts=1 if quick else 0),
         "flow_control": lambda: flow_control.run(records=300 if quick else 600,
                                                  retention_ms=60_000),
         "zone_fanout": lambda: external("bench.zone_fanout", **(
             {"large": 100_000, "repeats": 20} if quick else {})),
         # 2M x 200k against DuckDB, then 10x the data on Spark (spark_scaling_ratio); the method
-        # that has always been fastest only (python -m bench.spark_vs_duckdb times them all)
+        # that has always been fastest only, and DuckDB not on the large data (its own scaling,
+        # context only: python -m bench.spark_vs_duckdb times every method and both engines)
         "spark_vs_duckdb": lambda: external("bench.spark_vs_duckdb", **(
             {"recommendations": 200_000, "moods": 20_000, "consultants": 100, "runs": 1}
-            if quick else {}), methods=spark_vs_duckdb.BENCH_METHODS),
+            if quick else {}), methods=spark_vs_duckdb.BENCH_METHODS, large_duckdb=False),
         # a new worker's empty disk: from snapshots vs a full replay, 5M keys (quick: 200k)
         "snapshot_restore": lambda: external("bench.snapshot_restore", **(
             {"keys": 200_000} if quick else {})),

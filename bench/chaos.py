@@ -4,11 +4,11 @@ at the end, every answer exact and every record accounted for.
 ``python -m bench.chaos [--minutes 10] [--workers 3] [--rate 360] [--seed 1] [--durable-broker]
 [--batching]``
 
-Three worker processes (``faust -A app.main worker``, RocksDB tables, each its own data dir and
-web port) run on the bundled tansu broker, started here (memory storage). Traffic (``bench.chaos_traffic``):
-moods × recommendations, car positions × zone pollution, movies × ratings, out of order and
-partly late, ``rate`` records/s in all (the full run: 10 minutes at 360/s, ~216,000 records).
-Every 30–60 s (seeded) one fault, drawn from:
+Three worker processes (``faust -A app.main worker``, RocksDB tables, each its own data dir and web
+port) run on the bundled tansu broker, started here (memory storage). Traffic
+(``bench.chaos_traffic``): moods × recommendations, car positions × zone pollution, movies ×
+ratings, out of order and partly late, ``rate`` records/s in all (the full run: 10 minutes at
+360/s, ~216,000 records). Every 30–60 s (seeded) one fault, drawn from:
 
 - ``kill9``: kill -9 a worker, start it again (same data dir: a pod that kept its volume);
 - ``graceful``: SIGTERM a worker, wait for its exit, start it again;

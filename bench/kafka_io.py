@@ -3,8 +3,8 @@
 The test harness sends one record per request, which is right for arrival-order scenarios and
 far too slow to load hundreds of thousands of records. Here records are sent in producer
 batches, with one twist for the local tansu broker: it under-reports end offsets as "first offset
-of the newest batch + 1" (docs/contributing/tests.md), so :func:`produce_bulk` can send the last record of every
-partition alone, in a batch of its own, which makes the reported end offset exact.
+of the newest batch + 1" (docs/contributing/tests.md), so :func:`produce_bulk` can send the last
+record of every partition alone, in a batch of its own, which makes the reported end offset exact.
 """
 
 from __future__ import annotations
@@ -36,6 +36,43 @@ def partition_of(key: bytes, partitions: int) -> int:
     """The partition aiokafka (and Faust, and Java clients) choose for ``key``."""
     every = list(range(partitions))
     return int(_partitioner(key, every, every))
+
+
+def partitions_of(keys: list[bytes], partitions: int) -> list[int]:
+    """:func:`partition_of` for many keys at once: Kafka's murmur2 in numpy, one pass per key
+    length (aiokafka's is pure Python, ~2.5 µs a key: 12 of the ~20 s a 5M-row load took)."""
+    import numpy as np
+
+    m, out = np.uint32(0x5BD1E995), [0] * len(keys)
+    by_length: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        by_length.setdefault(len(key), []).append(i)
+    for length, at in by_length.items():
+        data = np.frombuffer(b"".join(keys[i] for i in at), dtype=np.uint8).reshape(len(at),
+                                                                                  length)
+        h = np.full(len(at), 0x9747B28C ^ length, dtype=np.uint32)
+        whole = length // 4
+        words = np.ascontiguousarray(data[:, :4 * whole]).view("<u4").reshape(len(at), whole)
+        for w in range(whole):
+            k = words[:, w] * m
+            k ^= k >> np.uint32(24)
+            k *= m
+            h *= m
+            h ^= k
+        tail, base = length % 4, 4 * whole
+        if tail == 3:
+            h ^= data[:, base + 2].astype(np.uint32) << np.uint32(16)
+        if tail >= 2:
+            h ^= data[:, base + 1].astype(np.uint32) << np.uint32(8)
+        if tail >= 1:
+            h ^= data[:, base].astype(np.uint32)
+            h *= m
+        h ^= h >> np.uint32(13)
+        h *= m
+        h ^= h >> np.uint32(15)
+        for i, p in zip(at, ((h & np.uint32(0x7FFFFFFF)) % np.uint32(partitions)).tolist()):
+            out[i] = p
+    return out
 
 
 async def produce_bulk(bootstrap: str, records: Iterable[Out], partitions: int,

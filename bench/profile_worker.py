@@ -2,9 +2,11 @@
 
 Loads the throughput workload, starts a worker, attaches ``py-spy record`` (sampling, no code
 change) for the busy period and prints the hottest frames, inclusive (a frame and everything it
-calls) and per thread (Faust runs the consumer in a thread of its own), with the share of samples each
-thread spends idle in epoll — an asyncio worker waiting for the broker's acks is idle, so that
-is where a per-record flush shows up). Writes the collapsed stacks to
+calls) and per thread (Faust runs the consumer in a thread of its own), with the share of samples
+each thread spends idle in epoll — an asyncio worker waiting for the broker's acks is idle, so
+that is where a per-record flush shows up. On uvloop (the worker's default) the wait is in C and
+shows as the loop's own frame, ``Worker.execute_from_commandline``, not as idle: ``py-spy
+--native`` tells the two apart). Writes the collapsed stacks to
 ``bench/results/profile-<tag>.txt`` (load them in speedscope.app or flamegraph.pl).
 
 ``python -m bench.profile_worker [--records N] [--seconds S]`` (needs the ``py-spy`` wheel);

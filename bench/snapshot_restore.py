@@ -16,8 +16,8 @@ the full replay must end with every key in the table. Then, in the same run, on 
    snapshots and replays nothing after them (``snapshot_ready_s_5m_keys``).
 
 ``snapshot_speedup`` is their ratio; ``startup_s`` (a worker with nothing to recover: group
-join, topic checks) is the floor under both. Key counts come from ``/stats/`` (RocksDB's own estimate
-for a RocksDB table; the restored worker's must match the replayed one's within 1 %).
+join, topic checks) is the floor under both. Key counts come from ``/stats/`` (RocksDB's own
+estimate for a RocksDB table; the restored worker's must match the replayed one's within 1 %).
 The store is a local folder: an object store adds its download time (size / bandwidth).
 
 ``python -m bench.snapshot_restore [--keys N]``

@@ -1,8 +1,9 @@
 """Broker and worker processes for benchmarks, on the same harness the broker tests use.
 
 A worker is a real ``faust -A app.main worker`` process with ``ETJ_*`` settings (and
-``ETJ_PRODUCER_MAX_BATCH_SIZE=1``, which exact changelog recovery on tansu needs, docs/contributing/tests.md);
-each run gets its own app id and topic names, so runs never see each other's records.
+``ETJ_PRODUCER_MAX_BATCH_SIZE=1``, which exact changelog recovery on tansu needs,
+docs/contributing/tests.md); each run gets its own app id and topic names, so runs never see each
+other's records.
 """
 
 from __future__ import annotations

@@ -57,3 +57,15 @@ def test_a_model_type_is_left_to_faust() -> None:
     ours = TableSchema(key_serializer="json", value_type=Point, value_serializer="json")
     got = ours.loads_value(app, message(b'"k"', Point(x=3).dumps()))
     assert isinstance(got, Point) and got.x == 3
+
+
+def test_undecoded_schemas_hand_the_changelogs_bytes_on() -> None:
+    # a RocksDB store writes message.key / message.value and never reads the decoded event
+    ours = TableSchema(key_serializer="json", value_serializer="json", decode=False)
+    m = message(b'"c0001"', b"[[1790000000000, \"happy\"]]")
+    assert (ours.loads_key(app, m), ours.loads_value(app, m)) == (m.key, m.value)
+    broken = message(b"not json", b"{also not json")
+    assert (ours.loads_key(app, broken), ours.loads_value(app, broken)) == (b"not json",
+                                                                            b"{also not json")
+    assert ours.loads_value(app, message(b'"k"', None)) is None  # a tombstone stays one
+    assert TableSchema(key_serializer="json", value_serializer="json").decode  # the default
