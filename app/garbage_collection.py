@@ -11,8 +11,9 @@ exceptions, mostly) waits longer for a collection, in a generation 0 of at most
 :data:`THRESHOLDS`'s first figure.
 
 Measured (2 cores, ``bench.recovery``'s 1M-key changelog, process start to ready): 26.6 s with
-the default thresholds, 23.5 s with these, 22.4 s with the collector off; one-record and
-batched throughput 2-5 % higher. The collector stays on: a worker runs for weeks.
+the default thresholds, 23.5 s with these, 22.4 s with the collector off; ``bench.throughput``
+1-5 % more records/s (two runs each, interleaved). The collector stays on: a worker runs for
+weeks.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ worker starts, so there is nothing to wait for. A table created after the channe
 registered is still refused as upstream refuses it ("Too late to add tables at this point"),
 not silently left out. ``_original`` is upstream's, kept for the test that shows it sleeps.
 
-Here: upstream's body without the sleep. Test: ``tests/unit/test_table_start.py`` (no sleep,
-the tables registered and recovery started; a late table refused). Remove when Faust's table
-manager starts without a fixed sleep.
+Here: upstream's body without the sleep. Test: ``tests/unit/test_table_start.py`` (upstream
+sleeps; the patch registers the tables and starts recovery without sleeping, and does neither
+when stopping); every broker test starts workers through it. Remove when Faust's table manager
+starts without a fixed sleep.
 """
 
 from __future__ import annotations
