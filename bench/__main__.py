@@ -206,8 +206,10 @@ def table(head: dict[str, Any], details: dict[str, Any]) -> str:
         lines.append(f"spark vs duckdb ({sp['recommendations']:,} x {sp['moods']:,}): Spark "
                      f"{sp['spark_s']} s (method {sp['method']}; per method "
                      f"{sp.get('spark_s_per_method')}), DuckDB {sp['duckdb_s']} s"
-                     + (f"; {sp['scale']}x the data: Spark {sp['large_spark_s']} s, DuckDB "
-                        f"{sp['large_duckdb_s']} s" if "scale" in sp else ""))
+                     + (f"; {sp['scale']}x the data: Spark {sp['large_spark_s']} s"
+                        if "scale" in sp else "")
+                     + (f", DuckDB {sp['large_duckdb_s']} s"
+                        if sp.get("large_duckdb_s") is not None else ""))
     rec = details.get("recovery") or {}
     if rec:
         lines.append(f"recovery: {rec['keys']:,} keys, {rec['seconds']} s to ready "

@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{st['does']} {st['s']} s/{st['tasks']} tasks" for st in r["spark_stages"]))
     if "scaling_ratio" in r:
         print(f"  {r['scale']}x the data ({r['large_recommendations']:,} x {r['large_moods']:,}): "
-              f"Spark {r['large_spark_s']:.2f} s, DuckDB {r['large_duckdb_s']} s")
+              f"Spark {r['large_spark_s']:.2f} s, DuckDB {r['large_duckdb_s']:.2f} s")
         print(f"  scaling Spark                {r['scaling_ratio']:7.2f}  (goal <= "
               f"{GOAL_SCALING:g}: {'met' if r['scaling_goal_met'] else 'NOT met'}; "
               f"DuckDB {r['duckdb_scaling_ratio']})")
