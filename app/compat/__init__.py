@@ -22,6 +22,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
 - :mod:`~app.compat.producer_buffer` — the producer buffer reads ``producer_threaded`` once,
   not for every record the conductor hands on;
 - :mod:`~app.compat.batch_restore` — recovery applies changelog records in batches;
+- :mod:`~app.compat.changelog_holes` — a changelog partition is applied without a hole: records
+  the consumer fetched and dropped are read again before anything after them is applied;
 - :mod:`~app.compat.standby_offsets` — a changelog partition with nothing applied is read from
   its start instead of crashing recovery;
 - :mod:`~app.compat.end_offsets` — end offsets from a Fetch too, for a broker whose ListOffsets

@@ -36,6 +36,8 @@ from faust.tables.recovery import Recovery
 from faust.utils.tracing import finish_span
 from mode.services import ServiceTask
 
+from app.compat.changelog_holes import Holes
+
 __all__ = ["install"]
 
 log = logging.getLogger("faust.tables.recovery")
@@ -45,6 +47,9 @@ MAX_BATCH = 10_000
 #: longest wait between two end-of-recovery checks while records flow (a partition reaching its
 #: high water is checked at once; an idle queue is checked by upstream's 5 s timeout)
 CHECK_EVERY_S = 0.25
+#: upstream's wait for a changelog record before the loop looks whether recovery is over (and
+#: whether the records it waits for were dropped: app.compat.changelog_holes)
+IDLE_S = 5.0
 
 
 async def _slurp_changelogs(self: Recovery) -> None:
@@ -61,6 +66,11 @@ async def _slurp_changelogs(self: Recovery) -> None:
     buffers = self.buffers
     buffer_sizes = self.buffer_sizes
     processing_times = self._processing_times
+    #: a record after a hole is not applied; the hole is read again (app.compat.changelog_holes)
+    async def earliest(tp: Any) -> int:
+        return (await self.app.consumer.earliest_offsets(tp))[tp]
+
+    holes = Holes(lambda tp, offset: self.app.consumer.seek_wait({tp: offset}), earliest)
 
     async def maybe_signal_recovery_end(timeout: bool = False, timeout_count: int = 0) -> None:
         if timeout and self.app.in_transaction and timeout_count > 1:
@@ -103,6 +113,9 @@ async def _slurp_changelogs(self: Recovery) -> None:
             log.warning("recovery unknown topic %s offset %s", tp, offset)
             return False
         seen_offset = offsets.get(tp, None)
+        if (seen_offset is not None and offset > seen_offset + 1
+                and not await holes.follows(tp, seen_offset, offset)):
+            return False
         if seen_offset is None or offset > seen_offset:
             offsets[tp] = offset
             buf = buffers[table]
@@ -130,11 +143,16 @@ async def _slurp_changelogs(self: Recovery) -> None:
         try:
             self.signal_recovery_end.clear()
             try:
-                event = await asyncio.wait_for(changelog_queue.get(), timeout=5.0)
+                event = await asyncio.wait_for(changelog_queue.get(), timeout=IDLE_S)
             except asyncio.TimeoutError:
                 timeout_count += 1
                 if self.should_stop:
                     return
+                if self.in_recovery:  # still waiting: the last records may have been dropped
+                    for tp in active_tps:
+                        applied, highwater = active_offsets.get(tp), active_highwaters.get(tp)
+                        if applied is not None and highwater is not None and applied < highwater:
+                            await holes.idle(tp, applied)
                 await maybe_signal_recovery_end(timeout=True, timeout_count=timeout_count)
                 continue
             timeout_count = 0

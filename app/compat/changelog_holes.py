@@ -1,0 +1,120 @@
+"""A changelog partition is applied without a hole: records the consumer dropped are read again.
+
+Why: a table store's persisted offset says "every changelog record up to here is applied";
+recovery and standby replicas start from it, and a standby promoted to active trusts it. Faust's
+recovery loop (``Recovery._slurp_changelogs``, replaced by :mod:`app.compat.batch_restore`)
+applies whatever record comes next and moves the offset to it, so a record the consumer fetched
+and never handed over leaves a hole that nothing reads again. Faust's consumer does drop fetched
+records: ``Consumer.getmany`` skips the records of a partition that is paused when it hands
+them out, and aiokafka has already moved its position past them. The way it bit here: Faust
+hands the consumer thread its *live* set of active partitions, and aiokafka's
+``Fetcher.fetched_records`` reads an empty set as "every partition". During a rebalance every
+partition is paused (the set is empty), so a fetch waiting then returns the records of a new
+standby partition that recovery has just seeked to its start and not yet resumed (it awaits the
+standby high waters in between); Faust drops them as records of a paused partition, and the
+standby goes on from aiokafka's position. Traced with per-record logs in the 2-minute chaos test
+(which failed in CI on 2026-11-26 and in 2 of its first 4 local runs that day): a standby seeked
+to offset 0 of a partition, offsets 0..56 dropped 0.14 s later, the first record applied 57; or
+a graceful restart's standby that applied 64..73 of a partition it had started at 0, persisted
+73, and whose next process took the partition over as active "with nothing to recover": movies
+lost their first version, 207 ratings were never answered and 197 answered wrong, for good (the
+rows it wrote back made the changelog wrong too).
+
+Here every record is checked against the last one applied of its partition. A jump is fine where
+the log itself holds no records (aiokafka read past them: compaction, transaction markers,
+noted by :mod:`app.compat.log_gaps`; or they are before the log's start offset); otherwise the record is not applied and the
+partition is read again from the first missing offset. The records after the hole that are
+already on their way are skipped as well; they come again after the re-read. If the re-read
+does not come within :data:`RETRY_S` while later records do, it is requested again. A rebalance
+seeks every changelog partition to its applied offset anyway, so nothing is left waiting.
+
+While recovery waits for the records up to a partition's high water and none comes for upstream's
+5 s, the last ones may have been dropped with nothing after them to show it: they are read
+again too (:meth:`Holes.idle`), instead of a recovery that waits for ever.
+
+Upstream: faust-streaming 0.15.3 (``Recovery._slurp_changelogs``, ``Consumer.getmany``,
+``AIOKafkaConsumerThread._fetch_records``), aiokafka 0.14.0 (``Fetcher.fetched_records``).
+Tests: tests/unit/test_changelog_holes.py (the rule, and the recovery loop refusing a record
+after a hole); the 2-minute chaos test. Remove when Faust's consumer hands every fetched record
+to recovery, or seeks back what it drops.
+"""
+
+from __future__ import annotations
+
+import logging
+from time import monotonic
+from typing import Any, Awaitable, Callable
+
+from app.compat import log_gaps
+
+__all__ = ["Holes", "RETRY_S"]
+
+log = logging.getLogger(__name__)
+
+#: seconds to wait for a requested re-read before asking again (later records keep coming)
+RETRY_S = 5.0
+
+#: (tp, offset) -> seek the consumer's fetch position of ``tp`` to ``offset``
+Seek = Callable[[Any, int], Awaitable[None]]
+#: tp -> the first offset the log holds (retention may have deleted those before it)
+Earliest = Callable[[Any], Awaitable[int]]
+
+
+class Holes:
+    """The re-reads requested for the changelog partitions of one recovery loop."""
+
+    def __init__(self, seek: Seek, earliest: Earliest | None = None,
+                 clock: Callable[[], float] = monotonic) -> None:
+        self._seek = seek
+        self._earliest = earliest
+        self._clock = clock
+        #: tp -> (first missing offset, when its re-read was requested)
+        self.pending: dict[Any, tuple[int, float]] = {}
+        #: re-reads requested (a count for tests and logs)
+        self.rereads = 0
+
+    async def follows(self, tp: Any, applied: int | None, offset: int) -> bool:
+        """May the record at ``offset`` of ``tp`` be applied after ``applied`` (the last offset
+        applied, None: nothing yet, the record starts the partition)? False: a record between
+        them was dropped, and a re-read from the first missing one is requested."""
+        if applied is None or offset <= applied + 1:
+            if self.pending:
+                self.pending.pop(tp, None)
+            return True
+        first = applied + 1
+        start = first
+        if self._earliest is not None:  # below the log's start, nothing is held any more
+            try:
+                start = max(first, await self._earliest(tp))
+            except Exception as exc:  # noqa: BLE001 - then the records are taken as held
+                log.info("changelog %s[%s]: no earliest offset (%r)", tp.topic, tp.partition, exc)
+        absent = sum(b - a for a, b in log_gaps.skipped_within(tp, start, offset))
+        if absent >= offset - start:  # the log holds nothing in between
+            log_gaps.forget_before(tp, offset)
+            self.pending.pop(tp, None)
+            return True
+        await self._reread(tp, first, f"offsets {first}..{offset - 1} never reached the table "
+                                      f"(next record: {offset})")
+        return False
+
+    async def idle(self, tp: Any, applied: int) -> None:
+        """Recovery of ``tp`` waits for records after ``applied`` and none came for a while:
+        the last ones may have been dropped with nothing after them to show the hole (a
+        recovery would wait for them for ever), so read them again."""
+        await self._reread(tp, applied + 1, f"no record after {applied} came while recovery "
+                                            "waits for more")
+
+    async def _reread(self, tp: Any, first: int, why: str) -> None:
+        now = self._clock()
+        asked = self.pending.get(tp)
+        if asked is not None and asked[0] == first and now - asked[1] < RETRY_S:
+            return  # the re-read is on its way; records after the hole come again after it
+        self.pending[tp] = (first, now)
+        self.rereads += 1
+        log.warning("changelog %s[%s]: %s; reading again from %d", tp.topic, tp.partition, why,
+                    first)
+        try:
+            await self._seek(tp, first)
+        except Exception as exc:  # noqa: BLE001 - a rebalance seeks it from `applied` anyway
+            log.warning("changelog %s[%s]: the re-read from %d was not started (%r); the next "
+                        "rebalance or record asks again", tp.topic, tp.partition, first, exc)
