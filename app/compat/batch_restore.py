@@ -70,7 +70,13 @@ async def _slurp_changelogs(self: Recovery) -> None:
     async def earliest(tp: Any) -> int:
         return (await self.app.consumer.earliest_offsets(tp))[tp]
 
-    holes = Holes(lambda tp, offset: self.app.consumer.seek_wait({tp: offset}), earliest)
+    def rewind(tp: Any, offset: int) -> None:
+        read = self.app.consumer._read_offset  # Faust drops records at or below it
+        mark = read.get(tp)
+        if mark is not None and mark > offset:
+            read[tp] = offset
+
+    holes = Holes(lambda tp, offset: self.app.consumer.seek_wait({tp: offset}), earliest, rewind)
 
     async def maybe_signal_recovery_end(timeout: bool = False, timeout_count: int = 0) -> None:
         if timeout and self.app.in_transaction and timeout_count > 1:

@@ -24,8 +24,14 @@ Here every record is checked against the last one applied of its partition. A ju
 the log itself holds no records (aiokafka read past them: compaction, transaction markers,
 noted by :mod:`app.compat.log_gaps`; or they are before the log's start offset); otherwise the record is not applied and the
 partition is read again from the first missing offset. The records after the hole that are
-already on their way are skipped as well; they come again after the re-read. If the re-read
-does not come within :data:`RETRY_S` while later records do, it is requested again. A rebalance
+already on their way are skipped as well; they come again after the re-read. Faust's consumer
+also drops a record at or below the last offset it handed out (``Consumer._read_offset``, which
+the seek sets to the first missing offset): the records after the hole that its fetch loop still
+had in hand when the seek was made raise that mark again, and the re-read would be dropped as
+"read already" (seen in the first chaos runs with the fix: two tables of a partition waited
+for their re-read until the next rebalance). So each record refused for a hole puts the mark
+back to the first missing offset. If the re-read does not come within :data:`RETRY_S` while
+later records do, it is requested again. A rebalance
 seeks every changelog partition to its applied offset anyway, so nothing is left waiting.
 
 While recovery waits for the records up to a partition's high water and none comes for upstream's
@@ -58,15 +64,19 @@ RETRY_S = 5.0
 Seek = Callable[[Any, int], Awaitable[None]]
 #: tp -> the first offset the log holds (retention may have deleted those before it)
 Earliest = Callable[[Any], Awaitable[int]]
+#: (tp, offset) -> let the consumer hand out ``tp``'s records from ``offset`` again (Faust's
+#: consumer drops a record at or below the last offset it handed out)
+Rewind = Callable[[Any, int], None]
 
 
 class Holes:
     """The re-reads requested for the changelog partitions of one recovery loop."""
 
     def __init__(self, seek: Seek, earliest: Earliest | None = None,
-                 clock: Callable[[], float] = monotonic) -> None:
+                 rewind: Rewind | None = None, clock: Callable[[], float] = monotonic) -> None:
         self._seek = seek
         self._earliest = earliest
+        self._rewind = rewind
         self._clock = clock
         #: tp -> (first missing offset, when its re-read was requested)
         self.pending: dict[Any, tuple[int, float]] = {}
@@ -95,6 +105,8 @@ class Holes:
             return True
         await self._reread(tp, first, f"offsets {first}..{offset - 1} never reached the table "
                                       f"(next record: {offset})")
+        if self._rewind is not None:  # this record, in hand before the seek, raised the mark
+            self._rewind(tp, first)
         return False
 
     async def idle(self, tp: Any, applied: int) -> None:

@@ -25,6 +25,7 @@ class Table:
 class Consumer:
     def __init__(self):
         self.seeks = []
+        self._read_offset = {STANDBY: 6}  # the fetch loop handed out 5 and 6 already
 
     async def seek_wait(self, partitions):
         self.seeks += sorted(partitions.items())
@@ -84,6 +85,7 @@ def test_without_the_re_read_the_offset_stays_before_the_hole():
     asyncio.run(run(rec, [0, 1, 2, 5, 6, 7]))
     assert applied(rec) == [0, 1, 2]
     assert rec.standby_offsets[STANDBY] == 2  # what a rebalance seeks from, and persists
+    assert rec.app.consumer._read_offset[STANDBY] == 3  # the re-read is not dropped as read
 
 
 def test_a_recovery_waiting_for_dropped_last_records_reads_them_again(monkeypatch):

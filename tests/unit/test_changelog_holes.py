@@ -109,3 +109,21 @@ def test_offsets_before_the_log_start_are_no_hole():
     assert asyncio.run(holes.follows(TP_A, -1, 40))
     assert not asyncio.run(holes.follows(TP_A, 40, 45))  # 41..44 are held: a hole
     assert seeks == [41]
+
+
+def test_each_record_refused_for_a_hole_lowers_the_consumers_read_mark():
+    # Faust's fetch loop drops a record at or below the last offset it handed out; records in
+    # hand before the seek raise that mark past the hole, so the re-read would be dropped
+    marks: dict[TP, int] = {TP_A: 0}
+
+    async def seek(tp: TP, offset: int) -> None:
+        marks[tp] = offset  # what Faust's seek_wait does
+
+    def rewind(tp: TP, offset: int) -> None:
+        marks[tp] = min(marks[tp], offset)
+
+    holes = Holes(seek, rewind=rewind, clock=Clock())
+    assert not asyncio.run(holes.follows(TP_A, 54, 109))
+    marks[TP_A] = 110  # the loop handed out 110, fetched before the seek
+    assert not asyncio.run(holes.follows(TP_A, 54, 110))
+    assert marks[TP_A] == 55
