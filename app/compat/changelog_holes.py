@@ -40,8 +40,8 @@ again too (:meth:`Holes.idle`), instead of a recovery that waits for ever.
 
 Upstream: faust-streaming 0.15.3 (``Recovery._slurp_changelogs``, ``Consumer.getmany``,
 ``AIOKafkaConsumerThread._fetch_records``), aiokafka 0.14.0 (``Fetcher.fetched_records``).
-Tests: tests/unit/test_changelog_holes.py (the rule, and the recovery loop refusing a record
-after a hole); the 2-minute chaos test. Remove when Faust's consumer hands every fetched record
+Tests: tests/unit/test_changelog_holes.py (the rule), tests/unit/test_batch_restore.py (the
+recovery loop refuses a record after a hole and applies the re-read); the 2-minute chaos test. Remove when Faust's consumer hands every fetched record
 to recovery, or seeks back what it drops.
 """
 
@@ -92,6 +92,10 @@ class Holes:
                 self.pending.pop(tp, None)
             return True
         first = applied + 1
+        asked = self.pending.get(tp)
+        if asked is not None and asked[0] == first and self._clock() - asked[1] < RETRY_S:
+            self._lower_mark(tp, first)  # the re-read is on its way; this record comes again
+            return False
         start = first
         if self._earliest is not None:  # below the log's start, nothing is held any more
             try:
@@ -105,9 +109,14 @@ class Holes:
             return True
         await self._reread(tp, first, f"offsets {first}..{offset - 1} never reached the table "
                                       f"(next record: {offset})")
-        if self._rewind is not None:  # this record, in hand before the seek, raised the mark
-            self._rewind(tp, first)
+        self._lower_mark(tp, first)
         return False
+
+    def _lower_mark(self, tp: Any, first: int) -> None:
+        """A record after the hole, in the fetch loop's hands before the seek, raised the
+        consumer's read mark past the hole: put it back, or the re-read is dropped as read."""
+        if self._rewind is not None:
+            self._rewind(tp, first)
 
     async def idle(self, tp: Any, applied: int) -> None:
         """Recovery of ``tp`` waits for records after ``applied`` and none came for a while:
@@ -120,7 +129,7 @@ class Holes:
         now = self._clock()
         asked = self.pending.get(tp)
         if asked is not None and asked[0] == first and now - asked[1] < RETRY_S:
-            return  # the re-read is on its way; records after the hole come again after it
+            return  # the re-read is on its way
         self.pending[tp] = (first, now)
         self.rereads += 1
         log.warning("changelog %s[%s]: %s; reading again from %d", tp.topic, tp.partition, why,
