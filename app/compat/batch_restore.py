@@ -16,7 +16,9 @@ the main thread in a 1M-key replay when run after every batch, as batches are of
 records — only after a batch in which a partition reached its high water (the only event that
 can end recovery or make the standbys ready) and otherwise every :data:`CHECK_EVERY_S`.
 Records are applied in the same order, to the same tables, with the same offsets: only the
-per-record overhead goes.
+per-record overhead goes. One check is added: a record whose offset jumps past the last one
+applied of its partition is applied only if the log holds nothing in between; otherwise the
+partition is read again from the hole (:mod:`app.compat.changelog_holes`, which says why).
 Upstream's ``XXX bug`` (a record of a partition neither active nor standby applied to the
 previous record's table) is not reproduced: such a record is skipped with the same warning.
 
@@ -66,7 +68,7 @@ async def _slurp_changelogs(self: Recovery) -> None:
     buffers = self.buffers
     buffer_sizes = self.buffer_sizes
     processing_times = self._processing_times
-    #: a record after a hole is not applied; the hole is read again (app.compat.changelog_holes)
+    # a record after a hole is not applied; the hole is read again (app.compat.changelog_holes)
     async def earliest(tp: Any) -> int:
         return (await self.app.consumer.earliest_offsets(tp))[tp]
 
