@@ -22,6 +22,8 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
 - :mod:`~app.compat.producer_buffer` — the producer buffer reads ``producer_threaded`` once,
   not for every record the conductor hands on;
 - :mod:`~app.compat.batch_restore` — recovery applies changelog records in batches;
+- :mod:`~app.compat.paused_fetch` — aiokafka keeps the records of partitions Faust has paused,
+  even when every partition is paused (it read an empty set as "every partition");
 - :mod:`~app.compat.changelog_holes` — a changelog partition is applied without a hole: records
   the consumer fetched and dropped are read again before anything after them is applied;
 - :mod:`~app.compat.standby_offsets` — a changelog partition with nothing applied is read from
@@ -53,9 +55,9 @@ from __future__ import annotations
 from typing import Any
 
 from app.compat import (batch_restore, delivery, eager_delivery, end_offsets, fetch_wait,
-                        graceful_stop, leave_group, log_gaps, producer_buffer, rebalance, revoke,
-                        rocksdb_memory, snapshot_restore, stall_guard, standby_offsets,
-                        table_start)
+                        graceful_stop, leave_group, log_gaps, paused_fetch, producer_buffer,
+                        rebalance, revoke, rocksdb_memory, snapshot_restore, stall_guard,
+                        standby_offsets, table_start)
 from app.compat.versions import check_versions
 
 __all__ = ["install"]
@@ -72,6 +74,7 @@ def install(app: Any) -> None:
     settings = app.etj
     fetch_wait.install(settings.consumer_fetch_max_wait_ms)
     eager_delivery.install()
+    paused_fetch.install()
     producer_buffer.install()
     batch_restore.install()
     standby_offsets.install()
