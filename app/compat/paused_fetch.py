@@ -17,8 +17,8 @@ with rows missing (the 2-minute chaos test; :mod:`app.compat.changelog_holes` no
 holes again); and a worker taking over after a graceful stop had input records 437..1529 of a
 partition dropped right after recovery had seeked its inputs to their committed offsets, so the
 partition waited for :mod:`app.compat.stall_guard`, the corrections piled up when it resumed, and
-a consultant's row of recent joins passed the 1 MB request limit (the graceful-stop test in CI,
-twice: 2026-11-25 and 2026-11-26).
+a consultant's row of recent joins passed the 1 MB request limit (the graceful-stop test in CI on
+2026-11-26; its failure of 2026-11-25 looked the same but was not traced).
 
 Here aiokafka gets a view of the same live set that is never empty: membership is read from the
 set when aiokafka drains each partition, as before, and an empty set excludes every partition.
