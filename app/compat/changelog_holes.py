@@ -20,19 +20,19 @@ a graceful restart's standby that applied 64..73 of a partition it had started a
 lost their first version, 207 ratings were never answered and 197 answered wrong, for good (the
 rows it wrote back made the changelog wrong too).
 
-Here every record is checked against the last one applied of its partition. A jump is fine where
-the log itself holds no records (aiokafka read past them: compaction, transaction markers,
-noted by :mod:`app.compat.log_gaps`; or they are before the log's start offset); otherwise the record is not applied and the
-partition is read again from the first missing offset. The records after the hole that are
-already on their way are skipped as well; they come again after the re-read. Faust's consumer
-also drops a record at or below the last offset it handed out (``Consumer._read_offset``, which
-the seek sets to the first missing offset): the records after the hole that its fetch loop still
-had in hand when the seek was made raise that mark again, and the re-read would be dropped as
-"read already" (seen in the first chaos runs with the fix: two tables of a partition waited
-for their re-read until the next rebalance). So each record refused for a hole puts the mark
-back to the first missing offset. If the re-read does not come within :data:`RETRY_S` while
-later records do, it is requested again. A rebalance
-seeks every changelog partition to its applied offset anyway, so nothing is left waiting.
+Here every record is checked against the last one applied of its partition. A jump is fine where the
+log itself holds no records (aiokafka read past them: compaction, transaction markers, noted by
+:mod:`app.compat.log_gaps`; or they are before the log's start offset); otherwise the record is not
+applied and the partition is read again from the first missing offset. The records after the hole
+that are already on their way are skipped as well; they come again after the re-read. Faust's
+consumer also drops a record at or below the last offset it handed out (``Consumer._read_offset``,
+which the seek sets to the first missing offset): the records after the hole that its fetch loop
+still had in hand when the seek was made raise that mark again, and the re-read would be dropped as
+"read already" (seen in the first chaos runs with the fix: two tables of a partition waited for
+their re-read until the next rebalance). So each record refused for a hole puts the mark back to the
+first missing offset. If the re-read does not come within :data:`RETRY_S` while later records do, it
+is requested again. A rebalance seeks every changelog partition to its applied offset anyway, so
+nothing is left waiting.
 
 While recovery waits for the records up to a partition's high water and none comes for upstream's
 5 s, the last ones may have been dropped with nothing after them to show it: they are read
@@ -41,9 +41,10 @@ again too (:meth:`Holes.idle`), instead of a recovery that waits for ever.
 Upstream: faust-streaming 0.15.3 (``Recovery._slurp_changelogs``, ``Consumer.getmany``,
 ``AIOKafkaConsumerThread._fetch_records``), aiokafka 0.14.0 (``Fetcher.fetched_records``).
 Tests: tests/unit/test_changelog_holes.py (the rule), tests/unit/test_batch_restore.py (the
-recovery loop refuses a record after a hole and applies the re-read); the 2-minute chaos test. Remove when Faust's consumer hands every fetched record
-to recovery, or seeks back what it drops (:mod:`app.compat.paused_fetch` removes the drop found
-here; a partition paused between aiokafka's hand-over and Faust's can still lose records).
+recovery loop refuses a record after a hole and applies the re-read); the 2-minute chaos test.
+Remove when Faust's consumer hands every fetched record to recovery, or seeks back what it drops
+(:mod:`app.compat.paused_fetch` removes the drop found here; a partition paused between aiokafka's
+hand-over and Faust's can still lose records).
 """
 
 from __future__ import annotations
@@ -93,8 +94,7 @@ class Holes:
                 self.pending.pop(tp, None)
             return True
         first = applied + 1
-        asked = self.pending.get(tp)
-        if asked is not None and asked[0] == first and self._clock() - asked[1] < RETRY_S:
+        if self._asked(tp, first, self._clock()):
             self._lower_mark(tp, first)  # the re-read is on its way; this record comes again
             return False
         start = first
@@ -126,10 +126,14 @@ class Holes:
         await self._reread(tp, applied + 1, f"no record after {applied} came while recovery "
                                             "waits for more")
 
+    def _asked(self, tp: Any, first: int, now: float) -> bool:
+        """Was a re-read of ``tp`` from ``first`` requested less than :data:`RETRY_S` ago?"""
+        asked = self.pending.get(tp)
+        return asked is not None and asked[0] == first and now - asked[1] < RETRY_S
+
     async def _reread(self, tp: Any, first: int, why: str) -> None:
         now = self._clock()
-        asked = self.pending.get(tp)
-        if asked is not None and asked[0] == first and now - asked[1] < RETRY_S:
+        if self._asked(tp, first, now):
             return  # the re-read is on its way
         self.pending[tp] = (first, now)
         self.rereads += 1
