@@ -65,8 +65,10 @@ def chain(task: "asyncio.Future[Any] | None") -> list[str]:
 
 
 def agents(app: Any) -> str:
-    """What each agent loop of ``app`` is doing (its ``on_describe`` callbacks)."""
-    return "\n".join(part() for part in getattr(app, "on_describe", ()))
+    """What each agent loop of ``app`` is doing, and the producer's state."""
+    from app.compat.delivery import describe_producer
+    parts = [loop.describe() for loop in getattr(app, "loops", ())]
+    return "\n".join([*parts, describe_producer(app)])
 
 
 def _frame(coro: Any) -> Any:

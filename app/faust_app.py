@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,35 +16,27 @@ from app.web_auth import web_application_options
 
 
 class EtjApp(faust.App):
-    """A Faust app that checks co-partitioning before it consumes anything."""
+    """A Faust app that hands its agents a fetch at a time, checks co-partitioning before it
+    consumes anything, and waits only for the batches in flight on a rebalance or a stop."""
 
     etj: Settings
     #: topic groups that must have the same partition count (declared by app.topology)
     copartitioned: list[tuple[str, ...]]
-    #: called when a rebalance starts, before Faust waits for every delivered record to be acked
-    #: (records that flow control holds back must be let go, or that wait never ends;
-    #: app.compat.revoke)
-    on_revoke_drop: list
-    #: called when the worker stops (SIGTERM), with on_revoke_drop's, before the bounded wait
-    #: for acks: whatever an agent holds unacked and will not finish soon (app.compat.graceful_stop)
-    on_stop_drop: list
-    #: awaited with on_revoke_drop's, on a rebalance and on a stop: each agent hands the batch it
-    #: has handled so far to its delivery (Faust clears the agents' buffers first, so the "no
-    #: more records waiting" that would end the batch never comes; app.agents.durable)
-    on_revoke_flush: list
-    #: each agent loop's state and where its tasks wait, as text: logged when an input partition
-    #: stalls or a rebalance waits long (app.compat.stall_guard, app.compat.revoke; app.awaiting)
-    on_describe: list
-    #: each agent loop says whether everything it handled was delivered (no changelog row
-    #: pending, no batch in flight): only then is the local state left for the next start
-    #: (app.local_state)
-    on_settled: list
+    #: every agent loop (app.agents.durable.DurableLoop): each registers itself once; the app
+    #: asks them to let go of what waits, waits for what they have in flight, describes them
+    loops: list
+
+    def _new_transport(self) -> Any:
+        """Faust's aiokafka transport with etj's consumer (:mod:`app.compat.consumer`): input
+        partitions handed to the agents' loops in batches, committed by offset range."""
+        from app.compat.consumer import EtjTransport
+        return EtjTransport(self.conf.broker_consumer, self)
 
     def create_event(self, key: Any, value: Any, headers: Any, message: Any) -> Any:
         """Faust's, with the event class looked up once instead of per record: Faust reads
         ``self.conf.Event`` through its settings registry (a ``__getattribute__`` and a
-        descriptor) for every record it hands on, input and changelog alike. That lookup was
-        ~7 % of the main thread of a 1M-key replay (py-spy, ``bench.profile_worker
+        descriptor) for every record it hands on (changelog records, in recovery). That lookup
+        was ~7 % of the main thread of a 1M-key replay (py-spy, ``bench.profile_worker
         --recovery``); the class is a setting fixed when the app is configured."""
         cls = self._event_class
         if cls is None:
@@ -51,6 +44,37 @@ class EtjApp(faust.App):
         return cls(self, key, value, headers, message)
 
     _event_class: Any = None
+
+    async def _consumer_wait_empty(self, consumer: Any, logger: Any) -> None:
+        """Faust's wait before partitions are given up (a rebalance) or the worker stops: every
+        record it delivered to an agent must be acked. Here what the loops have not handled
+        (their inboxes, flow control) is let go — not acked, so read again from the committed
+        offsets — and only the batches in flight are awaited: on a rebalance until they are
+        delivered (each ends, or the worker fails stop: ``app.compat.delivery``), on a stop at
+        most ``ETJ_STOP_DRAIN_S`` (what is not delivered by then stays uncommitted, as after
+        a crash). Then what is acked is committed."""
+        began = time.monotonic()
+        stopping = self.should_stop
+        for loop in self.loops:
+            loop.drop_waiting()
+        budget = self.etj.stop_drain_s if stopping else None
+        late = []
+        for loop in self.loops:
+            left = None if budget is None else max(0.0, budget - (time.monotonic() - began))
+            if not await _wait_logged(loop, left, logger, self):
+                late.append(loop.join)
+        await consumer.commit_and_end_transactions()  # flushes the producer, then commits
+        took = time.monotonic() - began
+        if late:
+            logger.warning("stop: batches of %s not delivered within %.1f s are left unacked; "
+                           "the next owner of their partitions reads them again (everything "
+                           "delivered before is committed)", ", ".join(late), took)
+        elif stopping:
+            logger.info("stop: every batch in flight delivered and committed in %.1f s", took)
+
+    def describe_loops(self) -> str:
+        """What each agent loop is doing (logged when a partition stalls or a wait is long)."""
+        return "\n".join(loop.describe() for loop in self.loops)
 
     async def on_first_start(self) -> None:
         s = self.etj
@@ -67,7 +91,20 @@ class EtjApp(faust.App):
         await super().on_shutdown()
         if self.etj.local_tables:
             local_state.release(Path(self.conf.tabledir),
-                                clean=all(settled() for settled in self.on_settled))
+                                clean=all(loop.settled() for loop in self.loops))
+
+
+async def _wait_logged(loop: Any, timeout: float | None, logger: Any, app: EtjApp) -> bool:
+    """``loop.wait_delivered``, saying every 10 s what it waits for."""
+    began = time.monotonic()
+    while True:
+        step = 10.0 if timeout is None else min(10.0, timeout - (time.monotonic() - began))
+        if await loop.wait_delivered(max(0.0, step)):
+            return True
+        if timeout is not None and time.monotonic() - began >= timeout:
+            return False
+        logger.warning("rebalance: waited %.0f s for the batches in flight of %s:\n%s",
+                       time.monotonic() - began, loop.join, app.describe_loops())
 
 
 def create_app(settings: Settings) -> EtjApp:
@@ -101,11 +138,7 @@ def create_app(settings: Settings) -> EtjApp:
         **extra,
     )
     app.etj = settings
-    app.on_revoke_drop = []
-    app.on_stop_drop = []
-    app.on_revoke_flush = []
-    app.on_describe = []
-    app.on_settled = []
+    app.loops = []
     app.copartitioned = []
     return app
 

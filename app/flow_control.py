@@ -17,6 +17,11 @@ input partitions, and by waiting for an input it knows still has records in the 
 
 Live traffic never waits: an input with no lag has nothing to wait for. Pure (no Faust): the
 engine gives it a ``lag`` function and a clock, and acks only what it releases and handled.
+
+Records come a fetch at a time (:mod:`app.inbox`): :meth:`EventTimeMerge.offer_batch` queues a
+partition's whole batch with the high water its fetch saw, so whether an input lags is known
+from its last batch (one comparison), and ``lag`` is asked only about an input that has
+delivered nothing since the last reset.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ Lag = Callable[[str, int, "int | None"], bool]
 class _Partition:
     queues: dict[str, deque[tuple[int, int, Any]]]  # topic -> (event_time, offset, item)
     next_offset: dict[str, int] = field(default_factory=dict)
+    highwater: dict[str, int] = field(default_factory=dict)  # topic -> at its last batch
     waiting_since: float | None = None
     waiting_for: tuple[str, ...] = ()  # the lagging inputs the wait is for
 
@@ -77,6 +83,31 @@ class EventTimeMerge:
         p.next_offset[topic] = offset + 1
         return self._release(partition, p)
 
+    def offer_batch(self, topic: str, partition: int,
+                    entries: Sequence[tuple[int, int, Any]], highwater: int | None) -> None:
+        """Queue a partition's batch of one input, ``(event_time, offset, item)`` in offset
+        order (``-1`` for a record without a valid event time), fetched when the partition's
+        high water was ``highwater``. Nothing is released: call :meth:`release`."""
+        if not entries:
+            return
+        p = self._part(partition)
+        p.queues[topic].extend(entries)
+        p.next_offset[topic] = entries[-1][1] + 1
+        if highwater is not None:
+            p.highwater[topic] = highwater
+
+    def release(self, partition: int) -> list[Any]:
+        """The items of ``partition`` that may go now, in the order to handle them."""
+        p = self.partitions.get(partition)
+        if p is None:
+            return []
+        if not self.enabled:
+            out = [e[2] for q in p.queues.values() for e in q]
+            for q in p.queues.values():
+                q.clear()
+            return out
+        return self._release(partition, p)
+
     def poll(self) -> list[Any]:
         """Items whose wait has timed out (call now and then: the engine does on each tick)."""
         out: list[Any] = []
@@ -102,9 +133,23 @@ class EventTimeMerge:
         self.partitions.clear()
         return held
 
+    def _lags(self, topic: str, partition: int, p: _Partition) -> bool:
+        highwater = p.highwater.get(topic)
+        if highwater is not None:
+            return highwater > p.next_offset[topic]
+        return self.lag(topic, partition, p.next_offset.get(topic))
+
+    def next_wait_s(self) -> float | None:
+        """Seconds until the first wait times out (None: nothing waits)."""
+        since = [p.waiting_since for p in self.partitions.values()
+                 if p.waiting_since is not None]
+        if not since:
+            return None
+        return max(0.0, min(since) + self.max_idle_s - self.clock())
+
     def _must_wait(self, partition: int, p: _Partition) -> bool:
         lagging = tuple(t for t in self.topics
-                        if not p.queues[t] and self.lag(t, partition, p.next_offset.get(t)))
+                        if not p.queues[t] and self._lags(t, partition, p))
         if not lagging:
             p.waiting_since, p.waiting_for = None, ()
             return False
@@ -118,8 +163,20 @@ class EventTimeMerge:
 
     def _release(self, partition: int, p: _Partition) -> list[Any]:
         out: list[Any] = []
-        while p.size() and not self._must_wait(partition, p):
-            topic = min((t for t in self.topics if p.queues[t]),
-                        key=lambda t: (p.queues[t][0][0], self.rank[t]))
-            out.append(p.queues[topic].popleft()[2])
+        queues = [p.queues[t] for t in self.topics]  # rank order: ties go to the first
+        n = len(queues)
+        while True:
+            heads = [q for q in queues if q]
+            if not heads:
+                break
+            if len(heads) < n:
+                if self._must_wait(partition, p):
+                    break
+            elif p.waiting_since is not None:  # every input has a record: nothing to wait for
+                p.waiting_since, p.waiting_for = None, ()
+            best = heads[0]
+            for q in heads[1:]:
+                if q[0][0] < best[0][0]:
+                    best = q
+            out.append(best.popleft()[2])
         return out

@@ -26,7 +26,8 @@ def range_table(app: AppT, name: str, **kwargs: Any) -> RangeTable:
     """
     if kwargs.setdefault("key_type", bytes) is not bytes:
         raise ImproperlyConfigured(f"range table {name!r} has bytes keys, not {kwargs['key_type']}")
-    table = RangeTable(app, name=name, beacon=app.tables.beacon, **kwargs)
+    cls = kwargs.pop("table_class", RangeTable)
+    table = cls(app, name=name, beacon=app.tables.beacon, **kwargs)
     return app.tables.add(table)  # type: ignore[no-any-return]
 
 

@@ -27,6 +27,7 @@ from yarl import URL
 
 from app.faust_app import app, settings
 from app.keys import zone_prefix
+from app.joins.keys import is_join_row, split_join_key
 from app.range_scan import scan_prefix
 from app.topology import owned_partitions, zone_cars, zone_pollution
 from app.views import (FORWARDED, _ident, input_partition, mood_engine, mood_history,
@@ -56,7 +57,8 @@ async def timeline_page(view: View, request: Request) -> Response:
 def local_consultants() -> list[str]:
     """Consultants with state in partitions this worker owns (mood history or recent joins)."""
     owned = set(owned_partitions(settings.moods_topic))
-    names = {str(k) for table in (mood_history, recent_joins) for k in list(table.keys())}
+    names = {str(k) for k in list(mood_history.keys())}
+    names |= {split_join_key(k)[0] for k in list(recent_joins.keys()) if is_join_row(k)}
     return sorted(n for n in names if input_partition(n) in owned)
 
 

@@ -6,7 +6,7 @@ output topics; revisit ticks (app.timers) come back in through each join's own t
 - Each join spec (the built-in ``moods`` and ``movies``, and every spec of ``ETJ_JOINS_FILE``,
   :mod:`app.joins.catalog`) gets the same shape, :class:`JoinTopology`: its events, dimension
   and ticks topics read by ONE agent (one sequential loop per worker owns both sides of a key),
-  its output revision log, and four tables named by the spec.
+  its output revision log, and three tables named by the spec (:mod:`app.joins.state`).
 - The car join (car positions × zone pollution, one-to-many) has two agents: the car side reads
   arrivals and sends moves keyed by zone id; the zone side reads zone readings, the moves and
   its ticks, co-partitioned by zone id.
@@ -28,6 +28,7 @@ from app.compat.table_codec import TableSchema
 from app.faust_app import app, settings
 from app.joins.catalog import load_specs
 from app.joins.spec import JoinSpec
+from app.joins.state import JoinsTable
 from app.range_scan import range_table
 
 _raw = dict(key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
@@ -57,12 +58,11 @@ late = app.topic(settings.late_topic, **_out)  # original key -> record + horizo
 
 @dataclass(frozen=True)
 class JoinTables:
-    """A spec's tables. ``index``: active keys (per-key layout) or the expiry index (per-join)."""
+    """A spec's tables (:mod:`app.joins.state`)."""
 
     history: faust.Table  # key -> [[event_time, *copied values], ...] sorted
-    joins: faust.Table  # per-key: key -> {jid: join}; per-join: (key, jid) -> join
+    joins: faust.Table  # J (key, event_time, jid) -> join; its I and X indexes (app.joins.keys)
     clock: faust.Table  # partition -> stream time (greatest event time seen; never decreases)
-    index: faust.Table  # per-key: partition -> [key, ...]; per-join: (p, t, key, jid) -> 1
 
 
 @dataclass(frozen=True)
@@ -78,14 +78,10 @@ class JoinTopology:
 
 def declare_join(spec: JoinSpec) -> JoinTopology:
     names = spec.tables
-    if spec.layout == "per-key":
-        joins = app.Table(names.joins, default=None, **_json)
-        index = app.Table(names.index, default=None, **_json)
-    else:
-        joins = range_table(app, names.joins, default=None, **_bytes_json)
-        index = range_table(app, names.index, default=None, **_bytes_json)
+    joins = range_table(app, names.joins, default=None, table_class=JoinsTable, **_bytes_json)
+    joins.join_name = spec.name
     tables = JoinTables(app.Table(names.dimension, default=None, **_json), joins,
-                        app.Table(names.clock, default=None, **_json), index)
+                        app.Table(names.clock, default=None, **_json))
     return JoinTopology(spec, app.topic(*spec.inputs, allow_empty=True, **_raw),
                         app.topic(spec.ticks, internal=True, **_raw),
                         app.topic(spec.output, **_out), tables)

@@ -42,7 +42,8 @@ from app.compat.stores import estimated_keys
 from app.faust_app import app, settings
 from app.keys import decode_zone_car, zone_prefix
 from app.logic.car_join import CarArrival, CarPosition, ZoneReading, join
-from app.range_scan import scan_prefix
+from app.joins.keys import join_range, split_join_key
+from app.range_scan import scan, scan_prefix
 from app.records import MAX_ID
 from app.topology import car_positions, owned_partitions, zone_cars, zone_pollution
 from app.web_auth import peer_headers
@@ -184,13 +185,21 @@ def parse_id(text: str) -> int:
 async def moods(view: View, request: Request, consultant: str, partition: int) -> Response:
     """Mood history of a consultant: [(event time, mood)], oldest first, as the join sees it."""
     history = mood_history.get(consultant)
-    if history is None and recent_joins.get(consultant) is None:
+    if history is None and not _joins_of(consultant, partition):
         return view.error(404, f"unknown consultant {consultant!r}", consultant=consultant)
     return view.json({
         "consultant": consultant, "partition": partition, "served_by": served_by(),
         "moods": [{"event_time": t, "mood": m} for t, m in history or []],
     })
 # -> {"consultant", "partition", "served_by", "moods": [{"event_time", "mood"}, ...]}
+
+
+def _joins_of(consultant: str, partition: int) -> list[tuple[str, Any]]:
+    """(join id, join) of a consultant's joins in retention, by event time (one range of the
+    joins table: app.joins.keys)."""
+    state = mood_engine.state
+    return [(split_join_key(k)[2], state.load(raw))
+            for k, raw in scan(recent_joins, *join_range(consultant, None, None), partition)]
 
 
 #: the fields of a /joins/{consultant}/ row (its latest revision, without the consultant)
@@ -212,13 +221,13 @@ async def list_joins(view: View, request: Request) -> Response:
 @routed(recent_joins, "consultant")
 async def joins(view: View, request: Request, consultant: str, partition: int) -> Response:
     """A consultant's recent joins (newer than the horizon) with current revision and cause."""
-    raw = recent_joins.get(consultant)
-    if raw is None and mood_history.get(consultant) is None:
+    found = _joins_of(consultant, partition)
+    if not found and mood_history.get(consultant) is None:
         return view.error(404, f"unknown consultant {consultant!r}", consultant=consultant)
     rows = []
-    spec, layout = mood_engine.spec, mood_engine.layout
-    for jid, value in (raw or {}).items():
-        rev = spec.rules.current(jid, consultant, layout.load(value))
+    spec = mood_engine.spec
+    for jid, j in found:
+        rev = spec.rules.current(jid, consultant, j)
         if rev is not None:  # left mode: every join has been emitted
             wire = spec.to_wire(rev)
             rows.append({f: wire[f] for f in JOIN_ROW})
@@ -329,8 +338,6 @@ def partition_clocks(engine: Any) -> dict[str, dict[str, int | None]]:
         row: dict[str, int | None] = {
             "stream_time": clock,
             "retention_horizon": None if clock is None else clock - spec.retention_ms}
-        if spec.layout == "per-key":
-            row["active_keys"] = len(tables.index.get(p) or [])
         out[str(p)] = row
     return out
 
@@ -397,7 +404,7 @@ async def stats(view: View, request: Request) -> Response:
     })
 # -> {"records_in": {topic: n}, "joins", "corrections", "late", "dead_letters", "car_moves",
 #     "car_outputs",
-#     "partitions": {p: {"stream_time", "retention_horizon", "active_keys"}}, "tables": {name: n},
+#     "partitions": {p: {"stream_time", "retention_horizon"}}, "tables": {name: n},
 #     "rocksdb_memory": {"memtables", "memtables_budget", "block_cache", "block_cache_budget"}}
 
 

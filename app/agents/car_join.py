@@ -33,13 +33,15 @@ arrival order (a zone whose only reading is old would lose it). Malformed record
 
 from __future__ import annotations
 
-import orjson
 from typing import Any, Iterator
 
+import orjson
+
 from app import metrics
-from app.agents.durable import DurableLoop, Out, dead_letter
+from app.agents.durable import DurableLoop, Out, agent_body, dead_letter
+from app.compat.stores import StoreIO
 from app.faust_app import app, settings
-from app.keys import decode_zone_car, encode_zone_car, zone_prefix
+from app.keys import decode_zone_car, encode_zone_car, prefix_end, zone_prefix
 from app.logic.car_join import (
     CarArrival,
     CarPollution,
@@ -51,131 +53,168 @@ from app.logic.car_join import (
     apply_del,
     apply_reading,
 )
-from app.range_scan import scan_prefix
-from app.records import CarArrivalIn, CarMoveIn, InvalidRecord, ZoneIn, parse
-from app.topology import (car_arrivals, car_moves, car_pollution, car_pollution_inputs,
-                          car_positions, car_ticks, zone_cars, zone_pollution)
+from app.overlay import Overlay
+from app.records import CarArrivalIn, CarMoveIn, InvalidRecord, ZoneIn, compile_parser
+from app.topology import (car_arrivals, car_pollution_inputs, car_positions, zone_cars,
+                          zone_pollution)
 
 JOIN = "cars"  # the car join's value of the metrics' ``join`` label
+DEAD_LETTERS = settings.dead_letter_topic
+_moves = {op: metrics.car_moves.labels(op) for op in ("ADD", "DEL")}
+_outputs = {c: metrics.car_outputs.labels(c) for c in ("zone-update", "car-move")}
 
 
 def move_out(move: Move) -> Out:
-    metrics.car_moves.labels(move.op).inc()
-    return Out(car_moves, str(move.zone_id).encode(), orjson.dumps(move.to_wire()))
+    _moves[move.op].inc()
+    return Out(settings.car_moves_topic, str(move.zone_id).encode(),
+               orjson.dumps(move.to_wire()))
 
 
 def output_out(out: CarPollution, cause: str) -> Out:
-    metrics.car_outputs.labels(cause).inc()
-    return Out(car_pollution, str(out.car_id).encode(), orjson.dumps(out.to_wire()))
+    _outputs[cause].inc()
+    return Out(settings.car_pollution_topic, str(out.car_id).encode(),
+               orjson.dumps(out.to_wire()))
 
 
-def _dead(msg: Any, error: InvalidRecord) -> list[Out]:
-    return [dead_letter(JOIN, msg.topic, msg.partition, msg.offset, msg.key, msg.value,
-                        str(error))]
-
-
-# --- car side ---------------------------------------------------------------------------------
-
-_MODELS = {settings.car_arrivals_topic: CarArrivalIn, settings.zones_topic: ZoneIn,
-           settings.car_moves_topic: CarMoveIn}
+_PARSERS = {settings.car_arrivals_topic: compile_parser(CarArrivalIn),
+            settings.zones_topic: compile_parser(ZoneIn),
+            settings.car_moves_topic: compile_parser(CarMoveIn)}
 
 
 def parse_input(topic: str, key: bytes | None, value: bytes | None) -> tuple[Any, int]:
     """(the validated record, its event time); raises :class:`InvalidRecord`."""
-    rec = parse(_MODELS[topic], key, value)
+    rec = _PARSERS[topic](key, value)
     return rec, rec.event_time
 
 
-def on_arrival(rec: CarArrivalIn) -> list[Out]:
-    """One car arrival: update the position, return the moves to send."""
-    raw = car_positions.get(rec.car_id)
-    position = None if raw is None else CarPosition.from_json(rec.car_id, raw)
-    new, moves = apply_arrival(position, CarArrival(rec.car_id, rec.to_zone_id,
-                                                    rec.fuel_level, rec.event_time))
-    if new is not None:
-        car_positions[rec.car_id] = new.to_json()
-    elif moves:  # equal to the position: re-delivered, its row again (module docstring)
-        car_positions[rec.car_id] = raw
-    return [move_out(m) for m in moves]
+def _dead(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+          error: InvalidRecord) -> list[Out]:
+    return [dead_letter(JOIN, DEAD_LETTERS, topic, partition, offset, key, value, str(error))]
 
 
-def handle_arrival(msg: Any, rec: Any) -> list[Out]:
-    return _dead(msg, rec) if isinstance(rec, InvalidRecord) else on_arrival(rec)
+# --- car side ---------------------------------------------------------------------------------
+
+class CarSide:
+    """etj-car-arrivals -> car-positions -> car moves (DEL old zone, ADD new zone)."""
+
+    join = JOIN
+
+    def __init__(self) -> None:
+        self.positions = Overlay(StoreIO(car_positions))
+        self.overlays = (self.positions,)
+        self.parse = parse_input
+
+    def on_record(self, topic: str, partition: int, offset: int, key: bytes | None,
+                  value: bytes | None, rec: Any) -> list[Out]:
+        if isinstance(rec, InvalidRecord):
+            return _dead(topic, partition, offset, key, value, rec)
+        return self.on_arrival(partition, rec)
+
+    def on_arrival(self, partition: int, rec: Any) -> list[Out]:
+        """One car arrival: update the position, return the moves to send."""
+        raw = self.positions.get(partition, rec.car_id)
+        position = None if raw is None else CarPosition.from_json(rec.car_id, raw)
+        new, moves = apply_arrival(position, CarArrival(rec.car_id, rec.to_zone_id,
+                                                        rec.fuel_level, rec.event_time))
+        if new is not None:
+            self.positions.put(partition, rec.car_id, new.to_json())
+        elif moves:  # equal to the position: re-delivered, its row again (module docstring)
+            self.positions.put(partition, rec.car_id, raw)
+        return [move_out(m) for m in moves]
+
+    def on_tick(self, partition: int, offset: int) -> list[Out]:
+        return []
 
 
-track_loop = DurableLoop(JOIN, (settings.car_arrivals_topic,), None, parse_input, handle_arrival,
-                         tables=(car_positions,))
-
-
-@app.agent(car_arrivals)
-async def track_cars(stream: Any) -> None:
-    """Keep each car's newest position; send DEL/ADD to the zones it leaves/enters."""
-    await track_loop.run(stream)
+car_side = CarSide()
+track_loop = DurableLoop(car_side, (settings.car_arrivals_topic,))
+app.topics.add(car_arrivals)  # subscribed though the stream is never iterated
+track_cars = app.agent(car_arrivals, name=f"{__name__}.track_cars")(agent_body(track_loop))
+track_cars.__doc__ = "Keep each car's newest position; send DEL/ADD to the zones it leaves/enters."
 
 
 # --- zone side --------------------------------------------------------------------------------
 
 
 def cars_in_zone(table: Any, zone_id: int, partition: int) -> Iterator[CarArrival]:
-    """The cars of one zone, by a range scan over its (zone_id, ·) keys of ``table``
-    (zone-cars; a parameter so that bench/zone_fanout.py times this very code)."""
-    for key, (event_time, fuel_level) in scan_prefix(table, zone_prefix(zone_id), partition):
+    """The cars of one zone, by a range scan over its (zone_id, ·) keys of ``table`` (an
+    :class:`~app.overlay.Overlay` of zone-cars, or the table itself: bench/zone_fanout.py times
+    this very code)."""
+    prefix = zone_prefix(zone_id)
+    if isinstance(table, Overlay):
+        rows = table.scan(partition, prefix, prefix_end(prefix))
+    else:
+        from app.range_scan import scan_prefix
+        rows = scan_prefix(table, prefix, partition)
+    for key, (event_time, fuel_level) in rows:
         _, car_id = decode_zone_car(key)
         yield CarArrival(car_id, zone_id, fuel_level, event_time)
 
 
-def on_reading(rec: ZoneIn, partition: int) -> list[Out]:
-    """A zone's pollution reading: if newest, store it and re-join every car of the zone."""
-    raw = zone_pollution.get(rec.zone_id)
-    stored = None if raw is None else ZoneReading(rec.zone_id, raw[1], raw[0])
-    reading = ZoneReading(rec.zone_id, rec.pollution_level, rec.event_time)
-    store, outputs = apply_reading(stored, reading, cars_in_zone(zone_cars, rec.zone_id,
-                                                                 partition))
-    if store:
-        zone_pollution[rec.zone_id] = [reading.event_time, reading.pollution_level]
-    elif stored == reading:  # re-delivered: its row again (module docstring)
-        zone_pollution[rec.zone_id] = raw
-    return [output_out(o, "zone-update") for o in outputs]
+class ZoneSide:
+    """etj-zones + car moves (+ ticks) -> zone-pollution, zone-cars -> etj-car-pollution."""
+
+    join = JOIN
+
+    def __init__(self) -> None:
+        self.pollution = Overlay(StoreIO(zone_pollution))
+        self.cars = Overlay(StoreIO(zone_cars))
+        self.overlays = (self.pollution, self.cars)
+        self.parse = parse_input
+
+    def on_record(self, topic: str, partition: int, offset: int, key: bytes | None,
+                  value: bytes | None, rec: Any) -> list[Out]:
+        if isinstance(rec, InvalidRecord):
+            return _dead(topic, partition, offset, key, value, rec)
+        if topic == settings.zones_topic:
+            return self.on_reading(rec, partition)
+        return self.on_move(rec, partition)
+
+    def on_tick(self, partition: int, offset: int) -> list[Out]:
+        return []  # the ticks topic is only read (revisit ticks: nothing to revisit here)
+
+    def on_reading(self, rec: Any, partition: int) -> list[Out]:
+        """A zone's pollution reading: if newest, store it and re-join every car of the zone."""
+        raw = self.pollution.get(partition, rec.zone_id)
+        stored = None if raw is None else ZoneReading(rec.zone_id, raw[1], raw[0])
+        reading = ZoneReading(rec.zone_id, rec.pollution_level, rec.event_time)
+        store, outputs = apply_reading(stored, reading,
+                                       cars_in_zone(self.cars, rec.zone_id, partition))
+        if store:
+            self.pollution.put(partition, rec.zone_id,
+                               [reading.event_time, reading.pollution_level])
+        elif stored == reading:  # re-delivered: its row again (module docstring)
+            self.pollution.put(partition, rec.zone_id, raw)
+        return [output_out(o, "zone-update") for o in outputs]
+
+    def on_move(self, rec: Any, partition: int) -> list[Out]:
+        """ADD: store the car under (zone, car) and join it; DEL: remove that key."""
+        move = Move(rec.op, rec.zone_id,
+                    CarArrival(rec.car_id, rec.to_zone_id, rec.fuel_level, rec.event_time))
+        table_key = encode_zone_car(rec.zone_id, rec.car_id)
+        raw = self.cars.get(partition, table_key)
+        stored = None if raw is None else CarArrival(rec.car_id, rec.zone_id, raw[1], raw[0])
+        if rec.op == "DEL":
+            if apply_del(stored, move) or stored is None:  # deleted, or its tombstone again
+                self.cars.delete(partition, table_key)
+            return []
+        raw_reading = self.pollution.get(partition, rec.zone_id)
+        reading = (None if raw_reading is None
+                   else ZoneReading(rec.zone_id, raw_reading[1], raw_reading[0]))
+        store, output = apply_add(stored, move, reading)
+        if store:
+            self.cars.put(partition, table_key, [rec.event_time, rec.fuel_level])
+        elif stored == move.arrival:  # re-delivered: its row again (module docstring)
+            self.cars.put(partition, table_key, raw)
+        return [] if output is None else [output_out(output, "car-move")]
 
 
-def on_move(rec: CarMoveIn) -> list[Out]:
-    """ADD: store the car under (zone, car) and join it; DEL: remove that key."""
-    move = Move(rec.op, rec.zone_id,
-                CarArrival(rec.car_id, rec.to_zone_id, rec.fuel_level, rec.event_time))
-    table_key = encode_zone_car(rec.zone_id, rec.car_id)
-    raw = zone_cars.get(table_key)
-    stored = None if raw is None else CarArrival(rec.car_id, rec.zone_id, raw[1], raw[0])
-    if rec.op == "DEL":
-        if apply_del(stored, move):
-            del zone_cars[table_key]
-        elif stored is None:  # deleted already (re-delivered?): its tombstone again
-            zone_cars.on_key_del(table_key)  # the changelog hook alone: no row to delete
-        return []
-    raw_reading = zone_pollution.get(rec.zone_id)
-    reading = (None if raw_reading is None
-               else ZoneReading(rec.zone_id, raw_reading[1], raw_reading[0]))
-    store, output = apply_add(stored, move, reading)
-    if store:
-        zone_cars[table_key] = [rec.event_time, rec.fuel_level]
-    elif stored == move.arrival:  # re-delivered: its row again (module docstring)
-        zone_cars[table_key] = raw
-    return [] if output is None else [output_out(output, "car-move")]
-
-
-def handle_zone_side(msg: Any, rec: Any) -> list[Out]:
-    if msg.topic == settings.car_ticks_topic:
-        return []  # a wake-up: the loop has let go of what waited too long
-    if isinstance(rec, InvalidRecord):
-        return _dead(msg, rec)
-    return on_reading(rec, msg.partition) if msg.topic == settings.zones_topic else on_move(rec)
-
-
+zone_side = ZoneSide()
 #: flow control: zone readings, then moves (ties go to the reading)
-zone_loop = DurableLoop(JOIN, (settings.zones_topic, settings.car_moves_topic), car_ticks,
-                        parse_input, handle_zone_side, tables=(zone_pollution, zone_cars))
-
-
-@app.agent(car_pollution_inputs)
-async def join_zone_pollution(stream: Any) -> None:
-    """Join zone readings with the cars in the zone; apply DEL/ADD moves as they arrive."""
-    await zone_loop.run(stream)
+zone_loop = DurableLoop(zone_side, (settings.zones_topic, settings.car_moves_topic,
+                                    settings.car_ticks_topic),
+                        merged=(settings.zones_topic, settings.car_moves_topic),
+                        ticks=settings.car_ticks_topic)
+app.topics.add(car_pollution_inputs)  # subscribed though the stream is never iterated
+join_zone_pollution = app.agent(car_pollution_inputs,
+                                name=f"{__name__}.join_zone_pollution")(agent_body(zone_loop))

@@ -12,12 +12,15 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
 - :mod:`~app.compat.delivery` — re-send through broker stalls, keep every sent-to topic's
   leaders, fail-stop on a lost send (but hand back an output refused for good: the durable loop
   dead-letters its input);
-- :mod:`~app.compat.rebalance` — no input record committed unhandled after a rebalance;
-- :mod:`~app.compat.log_gaps` — Faust counts an offset it never handed to an agent as handled
-  only when the log does not hold it (aiokafka read past it);
+- :mod:`~app.compat.consumer` — etj's consumer class (the transport's, not a patch): input
+  partitions handed to the agents a fetch at a time, offsets committed by acked range;
+- :mod:`~app.compat.rebalance` — a rebalance seeks its input partitions before it resumes them,
+  and seeks a partition with no committed offset to its start;
+- :mod:`~app.compat.log_gaps` — aiokafka notes the offsets the log does not hold (a commit and
+  a hand-over may pass those, and only those, without a record);
 - :mod:`~app.compat.stall_guard` — read again an input partition whose records never reached
   its agent;
-- :mod:`~app.compat.eager_delivery` — the fetch loop hands a changelog record to the conductor
+- :mod:`~app.compat.eager_delivery` — the consumer hands a changelog record to the conductor
   in place when that takes no wait, instead of in four tasks;
 - :mod:`~app.compat.producer_buffer` — the producer buffer reads ``producer_threaded`` once,
   not for every record the conductor hands on;
@@ -31,11 +34,6 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
 - :mod:`~app.compat.end_offsets` — end offsets from a Fetch too, for a broker whose ListOffsets
   under-reports batched partitions (the bundled tansu; ``ETJ_END_OFFSETS_BY_FETCH``);
 - :mod:`~app.compat.fetch_wait` — the worker consumer's fetch wait is a setting;
-- :mod:`~app.compat.current_event` — a record flow control lets go later is handled as Faust's
-  current event (its tables take a row's partition from it);
-- :mod:`~app.compat.revoke` — records flow control holds are let go when a rebalance starts;
-- :mod:`~app.compat.graceful_stop` — on SIGTERM, acks are awaited a moment, not forever: what
-  is handled is committed, the rest left for the next owner;
 - :mod:`~app.compat.table_start` — the table manager starts without Faust's fixed one-second
   sleep (every table is declared at import);
 - :mod:`~app.compat.leave_group` — a stopping worker leaves its consumer group in the group's
@@ -47,17 +45,17 @@ Installed once, by :func:`install`, from :mod:`app.main` before the worker start
 - :mod:`~app.compat.table_codec` — table rows decoded with orjson at once, not through Faust's
   serializer registry (used by ``app.topology``'s table schemas, nothing to install);
 - :mod:`~app.compat.stores` — range scans over Faust's stores (memory: a sorted index;
-  RocksDB: its per-partition ``Rdict``), and the consumer/store reads no public API offers.
+  RocksDB: its per-partition ``Rdict``), a table's store read and written a batch at a time
+  (:class:`~app.compat.stores.StoreIO`), and the consumer/store reads no public API offers.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.compat import (batch_restore, delivery, eager_delivery, end_offsets, fetch_wait,
-                        graceful_stop, leave_group, log_gaps, paused_fetch, producer_buffer,
-                        rebalance, revoke, rocksdb_memory, snapshot_restore, stall_guard,
-                        standby_offsets, table_start)
+from app.compat import (batch_restore, delivery, end_offsets, fetch_wait, leave_group,
+                        log_gaps, paused_fetch, producer_buffer, rebalance, rocksdb_memory,
+                        snapshot_restore, stall_guard, standby_offsets, table_start)
 from app.compat.versions import check_versions
 
 __all__ = ["install"]
@@ -73,7 +71,6 @@ def install(app: Any) -> None:
     _installed.add(id(app))
     settings = app.etj
     fetch_wait.install(settings.consumer_fetch_max_wait_ms)
-    eager_delivery.install()
     paused_fetch.install()
     producer_buffer.install()
     batch_restore.install()
@@ -82,8 +79,6 @@ def install(app: Any) -> None:
     delivery.install(app)
     rebalance.install()
     log_gaps.install()
-    revoke.install(app)
-    graceful_stop.install(app, settings.stop_drain_s)  # after revoke: wraps its wait
     leave_group.install()
     table_start.install()
     stall_guard.install(app, settings.stall_check_s)

@@ -288,7 +288,6 @@ def describe_producer(app: Any) -> str:
 def install(app: Any) -> None:
     """Wire the fixes into ``app`` (its ``etj`` settings give the delivery timeout)."""
     register_broker_errors()
-    getattr(app, "on_describe", []).append(lambda: describe_producer(app))
     AIOKafkaClient._wait_on_metadata = _wait_on_metadata  # type: ignore[method-assign]
     Producer._producer_type = property(_producer_type)  # type: ignore[assignment]
     Topic.publish_message = _publish_or_stop  # type: ignore[method-assign]

@@ -78,11 +78,13 @@ def _serializer(table: Any, which: str) -> str:
 
 def table_fingerprint(table: Any, partitions: int) -> str:
     """The layout of ``table``'s bytes: a snapshot of another layout is never installed."""
+    # a table whose rows changed layout names it (app.joins.state: JoinsTable.state_layout)
+    extra = {"state_layout": table.state_layout} if getattr(table, "state_layout", None) else {}
     return fingerprint(table=table.name, key_serializer=_serializer(table, "key_serializer"),
                        value_serializer=_serializer(table, "value_serializer"),
                        key_type=getattr(table.key_type, "__name__", str(table.key_type)),
                        value_type=getattr(table.value_type, "__name__", str(table.value_type)),
-                       partitions=partitions, driver="rocksdict")
+                       partitions=partitions, driver="rocksdict", **extra)
 
 
 def _rocksdb_tables(app: Any) -> list[Any]:

@@ -1,36 +1,25 @@
 """A timer that reads again an input partition whose records never reached its agent.
 
-Why: found by the kill -9 and restart tests. Around a rebalance Faust can read past records it
-never hands to the agent: its stream skips a record delivered across a generation change, a
-fetch cut by the generation change is dropped while the fetch position moves on, a partition
-can be left paused. :mod:`app.compat.rebalance` keeps such records from being committed (the commit
-waits for the first unhandled offset); this guard has them read now instead of at the next
-restart.
+Why: found by the kill -9 and restart tests. Around a rebalance the consumer can read past
+records it never hands over (a fetch cut by a generation change, a partition seeked
+meanwhile), and Faust's recovery can leave a partition paused. The hand-over refuses a batch
+that does not follow the last one (:mod:`app.compat.consumer`), and the commit never passes an
+offset that was not handled; this guard covers what neither sees: the *last* records of a
+partition read past with nothing after them to show the hole, and a partition left paused.
 
 Every ``ETJ_STALL_CHECK_S``, per assigned input partition, seen twice in a row:
-- a hole at the head (the first unhandled offset, the committed one, read past while later
-  ones were acked) -> counted as handled if aiokafka read past it with no record (a transaction
-  marker, compaction: :mod:`app.compat.log_gaps`), else seek back to it (again, as long as it
-  stays missing: a record the log holds is never counted without being handled);
-- Faust left the partition paused while records wait in the broker -> resume it;
-- the fetch position at the high watermark while records after the last one handled (acked)
-  never were -> seek back to the first of them.
-None of these while the agent has the records: a record of the partition (of the current
-generation) waiting in an agent's buffer or delivered and not acked yet is on its way, and a
-partition Faust paused because that buffer is full (``Consumer._buffered_partitions``, its back
-pressure; it resumes it when the buffer drains) is not stalled. A slow or blocked agent is not
-helped by reading its records again: the tenth 10-minute chaos run re-read thousands of records
-a slow agent already held every 20 s, and resumed partitions Faust had paused for back pressure,
-until its buffer held the same records several times and it never caught up (a worker's
-partition "stalled" for minutes). Such a partition is logged instead, with what every agent is
+- Faust left the partition paused while records wait in the broker (not paused by the hand-over
+  because its agent's inbox is full) -> resume it;
+- the fetch position past the next offset to hand over, with nothing waiting for the agent ->
+  seek back to that offset.
+A partition whose agent holds records (in its inbox, in flow control, in flight) is not stalled:
+a slow agent is not helped by reading its records again; it is logged with what every agent is
 doing (:mod:`app.awaiting`).
 
-Upstream: faust-streaming 0.15.3 (``Stream`` skipping a record across a generation change,
-``Fetcher`` dropping a cut fetch, ``Recovery`` leaving a partition paused). Tests:
-tests/broker/test_faults_kill.py (two workers, kill -9, the survivor alone) and
-test_broker_mood_join.py's graceful restart fail without it, a run in three or four. It reads
-the consumer's private ``_read_offset``/``_acked``/``_gap``. Remove when Faust hands every
-fetched record to its agent across a rebalance (then this finds nothing: its log lines say so).
+Upstream: faust-streaming 0.15.3 (``Fetcher`` dropping a cut fetch, ``Recovery`` leaving a
+partition paused). Tests: tests/unit/test_stall_guard.py; tests/broker/test_faults_kill.py (two
+workers, kill -9). Remove when Faust hands every fetched record over across a rebalance (then
+this finds nothing: its log lines say so).
 """
 
 from __future__ import annotations
@@ -41,8 +30,6 @@ import time
 from typing import Any
 
 from app import awaiting
-from app.compat import log_gaps
-from app.compat.rebalance import first_unhandled, is_input
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +44,13 @@ _described = [0.0]
 
 
 async def check_stalls(app: Any) -> list[Any]:
-    """Seek back every input partition found stalled twice in a row; return them."""
+    """Resume or read again every input partition found stalled twice in a row; return them."""
     consumer = app.consumer
-    read_offset = getattr(consumer, "_read_offset", {})
     fixed = []
-    slow: list[str] = []
     seen = set()
-    for tp in (tp for tp in consumer.assignment() if is_input(app, tp)):
+    holding = {loop.join: loop.inbox.waiting() + loop.merge.waiting() + loop.in_flight
+               for loop in getattr(app, "loops", ())}
+    for tp in list(consumer.input_partitions()):
         try:
             highwater = consumer.highwater(tp)
             position = await asyncio.wait_for(consumer.position(tp), POSITION_TIMEOUT_S)
@@ -73,107 +60,44 @@ async def check_stalls(app: Any) -> list[Any]:
             continue
         except Exception:
             continue
-        last = read_offset.get(tp)
-        first = first_unhandled(consumer, tp)
-        acked = consumer._acked.get(tp) or ()
-        hole = (first is not None and acked and min(acked) > first and last is not None
-                and last >= first)
-        paused = (highwater is not None and position is not None and position < highwater
-                  and tp not in consumer._get_active_partitions())
-        if paused and tp in consumer._buffered_partitions and _queued(app, tp, None):
-            continue  # Faust's back pressure: the agent's buffer is full, it resumes it
-        if hole and (end := log_gaps.count_if_absent(consumer, tp, first)) is not None:
-            # the log does not hold `first` (aiokafka read past it): handled, as Faust's gaps
-            log.info("input %s[%s]: offsets %s-%s are not in the log (a transaction marker, "
-                     "compaction); counted as handled", tp.topic, tp.partition, first, end - 1)
-            _suspects.pop(tp, None)
+        if highwater is None or position is None:
             continue
-        if hole:
-            # a hole at the head: later records were handled, `first` never was, and the
-            # consumer read past it (app.compat.rebalance keeps the commit from passing it)
-            why, again, state = (f"records after {first} handled, {first} never", first,
-                                 ("hole", first, min(acked)))
-        elif paused:
-            # records wait in the broker but Faust left the partition paused (seen once in a
-            # while after a restart: a partition never consumed)
-            why, again, state = ("paused with records waiting", None, ("paused", last, position))
-        elif highwater is None or position is None or position < highwater:
-            continue  # still fetching: not stalled
+        inbox = consumer.inboxes.get(tp.topic)
+        busy = inbox is not None and holding.get(inbox.name, 0) > 0
+        nxt = consumer.next_offset(tp)
+        if position < highwater and tp not in consumer._get_active_partitions() \
+                and not consumer.held_back(tp):
+            state: tuple[Any, ...] = ("paused", position)
+            why = "paused with records waiting"
+        elif nxt is not None and position > nxt and not busy:
+            state, why = ("tail", nxt, position), f"records from {nxt} read, never handed over"
         else:
-            # the record after the last one handled (acked); Faust's "last read" offset is no
-            # guide: a record its stream skipped (a generation change) counts as read
-            if first is not None:
-                again = max(first, max(acked) + 1) if acked else first
-            else:
-                again = max(acked) + 1 if acked else (last + 1) if last is not None else 0
-            if again >= highwater:
-                continue  # everything fetched was handled
-            why, state = (f"last record handled {again - 1}, last read {last}",
-                          ("tail", again, position))
-        if state[0] != "paused":
-            # the agent has the record (a hole) or records from there on (a tail): slow or
-            # blocked, not skipped; a tail's skipped record shows as a hole once later ones
-            # are handled
-            busy = _queued(app, tp, again) + _unacked(app, tp, again)
-            if state[0] == "hole":
-                busy = [offset for offset in busy if offset == again]
-            if busy:  # logged when the agent acked nothing of it between two checks
-                state = ("busy", again, max(acked) if acked else None)
-                seen.add(tp)
-                if _suspects.get(tp) == state:
-                    slow.append(f"{tp.topic}[{tp.partition}] ({len(busy)} records from "
-                                f"{again} delivered, none handled since the last check)")
-                _suspects[tp] = state
-                continue
+            continue
         seen.add(tp)
-        if _suspects.get(tp) == state and state[0] == "paused":
+        if _suspects.get(tp) != state:
+            _suspects[tp] = state
+            continue
+        if state[0] == "paused":
             log.warning("input %s[%s] stalled: %s, fetch position %s, high watermark %s; "
                         "resuming it", tp.topic, tp.partition, why, position, highwater)
             consumer.resume_partitions({tp})
-            fixed.append(tp)
-            seen.discard(tp)
-        elif _suspects.get(tp) == state:
+        else:
             log.warning("input %s[%s] stalled: %s, fetch position %s, high watermark %s; "
                         "reading again from %s", tp.topic, tp.partition, why, position,
-                        highwater, again)
-            await consumer.seek(tp, again)
-            fixed.append(tp)
-            seen.discard(tp)
-        else:
-            _suspects[tp] = state
+                        highwater, nxt)
+            await consumer.seek(tp, nxt)
+            consumer.rewound(tp, nxt)
+        fixed.append(tp)
+        seen.discard(tp)
+        _suspects.pop(tp, None)
     for tp in set(_suspects) - seen:
         del _suspects[tp]
     now = time.monotonic()
-    if (fixed or slow) and now - _described[0] >= DESCRIBE_EVERY_S:
+    if fixed and now - _described[0] >= DESCRIBE_EVERY_S:
         _described[0] = now  # an agent blocked somewhere says where (app.awaiting)
-        log.warning("stalled inputs %s, inputs an agent holds and does not handle %s; the "
-                    "agents:\n%s", sorted(f"{tp.topic}[{tp.partition}]" for tp in fixed), slow,
-                    awaiting.agents(app))
+        log.warning("stalled inputs %s; the agents:\n%s",
+                    sorted(f"{tp.topic}[{tp.partition}]" for tp in fixed), awaiting.agents(app))
     return fixed
-
-
-def _queued(app: Any, tp: Any, start: int | None) -> list[int]:
-    """Offsets (from ``start``; None: any) of ``tp``'s records of the current generation waiting
-    in the agents' buffers (the conductor's channels of its topic; Faust's stream skips, unacked,
-    the records of an earlier generation, so those do not count)."""
-    generation = app.consumer_generation_id
-    out = []
-    for channel in app.topics._topic_name_index.get(tp.topic, ()):
-        # ``_queue``, not the ``queue`` property: that one creates a buffer a channel lacks
-        for event in list(getattr(getattr(channel, "_queue", None), "_queue", ())):
-            msg = getattr(event, "message", None)
-            if (msg is not None and msg.tp == tp and msg.generation_id == generation
-                    and (start is None or msg.offset >= start)):
-                out.append(msg.offset)
-    return out
-
-
-def _unacked(app: Any, tp: Any, start: int) -> list[int]:
-    """Offsets from ``start`` of ``tp``'s records an agent took and has not acked yet (held by
-    flow control, in a batch on its way to the broker)."""
-    generation = app.consumer_generation_id
-    return [m.offset for m in list(app.consumer._unacked_messages)
-            if m.tp == tp and m.generation_id == generation and m.offset >= start]
 
 
 def install(app: Any, interval_s: float) -> None:

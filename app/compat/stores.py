@@ -35,16 +35,18 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import faust
+import orjson
 import rocksdict
 from faust import stores
 from faust.exceptions import ImproperlyConfigured
 from faust.stores.memory import Store as MemoryStore
 from faust.stores.rocksdb import Store as RocksDBStore
-from faust.types import StoreT
+from faust.types import TP, StoreT
 from sortedcontainers import SortedDict
 from yarl import URL
 
-__all__ = ["RangeTable", "SortedMemoryStore", "committed_offset", "estimated_keys", "iter_range"]
+__all__ = ["RangeTable", "SortedMemoryStore", "StoreIO", "committed_offset", "estimated_keys",
+           "iter_range"]
 
 
 class SortedMemoryStore(MemoryStore):
@@ -86,8 +88,8 @@ def iter_range(table: faust.Table, lo: bytes, hi: bytes | None,
                         "scan a key range (define it with range_table)")
 
 
-def _scan_rocksdb(store: RocksDBStore, lo: bytes, hi: bytes | None,
-                  partition: int) -> Iterator[tuple[bytes, Any]]:
+def _scan_rocksdb(store: RocksDBStore, lo: bytes, hi: bytes | None, partition: int,
+                  decode: Any = None) -> Iterator[tuple[bytes, Any]]:
     if not store.use_rocksdict:
         raise TypeError("range scans need the rocksdict driver of Faust's RocksDB store")
     db = store._db_for_partition(partition)
@@ -103,7 +105,7 @@ def _scan_rocksdb(store: RocksDBStore, lo: bytes, hi: bytes | None,
         if hi is not None and key >= hi:  # the bound already stops it; belt and braces
             break
         if key != store.offset_key:  # Faust's own bookkeeping row, 16 bytes like our keys
-            yield key, store._decode_value(it.value())
+            yield key, (decode or store._decode_value)(it.value())
         it.next()
 
 
@@ -120,3 +122,74 @@ def estimated_keys(table: faust.Table) -> int:
 def committed_offset(consumer: Any, tp: Any) -> int | None:
     """The offset Faust will commit ``tp`` from next (the first not yet handled), or None."""
     return getattr(consumer, "_committed_offset", {}).get(tp)
+
+
+# --- a table's store read and written directly, a batch at a time (app.overlay) ----------------
+
+class StoreIO:
+    """One table's local store, read and written without Faust's Table API: the per-batch
+    overlay of :mod:`app.overlay` reads rows it does not hold yet and writes a batch's changed
+    rows at its end (its changelog rows are sent by the loop, not by Faust's ``on_key_set``).
+
+    Keys and values are what the table's API would give: a ``json`` key table takes ``str`` /
+    ``int`` keys, a range table ``bytes``; values are plain JSON. The memory store keeps them
+    decoded (as Faust's does, and ``_key_partition`` so that a rebalance drops what another
+    worker now owns, as Faust's recovery does for the rows it applied); RocksDB keeps the bytes
+    of the changelog, one database per partition, a ``WriteBatch`` per partition and batch."""
+
+    def __init__(self, table: faust.Table) -> None:
+        self.table = table
+        self.name = table.name
+        self.bytes_keys = table.key_type is bytes
+        self.changelog = table.changelog_topic.get_topic_name()
+
+    @property
+    def store(self) -> Any:
+        return self.table.data
+
+    def key_bytes(self, key: Any) -> bytes:
+        """The changelog key of ``key`` (what Faust's json codec, orjson, writes)."""
+        return key if self.bytes_keys else orjson.dumps(key)
+
+    def get(self, partition: int, key: Any) -> Any:
+        store = self.table.data
+        if isinstance(store, RocksDBStore):
+            raw = store._db_for_partition(partition).get(self.key_bytes(key))
+            return None if raw is None else orjson.loads(raw)
+        return store.data.get(key)
+
+    def scan(self, partition: int, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
+        """(key, value) of ``lo <= key < hi`` (a range table), in key order."""
+        store = self.table.data
+        if isinstance(store, RocksDBStore):
+            return _scan_rocksdb(store, lo, hi, partition, orjson.loads)
+        return iter_range(self.table, lo, hi, partition)
+
+    def write(self, partition: int, rows: list[tuple[Any, bytes | None, Any]]) -> None:
+        """Apply ``(key, encoded value or None to delete, value)`` rows to one partition."""
+        store = self.table.data
+        if isinstance(store, RocksDBStore):
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            for key, raw, _ in rows:
+                kb = self.key_bytes(key)
+                if raw is None:
+                    batch.delete(kb)
+                else:
+                    batch.put(kb, raw)
+            store._db_for_partition(partition).write(batch)
+            return
+        data, where = store.data, store._key_partition
+        for key, raw, value in rows:
+            if raw is None:
+                data.pop(key, None)
+                where.pop(key, None)
+            else:
+                data[key] = value
+                where[key] = partition
+
+    def persist_offset(self, partition: int, offset: int) -> None:
+        """The changelog offset a RocksDB partition's store holds (Faust's
+        ``_on_changelog_sent``), so a restart that kept its volume replays only the tail."""
+        store = self.table.data
+        if isinstance(store, RocksDBStore):
+            store.set_persisted_offset(TP(self.changelog, partition), offset)

@@ -1,53 +1,88 @@
-"""Byte keys of the per-join layout, ordered so that what the engine looks for is one range.
+"""Byte keys of a join's rows, ordered so that what the engine looks for is one range.
 
-join key:   u32be(len(key)) ++ key ++ join id        -> one key's joins are one prefix
-expiry key: u32be(partition) ++ u64be(event_time) ++ join key
-            -> one partition's joins in event-time order: "older than the horizon" is one range
+All three kinds live in the join's one ordered table (``<name>-joins``), told apart by their
+first byte; only ``J`` rows go to the changelog, ``I`` and ``X`` are indexes derived from them
+(written with them, rebuilt from them on recovery: :class:`app.joins.state.JoinsTable`).
+
+join   J ++ u32be(len(key)) ++ key ++ u64be(event_time) ++ join id  -> the join's row
+       one key's joins are one prefix, in event-time order: the events a dimension version
+       can change (between it and the next version) are one range
+id     I ++ u32be(len(key)) ++ key ++ join id                          -> the join's event time
+       finds a join by its id (a duplicate, or an event re-sent with another time)
+expiry X ++ u32be(partition) ++ u64be(event_time) ++ u32be(len(key)) ++ key ++ join id -> 1
+       one partition's joins in event-time order: "older than the horizon" is one range
 
 The length prefix keeps a key from being a prefix of another (``"ab"`` vs ``"abc"``). Event times
-are >= 0 (app.records), so plain unsigned big-endian bytes sort like the numbers.
+are >= 0 (app.records), so plain unsigned big-endian bytes sort like the numbers. Rows of the
+layout before this one began with the length prefix (a ``0x00`` byte): :func:`is_join_row`
+tells them apart.
 """
 
 from __future__ import annotations
 
-__all__ = ["expiry_key", "expiry_upto", "join_key", "key_prefix", "partition_prefix",
-           "split_expiry_key", "split_join_key"]
+from app.keys import prefix_end
 
+__all__ = ["JOIN", "expiry_key", "expiry_range", "id_key", "is_join_row", "join_key",
+           "join_range", "split_expiry_key", "split_join_key"]
+
+JOIN, ID, EXPIRY = b"J", b"I", b"X"
 _U32 = 4
 _U64 = 8
+_MAX_TIME = (1 << 64) - 1
 
 
-def key_prefix(key: str) -> bytes:
-    """The first bytes of every join key of ``key``."""
+def _key(key: str) -> bytes:
     raw = key.encode("utf-8")
     return len(raw).to_bytes(_U32, "big") + raw
 
 
-def join_key(key: str, jid: str) -> bytes:
-    return key_prefix(key) + jid.encode("utf-8")
+def join_key(key: str, event_time: int, jid: str) -> bytes:
+    return JOIN + _key(key) + event_time.to_bytes(_U64, "big") + jid.encode("utf-8")
 
 
-def split_join_key(raw: bytes) -> tuple[str, str]:
-    """(key, join id) of a :func:`join_key`."""
-    n = int.from_bytes(raw[:_U32], "big")
-    return raw[_U32:_U32 + n].decode("utf-8"), raw[_U32 + n:].decode("utf-8")
+def join_range(key: str, start: int | None, end: int | None) -> tuple[bytes, bytes]:
+    """[lo, hi) of the join keys of ``key`` with ``start <= event_time < end`` (None: open)."""
+    prefix = JOIN + _key(key)
+    lo = prefix + max(start or 0, 0).to_bytes(_U64, "big")
+    if end is None or end > _MAX_TIME:
+        return lo, prefix_end(prefix)  # type: ignore[return-value]  (never all 0xff: J...)
+    return lo, prefix + max(end, 0).to_bytes(_U64, "big")
 
 
-def partition_prefix(partition: int) -> bytes:
-    return partition.to_bytes(_U32, "big")
+def split_join_key(raw: bytes) -> tuple[str, int, str]:
+    """(key, event time, join id) of a :func:`join_key`."""
+    n = int.from_bytes(raw[1:1 + _U32], "big")
+    at = 1 + _U32 + n
+    return (raw[1 + _U32:at].decode("utf-8"), int.from_bytes(raw[at:at + _U64], "big"),
+            raw[at + _U64:].decode("utf-8"))
+
+
+def is_join_row(raw: bytes) -> bool:
+    return raw[:1] == JOIN
+
+
+def id_key(key: str, jid: str) -> bytes:
+    return ID + _key(key) + jid.encode("utf-8")
 
 
 def expiry_key(partition: int, event_time: int, key: str, jid: str) -> bytes:
-    return partition_prefix(partition) + event_time.to_bytes(_U64, "big") + join_key(key, jid)
+    return (EXPIRY + partition.to_bytes(_U32, "big") + event_time.to_bytes(_U64, "big")
+            + _key(key) + jid.encode("utf-8"))
 
 
-def expiry_upto(partition: int, event_time: int) -> bytes:
-    """Exclusive upper end of the expiry keys of ``partition`` older than ``event_time``."""
-    return partition_prefix(partition) + max(event_time, 0).to_bytes(_U64, "big")
+def expiry_range(partition: int, start: int | None, end: int | None) -> tuple[bytes, bytes]:
+    """[lo, hi) of the expiry keys of ``partition`` with ``start <= event_time < end``."""
+    prefix = EXPIRY + partition.to_bytes(_U32, "big")
+    lo = prefix + max(start or 0, 0).to_bytes(_U64, "big")
+    if end is None:
+        return lo, EXPIRY + (partition + 1).to_bytes(_U32, "big")
+    return lo, prefix + max(end, 0).to_bytes(_U64, "big")
 
 
 def split_expiry_key(raw: bytes) -> tuple[int, int, str, str]:
     """(partition, event_time, key, join id) of an :func:`expiry_key`."""
-    key, jid = split_join_key(raw[_U32 + _U64:])
-    return (int.from_bytes(raw[:_U32], "big"), int.from_bytes(raw[_U32:_U32 + _U64], "big"),
-            key, jid)
+    at = 1 + _U32 + _U64
+    n = int.from_bytes(raw[at:at + _U32], "big")
+    key = raw[at + _U32:at + _U32 + n].decode("utf-8")
+    return (int.from_bytes(raw[1:1 + _U32], "big"), int.from_bytes(raw[1 + _U32:at], "big"),
+            key, raw[at + _U32 + n:].decode("utf-8"))

@@ -113,6 +113,21 @@ def affected_from(history: Sequence[Version], version: Version, rule: AsOf) -> i
     return version[0]  # type: ignore[no-any-return]
 
 
+def affected_until(history: Sequence[Version], version: Version, rule: AsOf) -> int | None:
+    """Events at or after the returned time cannot join ``version`` (None: no such bound).
+
+    Called after ``version`` was inserted into ``history``: an event joins a version of the
+    greatest time before it (``before``: strictly; otherwise at or before), so the first later
+    version *time* bounds what ``version`` can change. With it, a dimension change re-joins
+    the events between two versions, not every later event of the key (a key with 100,000
+    events in retention)."""
+    i = bisect_right(history, version[0], key=_time)  # the first version at a later time
+    if i == len(history):
+        return None
+    nxt: int = history[i][0]
+    return nxt + 1 if rule == "before" else nxt
+
+
 def affected_floor(history: Sequence[Version], version: Version, rule: AsOf,
                    final_before: int | None) -> int | None:
     """:func:`affected_from`, but never below ``final_before`` (older joins are final)."""

@@ -1,0 +1,253 @@
+"""etj's Faust consumer: input records go to their agent a fetch at a time; offsets are
+committed by range. Registered as the transport's ``Consumer`` class (``EtjApp._new_transport``),
+Faust's extension point for a driver's consumer, not a patch of Faust's class.
+
+Upstream (faust-streaming 0.15.3, ``faust.transport.consumer.Consumer``):
+
+- ``_drain_messages`` turns every fetched record into a ``ConsumerMessage`` and awaits the
+  conductor's callback for it (its lock, flow control, the producer buffer, an event and a queue
+  put per record); the stream then hands it to the agent, one loop turn each. Here the records
+  of an input partition of an etj loop go to that loop's :class:`~app.inbox.Inbox` as they came
+  from aiokafka, one :class:`~app.inbox.Batch` per partition per fetch. Every other record
+  (table changelogs: recovery and standbys) takes upstream's path, record by record, delivered
+  in place when the callback takes no wait (:mod:`app.compat.eager_delivery`).
+- Offsets are acked per message (``Consumer.ack``: a lock, a list, an index set) and the
+  commit finds the first run of consecutive acked offsets, treating a missing offset at the
+  head as a log gap (faust-streaming#606: it commits past a record still being processed).
+  Here a loop acks a *range* once the broker has its outputs (:meth:`EtjConsumer.ack_range`),
+  and the commit takes the end of the contiguous acked range: an offset is committed only if
+  every record before it was handled and its outputs are durable, or the log does not hold it
+  (aiokafka read past it: a compacted record, a transaction marker; :mod:`app.compat.log_gaps`).
+- No hand-over is ever silent: a partition's batches must follow each other (the next batch
+  starts where the last one ended, or after offsets the log does not hold). A batch that
+  starts later — records fetched and not handed over, for whatever reason — is not delivered,
+  and the partition is read again from the end of the last batch (:meth:`_follows`). A batch
+  fetched in an older group generation is dropped: the rebalance seeks every partition it keeps
+  to its committed offset, so those records come again.
+
+Tests: tests/unit/test_consumer_handover.py (routing, pause/resume, the follow rule, ranges
+and commits); every broker test reads its inputs through it. Remove when Faust hands an agent
+a partition's records in batches and commits by range (it does not in 0.15.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from typing import Any, Iterable, Iterator, cast
+
+from faust.transport.consumer import CONSUMER_FETCHING
+from faust.transport.drivers import aiokafka as aiokafka_driver
+from faust.types import TP
+from mode import Service
+
+from app.compat import log_gaps
+from app.compat.eager_delivery import resume, step
+from app.inbox import Batch, Inbox
+
+__all__ = ["EtjConsumer", "EtjTransport"]
+
+log = logging.getLogger(__name__)
+
+
+class EtjConsumer(aiokafka_driver.Consumer):
+    """Faust's aiokafka consumer; input partitions handed over in batches (module doc)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        #: input topic -> the inbox of the loop that reads it
+        self.inboxes: dict[str, Inbox] = {}
+        #: tp -> end of the contiguous range acked (handled, outputs durable): what to commit
+        self._acked_end: dict[TP, int] = {}
+        #: tp -> the offset the next batch handed over must start at (None: not known yet)
+        self._next: dict[TP, int] = {}
+        #: tps this consumer stopped fetching because their inbox is full
+        self._held_back: set[TP] = set()
+        super().__init__(*args, **kwargs)
+
+    # --- routing ---------------------------------------------------------------------------
+    def route(self, inbox: Inbox) -> None:
+        """Hand the records of ``inbox.topics`` to ``inbox`` from now on."""
+        for topic in inbox.topics:
+            self.inboxes[topic] = inbox
+        inbox.on_drained = self._drained
+
+    def _drained(self, topic: str, partition: int) -> None:
+        tp = self._new_topicpartition(topic, partition)
+        if tp in self._held_back:
+            self._held_back.discard(tp)
+            if tp in self.assignment() and tp not in self._paused_partitions:
+                self._get_active_partitions().add(tp)
+
+    def _hold_back(self, tp: TP) -> None:
+        self._held_back.add(tp)
+        self._get_active_partitions().discard(tp)
+
+    # --- the fetch loop --------------------------------------------------------------------
+    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - a service loop
+        consumer_should_stop = cast(Service, self)._stopped.is_set
+        fetcher_should_stop = cast(Service, fetcher)._stopped.is_set
+        set_flag, unset_flag = self.diag.set_flag, self.diag.unset_flag
+        try:
+            while not (consumer_should_stop() or fetcher_should_stop()):
+                set_flag(CONSUMER_FETCHING)
+                records, _ = await self._wait_next_records(1.0)
+                await self.sleep(0)
+                if records and not self.should_stop:
+                    await self._hand_over(records)
+                unset_flag(CONSUMER_FETCHING)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                self.log.info("Broker stopped consumer, shutting down...")
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                self.log.info("Consumer shutting down for user cancel.")
+                return
+            raise
+        except Exception as exc:
+            self.log.exception("Drain messages raised: %r", exc)
+            raise
+        finally:
+            unset_flag(CONSUMER_FETCHING)
+
+    async def _hand_over(self, records: dict[TP, list[Any]]) -> None:
+        """One fetch: input partitions as batches, every other record one by one."""
+        app = self.app
+        generation = app.consumer_generation_id
+        inboxes = self.inboxes
+        others: list[tuple[TP, list[Any]]] = []
+        for tp, recs in records.items():
+            if not recs:
+                continue
+            inbox = inboxes.get(tp.topic)
+            if inbox is None:
+                others.append((tp, recs))
+                continue
+            if not self.flow_active or app.consumer_generation_id != generation:
+                continue  # a rebalance began: it seeks tp to its committed offset
+            first = recs[0].offset
+            if not self._follows(tp, first):
+                continue
+            self._next[tp] = recs[-1].offset + 1
+            highwater = self.highwater(tp)
+            app.monitor.track_tp_end_offset(tp, highwater)
+            if inbox.put(Batch(tp.topic, tp.partition, recs, highwater, generation)):
+                self._hold_back(tp)
+        for tp, recs in others:
+            await self._deliver_each(tp, recs)
+
+    def _follows(self, tp: TP, first: int) -> bool:
+        """Does a batch starting at ``first`` follow what was handed over of ``tp``? If not,
+        ``tp`` is read again from where it should have started (module doc)."""
+        expected = self._next.get(tp)
+        if expected is None:
+            expected = self._committed_offset.get(tp)
+            if expected is None:
+                return True  # never committed: the seek to the log's start is trusted
+        if first <= expected:
+            return True  # what follows, or a part read again after a seek back
+        absent = log_gaps.skipped_within(tp, expected, first)
+        if sum(b - a for a, b in absent) == first - expected:
+            return True  # the log holds none of the offsets in between
+        log.warning("input %s[%s]: a fetch starts at %d, but %d is the next offset to hand "
+                    "over; reading again from %d", tp.topic, tp.partition, first, expected,
+                    expected)
+        self._next[tp] = expected
+        self._thread.seek(tp, expected)  # aiokafka drops what it fetched from elsewhere
+        return False
+
+    def rewound(self, tp: TP, offset: int) -> None:
+        """``tp`` was seeked to ``offset`` (its next batch starts there)."""
+        self._next[tp] = offset
+
+    async def _deliver_each(self, tp: TP, recs: list[Any]) -> None:
+        """Upstream's per-record delivery (changelogs), each record delivered in place when the
+        callback takes no wait (:mod:`app.compat.eager_delivery`)."""
+        callback = self.callback
+        read_offset = self._read_offset
+        to_message = self._to_message
+        loop = asyncio.get_running_loop()
+        for n, record in enumerate(recs):
+            if n and not n % 100:
+                await asyncio.sleep(0)
+            if not self.flow_active:
+                return
+            offset = record.offset
+            r_offset = read_offset[tp]
+            if r_offset is not None and offset < r_offset:
+                continue  # upstream: below the read offset, dropped (a seek back follows)
+            message = to_message(tp, record)
+            context = contextvars.copy_context()
+            coro = callback(message)
+            done, yielded = step(coro, context)
+            if not done:
+                await self.wait_first(
+                    loop.create_task(resume(coro, yielded), context=context),
+                    self.suspend_flow.wait())
+            read_offset[tp] = offset
+
+    # --- acks and commits ------------------------------------------------------------------
+    def ack_range(self, tp: TP, first: int, end: int) -> None:
+        """Records ``first`` .. ``end - 1`` of ``tp`` are handled and their outputs durable."""
+        acked = self._acked_end.get(tp)
+        if acked is None:
+            committed = self._committed_offset.get(tp)
+            acked = first if committed is None else committed
+        if first > acked:
+            absent = log_gaps.skipped_within(tp, acked, first)
+            if sum(b - a for a, b in absent) != first - acked:
+                return  # a hole: never committed past (the hand-over reads it again)
+        if end > acked:
+            self._acked_end[tp] = end
+
+    def acked_end(self, tp: TP) -> int | None:
+        return self._acked_end.get(tp)
+
+    def _filter_tps_with_pending_acks(self, topics: Any = None) -> Iterator[TP]:
+        for tp in {*self._acked, *self._acked_end}:
+            if topics is None or tp in topics or tp.topic in topics:
+                yield tp
+
+    def _new_offset(self, tp: TP) -> int | None:
+        end = self._acked_end.get(tp)
+        if end is None:
+            return super()._new_offset(tp)
+        return end
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        for tp in revoked:
+            self._acked_end.pop(tp, None)
+            self._next.pop(tp, None)
+            self._held_back.discard(tp)
+        await super().on_partitions_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        # kept partitions are seeked to their committed offsets: the hand-over restarts there
+        self._next.clear()
+        self._held_back.clear()
+        for inbox in {*self.inboxes.values()}:
+            inbox.clear()
+        await super().on_partitions_assigned(assigned, generation_id)
+
+    # --- what the stall guard and the views read -------------------------------------------
+    def committed(self, tp: TP) -> int | None:
+        return self._committed_offset.get(tp)
+
+    def next_offset(self, tp: TP) -> int | None:
+        """The offset the next batch of ``tp`` must start at (None: not known yet)."""
+        return self._next.get(tp)
+
+    def held_back(self, tp: TP) -> bool:
+        """Did the hand-over stop fetching ``tp`` because its agent's inbox is full?"""
+        return tp in self._held_back
+
+    def input_partitions(self) -> Iterable[TP]:
+        return [tp for tp in self.assignment() if tp.topic in self.inboxes]
+
+
+class EtjTransport(aiokafka_driver.Transport):
+    """Faust's aiokafka transport with :class:`EtjConsumer` (``EtjApp._new_transport``)."""
+
+    Consumer = EtjConsumer

@@ -1,0 +1,135 @@
+"""A batch's reads and writes of one table: read once from the store, written once at the end.
+
+Why: through Faust's Table API every read and write of a row costs its sensors, a
+``__contains__``/``__getitem__`` pair and a changelog send per write (``on_key_set``); a join
+read and wrote the same rows (a key's history, the partition's clock) several times per record.
+Here a loop's batch goes through one :class:`Overlay` per table (as Quix Streams' per-partition
+state transaction, ``state/base/transaction.py``): a row is read from the store at most once
+per batch, every write stays in the overlay, and :meth:`Overlay.flush` writes each changed row
+once — to the store (RocksDB: one write batch per partition) and, unless it is a *local* row
+(an index derived from other rows, rebuilt from them on recovery: :mod:`app.joins.state`), as
+one changelog row: its last value, or a tombstone.
+
+Values are plain JSON (lists, dicts, numbers, strings): what the overlay holds is what the
+store holds (the memory store keeps decoded values; RocksDB their bytes), so a value put must
+not be changed afterwards — the engines build new lists.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import orjson
+from faust.stores.rocksdb import Store as RocksDBStore
+from sortedcontainers import SortedList
+
+from app.compat.stores import StoreIO
+
+__all__ = ["Overlay", "Row"]
+
+_DELETED = object()
+
+#: one changelog row: (topic, partition, key bytes, value bytes or None for a tombstone)
+Row = tuple[str, int, bytes, "bytes | None"]
+
+
+class Overlay:
+    """One table's rows read and written by the batch being handled (module docstring)."""
+
+    def __init__(self, io: StoreIO) -> None:
+        self.io = io
+        #: (partition, key) -> value as the batch sees it (None: absent; _DELETED: deleted)
+        self._rows: dict[tuple[int, Any], Any] = {}
+        #: (partition, key) -> True if its change goes to the changelog, False if local only
+        self._dirty: dict[tuple[int, Any], bool] = {}
+        #: range tables: partition -> the keys changed in this batch, sorted (merged into scans)
+        self._changed: dict[int, SortedList] = {}
+
+    def get(self, partition: int, key: Any) -> Any:
+        """The row's value (None: absent)."""
+        k = (partition, key)
+        try:
+            value = self._rows[k]
+        except KeyError:
+            value = self._rows[k] = self.io.get(partition, key)
+        return None if value is _DELETED else value
+
+    def put(self, partition: int, key: Any, value: Any, *, local: bool = False) -> None:
+        self._write(partition, key, value, local)
+
+    def delete(self, partition: int, key: Any, *, local: bool = False) -> None:
+        self._write(partition, key, _DELETED, local)
+
+    def _write(self, partition: int, key: Any, value: Any, local: bool) -> None:
+        k = (partition, key)
+        self._rows[k] = value
+        if k not in self._dirty:
+            self._dirty[k] = not local
+            if self.io.bytes_keys:
+                changed = self._changed.get(partition)
+                if changed is None:
+                    changed = self._changed[partition] = SortedList()
+                changed.add(key)
+        elif not local:
+            self._dirty[k] = True
+
+    def scan(self, partition: int, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
+        """(key, value) of ``lo <= key < hi`` as the batch sees them, in key order."""
+        changed = self._changed.get(partition)
+        mine = list(changed.irange(lo, hi, inclusive=(True, False))) if changed else []
+        rows = self._rows
+        if not mine:
+            for key, value in self.io.scan(partition, lo, hi):
+                k = (partition, key)
+                if k not in rows:
+                    rows[k] = value
+                yield key, value
+            return
+        stored = list(self.io.scan(partition, lo, hi))
+        merged = {key: value for key, value in stored}
+        for key in mine:
+            merged[key] = rows[(partition, key)]
+        for key in sorted(merged):
+            value = merged[key]
+            if value is not _DELETED:
+                rows.setdefault((partition, key), value)
+                yield key, value
+
+    @property
+    def pending(self) -> int:
+        """Rows changed and not flushed yet."""
+        return len(self._dirty)
+
+    def flush(self) -> list[Row]:
+        """Write the changed rows to the store; their changelog rows (in first-write order).
+        The overlay is empty afterwards (the next batch reads the store again)."""
+        io = self.io
+        topic = io.changelog
+        encode_all = isinstance(io.store, RocksDBStore)
+        per_partition: dict[int, list[tuple[Any, bytes | None, Any]]] = {}
+        out: list[Row] = []
+        rows = self._rows
+        for (partition, key), logged in self._dirty.items():
+            value = rows[(partition, key)]
+            if value is _DELETED:
+                raw = None
+            elif logged or encode_all:
+                raw = orjson.dumps(value)
+            else:
+                raw = b""  # a local row of the memory store: kept decoded, never encoded
+            batch = per_partition.get(partition)
+            if batch is None:
+                batch = per_partition[partition] = []
+            batch.append((key, raw, value))
+            if logged:
+                out.append((topic, partition, io.key_bytes(key), raw))
+        for partition, batch in per_partition.items():
+            io.write(partition, batch)
+        self.clear()
+        return out
+
+    def clear(self) -> None:
+        """Forget the batch (after a flush, or when its records are dropped)."""
+        self._rows.clear()
+        self._dirty.clear()
+        self._changed.clear()
