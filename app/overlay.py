@@ -25,7 +25,7 @@ from sortedcontainers import SortedList
 
 from app.compat.stores import StoreIO
 
-__all__ = ["Overlay", "Row"]
+__all__ = ["MemoryIO", "Overlay", "Row"]
 
 _DELETED = object()
 
@@ -36,7 +36,7 @@ Row = tuple[str, int, bytes, "bytes | None"]
 class Overlay:
     """One table's rows read and written by the batch being handled (module docstring)."""
 
-    def __init__(self, io: StoreIO) -> None:
+    def __init__(self, io: "StoreIO | MemoryIO") -> None:
         self.io = io
         #: (partition, key) -> value as the batch sees it (None: absent; _DELETED: deleted)
         self._rows: dict[tuple[int, Any], Any] = {}
@@ -133,3 +133,43 @@ class Overlay:
         self._rows.clear()
         self._dirty.clear()
         self._changed.clear()
+
+
+class MemoryIO:
+    """A store of plain dicts with :class:`~app.compat.stores.StoreIO`'s interface: the engine's
+    rules and layout run over it with no Faust and no broker (tests/replay.py, benchmarks)."""
+
+    changelog = "memory"
+    store = None
+
+    def __init__(self, bytes_keys: bool = True) -> None:
+        self.bytes_keys = bytes_keys
+        self.data: dict[tuple[int, Any], Any] = {}
+        self._sorted: dict[int, SortedList] = {}
+
+    def key_bytes(self, key: Any) -> bytes:
+        return key if self.bytes_keys else orjson.dumps(key)
+
+    def get(self, partition: int, key: Any) -> Any:
+        return self.data.get((partition, key))
+
+    def scan(self, partition: int, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
+        keys = self._sorted.get(partition)
+        if not keys:
+            return iter(())
+        return iter([(k, self.data[(partition, k)])
+                     for k in keys.irange(lo, hi, inclusive=(True, False))])
+
+    def write(self, partition: int, rows: list[tuple[Any, bytes | None, Any]]) -> None:
+        for key, raw, value in rows:
+            k = (partition, key)
+            if raw is None:
+                if self.data.pop(k, None) is not None and self.bytes_keys:
+                    self._sorted[partition].discard(key)
+            else:
+                if k not in self.data and self.bytes_keys:
+                    self._sorted.setdefault(partition, SortedList()).add(key)
+                self.data[k] = value
+
+    def persist_offset(self, partition: int, offset: int) -> None:
+        pass

@@ -2,7 +2,7 @@
 
 Tests and benchmarks that need a *stream's* revision log (the retracting consumer, the batch
 twin's reconcile and backfill, the flow-control reference) replay records through the mood
-spec's :class:`app.joins.state.PerKeyLayout` over plain dicts — the very code a worker runs
+spec's :class:`app.joins.state.JoinState` over plain dicts (:class:`app.overlay.MemoryIO`) — the very code a worker runs
 between its table reads and writes, with no broker. It is no oracle (that is
 :mod:`tests.oracle`): it is the engine, so what it answers is what the engine answers.
 """
@@ -13,7 +13,9 @@ from typing import Any
 
 from app.joins.catalog import mood_spec
 from app.joins.spec import resolve
-from app.joins.state import PerKeyLayout
+from app.joins.keys import join_range, split_join_key
+from app.joins.state import JoinState
+from app.overlay import MemoryIO, Overlay
 from app.records import MoodIn, RecommendationIn
 from app.settings import Settings
 from tests.oracle import Mood, Recommendation
@@ -26,7 +28,8 @@ class MoodReplay:
 
     def __init__(self) -> None:
         self.spec = resolve(mood_spec(Settings()))
-        self.layout = PerKeyLayout(self.spec, {}, {}, {})  # type: ignore[arg-type]
+        self.layout = JoinState(self.spec, Overlay(MemoryIO(bytes_keys=False)),
+                                Overlay(MemoryIO()), Overlay(MemoryIO(bytes_keys=False)))
 
     def _wire(self, revisions: list[Any]) -> list[dict[str, Any]]:
         return [self.spec.to_wire(r) for r in revisions]
@@ -46,5 +49,13 @@ class MoodReplay:
         return self.mood(record) if isinstance(record, Mood) else self.recommendation(record)
 
     def current(self) -> list[dict[str, Any]]:
-        """Every join's current revision, as a worker re-emits them after a restart."""
-        return self._wire(self.layout.resume(PARTITION))
+        """Every join's current revision, as it was emitted (what a re-delivered record
+        re-emits)."""
+        out = []
+        state = self.layout
+        for k, raw in state.joins.scan(PARTITION, b"J", b"K"):
+            key, _, jid = split_join_key(k)
+            rev = self.spec.rules.current(jid, key, state.load(raw))
+            if rev is not None:
+                out.append(rev)
+        return self._wire(out)

@@ -123,7 +123,8 @@ class DurableLoop:
         self._flow_waiting = metrics.flow_waiting.labels(self.join)
         self._stores: dict[str, StoreIO] = {ov.io.changelog: ov.io for ov in engine.overlays}
         self._pipeline: asyncio.Queue | None = None
-        self._idle = asyncio.Event()
+        self._idle = asyncio.Event()  # clear while a batch is being handled and handed over
+        self._idle.set()
         self._tasks: dict[str, Any] = {}
         loops.append(self)
         app.loops.append(self)
@@ -145,13 +146,25 @@ class DurableLoop:
         return highwater > next_offset  # type: ignore[no-any-return]
 
     # --- the loop --------------------------------------------------------------------------
-    async def run(self) -> None:
-        """The agent's body: batches in, durable outputs out, offsets acked (module doc)."""
-        app.consumer.route(self.inbox)
+    def start_pipeline(self) -> Any:
+        """The delivery's tasks (the changelog -> outputs -> acks pipeline); its task."""
         self.in_flight = 0
         self._pipeline = asyncio.Queue(maxsize=self.max_in_flight)
         deliver = asyncio.ensure_future(self._deliver(self._pipeline))
         self._tasks = {"loop": asyncio.current_task(), "deliver": deliver}
+        return deliver
+
+    def stop_pipeline(self) -> None:
+        for task in self._tasks.values():
+            if task is not None and task is not asyncio.current_task() and not task.done():
+                task.cancel()
+        self._pipeline = None
+        self._tasks = {}
+
+    async def run(self) -> None:
+        """The agent's body: batches in, durable outputs out, offsets acked (module doc)."""
+        app.consumer.route(self.inbox)
+        deliver = self.start_pipeline()
         try:
             while True:
                 self._idle.set()

@@ -92,6 +92,8 @@ class JoinEngine:
 
     # --- outputs -----------------------------------------------------------------------------
     def _revision_out(self, rev: Revision) -> Out:
+        if rev.again:
+            return self._out(rev, again=True)
         self._revisions[rev.cause].inc()
         if self.spec.mode == "inner" and rev.revision == 1 and rev.cause != "arrival":
             self._released.inc()

@@ -46,9 +46,30 @@ from app.compat import log_gaps
 from app.compat.eager_delivery import resume, step
 from app.inbox import Batch, Inbox
 
-__all__ = ["EtjConsumer", "EtjTransport"]
+__all__ = ["EtjConsumer", "EtjTransport", "extend", "follows"]
 
 log = logging.getLogger(__name__)
+
+
+def follows(tp: Any, expected: int | None, first: int) -> bool:
+    """Does a batch of ``tp`` starting at ``first`` follow a hand-over that ended at
+    ``expected`` (None: nothing to follow)? It does when it starts there or before (a part read
+    again after a seek back), or after offsets the log does not hold (:mod:`app.compat.log_gaps`)."""
+    if expected is None or first <= expected:
+        return True
+    absent = log_gaps.skipped_within(tp, expected, first)
+    return sum(b - a for a, b in absent) == first - expected
+
+
+def extend(tp: Any, acked: int | None, first: int, end: int) -> int:
+    """The end of ``tp``'s acked range once ``first`` .. ``end - 1`` are acked too (``acked``:
+    its end so far, or the committed offset; None: nothing known). A range after a hole — an
+    offset never acked that the log holds — does not extend it: the commit waits at the hole."""
+    if acked is None:
+        return end
+    if first > acked and not follows(tp, acked, first):
+        return acked
+    return max(acked, end)
 
 
 class EtjConsumer(aiokafka_driver.Consumer):
@@ -143,14 +164,9 @@ class EtjConsumer(aiokafka_driver.Consumer):
         ``tp`` is read again from where it should have started (module doc)."""
         expected = self._next.get(tp)
         if expected is None:
-            expected = self._committed_offset.get(tp)
-            if expected is None:
-                return True  # never committed: the seek to the log's start is trusted
-        if first <= expected:
-            return True  # what follows, or a part read again after a seek back
-        absent = log_gaps.skipped_within(tp, expected, first)
-        if sum(b - a for a, b in absent) == first - expected:
-            return True  # the log holds none of the offsets in between
+            expected = self._committed_offset.get(tp)  # None: never committed, the seek to the
+        if follows(tp, expected, first):              # log's start is trusted
+            return True
         log.warning("input %s[%s]: a fetch starts at %d, but %d is the next offset to hand "
                     "over; reading again from %d", tp.topic, tp.partition, first, expected,
                     expected)
@@ -193,14 +209,8 @@ class EtjConsumer(aiokafka_driver.Consumer):
         """Records ``first`` .. ``end - 1`` of ``tp`` are handled and their outputs durable."""
         acked = self._acked_end.get(tp)
         if acked is None:
-            committed = self._committed_offset.get(tp)
-            acked = first if committed is None else committed
-        if first > acked:
-            absent = log_gaps.skipped_within(tp, acked, first)
-            if sum(b - a for a, b in absent) != first - acked:
-                return  # a hole: never committed past (the hand-over reads it again)
-        if end > acked:
-            self._acked_end[tp] = end
+            acked = self._committed_offset.get(tp)
+        self._acked_end[tp] = extend(tp, acked, first, end)
 
     def acked_end(self, tp: TP) -> int | None:
         return self._acked_end.get(tp)

@@ -36,6 +36,7 @@ Gap-free re-emits: with a join's current revision go the revisions it superseded
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Iterable
 
 from app.compat.stores import StoreIO
@@ -44,7 +45,7 @@ from app.joins.keys import (JOIN, expiry_key, expiry_range, id_key, join_key, jo
 from app.joins.spec import JoinSpec
 from app.logic.event_join import (Event, Join, Purged, Revision, Version, affected_floor,
                                   affected_from, affected_until, insert_version, purge_history,
-                                  rejoin_affected, unsent_revisions)
+                                  rejoin_affected, undelivered_revisions)
 from app.overlay import Overlay
 from app.range_scan import RangeTable
 
@@ -122,7 +123,8 @@ class JoinState:
 
     def unsent(self, p: int, jid: str, key: str, j: Join) -> list[Revision]:
         """What to re-emit for ``j``: its revisions that may be missing from the log."""
-        return unsent_revisions(self.rules, jid, key, j, lambda s: self.delivered(p, s))
+        return [replace(r, again=True) for r in undelivered_revisions(
+            self.rules, jid, key, j, lambda s: self.delivered(p, s))]
 
     def _put(self, p: int, key: str, jid: str, j: Join, old_time: int | None) -> None:
         joins = self.joins
@@ -218,8 +220,9 @@ class JoinState:
 
     def on_tick(self, p: int, clock: int, release_from: int | None, src: Any = None,
                 ) -> tuple[list[Revision], Purged]:
-        """Purge the joins behind the horizon (final); review the recent ones if the spec
-        asks for it (``review_lag_ms``: a safety net, since versions re-join at once)."""
+        """Purge the joins behind the horizon (final) and the versions their keys no longer
+        need; review the recent ones if the spec asks for it (``review_lag_ms``: a safety
+        net, since versions re-join at once)."""
         horizon = clock - self.spec.retention_ms
         joins = self.joins
         lo, hi = expiry_range(p, None, horizon)
@@ -234,6 +237,14 @@ class JoinState:
             if joins.get(p, id_key(key, jid)) == t:
                 joins.delete(p, id_key(key, jid), local=True)
             joins.delete(p, expiry_key(p, t, key, jid), local=True)
+        versions = 0
+        for key in {key for _, _, key, _ in stale}:  # keys that aged: their old versions too
+            history = self.history.get(p, key)
+            if history:
+                kept = purge_history(history, horizon)
+                if len(kept) < len(history):
+                    versions += len(history) - len(kept)
+                    self.history.put(p, key, kept)
         out: list[Revision] = []
         lag = self.spec.review_lag_ms
         if lag is not None:
@@ -249,4 +260,4 @@ class JoinState:
                     self._settle(p, j, src)
                     self._put(p, key, jid, j, t)
                     out.append(rev)
-        return out, Purged(len(stale), unmatched, 0)
+        return out, Purged(len(stale), unmatched, versions)

@@ -219,6 +219,9 @@ class Revision:
     revision: int
     previous: tuple[Any, ...] | None
     cause: Cause
+    #: a repeat of a revision emitted before (re-emitted for a re-delivered record): if the
+    #: broker refuses it for good, the record that triggered the repeat is not to blame
+    again: bool = False
 
     @property
     def result(self) -> tuple[Any, ...]:
@@ -394,3 +397,15 @@ def unsent_revisions(rules: JoinRules, jid: str, key: str, j: Join,
            for u in j.unsent if delivered is not None and not delivered(u[0])]
     rev = rules.current(jid, key, j)
     return out + [rev] if rev else out
+
+
+def undelivered_revisions(rules: JoinRules, jid: str, key: str, j: Join,
+                          delivered: Callable[[Any], bool]) -> list[Revision]:
+    """What a re-delivered record re-emits for ``j``: :func:`unsent_revisions`, but the
+    current revision only when its own source is not known ``delivered`` (a source of None
+    counts as delivered). A duplicate arriving long after its original was delivered re-emits
+    nothing; one re-delivered after a crash re-emits what may be missing."""
+    out = unsent_revisions(rules, jid, key, j, delivered)
+    if j.revision and delivered(j.source):
+        return out[:-1]
+    return out

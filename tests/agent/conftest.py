@@ -1,8 +1,10 @@
-"""The agent tier's one harness: Faust's test_context, every send captured, tables cleared.
+"""The agent tier's one harness: an agent's loop fed batches by hand, every send captured,
+tables cleared. No broker, no consumer: fast, but no substitute for the broker tests.
 
-``deliver`` puts one message on an agent's topic and waits until the agent has handled it;
-``captured`` patches the sends (and the producer's flush) so nothing needs a broker;
-``join_harness`` drives any join spec's engine; the car tests build on ``deliver`` too.
+``deliver`` hands one record to a loop as a batch of one (as the consumer would hand a fetch)
+and waits until the loop has delivered it (changelog, outputs, acks); ``captured`` replaces the
+producer path (:func:`app.batch_send.send_records`) so nothing needs a broker; ``join_harness``
+drives any join spec's engine; the car tests build on ``deliver`` too.
 """
 
 from __future__ import annotations
@@ -11,19 +13,25 @@ import asyncio
 import itertools
 import json
 import time
+from collections import namedtuple
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 from unittest import mock
 
-import faust
 import pytest
-from faust.types import Message
 
-from app.agents.durable import loops
-from app.compat import delivery
+from app.agents import durable
+from app.agents.durable import DurableLoop, loops
 from app.agents.event_join import JoinEngine, engines
+from app.batch_send import Sent as Delivery
+from app.compat import delivery
 from app.faust_app import app
+from app.inbox import Batch
+from app.joins.keys import join_range, split_join_key
+from app.range_scan import scan
 
+#: what the consumer hands a loop: aiokafka's ConsumerRecord, the fields the loop reads
+Record = namedtuple("Record", "topic partition offset key value timestamp")
 
 
 class Sent(list):
@@ -37,59 +45,67 @@ class Sent(list):
 _offsets = itertools.count()
 
 
-async def deliver(agent: Any, topic: str, key: str | bytes | None, value: Any,
+async def deliver(loop: DurableLoop, topic: str, key: str | bytes | None, value: Any,
                   partition: int = 0, offset: int | None = None) -> None:
-    """Put one message on ``agent``'s ``topic`` and wait until the agent has handled it.
-    ``offset``: the message's (a re-delivery: the offset it had); default, a new one."""
+    """Hand one record to ``loop`` (a batch of one) and wait until it is delivered.
+    ``offset``: the record's (a re-delivery: the offset it had); default, a new one."""
     raw = value if isinstance(value, (bytes, type(None))) else json.dumps(value).encode()
-    channel = agent.stream().channel
     offset = next(_offsets) if offset is None else offset
-    message = Message(topic=topic, partition=partition, offset=offset,
-                      timestamp=time.time(), timestamp_type=0, headers=None,
-                      key=key.encode() if isinstance(key, str) else key, value=raw,
-                      checksum=b"", serialized_key_size=0, serialized_value_size=0,
-                      generation_id=app.consumer_generation_id)  # else the stream skips it
-    await channel.put(await channel.decode(message))
-    async with agent.new_value_processed:  # notified as the value enters the agent
-        await agent.new_value_processed.wait()
-    stream = agent.stream()
-    for _ in range(100):  # ... so let the agent finish handling it
-        if stream.current_event is None:
+    record = Record(topic, partition, offset, key.encode() if isinstance(key, str) else key, raw,
+                    int(time.time() * 1000))
+    await handle(loop, [Batch(topic, partition, [record], None, app.consumer_generation_id)])
+
+
+async def handle(loop: DurableLoop, batches: Sequence[Batch]) -> None:
+    """What one turn of ``loop.run`` does with ``batches``, then wait until it is delivered."""
+    if loop._pipeline is None:
+        loop.start_pipeline()
+    unit = loop.handle(batches)
+    if unit is not None:
+        await loop.hand_over(unit)
+    for _ in range(1000):
+        failed = [t for t in loop._tasks.values() if t is not None and t.done()
+                  and not t.cancelled() and t.exception() is not None]
+        if not loop.in_flight or failed:  # a failure: the worker would have failed stop
             break
         await asyncio.sleep(0)
-    for _ in range(100):  # ... and deliver its batch (changelog, outputs, acks)
-        if not any(loop.in_flight for loop in loops):
-            break
-        await asyncio.sleep(0)
+    assert not loop.in_flight or failed, loop.describe()
 
 
 @contextmanager
 def captured() -> Iterator[Sent]:
-    """Every send (``Topic.send``, and the loops' outputs and changelog rows,
-    ``app.compat.delivery.send_direct``) recorded instead of produced; the producer's flush a
-    no-op."""
+    """Every record the loops produce (:func:`app.batch_send.send_records`: outputs and
+    changelog rows) recorded instead of produced, each "in the broker" at once."""
     app.finalize()
     sent = Sent()
 
-    async def fake_send(self: faust.Topic, *, key: Any = None, value: Any = None,
-                        **kw: Any) -> None:
-        sent.append((self.get_topic_name(), key, value))
+    async def fake_send_records(app_: Any, records: Any, *, refusable: bool = False,
+                                on_sent: Any = None) -> Delivery:
+        out = Delivery()
+        for i, (topic, partition, key, value) in enumerate(records):
+            if topic.endswith("-changelog"):
+                sent.changelog.append((topic, partition, key, value))
+            else:
+                sent.append((topic, key, value))
+            done: asyncio.Future = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            out.futures.append((done, [i]))
+        return out
 
     async def fake_send_direct(app_: Any, topic: str, key: Any, value: Any,
                                partition: int | None = None, **kw: Any) -> asyncio.Future:
-        if topic.endswith("-changelog"):
-            sent.changelog.append((topic, partition, key, value))
-        else:
-            sent.append((topic, key, value))
+        sent.append((topic, key, value))
         done: asyncio.Future = asyncio.get_running_loop().create_future()
-        done.set_result(None)  # "in the broker": the loop may send the batch's outputs
+        done.set_result(None)
         return done
 
-    with mock.patch.object(faust.topics.Topic, "send", fake_send), \
-            mock.patch.object(delivery, "send_direct", fake_send_direct), \
-            mock.patch.object(app.producer, "flush", mock.AsyncMock()), \
-            mock.patch.object(app.producer, "send_soon", mock.Mock()):
-        yield sent
+    with mock.patch.object(durable, "send_records", fake_send_records), \
+            mock.patch.object(delivery, "send_direct", fake_send_direct):
+        try:
+            yield sent
+        finally:
+            for loop in loops:
+                loop.stop_pipeline()
 
 
 def outputs(sent: Sent, topic: str) -> list[Any]:
@@ -99,13 +115,13 @@ def outputs(sent: Sent, topic: str) -> list[Any]:
 class JoinHarness:
     """Puts messages on one engine's topics and records every send."""
 
-    def __init__(self, engine: JoinEngine, agent: Any, sent: Sent) -> None:
-        self.engine, self.agent, self.sent = engine, agent, sent
+    def __init__(self, engine: JoinEngine, sent: Sent) -> None:
+        self.engine, self.loop, self.sent = engine, engine.loop, sent
         self.spec, self.tables = engine.spec, engine.tables
 
     async def put(self, topic: str, key: str | None, value: Any, partition: int = 0,
                   offset: int | None = None) -> None:
-        await deliver(self.agent, topic, key, value, partition, offset)
+        await deliver(self.loop, topic, key, value, partition, offset)
 
     async def event(self, value: dict[str, Any], partition: int = 0,
                     offset: int | None = None) -> None:
@@ -123,13 +139,18 @@ class JoinHarness:
     def outputs(self, topic: str | None = None) -> list[Any]:
         return outputs(self.sent, topic or self.spec.output)
 
+    def joins(self, key: str, partition: int = 0) -> dict[str, Any]:
+        """The key's joins in state: join id -> :class:`app.logic.event_join.Join`."""
+        return {split_join_key(k)[2]: self.engine.state.load(raw)
+                for k, raw in scan(self.tables.joins, *join_range(key, None, None), partition)}
+
     def clear(self) -> None:
         """Forget state and sends, as a fresh worker would (between randomised runs)."""
         self.sent.clear()
         for table in vars(self.tables).values():
             table.data.clear()
-        self.engine.resumed.clear()
-        self.engine.loop.acked.clear()
+        self.engine.loop.drop_waiting()
+        app.consumer._acked_end.clear()  # what a new worker has acked: nothing
 
 
 @pytest.fixture
@@ -140,9 +161,8 @@ def join_harness() -> Callable[[str], Any]:
     async def start(name: str) -> AsyncIterator[JoinHarness]:
         engine = engines[name]
         with captured() as sent:
-            async with engine.agent.test_context() as agent:
-                h = JoinHarness(engine, agent, sent)
-                h.clear()
-                yield h
+            h = JoinHarness(engine, sent)
+            h.clear()
+            yield h
 
     return start

@@ -1,4 +1,4 @@
-"""Car-join agents with Faust's test_context(): fast, no broker (broker tests are elsewhere).
+"""Car-join agents driven through their loops: fast, no broker (broker tests are elsewhere).
 
 Both agents run; the moves the car side sends are handed to the zone side by the test, so each
 scenario chooses when a DEL or ADD lands. The tables are checked as well as what was sent.
@@ -63,9 +63,7 @@ async def harness() -> AsyncIterator[Harness]:
     with captured() as sent:
         for table in (car_positions, zone_pollution, zone_cars):
             table.data.clear()
-        async with agent_module.track_cars.test_context() as cars, \
-                agent_module.join_zone_pollution.test_context() as zones:
-            yield Harness(cars, zones, sent)
+        yield Harness(agent_module.track_loop, agent_module.zone_loop, sent)
 
 
 async def test_a_move_sends_del_and_add_keyed_by_zone_and_stores_the_position(harness):

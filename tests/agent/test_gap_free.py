@@ -5,7 +5,8 @@ reached the topic; when a later revision superseded one of them before the resta
 only the current revision would leave its number missing. These tests drive a join through
 three revisions, "lose" every output, and check what the restarted engine re-emits: every
 revision whose source record's offset is not committed, in order and exactly as first emitted;
-only the current one once everything is committed (app.logic.event_join.Join.unsent).
+nothing once everything is committed (app.logic.event_join.Join.unsent,
+``undelivered_revisions``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
 from unittest import mock
 
-from app.agents.durable import AckedRuns
+from app.agents.acks import AckedRuns
 from app.agents.event_join import engines
 from app.faust_app import app
+from app.inbox import Batch
+from tests.agent.conftest import Record
 
 T = 1_790_000_000_000
 
@@ -36,7 +39,7 @@ class _Forgets(AckedRuns):
     """A loop's acked records that keep nothing (app.agents.durable.AckedRuns): as if every
     output were lost in a crash, the harness' sends notwithstanding."""
 
-    def acked(self, topic: str, partition: int, offset: int) -> None:
+    def acked(self, topic: str, partition: int, first: int, end: int) -> None:
         pass
 
 
@@ -76,9 +79,9 @@ async def test_per_join_a_redelivered_version_re_emits_superseded_unsent_revisio
                            "event_time": T + 10})
             assert h.outputs()[2 * len(first):] == first
         n = len(h.outputs())
-        with committed_upto(10**12):  # every source committed: only the current revision
+        with committed_upto(10**12):  # every source committed: all delivered, nothing again
             await h.dimension(movie("C", T + 7))
-        assert h.outputs()[n:] == first[-1:]
+        assert h.outputs()[n:] == []
 
 
 async def test_per_join_every_lost_revision_comes_again_as_commits_advance(join_harness):
@@ -106,7 +109,7 @@ async def test_per_join_every_lost_revision_comes_again_as_commits_advance(join_
         assert all(r == first[r["revision"]] for r in again), "re-emitted exactly as emitted"
 
 
-async def test_per_key_resume_re_emits_superseded_unsent_revisions_once(join_harness):
+async def test_moods_a_redelivered_version_re_emits_superseded_unsent_revisions(join_harness):
     async with join_harness("moods") as h:
         with committed_upto(0):
             await h.dimension(mood("sad", T))
@@ -117,16 +120,15 @@ async def test_per_key_resume_re_emits_superseded_unsent_revisions_once(join_har
             first = h.outputs()
             assert [(r["revision"], r["mood"]) for r in first] == \
                 [(1, "sad"), (2, "ok"), (3, "happy")]
-            # a new assignment of the partition (after a crash): the first message re-emits
-            h.engine.resumed.clear()
-            await h.tick()
-            await h.tick()
-            assert h.outputs()[len(first):] == first  # once, not per tick
-        h.engine.resumed.clear()
+            # after a crash the records come again: the last version re-emits every revision
+            await h.dimension(mood("happy", T + 7))
+            assert h.outputs()[len(first):] == first
+            await h.tick()  # a tick re-emits nothing
+            assert len(h.outputs()) == 2 * len(first)
         n = len(h.outputs())
         with committed_upto(10**12):
-            await h.tick()
-        assert h.outputs()[n:] == first[-1:]
+            await h.dimension(mood("happy", T + 7))
+        assert h.outputs()[n:] == []
 
 
 async def test_committed_sources_are_dropped_from_state_when_the_row_is_next_written(
@@ -137,11 +139,11 @@ async def test_committed_sources_are_dropped_from_state_when_the_row_is_next_wri
             await h.event({"consultant": "ann", "recommendation": "tea", "event_time": T + 10,
                            "id": "x"})
             await h.dimension(mood("ok", T + 5))
-        j = h.engine.layout.load(h.tables.joins["ann"]["x"])
+        j = h.joins("ann")["x"]
         assert [u[1] for u in j.unsent] == [1]  # revision 1 kept: its source is uncommitted
         with committed_upto(10**12):
             await h.dimension(mood("happy", T + 7))
-        j = h.engine.layout.load(h.tables.joins["ann"]["x"])
+        j = h.joins("ann")["x"]
         assert (j.revision, j.unsent) == (3, [])  # revisions 1 and 2 dropped: delivered
         assert j.source[0] == 1  # revision 3 came from the dimension (input 1)
 
@@ -169,7 +171,7 @@ async def test_acked_sources_are_dropped_before_any_commit(join_harness):
             assert in_log == [False, False, False, True, True, False]  # 101-102: forgotten
         assert [(r["revision"], r["mood"]) for r in h.outputs()] == [
             (1, "sad"), (2, "ok"), (3, "happy"), (4, "calm"), (5, "glad")]
-        j = h.engine.layout.load(h.tables.joins["ann"]["x"])
+        j = h.joins("ann")["x"]
         assert (j.revision, j.unsent) == (5, [])  # each superseded one was acked already
 
 
@@ -177,13 +179,12 @@ def test_a_record_handled_again_or_a_rebalance_makes_acked_offsets_unknown():
     # handled again (a seek back, a re-delivery), a record may make a revision it did not make
     # the first time (a tick's revisit, a held event released): not in the log until re-acked
     loop = engines["moods"].loop
-    ticks = loop.ticks_name
+    ticks = loop.ticks
     loop.acked.clear()
-    for offset in range(100, 110):
-        loop.acked.acked(ticks, 0, offset)
-    msg = mock.Mock(topic=ticks, partition=0, offset=104)
-    with mock.patch.object(loop, "handle_one", return_value=[]):
-        loop.handle(msg, None)
+    loop.acked.acked(ticks, 0, 100, 110)
+    tick = Record(ticks, 0, 104, None, b"{}", 0)
+    with mock.patch.object(loop.engine, "on_tick", return_value=[]):
+        loop.handle([Batch(ticks, 0, [tick], None, app.consumer_generation_id)])
     assert [loop.acked.holds(ticks, 0, o) for o in (99, 100, 103, 104, 109)] == [
         False, True, True, False, False]
     loop.drop_waiting()  # a rebalance starts: the partition may go, and come back
@@ -199,10 +200,10 @@ def test_a_record_handled_again_or_a_rebalance_makes_acked_offsets_unknown():
 # 10-minute chaos run with batching showed it: ratings waiting for their movie never answered.
 
 def state_rows(h: Any) -> dict[tuple[str, bytes], bytes]:
-    """The join-state changelog rows sent so far: (topic, key) -> value (the stream clock and
-    the active-key list aside)."""
+    """The join-state changelog rows sent so far: (topic, key) -> value (the stream clock
+    aside)."""
     return {(t, k): v for t, _, k, v in h.sent.changelog
-            if t.endswith(("-joins-changelog", "-expiry-changelog", "-history-changelog"))}
+            if t.endswith(("-joins-changelog", "-history-changelog"))}
 
 
 async def test_per_join_a_redelivered_record_writes_its_rows_again(join_harness):
@@ -219,7 +220,7 @@ async def test_per_join_a_redelivered_record_writes_its_rows_again(join_harness)
         assert again == first, "every row the records wrote is written again, unchanged"
 
 
-async def test_per_key_a_redelivered_record_writes_its_rows_again(join_harness):
+async def test_moods_a_redelivered_record_writes_its_rows_again(join_harness):
     async with join_harness("moods") as h:
         await h.dimension(mood("sad", T))
         await h.event({"consultant": "ann", "recommendation": "tea", "event_time": T + 10,

@@ -12,7 +12,9 @@ from unittest import mock
 import pytest
 from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 
+from app.agents import durable
 from app.agents.durable import loops
+from app.batch_send import Sent as Delivery
 from app.compat import delivery
 from app.faust_app import settings
 
@@ -35,14 +37,19 @@ def _failed(exc: BaseException) -> asyncio.Future:
 def broker_refuses(refused: BaseException, alone_too: bool = True) -> Iterator[list[bytes]]:
     """Outputs whose value holds POISON fail on their future with ``refused``; sent alone
     (``send_alone``), refused again when ``alone_too``. Yields the values sent alone."""
-    captured_send = delivery.send_direct  # the harness' fake, which records every send
+    captured_records = durable.send_records  # the harness' fake, which records every send
+    captured_send = delivery.send_direct
     alone: list[bytes] = []
 
-    async def send_direct(app: Any, topic: str, key: Any, value: Any,
-                          partition: int | None = None, *, refusable: bool = False) -> Any:
-        if refusable and POISON in value:
-            return _failed(refused)
-        return await captured_send(app, topic, key, value, partition)
+    async def send_records(app: Any, records: Any, *, refusable: bool = False,
+                           on_sent: Any = None) -> Any:
+        poison = [i for i, r in enumerate(records) if refusable and POISON in (r[3] or b"")]
+        sent = await captured_records(app, [r for i, r in enumerate(records)
+                                            if i not in poison], refusable=refusable)
+        keep = [i for i in range(len(records)) if i not in poison]
+        out = Delivery([(fut, [keep[j] for j in idx]) for fut, idx in sent.futures])
+        out.futures += [(_failed(refused), [i]) for i in poison]
+        return out
 
     async def send_alone(app: Any, topic: str, key: Any, value: Any) -> Any:
         alone.append(value)
@@ -50,7 +57,7 @@ def broker_refuses(refused: BaseException, alone_too: bool = True) -> Iterator[l
             return _failed(refused)
         return await captured_send(app, topic, key, value)
 
-    with mock.patch.object(delivery, "send_direct", send_direct), \
+    with mock.patch.object(durable, "send_records", send_records), \
             mock.patch.object(delivery, "send_alone", send_alone):
         yield alone
 
@@ -85,16 +92,19 @@ async def test_a_refusal_that_was_a_batch_neighbours_is_not_a_dead_letter(harnes
 
 async def test_a_re_emitted_revision_refused_again_is_logged_not_blamed_on_the_trigger(
         harness, caplog):
-    """A partition's first record re-emits its stored revisions (per-key layout, after a
-    restart): a refused repeat is logged and skipped; the record that came (a tick here) is
-    not dead-lettered for it (the one that made the revision was, when first refused)."""
+    """A re-delivered record re-emits the revisions it may have lost (after a restart): a
+    refused repeat is logged and skipped; the record that came (a duplicate mood here) is not
+    dead-lettered for it (the one that made the revision was, when first refused)."""
     await harness.event(event("big", "POISON", 100))  # sent: the broker did not refuse it then
-    harness.engine.resumed.clear()  # as after a restart
+    await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "ok", "event_time": 50},
+                      offset=10**6)  # revision 2 of "big", from this mood
+    harness.loop.acked.clear()  # as after a restart: nothing known delivered
     with broker_refuses(MessageSizeTooLargeError()):
-        await harness.tick()
+        await harness.put(settings.moods_topic, "ann",
+                          {"name": "ann", "mood": "ok", "event_time": 50}, offset=10**6)
     assert harness.outputs(settings.dead_letter_topic) == []
     assert "refused a re-emitted output again" in caplog.text and "'big'" in caplog.text
-    assert not any(loop.in_flight for loop in loops)  # the tick is acked
+    assert not any(loop.in_flight for loop in loops)  # the duplicate is acked
 
 
 async def test_a_transient_failure_still_fails_stop(harness, monkeypatch):

@@ -42,11 +42,16 @@ async def test_chain_of_a_failed_and_of_no_task():
     assert awaiting.chain(None) == ["(none)"]
 
 
-def test_agents_joins_what_each_describes():
-    class App:
-        on_describe = [lambda: "join a: idle", lambda: "join b: busy"]
+def test_agents_joins_what_each_loop_describes_and_the_producer():
+    class Loop:
+        def __init__(self, text: str) -> None:
+            self.describe = lambda: text
 
-    assert awaiting.agents(App()) == "join a: idle\njoin b: busy"
+    class App:
+        loops = [Loop("join a: idle"), Loop("join b: busy")]
+        producer = None
+
+    assert awaiting.agents(App()) == "join a: idle\njoin b: busy\nproducer: not started"
 
 
 @pytest.mark.asyncio

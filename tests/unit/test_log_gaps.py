@@ -5,7 +5,8 @@ Chaos run 21 lost 202 ratings: Faust's consumer took a jump between the last off
 and the next record it was given for a gap in the log, and counted the 201 offsets in between as
 acked, though the broker had returned them (they never reached its read loop). These tests feed
 aiokafka's own fetch result real record batches (one with a record compacted away, a transaction
-marker between batches) and check what the patched gap rule counts, against Faust's.
+marker between batches) and check what the hand-over and the commit of
+:mod:`app.compat.consumer` accept across a jump, against Faust's gap rule.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from faust.transport.consumer import Consumer
 from intervaltree import IntervalTree
 
 from app.compat import log_gaps
-from app.compat.rebalance import _new_offset
+from app.compat.consumer import extend, follows
 
 TP = TopicPartition("etj-ratings", 2)
 
@@ -92,47 +93,38 @@ def test_a_fetch_read_in_parts_notes_the_same():
     assert log_gaps.skipped_within(TP, 0, 100) == [(13, 14), (15, 16)]
 
 
-@pytest.mark.asyncio
-async def test_a_jump_over_a_marker_counts_it():
+def test_a_batch_after_a_marker_follows_the_last_one():
     log_gaps.getall(fetch_result(10, LOG))
-    consumer = faust_consumer(committed=10)
-    await log_gaps.add_gap(consumer, TP, 13, 14)  # Faust read 12, then is given 14
-    assert counted(consumer) == [13]
+    assert follows(TP, 13, 14)  # handed over up to 12, the next batch starts at 14
+    assert extend(TP, 13, 14, 15) == 15  # and the commit passes 13
 
 
 @pytest.mark.asyncio
-async def test_records_the_broker_returned_are_never_counted_but_faust_counts_them():
-    """Faust read 10 and is given 14: 11 and 12 were returned and dropped on the way (a fetch
-    cut by a generation change, records in hand when the partition was seeked back)."""
+async def test_records_the_broker_returned_are_never_passed_but_faust_counts_them():
+    """Handed over up to 10, the next batch starts at 14: 11 and 12 were returned and dropped
+    on the way (a fetch cut by a generation change, records in hand when the partition was
+    seeked back). The hand-over refuses the batch and the commit stops at 11; Faust's gap rule
+    counted 11-14 as acked."""
     log_gaps.getall(fetch_result(10, LOG))
-    patched, faust = faust_consumer(committed=10), faust_consumer(committed=10)
-    await log_gaps.add_gap(patched, TP, 11, 14)
-    assert counted(patched) == [13]  # the marker only: 11-12 wait to be handled
-    await log_gaps._original_add_gap(faust, TP, 11, 14)
+    assert not follows(TP, 11, 14)
+    assert extend(TP, 11, 14, 15) == 11
+    faust = faust_consumer(committed=10)
+    await Consumer._add_gap(faust, TP, 11, 14)
     assert counted(faust) == [11, 12, 13, 14]  # Faust's rule: 11-12 "acked", unhandled
 
 
-@pytest.mark.asyncio
-async def test_run_21_the_commit_stops_at_the_records_read_past():
+def test_run_21_the_commit_stops_at_the_records_read_past():
     """The shape of chaos run 21: 11877 committed, not handled; 11878-12078 returned by the
-    broker, never handed to the agent; 12079 on handled. The stall guard re-reads 11877, it is
-    handled: the commit must stop at 11878, not jump past the 201 unhandled records."""
-    consumer = faust_consumer(committed=11877)
-    await log_gaps.add_gap(consumer, TP, 11878, 12079)
-    consumer._acked[TP] = [11877, *range(12079, 12100)]
-    assert _new_offset(consumer, TP) == 11878
-
-    faust = faust_consumer(committed=11877)
-    await log_gaps._original_add_gap(faust, TP, 11878, 12079)
-    faust._acked[TP] = [11877, *range(12079, 12100)]
-    assert _new_offset(faust, TP) == 12100  # without the patch: 201 records committed unhandled
+    broker, never handed to the agent; 12079 on handled. When 11877 is handled, the commit
+    must stop at 11878, not jump past the 201 unhandled records."""
+    acked = extend(TP, 11877, 12079, 12100)  # the later records first: no commit past 11877
+    assert acked == 11877
+    assert extend(TP, acked, 11877, 11878) == 11878
 
 
 def test_an_absent_offset_at_the_head_of_the_commit_does_not_stop_it():
     log_gaps.getall(fetch_result(10, LOG))
-    consumer = faust_consumer(committed=13)  # read again from 13 (a seek): Faust sees no jump
-    consumer._acked[TP] = [14]
-    assert _new_offset(consumer, TP) == 15
+    assert extend(TP, 13, 14, 15) == 15  # read again from 13 (a seek): 13 is not in the log
 
 
 def test_notes_below_the_committed_offset_are_forgotten():
@@ -143,6 +135,6 @@ def test_notes_below_the_committed_offset_are_forgotten():
     assert TP not in log_gaps._skipped
 
 
-def test_installed_over_faust_and_aiokafka():
+def test_installed_over_aiokafka():
     log_gaps.install()
-    assert FetchResult.getall is log_gaps.getall and Consumer._add_gap is log_gaps.add_gap
+    assert FetchResult.getall is log_gaps.getall
