@@ -1,14 +1,23 @@
-"""A batch's reads and writes of one table: read once from the store, written once at the end.
+"""A batch's reads and writes of one table: read once from the store, its changelog rows
+written once at the end.
 
 Why: through Faust's Table API every read and write of a row costs its sensors, a
 ``__contains__``/``__getitem__`` pair and a changelog send per write (``on_key_set``); a join
 read and wrote the same rows (a key's history, the partition's clock) several times per record.
 Here a loop's batch goes through one :class:`Overlay` per table (as Quix Streams' per-partition
 state transaction, ``state/base/transaction.py``): a row is read from the store at most once
-per batch, every write stays in the overlay, and :meth:`Overlay.flush` writes each changed row
-once — to the store (RocksDB: one write batch per partition) and, unless it is a *local* row
-(an index derived from other rows, rebuilt from them on recovery: :mod:`app.joins.state`), as
-one changelog row: its last value, or a tombstone.
+per batch, and :meth:`Overlay.flush` hands each changed row to the changelog once — its last
+value, or a tombstone — unless it is a *local* row (an index derived from other rows, rebuilt
+from them on recovery: :mod:`app.joins.state`).
+
+Two kinds of tables, two ways to reach the store:
+
+- keyed tables (a key's history, a partition's clock, a car's position): rewritten by many
+  records of a batch, so the store is written once, at :meth:`Overlay.flush` (RocksDB: one
+  write batch per partition);
+- ordered tables (bytes keys, range scans: a join's rows, a zone's cars): written through to
+  the store at once, so that a range scan reads the store alone (no merge of the batch's
+  writes into every scan); their rows are written about once per batch anyway.
 
 Values are plain JSON (lists, dicts, numbers, strings): what the overlay holds is what the
 store holds (the memory store keeps decoded values; RocksDB their bytes), so a value put must
@@ -38,12 +47,12 @@ class Overlay:
 
     def __init__(self, io: "StoreIO | MemoryIO") -> None:
         self.io = io
+        #: ordered tables write through to the store (module docstring)
+        self.through = io.bytes_keys
         #: (partition, key) -> value as the batch sees it (None: absent; _DELETED: deleted)
         self._rows: dict[tuple[int, Any], Any] = {}
         #: (partition, key) -> True if its change goes to the changelog, False if local only
         self._dirty: dict[tuple[int, Any], bool] = {}
-        #: range tables: partition -> the keys changed in this batch, sorted (merged into scans)
-        self._changed: dict[int, SortedList] = {}
 
     def get(self, partition: int, key: Any) -> Any:
         """The row's value (None: absent)."""
@@ -63,37 +72,15 @@ class Overlay:
     def _write(self, partition: int, key: Any, value: Any, local: bool) -> None:
         k = (partition, key)
         self._rows[k] = value
-        if k not in self._dirty:
+        if not local or k not in self._dirty:
             self._dirty[k] = not local
-            if self.io.bytes_keys:
-                changed = self._changed.get(partition)
-                if changed is None:
-                    changed = self._changed[partition] = SortedList()
-                changed.add(key)
-        elif not local:
-            self._dirty[k] = True
+        if self.through:
+            self.io.write_one(partition, key, None if value is _DELETED else value)
 
     def scan(self, partition: int, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
-        """(key, value) of ``lo <= key < hi`` as the batch sees them, in key order."""
-        changed = self._changed.get(partition)
-        mine = list(changed.irange(lo, hi, inclusive=(True, False))) if changed else []
-        rows = self._rows
-        if not mine:
-            for key, value in self.io.scan(partition, lo, hi):
-                k = (partition, key)
-                if k not in rows:
-                    rows[k] = value
-                yield key, value
-            return
-        stored = list(self.io.scan(partition, lo, hi))
-        merged = {key: value for key, value in stored}
-        for key in mine:
-            merged[key] = rows[(partition, key)]
-        for key in sorted(merged):
-            value = merged[key]
-            if value is not _DELETED:
-                rows.setdefault((partition, key), value)
-                yield key, value
+        """(key, value) of ``lo <= key < hi``, in key order (an ordered table: the store has
+        every write of the batch)."""
+        return self.io.scan(partition, lo, hi)
 
     @property
     def pending(self) -> int:
@@ -101,30 +88,38 @@ class Overlay:
         return len(self._dirty)
 
     def flush(self) -> list[Row]:
-        """Write the changed rows to the store; their changelog rows (in first-write order).
-        The overlay is empty afterwards (the next batch reads the store again)."""
+        """Write the changed rows to the store (keyed tables); their changelog rows (in
+        first-write order). The overlay is empty afterwards (the next batch reads the store)."""
         io = self.io
         topic = io.changelog
-        encode_all = isinstance(io.store, RocksDBStore)
-        per_partition: dict[int, list[tuple[Any, bytes | None, Any]]] = {}
-        out: list[Row] = []
         rows = self._rows
-        for (partition, key), logged in self._dirty.items():
-            value = rows[(partition, key)]
-            if value is _DELETED:
-                raw = None
-            elif logged or encode_all:
-                raw = orjson.dumps(value)
-            else:
-                raw = b""  # a local row of the memory store: kept decoded, never encoded
-            batch = per_partition.get(partition)
-            if batch is None:
-                batch = per_partition[partition] = []
-            batch.append((key, raw, value))
-            if logged:
-                out.append((topic, partition, io.key_bytes(key), raw))
-        for partition, batch in per_partition.items():
-            io.write(partition, batch)
+        out: list[Row] = []
+        dumps, key_bytes = orjson.dumps, io.key_bytes
+        if self.through:
+            for (partition, key), logged in self._dirty.items():
+                if logged:
+                    value = rows[(partition, key)]
+                    out.append((topic, partition, key,
+                                None if value is _DELETED else dumps(value)))
+        else:
+            encode_all = isinstance(io.store, RocksDBStore)
+            per_partition: dict[int, list[tuple[Any, bytes | None, Any]]] = {}
+            for (partition, key), logged in self._dirty.items():
+                value = rows[(partition, key)]
+                if value is _DELETED:
+                    raw = None
+                elif logged or encode_all:
+                    raw = dumps(value)
+                else:
+                    raw = b""  # a local row of the memory store: kept decoded, never encoded
+                batch = per_partition.get(partition)
+                if batch is None:
+                    batch = per_partition[partition] = []
+                batch.append((key, raw, value))
+                if logged:
+                    out.append((topic, partition, key_bytes(key), raw))
+            for partition, batch in per_partition.items():
+                io.write(partition, batch)
         self.clear()
         return out
 
@@ -132,7 +127,6 @@ class Overlay:
         """Forget the batch (after a flush, or when its records are dropped)."""
         self._rows.clear()
         self._dirty.clear()
-        self._changed.clear()
 
 
 class MemoryIO:
@@ -159,6 +153,9 @@ class MemoryIO:
             return iter(())
         return iter([(k, self.data[(partition, k)])
                      for k in keys.irange(lo, hi, inclusive=(True, False))])
+
+    def write_one(self, partition: int, key: Any, value: Any) -> None:
+        self.write(partition, [(key, None if value is None else b"", value)])
 
     def write(self, partition: int, rows: list[tuple[Any, bytes | None, Any]]) -> None:
         for key, raw, value in rows:

@@ -32,6 +32,7 @@ offer an ordered ``items(lo, hi)`` per partition.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from typing import Any, Iterator
 
 import faust
@@ -50,11 +51,62 @@ __all__ = ["RangeTable", "SortedMemoryStore", "StoreIO", "committed_offset", "es
 
 
 class SortedMemoryStore(MemoryStore):
-    """Faust's memory store, but its ``data`` dict keeps its keys sorted (the range index)."""
+    """Faust's memory store, but its ``data`` dict keeps its keys sorted (the range index);
+    keys starting with one of the table's ``point_prefixes`` are kept unsorted
+    (:class:`SplitSortedDict`)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.data = SortedDict()
+
+
+class SplitSortedDict(MutableMapping):
+    """A sorted mapping (``irange`` like ``SortedDict``) whose keys starting with one of
+    ``point_prefixes`` live in a plain dict instead: they are found by point lookups only (a
+    join's id index, :mod:`app.joins.keys`), so range scans never see them and writing one
+    costs no sorted insert."""
+
+    def __init__(self, point_prefixes: tuple[bytes, ...]) -> None:
+        self.sorted = SortedDict()
+        self.points: dict[Any, Any] = {}
+        self._prefixes = point_prefixes
+
+    def _map(self, key: Any) -> Any:
+        if isinstance(key, bytes) and key.startswith(self._prefixes):
+            return self.points
+        return self.sorted
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._map(key)[key]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._map(key)[key] = value
+
+    def __delitem__(self, key: Any) -> None:
+        del self._map(key)[key]
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._map(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._map(key).get(key, default)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        return self._map(key).pop(key, *default)
+
+    def __len__(self) -> int:
+        return len(self.sorted) + len(self.points)
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self.sorted
+        yield from self.points
+
+    def clear(self) -> None:
+        self.sorted.clear()
+        self.points.clear()
+
+    def irange(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        return self.sorted.irange(*args, **kwargs)
 
 
 class RangeTable(faust.Table):
@@ -68,9 +120,13 @@ class RangeTable(faust.Table):
             raise ImproperlyConfigured(
                 f"table {self.name!r} needs ordered range scans, which store {url} cannot do; "
                 "use memory:// or rocksdb://")
-        return cls(url, self.app, self, table_name=self.name, key_type=self.key_type,
-                   key_serializer=self.key_serializer, value_serializer=self.value_serializer,
-                   value_type=self.value_type, loop=self.loop, options=self.options)
+        store = cls(url, self.app, self, table_name=self.name, key_type=self.key_type,
+                    key_serializer=self.key_serializer, value_serializer=self.value_serializer,
+                    value_type=self.value_type, loop=self.loop, options=self.options)
+        prefixes = getattr(self, "point_prefixes", ())
+        if prefixes and isinstance(store, SortedMemoryStore):
+            store.data = SplitSortedDict(prefixes)
+        return store
 
 
 def iter_range(table: faust.Table, lo: bytes, hi: bytes | None,
@@ -186,6 +242,24 @@ class StoreIO:
             else:
                 data[key] = value
                 where[key] = partition
+
+    def write_one(self, partition: int, key: Any, value: Any) -> None:  # noqa: C901
+        """Write one row at once (``value`` None: delete it): an ordered table's rows are
+        written through, so that range scans read the store alone (:mod:`app.overlay`)."""
+        store = self.table.data
+        if isinstance(store, RocksDBStore):
+            db = store._db_for_partition(partition)
+            kb = self.key_bytes(key)
+            if value is None:
+                db.delete(kb)
+            else:
+                db.put(kb, orjson.dumps(value))
+        elif value is None:
+            store.data.pop(key, None)
+            store._key_partition.pop(key, None)
+        else:
+            store.data[key] = value
+            store._key_partition[key] = partition
 
     def persist_offset(self, partition: int, offset: int) -> None:
         """The changelog offset a RocksDB partition's store holds (Faust's

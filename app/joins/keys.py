@@ -9,8 +9,10 @@ join   J ++ u32be(len(key)) ++ key ++ u64be(event_time) ++ join id  -> the join'
        can change (between it and the next version) are one range
 id     I ++ u32be(len(key)) ++ key ++ join id                          -> the join's event time
        finds a join by its id (a duplicate, or an event re-sent with another time)
-expiry X ++ u32be(partition) ++ u64be(event_time) ++ u32be(len(key)) ++ key ++ join id -> 1
-       one partition's joins in event-time order: "older than the horizon" is one range
+expiry X ++ u32be(partition) ++ u64be(bucket) ++ u32be(len(key)) ++ key   -> 1
+       the keys with joins in each time bucket of a partition (``bucket``: the first event time
+       of a :data:`BUCKET_MS` bucket), in time order: "keys with joins older than the horizon"
+       is one range, and an event writes its bucket's row only once per key and bucket
 
 The length prefix keeps a key from being a prefix of another (``"ab"`` vs ``"abc"``). Event times
 are >= 0 (app.records), so plain unsigned big-endian bytes sort like the numbers. Rows of the
@@ -22,10 +24,13 @@ from __future__ import annotations
 
 from app.keys import prefix_end
 
-__all__ = ["JOIN", "expiry_key", "expiry_range", "id_key", "is_join_row", "join_key",
-           "join_range", "split_expiry_key", "split_join_key"]
+__all__ = ["BUCKET_MS", "ID", "JOIN", "bucket", "expiry_key", "expiry_range", "id_key",
+           "is_join_row", "join_key", "join_range", "split_expiry_key", "split_join_key"]
 
 JOIN, ID, EXPIRY = b"J", b"I", b"X"
+#: the width of an expiry bucket, ~17.5 minutes: a key's joins of one bucket share one
+#: ``X`` row (a fixed width: the rows stay valid whatever the retention)
+BUCKET_MS = 1 << 20
 _U32 = 4
 _U64 = 8
 _MAX_TIME = (1 << 64) - 1
@@ -65,13 +70,19 @@ def id_key(key: str, jid: str) -> bytes:
     return ID + _key(key) + jid.encode("utf-8")
 
 
-def expiry_key(partition: int, event_time: int, key: str, jid: str) -> bytes:
-    return (EXPIRY + partition.to_bytes(_U32, "big") + event_time.to_bytes(_U64, "big")
-            + _key(key) + jid.encode("utf-8"))
+def bucket(event_time: int) -> int:
+    """The first event time of ``event_time``'s expiry bucket."""
+    return event_time - event_time % BUCKET_MS
+
+
+def expiry_key(partition: int, event_time: int, key: str) -> bytes:
+    """The ``X`` row of ``key``'s joins in the bucket of ``event_time``."""
+    return (EXPIRY + partition.to_bytes(_U32, "big") + bucket(event_time).to_bytes(_U64, "big")
+            + _key(key))
 
 
 def expiry_range(partition: int, start: int | None, end: int | None) -> tuple[bytes, bytes]:
-    """[lo, hi) of the expiry keys of ``partition`` with ``start <= event_time < end``."""
+    """[lo, hi) of the expiry keys of ``partition`` whose bucket starts in ``[start, end)``."""
     prefix = EXPIRY + partition.to_bytes(_U32, "big")
     lo = prefix + max(start or 0, 0).to_bytes(_U64, "big")
     if end is None:
@@ -79,10 +90,9 @@ def expiry_range(partition: int, start: int | None, end: int | None) -> tuple[by
     return lo, prefix + max(end, 0).to_bytes(_U64, "big")
 
 
-def split_expiry_key(raw: bytes) -> tuple[int, int, str, str]:
-    """(partition, event_time, key, join id) of an :func:`expiry_key`."""
+def split_expiry_key(raw: bytes) -> tuple[int, int, str]:
+    """(partition, bucket start, key) of an :func:`expiry_key`."""
     at = 1 + _U32 + _U64
     n = int.from_bytes(raw[at:at + _U32], "big")
-    key = raw[at + _U32:at + _U32 + n].decode("utf-8")
     return (int.from_bytes(raw[1:1 + _U32], "big"), int.from_bytes(raw[1 + _U32:at], "big"),
-            key, raw[at + _U32 + n:].decode("utf-8"))
+            raw[at + _U32:at + _U32 + n].decode("utf-8"))

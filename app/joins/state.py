@@ -7,9 +7,10 @@ Every join spec keeps three tables (names from the spec, :class:`app.joins.spec.
   behind the horizon when written, keeping the last one before it);
 - ``joins``: one row per join under ``J (key, event_time, join id)`` (:mod:`app.joins.keys`),
   with two indexes in the same table: ``I (key, join id) -> event_time`` (a join by its id) and
-  ``X (partition, event_time, key, join id)`` (a partition's joins by time: the purge and the
-  review are one range each). Only ``J`` rows go to the changelog; :class:`JoinsTable`
-  rebuilds the indexes from them on recovery, so an event costs one changelog row;
+  ``X (partition, time bucket, key)`` (which keys have joins in which ~17-minute bucket: the
+  purge and the review are one range of it, then one range of each key's joins). Only ``J``
+  rows go to the changelog; :class:`JoinsTable` rebuilds the indexes from them on recovery,
+  so an event costs one changelog row;
 - ``clock``: partition -> stream time.
 
 Why this layout, for every join: an event writes its own row, whatever its key's fan-in, and a
@@ -40,8 +41,8 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable
 
 from app.compat.stores import StoreIO
-from app.joins.keys import (JOIN, expiry_key, expiry_range, id_key, join_key, join_range,
-                            split_expiry_key, split_join_key)
+from app.joins.keys import (BUCKET_MS, ID, JOIN, bucket, expiry_key, expiry_range, id_key,
+                            join_key, join_range, split_expiry_key, split_join_key)
 from app.joins.spec import JoinSpec
 from app.logic.event_join import (Event, Join, Purged, Revision, Version, affected_floor,
                                   affected_from, affected_until, insert_version, purge_history,
@@ -71,6 +72,8 @@ class JoinsTable(RangeTable):
     join_name: str = "?"
     #: in the snapshots' fingerprint: a snapshot of the layout before is never installed
     state_layout = "joins-by-key-time"
+    #: the id index is looked up by point only: the memory store keeps it unsorted
+    point_prefixes = (ID,)
 
     def apply_changelog_batch(self, batch: Iterable[Any]) -> None:
         events = list(batch)
@@ -89,13 +92,12 @@ class JoinsTable(RangeTable):
             p = event.message.partition
             key, t, jid = split_join_key(event.message.key)
             rows = derived.setdefault(p, [])
-            if event.message.value is None:
+            if event.message.value is None:  # its bucket's row goes when the bucket is purged
                 if io.get(p, id_key(key, jid)) == t:
                     rows.append((id_key(key, jid), None, None))
-                rows.append((expiry_key(p, t, key, jid), None, None))
             else:
                 rows.append((id_key(key, jid), str(t).encode(), t))
-                rows.append((expiry_key(p, t, key, jid), b"1", 1))
+                rows.append((expiry_key(p, t, key), b"1", 1))
         for p, rows in derived.items():
             io.write(p, rows)
 
@@ -128,13 +130,15 @@ class JoinState:
 
     def _put(self, p: int, key: str, jid: str, j: Join, old_time: int | None) -> None:
         joins = self.joins
-        if old_time is not None and old_time != j.event_time:
+        t = j.event_time
+        if old_time is not None and old_time != t:
             joins.delete(p, join_key(key, old_time, jid))
-            joins.delete(p, expiry_key(p, old_time, key, jid), local=True)
-        joins.put(p, join_key(key, j.event_time, jid), self.dump(j))
-        if old_time != j.event_time:
-            joins.put(p, id_key(key, jid), j.event_time, local=True)
-            joins.put(p, expiry_key(p, j.event_time, key, jid), 1, local=True)
+        joins.put(p, join_key(key, t, jid), self.dump(j))
+        if old_time != t:
+            joins.put(p, id_key(key, jid), t, local=True)
+            xk = expiry_key(p, t, key)
+            if joins.get(p, xk) is None:
+                joins.put(p, xk, 1, local=True)
 
     def _find(self, p: int, key: str, jid: str) -> tuple[int | None, Any]:
         """(event time, stored row) of a join by its id; (None, None) when there is none."""
@@ -226,19 +230,23 @@ class JoinState:
         horizon = clock - self.spec.retention_ms
         joins = self.joins
         lo, hi = expiry_range(p, None, horizon)
-        stale = [split_expiry_key(k) for k, _ in joins.scan(p, lo, hi)]
-        unmatched = 0
-        for _, t, key, jid in stale:
-            jk = join_key(key, t, jid)
-            raw = joins.get(p, jk)
-            if raw is not None:
+        purged = unmatched = 0
+        aged: set[str] = set()
+        for xk, _ in list(joins.scan(p, lo, hi)):
+            _, start, key = split_expiry_key(xk)
+            end = start + BUCKET_MS
+            for jk, raw in list(joins.scan(p, *join_range(key, start, min(end, horizon)))):
+                _, t, jid = split_join_key(jk)
                 unmatched += Join.stored_revision(raw, self.np, self.nd) == 0
+                purged += 1
                 joins.delete(p, jk)
-            if joins.get(p, id_key(key, jid)) == t:
-                joins.delete(p, id_key(key, jid), local=True)
-            joins.delete(p, expiry_key(p, t, key, jid), local=True)
+                if joins.get(p, id_key(key, jid)) == t:
+                    joins.delete(p, id_key(key, jid), local=True)
+            if end <= horizon:  # the whole bucket is behind the horizon
+                joins.delete(p, xk, local=True)
+            aged.add(key)
         versions = 0
-        for key in {key for _, _, key, _ in stale}:  # keys that aged: their old versions too
+        for key in aged:  # keys that aged: their old versions too
             history = self.history.get(p, key)
             if history:
                 kept = purge_history(history, horizon)
@@ -248,16 +256,16 @@ class JoinState:
         out: list[Revision] = []
         lag = self.spec.review_lag_ms
         if lag is not None:
-            lo, hi = expiry_range(p, max(clock - lag, horizon), None)
-            for _, t, key, jid in [split_expiry_key(k) for k, _ in joins.scan(p, lo, hi)]:
-                raw = joins.get(p, join_key(key, t, jid))
-                if raw is None:
-                    continue
-                j = self.load(raw)
-                rev = self.rules.rejoin(jid, key, j, self.history.get(p, key) or [], "revisit",
-                                        release_from)
-                if rev:
-                    self._settle(p, j, src)
-                    self._put(p, key, jid, j, t)
-                    out.append(rev)
-        return out, Purged(len(stale), unmatched, versions)
+            review_from = max(clock - lag, horizon)
+            lo, hi = expiry_range(p, bucket(review_from), None)
+            for xk, _ in list(joins.scan(p, lo, hi)):
+                _, start, key = split_expiry_key(xk)
+                history = self.history.get(p, key) or []
+                for jid, j in self._joins_of(p, key, max(start, review_from), start + BUCKET_MS):
+                    t = j.event_time
+                    rev = self.rules.rejoin(jid, key, j, history, "revisit", release_from)
+                    if rev:
+                        self._settle(p, j, src)
+                        self._put(p, key, jid, j, t)
+                        out.append(rev)
+        return out, Purged(purged, unmatched, versions)

@@ -10,7 +10,7 @@ import random
 from typing import Any
 
 from app import metrics as jm
-from app.joins.keys import expiry_key, id_key, join_key
+from app.joins.keys import BUCKET_MS, expiry_key, id_key, join_key
 from tests.oracle import exact_answer
 from app.records import parse
 from app.settings import Settings
@@ -41,7 +41,7 @@ async def test_a_rating_is_held_until_its_movie_arrives_then_released(join_harne
         assert h.outputs() == []
         assert count(jm.held, "movies") == held0 + 1
         assert h.engine.tables.joins[join_key("m1", T, "r1")][-3:-1] == [0, "arrival"]
-        assert h.engine.tables.joins[expiry_key(0, T, "m1", "r1")] == 1
+        assert h.engine.tables.joins[expiry_key(0, T, "m1")] == 1  # m1 has joins near T
         assert h.engine.tables.joins[id_key("m1", "r1")] == T
         # 2. the movie arrives, stamped after the rating: the earliest version, released now
         await h.dimension(movie("m1", "Alien", T + 5))
@@ -79,11 +79,15 @@ async def test_a_rating_whose_movie_never_arrives_is_purged_and_counted(join_har
         await h.tick(partition=2)
         assert count(jm.unmatched, "movies") == unmatched0 + 1
         assert h.engine.tables.joins.get(join_key("m9", T, "lonely")) is None
-        assert h.engine.tables.joins.get(expiry_key(2, T, "m9", "lonely")) is None
         assert h.engine.tables.joins.get(id_key("m9", "lonely")) is None
+        # the key's row of T's expiry bucket stays until the whole bucket is behind the horizon
+        assert h.engine.tables.joins.get(expiry_key(2, T, "m9")) == 1
         assert h.engine.tables.joins.get(join_key("m9", T + 30 * DAY + 1, "fresh")) is not None
         await h.dimension(movie("m9", "Heat", T), partition=2)
         assert [o["id"] for o in h.outputs()] == ["fresh"]  # never "lonely"
+        await h.event(rating("later", "m9", T + 30 * DAY + BUCKET_MS), partition=2)
+        await h.tick(partition=2)
+        assert h.engine.tables.joins.get(expiry_key(2, T, "m9")) is None
 
 
 async def test_a_redelivered_record_re_emits_what_it_touched(join_harness):
