@@ -125,6 +125,9 @@ class CarSide:
     def on_tick(self, partition: int, offset: int) -> list[Out]:
         return []
 
+    def end_batch(self) -> None:
+        pass
+
 
 car_side = CarSide()
 track_loop = DurableLoop(car_side, (settings.car_arrivals_topic,))
@@ -172,6 +175,9 @@ class ZoneSide:
 
     def on_tick(self, partition: int, offset: int) -> list[Out]:
         return []  # the ticks topic is only read (revisit ticks: nothing to revisit here)
+
+    def end_batch(self) -> None:
+        pass
 
     def on_reading(self, rec: Any, partition: int) -> list[Out]:
         """A zone's pollution reading: if newest, store it and re-join every car of the zone."""

@@ -71,6 +71,9 @@ class Engine(Protocol):
     #: the overlays of the tables it writes (flushed by the loop at the end of each batch)
     overlays: Sequence[Overlay]
 
+    def end_batch(self) -> None:
+        """The batch is handled: write what it kept aside for its end (before the flush)."""
+
     def parse(self, topic: str, key: bytes | None, value: bytes | None) -> tuple[Any, int]:
         """(the record, its event time); raises :class:`InvalidRecord`."""
 
@@ -117,6 +120,9 @@ class DurableLoop:
                                     max_buffered=settings.flow_max_buffered,
                                     enabled=settings.flow_control and len(self.merged) > 1)
         self.acked = AckedRuns()
+        #: the input records this loop handled since the last rebalance (their outputs are in
+        #: the log or on their way: a failed send fails stop)
+        self.handled = AckedRuns()
         self.in_flight = 0  # batches handed over, not yet delivered (tests wait for 0)
         self._records_in = {t: metrics.records_in.labels(self.join, t)
                             for t in topics if t != ticks}
@@ -216,7 +222,7 @@ class DurableLoop:
                 self._handle_one(unit, b.topic, record, None)
         if not unit.sources:
             return None
-        for (topic, partition), (first, _) in unit.acks.items():
+        for (topic, partition), (first, end) in unit.acks.items():
             self.acked.handled(topic, partition, first)
         return unit
 
@@ -256,12 +262,14 @@ class DurableLoop:
             unit.acks[(topic, partition)] = [offset, offset + 1]
         else:
             span[1] = offset + 1
+        self.handled.acked(topic, partition, offset, offset + 1)
 
     async def hand_over(self, unit: Unit) -> None:
         """The batch's changed rows to the store and, as changelog rows, to the producer;
         then the batch to :meth:`_deliver`."""
         assert self._pipeline is not None
         self.in_flight += 1
+        self.engine.end_batch()
         rows = [row for ov in self.engine.overlays for row in ov.flush()]
         unit.changelog = await send_records(app, rows, on_sent=self._persist)
         await self._pipeline.put(unit)
@@ -319,6 +327,7 @@ class DurableLoop:
         held = len(self.merge.reset())
         self._flow_waiting.set(0)
         self.acked.clear()  # another worker may handle these partitions next
+        self.handled.clear()
         return held + self.inbox.clear()
 
     async def wait_delivered(self, timeout: float | None = None) -> bool:

@@ -54,12 +54,13 @@ class JoinEngine:
         self.inputs = (spec.events.topic, spec.dimension.topic, spec.ticks)
         self.overlays = (Overlay(StoreIO(t.history)), Overlay(StoreIO(t.joins)),
                          Overlay(StoreIO(t.clock)))
-        self.state = JoinState(spec, *self.overlays, self.delivered)
+        self.state = JoinState(spec, *self.overlays, self.delivered, self.emitted)
         self._parsers = {spec.events.topic: compile_parser(spec.events.model),
                          spec.dimension.topic: compile_parser(spec.dimension.model)}
         self._revisions = {c: metrics.revisions_out.labels(spec.name, c)
                            for c in ("arrival", "late-dimension", "revisit", "backfill")}
         self._released = metrics.released.labels(spec.name)
+        self._held = metrics.held.labels(spec.name)
         self._stream_time: dict[int, Any] = {}  # partition -> its stream-time gauge
         self._tps: dict[tuple[int, int], TP] = {}
         #: flow control: the dimension, then the events (ties go to the dimension)
@@ -90,6 +91,16 @@ class JoinEngine:
         committed = committed_offset(app.consumer, tp)
         return committed is not None and offset < committed
 
+    def emitted(self, partition: int, src: Any) -> bool:
+        """Are the outputs of input record ``src`` in the log, or on their way there from this
+        process (handled since the last rebalance: a failed send fails the worker stop, and the
+        restarted worker knows nothing of it)? A duplicate of a record need not re-send them."""
+        if src is None:
+            return True
+        index, offset = src
+        return (self.loop.handled.holds(self.inputs[index], partition, offset)
+                or self.delivered(partition, src))
+
     # --- outputs -----------------------------------------------------------------------------
     def _revision_out(self, rev: Revision) -> Out:
         if rev.again:
@@ -103,15 +114,14 @@ class JoinEngine:
         return Out(self.output, rev.id.encode(), orjson.dumps(self.spec.to_wire(rev)), again)
 
     # --- time ----------------------------------------------------------------------------------
-    def _advance_clock(self, partition: int, event_time: int) -> int:
-        clock, moved = self.state.advance(partition, event_time)
-        if moved:
+    def end_batch(self) -> None:
+        """The loop's batch is handled: stream times to the clock table and the gauges."""
+        for partition, t in self.state.end_batch().items():
             gauge = self._stream_time.get(partition)
             if gauge is None:
                 gauge = self._stream_time[partition] = metrics.stream_time.labels(
                     self.spec.name, str(partition))
-            gauge.set(event_time)
-        return clock
+            gauge.set(t)
 
     def _limit(self, clock: int, is_event: bool) -> int | None:
         """Records before this event time are late (None: none is)."""
@@ -159,14 +169,14 @@ class JoinEngine:
             metrics.late_records.labels(spec.name, topic).inc()
             return [Out(self.late_topic, key, sinks.late_record(
                 topic, partition, offset, as_dict(rec), event_time, clock, limit))]
-        clock = self._advance_clock(partition, event_time)
+        clock = self.state.advance(partition, event_time)
         horizon = clock - spec.retention_ms
         release_from = self._release_from(clock)
         if is_event:
             revisions, held = self.state.on_event(partition, spec.event_of(rec), horizon,
                                                   release_from, [0, offset])
             if held:
-                metrics.held.labels(spec.name).inc()
+                self._held.inc()
         else:
             revisions = self.state.on_version(partition, spec.key_of(rec, spec.dimension),
                                               spec.version_of(rec), horizon, release_from,

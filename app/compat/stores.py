@@ -207,12 +207,24 @@ class StoreIO:
         """The changelog key of ``key`` (what Faust's json codec, orjson, writes)."""
         return key if self.bytes_keys else orjson.dumps(key)
 
-    def get(self, partition: int, key: Any) -> Any:
+    def _memory(self) -> Any:
+        """The memory store's mapping, or None for RocksDB (the store is made on first use and
+        kept by the table for its life)."""
         store = self.table.data
-        if isinstance(store, RocksDBStore):
-            raw = store._db_for_partition(partition).get(self.key_bytes(key))
-            return None if raw is None else orjson.loads(raw)
-        return store.data.get(key)
+        if store is not self._store:
+            self._store = store
+            self._data = None if isinstance(store, RocksDBStore) else store.data
+        return self._data
+
+    _store: Any = None
+    _data: Any = None
+
+    def get(self, partition: int, key: Any) -> Any:
+        data = self._memory()
+        if data is not None:
+            return data.get(key)
+        raw = self._store._db_for_partition(partition).get(self.key_bytes(key))
+        return None if raw is None else orjson.loads(raw)
 
     def scan(self, partition: int, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
         """(key, value) of ``lo <= key < hi`` (a range table), in key order."""
@@ -243,23 +255,24 @@ class StoreIO:
                 data[key] = value
                 where[key] = partition
 
-    def write_one(self, partition: int, key: Any, value: Any) -> None:  # noqa: C901
+    def write_one(self, partition: int, key: Any, value: Any) -> None:
         """Write one row at once (``value`` None: delete it): an ordered table's rows are
         written through, so that range scans read the store alone (:mod:`app.overlay`)."""
-        store = self.table.data
-        if isinstance(store, RocksDBStore):
-            db = store._db_for_partition(partition)
-            kb = self.key_bytes(key)
+        data = self._memory()
+        if data is not None:
+            where = self._store._key_partition
             if value is None:
-                db.delete(kb)
+                data.pop(key, None)
+                where.pop(key, None)
             else:
-                db.put(kb, orjson.dumps(value))
-        elif value is None:
-            store.data.pop(key, None)
-            store._key_partition.pop(key, None)
+                data[key] = value
+                where[key] = partition
+            return
+        db = self._store._db_for_partition(partition)
+        if value is None:
+            db.delete(self.key_bytes(key))
         else:
-            store.data[key] = value
-            store._key_partition[key] = partition
+            db.put(self.key_bytes(key), orjson.dumps(value))
 
     def persist_offset(self, partition: int, offset: int) -> None:
         """The changelog offset a RocksDB partition's store holds (Faust's

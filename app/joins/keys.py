@@ -22,6 +22,8 @@ tells them apart.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from app.keys import prefix_end
 
 __all__ = ["BUCKET_MS", "ID", "JOIN", "bucket", "expiry_key", "expiry_range", "id_key",
@@ -36,6 +38,7 @@ _U64 = 8
 _MAX_TIME = (1 << 64) - 1
 
 
+@lru_cache(maxsize=1 << 16)
 def _key(key: str) -> bytes:
     raw = key.encode("utf-8")
     return len(raw).to_bytes(_U32, "big") + raw

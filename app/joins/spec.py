@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Annotated, Any, Iterable, Literal, Sequence
+from functools import cached_property
+from operator import attrgetter
+from typing import Annotated, Any, Callable, Iterable, Literal, Sequence
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
                       create_model)
@@ -132,16 +134,16 @@ class JoinSpec:
     review_lag_ms: int | None
     tables: TableNames
 
-    @property
+    @cached_property
     def rules(self) -> JoinRules:
         return JoinRules(self.asof, self.mode)
 
-    @property
+    @cached_property
     def payload_fields(self) -> tuple[str, ...]:
         """Event fields kept in state besides the key, the join id and the event time."""
         return tuple(f for f in self.events.copy if f not in (self.events.key, self.events.time))
 
-    @property
+    @cached_property
     def output_fields(self) -> tuple[str, ...]:
         dim = self.dimension.copy
         return ("id", *self.events.copy, *dim, self.time_as, "revision",
@@ -154,10 +156,31 @@ class JoinSpec:
 
     def event_of(self, record: WireModel) -> Event:
         """The logic's view of a validated event record."""
-        given = getattr(record, self.id_field) if self.id_field else None
+        given = self._id_of(record) if self.id_field else None
         jid = given or derive_id(getattr(record, f) for f in self.events.copy)
-        return Event(getattr(record, self.events.key), jid, getattr(record, self.events.time),
-                     tuple(getattr(record, f) for f in self.payload_fields))
+        return Event(self._key_of(record), jid, self._time_of(record), self._payload_of(record))
+
+    @cached_property
+    def _id_of(self) -> Callable[[Any], Any]:
+        return attrgetter(self.id_field) if self.id_field else (lambda r: None)
+
+    @cached_property
+    def _key_of(self) -> Callable[[Any], Any]:
+        return attrgetter(self.events.key)
+
+    @cached_property
+    def _time_of(self) -> Callable[[Any], Any]:
+        return attrgetter(self.events.time)
+
+    @cached_property
+    def _payload_of(self) -> Callable[[Any], tuple[Any, ...]]:
+        fields = self.payload_fields
+        if not fields:
+            return lambda r: ()
+        if len(fields) == 1:
+            get = attrgetter(fields[0])
+            return lambda r: (get(r),)
+        return attrgetter(*fields)  # type: ignore[return-value]
 
     def version_of(self, record: WireModel) -> Version:
         """``[event_time, *copied values]`` of a validated dimension record."""
@@ -169,18 +192,20 @@ class JoinSpec:
 
     def to_wire(self, rev: Revision) -> dict[str, Any]:
         """One revision as the output topic carries it (field order of :attr:`output_fields`)."""
-        out: dict[str, Any] = {"id": rev.id}
-        payload = iter(rev.payload)
-        for f in self.events.copy:
-            out[f] = (rev.key if f == self.events.key else
-                      rev.event_time if f == self.events.time else next(payload))
-        none = (None,) * len(self.dimension.copy)
-        out.update(zip(self.dimension.copy, rev.answer or none))
-        out[self.time_as] = rev.answer_time
-        out["revision"] = rev.revision
-        out.update(zip((f"previous_{f}" for f in self.dimension.copy), rev.previous or none))
-        out["cause"] = rev.cause
-        return out
+        events, none, fields = self._wire_plan
+        ev = (rev.key, rev.event_time, *rev.payload)
+        return dict(zip(fields, (rev.id, *[ev[i] for i in events], *(rev.answer or none),
+                                 rev.answer_time, rev.revision, *(rev.previous or none),
+                                 rev.cause)))
+
+    @cached_property
+    def _wire_plan(self) -> tuple[tuple[int, ...], tuple[None, ...], tuple[str, ...]]:
+        """(where each copied event field comes from in ``(key, event_time, *payload)``, the
+        nulls of an absent answer, the output fields)."""
+        payload = self.payload_fields
+        events = tuple(0 if f == self.events.key else 1 if f == self.events.time
+                       else 2 + payload.index(f) for f in self.events.copy)
+        return events, (None,) * len(self.dimension.copy), self.output_fields
 
     def describe(self) -> dict[str, Any]:
         """What ``GET /joins/`` lists for this spec."""

@@ -106,11 +106,18 @@ class JoinState:
     """One spec's state through the batch's overlays (module docstring)."""
 
     def __init__(self, spec: JoinSpec, history: Overlay, joins: Overlay, clock: Overlay,
-                 delivered: Delivered | None = None) -> None:
+                 delivered: Delivered | None = None, emitted: Delivered | None = None) -> None:
+        """``delivered(p, src)``: the outputs of input record ``src`` are in the log (a
+        superseded revision it made may be dropped from state); ``emitted(p, src)``: they are
+        in the log or on their way there from this process (a duplicate need not send them
+        again; default: ``delivered``)."""
         self.spec, self.rules = spec, spec.rules
         self.np, self.nd = len(spec.payload_fields), len(spec.dimension.copy)
         self.history, self.joins, self.clock = history, joins, clock
         self.delivered = delivered or _untracked
+        self.emitted = emitted or self.delivered
+        self._clocks = {}  # partition -> stream time, in the batch being handled
+        self._moved = set()  # partitions whose stream time moved in it
 
     # --- rows --------------------------------------------------------------------------------
     def load(self, raw: Any) -> Join:
@@ -124,9 +131,11 @@ class JoinState:
         j.settle(src, lambda s: self.delivered(p, s))
 
     def unsent(self, p: int, jid: str, key: str, j: Join) -> list[Revision]:
-        """What to re-emit for ``j``: its revisions that may be missing from the log."""
+        """What to re-emit for ``j``: its revisions that may be missing from the log and are
+        not on their way there (a crash loses what is on its way: the restarted worker, which
+        knows nothing of it, re-emits then)."""
         return [replace(r, again=True) for r in undelivered_revisions(
-            self.rules, jid, key, j, lambda s: self.delivered(p, s))]
+            self.rules, jid, key, j, lambda s: self.emitted(p, s))]
 
     def _put(self, p: int, key: str, jid: str, j: Join, old_time: int | None) -> None:
         joins = self.joins
@@ -154,17 +163,34 @@ class JoinState:
         lo, hi = join_range(key, start, end)
         return [(split_join_key(k)[2], self.load(raw)) for k, raw in self.joins.scan(p, lo, hi)]
 
-    # --- the clock ---------------------------------------------------------------------------
+    # --- the clock: read once per batch, written once at its end ---------------------------
     def stream_time(self, p: int) -> int | None:
-        return self.clock.get(p, p)  # type: ignore[no-any-return]
+        clocks = self._clocks
+        if p not in clocks:
+            clocks[p] = self.clock.get(p, p)
+        return clocks[p]
 
-    def advance(self, p: int, event_time: int) -> tuple[int, bool]:
-        """(stream time after ``event_time``, whether it moved)."""
-        clock = self.clock.get(p, p)
+    def advance(self, p: int, event_time: int) -> int:
+        """The stream time of ``p`` once ``event_time`` is seen (it never goes back)."""
+        clock = self.stream_time(p)
         if clock is None or event_time > clock:
-            self.clock.put(p, p, event_time)
-            return event_time, True
-        return clock, False
+            self._clocks[p] = event_time
+            self._moved.add(p)
+            return event_time
+        return clock
+
+    def end_batch(self) -> dict[int, int]:
+        """The batch is handled: its stream times to the clock table (one row per partition
+        that moved); those partitions and their stream times."""
+        moved = {p: self._clocks[p] for p in self._moved}
+        for p, t in moved.items():
+            self.clock.put(p, p, t)
+        self._clocks.clear()
+        self._moved.clear()
+        return moved
+
+    _clocks: dict[int, Any]
+    _moved: set[int]
 
     # --- the rules' inputs -------------------------------------------------------------------
     def on_event(self, p: int, e: Event, horizon: int | None,

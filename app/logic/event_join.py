@@ -36,7 +36,7 @@ no broker.
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
@@ -52,8 +52,10 @@ MODES: tuple[Mode, ...] = ("left", "inner")
 _ID_SEP = "\x1f"
 
 
-def _time(v: Sequence[Any]) -> int:
-    return v[0]  # type: ignore[no-any-return]
+# Histories are searched by time with ``bisect_left(history, [t])``: a one-element list sorts
+# before every version ``[t, *values]`` at time t and after every version before t (lists
+# compare item by item, a shorter prefix first), so the search runs in C with no key function;
+# event times are integers, so "after t" is "at or after t + 1".
 
 
 def derive_id(values: Iterable[Any]) -> str:
@@ -71,9 +73,9 @@ def derive_id(values: Iterable[Any]) -> str:
 def as_of(history: Sequence[Version], t: int, rule: AsOf) -> Version | None:
     """The version an event at ``t`` joins under ``rule``; None when there is none."""
     if rule == "before":
-        i = bisect_left(history, t, key=_time)  # first version at or after t
+        i = bisect_left(history, [t])  # first version at or after t (see _at)
         return history[i - 1] if i else None
-    i = bisect_right(history, t, key=_time)  # first version after t
+    i = bisect_left(history, [t + 1])  # first version after t
     if i:
         return history[i - 1]
     return earliest(history)
@@ -83,7 +85,7 @@ def earliest(history: Sequence[Version]) -> Version | None:
     """The earliest version; among several at that time the greatest (the tie rule)."""
     if not history:
         return None
-    return history[bisect_right(history, history[0][0], key=_time) - 1]
+    return history[bisect_left(history, [history[0][0] + 1]) - 1]
 
 
 def insert_version(history: list[Version], version: Version) -> bool:
@@ -97,7 +99,7 @@ def insert_version(history: list[Version], version: Version) -> bool:
 
 def purge_history(history: list[Version], horizon: int) -> list[Version]:
     """Drop versions before ``horizon`` but the last one: an event at or after it may need it."""
-    i = bisect_left(history, horizon, key=_time)
+    i = bisect_left(history, [horizon])
     return history[max(i - 1, 0):]
 
 
@@ -121,7 +123,7 @@ def affected_until(history: Sequence[Version], version: Version, rule: AsOf) -> 
     version *time* bounds what ``version`` can change. With it, a dimension change re-joins
     the events between two versions, not every later event of the key (a key with 100,000
     events in retention)."""
-    i = bisect_right(history, version[0], key=_time)  # the first version at a later time
+    i = bisect_left(history, [version[0] + 1])  # the first version at a later time
     if i == len(history):
         return None
     nxt: int = history[i][0]

@@ -51,6 +51,7 @@ def committed_upto(offset: int) -> Iterator[None]:
                                               _Committed(offset), create=True))
         for engine in engines.values():
             stack.enter_context(mock.patch.object(engine.loop, "acked", _Forgets()))
+            stack.enter_context(mock.patch.object(engine.loop, "handled", _Forgets()))
         yield
 
 
