@@ -318,14 +318,13 @@ def compile_parser(model: type[M]) -> Parser:
             return slow(key, value)
         try:
             data = decode(value)
-        except (msgspec.DecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, too deep: parse says why
             return slow(key, value)
-        if type(data) is not dict or (value.count(b'":') != len(data)
-                                      and len(count(value)) != len(data)):
+        if type(data) is not dict or len(count(value)) != len(data):
             return slow(key, value)  # not an object, or a key may be there twice
         try:
             rec = convert(data)
-        except msgspec.ValidationError:
+        except (ValueError, TypeError, RecursionError):
             return slow(key, value)
         for f in finite:
             v = getattr(rec, f)

@@ -61,6 +61,8 @@ class JoinEngine:
                            for c in ("arrival", "late-dimension", "revisit", "backfill")}
         self._released = metrics.released.labels(spec.name)
         self._held = metrics.held.labels(spec.name)
+        self._counts: dict[str, int] = {}  # cause (or "released") -> revisions of this batch
+        self._inner = spec.mode == "inner"
         self._stream_time: dict[int, Any] = {}  # partition -> its stream-time gauge
         self._tps: dict[tuple[int, int], TP] = {}
         #: flow control: the dimension, then the events (ties go to the dimension)
@@ -105,9 +107,10 @@ class JoinEngine:
     def _revision_out(self, rev: Revision) -> Out:
         if rev.again:
             return self._out(rev, again=True)
-        self._revisions[rev.cause].inc()
-        if self.spec.mode == "inner" and rev.revision == 1 and rev.cause != "arrival":
-            self._released.inc()
+        counts = self._counts
+        counts[rev.cause] = counts.get(rev.cause, 0) + 1  # counted once per batch (end_batch)
+        if self._inner and rev.revision == 1 and rev.cause != "arrival":
+            counts["released"] = counts.get("released", 0) + 1
         return self._out(rev)
 
     def _out(self, rev: Revision, again: bool = False) -> Out:
@@ -115,7 +118,11 @@ class JoinEngine:
 
     # --- time ----------------------------------------------------------------------------------
     def end_batch(self) -> None:
-        """The loop's batch is handled: stream times to the clock table and the gauges."""
+        """The loop's batch is handled: stream times to the clock table and the gauges, the
+        batch's revisions to their counters (once per batch, not under a lock per record)."""
+        for cause, n in self._counts.items():
+            (self._released if cause == "released" else self._revisions[cause]).inc(n)
+        self._counts.clear()
         for partition, t in self.state.end_batch().items():
             gauge = self._stream_time.get(partition)
             if gauge is None:

@@ -128,7 +128,10 @@ class JoinState:
 
     def _settle(self, p: int, j: Join, src: Any) -> None:
         """``j`` has a new revision from ``src``: stamp it, drop its delivered superseded ones."""
-        j.settle(src, lambda s: self.delivered(p, s))
+        if j.unsent:
+            j.settle(src, lambda s: self.delivered(p, s))
+        else:
+            j.source = src
 
     def unsent(self, p: int, jid: str, key: str, j: Join) -> list[Revision]:
         """What to re-emit for ``j``: its revisions that may be missing from the log and are
@@ -210,7 +213,8 @@ class JoinState:
 
     def on_version(self, p: int, key: str, v: Version, horizon: int | None,
                    release_from: int | None, src: Any = None) -> list[Revision]:
-        history = [list(x) for x in self.history.get(p, key) or []]
+        # a new list for the new version; the versions in it are never changed, only replaced
+        history = list(self.history.get(p, key) or ())
         if not insert_version(history, v):  # a duplicate: perhaps re-delivered after a crash
             self.history.put(p, key, history)  # its row again (module docstring)
             return self._again(p, key, v, src)
