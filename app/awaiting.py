@@ -4,7 +4,7 @@ Why: a worker whose agent stops handling records says nothing by itself — no t
 task is alive, only suspended on some await. ``Task.get_stack()`` gives the outer frame of a
 suspended coroutine only; the await that blocks is at the other end of the chain
 (``cr_await`` -> ... -> a future). The stall guard (:mod:`app.compat.stall_guard`) and the
-rebalance wait (:mod:`app.compat.revoke`) log it with each agent loop's state
+rebalance wait (``EtjApp._consumer_wait_empty``) log it with each agent loop's state
 (:meth:`app.agents.durable.DurableLoop.describe`). Found necessary by the fourth 10-minute
 chaos run: a worker's agents stopped after a rebalance and its log said only "stalled".
 """

@@ -1,7 +1,7 @@
 """A worker trusts the RocksDB state on its disk after a clean stop only.
 
-Why: etj writes a table row to the local store at once and its changelog row once per batch
-(:mod:`app.compat.write_behind`). A worker killed (kill -9, OOM, a lost node) between the two
+Why: etj writes a table row to the local store during a batch and its changelog row at the
+batch's end (:mod:`app.overlay`). A worker killed (kill -9, OOM, a lost node) between the two
 leaves a local store *ahead* of its changelogs: rows of records whose batch never reached the
 broker. Restarted on the same volume, Faust replays only the changelog after each table
 partition's persisted offset, so some keys get their older changelog value back and others keep

@@ -59,7 +59,8 @@ class Settings(BaseSettings):
     )
     car_ticks_topic: str = Field(
         "etj-car-ticks",
-        description="Internal: wake-ups of the car join's flow control, one per owned partition.")
+        description="Internal: the car join's revisit ticks, one per owned partition (co-"
+        "partitioned with the zone side's inputs).")
     car_pollution_topic: str = Field("etj-car-pollution", description="Output: car view.")
     movies_topic: str = Field("etj-movies", description="Input: movie versions (join movies).")
     ratings_topic: str = Field("etj-ratings", description="Input: ratings (join movies).")
@@ -170,9 +171,9 @@ class Settings(BaseSettings):
     rebalance_timeout_s: float = Field(10.0, gt=0, description="Consumer rebalance timeout.")
     commit_interval_s: float = Field(1.0, gt=0, description="Offset commit interval.")
     stop_drain_s: float = Field(
-        2.0, ge=0, description="On SIGTERM: longest wait for records in flight to be handled; "
-        "then what is handled is committed and the rest left unacked for the next owner "
-        "(app/compat/graceful_stop.py). Keep it well under the pod's grace period.")
+        2.0, ge=0, description="On SIGTERM: longest wait for the batches in flight to reach "
+        "the broker; then what is delivered is committed and the rest left unacked for the next "
+        "owner (EtjApp._consumer_wait_empty). Keep it well under the pod's grace period.")
 
     # secrets: each one from its file (a mounted Kubernetes Secret) or, else, the environment
     kafka_tls: bool = Field(

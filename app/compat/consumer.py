@@ -234,8 +234,11 @@ class EtjConsumer(aiokafka_driver.Consumer):
         await super().on_partitions_revoked(revoked)
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
-        # kept partitions are seeked to their committed offsets: the hand-over restarts there
+        # kept partitions are seeked to their committed offsets: the hand-over restarts there,
+        # and what this worker acked before the rebalance was committed by its revoke (another
+        # worker may have moved them on since: an old acked range must not be committed)
         self._next.clear()
+        self._acked_end.clear()
         self._held_back.clear()
         for inbox in {*self.inboxes.values()}:
             inbox.clear()

@@ -36,11 +36,11 @@ def mood_spec(s: Settings) -> dict[str, Any]:
         "mode": "left",
         "asof": "before",
         "retention_ms": s.retention_ms,
-        "layout": "per-key",  # few joins per consultant; the views read these tables
         "review_lag_ms": s.review_lag_ms,
-        # the names the mood join's tables (and changelogs) had before it was a spec
+        # the names the mood join's tables (and changelogs) had before it was a spec; the rows
+        # of recent-joins are one per join since the batch path (app.joins.state)
         "tables": {"dimension": "mood-history", "joins": "recent-joins",
-                   "clock": "stream-clock", "index": "active-keys"},
+                   "clock": "stream-clock"},
     }
 
 
@@ -61,7 +61,6 @@ def movie_spec(s: Settings) -> dict[str, Any]:
         "retention_ms": s.movie_retention_ms,
         "window_ms": s.movie_window_ms,
         "late_dimensions": False,
-        "layout": "per-join",  # a popular movie gets many ratings: one state row per rating
     }
 
 

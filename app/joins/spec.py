@@ -75,7 +75,8 @@ class TableNames(BaseModel):
     dimension: str = Field(min_length=1, description="key -> the dimension's versions")
     joins: str = Field(min_length=1, description="the joins in retention")
     clock: str = Field(min_length=1, description="partition -> stream time")
-    index: str = Field(min_length=1, description="active keys (per-key) or expiry (per-join)")
+    index: str | None = Field(None, description="unused: a join's indexes live in its joins "
+                              "table (kept so that specs written before still load)")
 
 
 class JoinConfig(BaseModel):
@@ -93,7 +94,9 @@ class JoinConfig(BaseModel):
     retention_ms: int = Field(gt=0)
     window_ms: int | None = Field(None, gt=0)
     late_dimensions: bool = True
-    layout: Literal["per-key", "per-join"] = "per-join"
+    layout: Literal["per-key", "per-join"] = Field(
+        "per-join", description="unused: every join keeps one row per join (app.joins.state); "
+        "both values are accepted so that specs written before still load")
     review_lag_ms: int | None = Field(None, ge=0)
     tables: TableNames | None = Field(None, description="table names; default <name>-dimension, "
                                       "<name>-joins, <name>-clock, <name>-active|-expiry")
@@ -331,7 +334,7 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinS
                     cfg.tables or TableNames(
                         dimension=f"{cfg.name}-dimension", joins=f"{cfg.name}-joins",
                         clock=f"{cfg.name}-clock",
-                        index=f"{cfg.name}-{'active' if cfg.layout == 'per-key' else 'expiry'}"))
+                        index=None))
     out = spec.output_fields
     dupes = sorted({f for f in out if out.count(f) > 1})
     if dupes:
@@ -342,9 +345,6 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinS
         raise SpecError(f"{where}: window_ms {cfg.window_ms} exceeds retention_ms "
                         f"{cfg.retention_ms}: events between the two would be admitted with "
                         "their state already purged")
-    if cfg.review_lag_ms is not None and cfg.layout != "per-key":
-        raise SpecError(f"{where}: review_lag_ms needs layout 'per-key' (the per-join layout "
-                        "re-joins at once on every dimension change and has nothing to review)")
     return spec
 
 
@@ -353,7 +353,8 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig]) -> list[JoinSpec]:
     specs = [resolve(raw, i) for i, raw in enumerate(raws)]
     for what, of in (("name", lambda s: [s.name]), ("ticks topic", lambda s: [s.ticks]),
                      ("output topic", lambda s: [s.output]),
-                     ("table name", lambda s: list(s.tables.model_dump().values()))):
+                     ("table name", lambda s: [n for n in s.tables.model_dump().values()
+                                               if n is not None])):
         seen: dict[str, str] = {}
         for s in specs:
             for value in of(s):

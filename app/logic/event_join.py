@@ -305,7 +305,7 @@ class JoinRules:
         return _revision(jid, key, j) if j.revision else None
 
 
-# --- one key's whole state (the per-key layout, and what the property tests drive) ---------------
+# --- one key's whole state (what the property tests and the batch side drive) -----------------
 
 @dataclass(slots=True)
 class KeyState:

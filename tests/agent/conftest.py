@@ -36,7 +36,7 @@ Record = namedtuple("Record", "topic partition offset key value timestamp")
 
 class Sent(list):
     """(topic, key, value) of every output send, in order; ``changelog``: the same for every
-    changelog row the tables' write-behind hands to the producer (app.compat.write_behind)."""
+    changelog row a loop's overlays hand to the producer (app.overlay)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -101,7 +101,6 @@ def test_declared_fields_are_validated_strictly(value, phrase):
     (movies(dimension__time_as="event_time"), ["output fields collide: event_time"]),
     (movies(dimension__model="app.records:MoodIn"), ["either 'fields'", "or 'model'"]),
     (movies(output="etj-ratings"), ["must be four different topics"]),
-    (movies(review_lag_ms=1000), ["review_lag_ms needs layout 'per-key'"]),
     (movies(name="Movies!"), ["name: String should match pattern"]),
 ])
 def test_a_bad_spec_is_refused_with_a_clear_message(raw, phrases):
@@ -148,3 +147,12 @@ def test_non_copartitioned_spec_topics_are_refused_by_the_start_check():
         check_groups({"etj-ratings": 4, "etj-movies": 2}, groups, 4)
     assert "etj-ratings has 4, etj-movies has 2" in str(exc.value)
     check_groups({"etj-ratings": 4, "etj-movies": 4, "etj-movie-ticks": 4}, groups, 4)
+
+
+def test_every_layout_value_loads_and_means_one_row_per_join():
+    """Specs written when there were two layouts still load (``layout`` is accepted, unused),
+    and a review lag works for every join (the review reads a partition's recent joins)."""
+    for layout in ("per-key", "per-join"):
+        spec = resolve(movies(layout=layout, review_lag_ms=1000))
+        assert spec.review_lag_ms == 1000 and spec.tables.joins == "movies-joins"
+        assert spec.tables.index is None
