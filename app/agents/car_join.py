@@ -60,18 +60,32 @@ from app.topology import (car_arrivals, car_pollution_inputs, car_positions, zon
 
 JOIN = "cars"  # the car join's value of the metrics' ``join`` label
 DEAD_LETTERS = settings.dead_letter_topic
-_moves = {op: metrics.car_moves.labels(op) for op in ("ADD", "DEL")}
-_outputs = {c: metrics.car_outputs.labels(c) for c in ("zone-update", "car-move")}
+_COUNTERS = {**{op: metrics.car_moves.labels(op) for op in ("ADD", "DEL")},
+             **{c: metrics.car_outputs.labels(c) for c in ("zone-update", "car-move")}}
+#: moves by op and outputs by cause of the batch being handled (counted once per batch)
+_counts: dict[str, int] = {}
+
+
+def _count(what: str) -> None:
+    _counts[what] = _counts.get(what, 0) + 1
+
+
+def count_batch() -> None:
+    """The batch's moves and outputs to their counters: once per batch, not under a lock per
+    record."""
+    for what, n in _counts.items():
+        _COUNTERS[what].inc(n)
+    _counts.clear()
 
 
 def move_out(move: Move) -> Out:
-    _moves[move.op].inc()
+    _count(move.op)
     return Out(settings.car_moves_topic, str(move.zone_id).encode(),
                orjson.dumps(move.to_wire()))
 
 
 def output_out(out: CarPollution, cause: str) -> Out:
-    _outputs[cause].inc()
+    _count(cause)
     return Out(settings.car_pollution_topic, str(out.car_id).encode(),
                orjson.dumps(out.to_wire()))
 
@@ -126,7 +140,7 @@ class CarSide:
         return []
 
     def end_batch(self) -> None:
-        pass
+        count_batch()
 
 
 car_side = CarSide()
@@ -177,7 +191,7 @@ class ZoneSide:
         return []  # the ticks topic is only read (revisit ticks: nothing to revisit here)
 
     def end_batch(self) -> None:
-        pass
+        count_batch()
 
     def on_reading(self, rec: Any, partition: int) -> list[Out]:
         """A zone's pollution reading: if newest, store it and re-join every car of the zone."""
