@@ -1,0 +1,67 @@
+"""How fast a container of the image is up and ready with nothing to recover (a new app id:
+empty changelogs), from ``docker run`` on (docs/operating/image.md#start-to-ready).
+
+Two figures: ``/health/`` answers once the process is up and its web server listens (what
+the container itself costs: start, imports, Faust's services); ``/ready/`` once the worker has
+joined its consumer group and recovered its (empty) tables. The group join is the broker's
+part: tansu holds a new group's first join for half the session timeout (Apache Kafka delays
+a new group's first rebalance by ``group.initial.rebalance.delay.ms``, 3 s by default), so it
+is measured with the chart's 10 s session and with 4 s.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from datetime import datetime
+
+from tests.harness import make_names
+
+#: goals (docs/operating/image.md): ready within 5 s of `docker run` with nothing to recover
+HEALTH_MAX_S = 3.0
+READY_MAX_S = 5.0
+
+
+def group_join_s(log: str) -> float:
+    """Seconds the worker waited for its group's first join, from its own log."""
+    def at(pattern: str) -> datetime:
+        m = re.search(r"^\[(\S+ \S+)\] .*" + pattern, log, re.M)
+        assert m, pattern
+        return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
+
+    return (at(r"\(Re-\)joining group") - at(r"Joined group")).total_seconds() * -1
+
+
+def start_and_time(containers, broker, pod: str, **settings) -> tuple[float, float, float]:
+    """(seconds to /health/ 200, to /ready/ 200, of them waiting for the group join)."""
+    names = make_names(broker.url)
+    c = containers(names, pod, **settings)
+    health = None
+    while health is None:
+        if c.get(c.spec.probes["livenessProbe"], timeout_s=1)[0] == 200:
+            health = time.monotonic() - c.started_at
+        elif time.monotonic() - c.started_at > 60:
+            raise TimeoutError(c.log()[-3000:])
+        else:
+            time.sleep(0.05)
+    ready = c.wait_http_ready(timeout_s=60)
+    c.wait_ready()
+    join = group_join_s(c.log())
+    assert c.stop() == 0
+    return health, ready, join
+
+
+def test_a_container_is_ready_within_5_s_of_docker_run_with_nothing_to_recover(
+        containers, broker):
+    default = start_and_time(containers, broker, "etj-0")
+    quick = start_and_time(containers, broker, "etj-1", session_timeout_s=4)
+    for label, (health, ready, join) in (("session 10 s (chart)", default),
+                                         ("session 4 s", quick)):
+        print(f"\nstart -> ready, nothing to recover, {label}: /health/ {health:.1f} s, "
+              f"/ready/ {ready:.1f} s (group join {join:.1f} s of it)", file=sys.stderr)
+    health, ready, join = quick
+    assert health <= HEALTH_MAX_S
+    assert ready <= READY_MAX_S
+    # with the chart's session the only difference is the broker's longer join wait
+    assert default[1] - default[2] <= READY_MAX_S
