@@ -77,6 +77,20 @@ def recoveries(log: str) -> list[Recovery]:
     return out
 
 
+def first_readings(log: str) -> Recovery:
+    """Each partition's first recovery in ``log``, all of them together: what a worker read
+    for the partitions it was given, rebalance after rebalance (a restarted pod is given some
+    at once, the rest when the killed member's session expires)."""
+    highwater: dict[TP, int] = {}
+    start: dict[TP, int] = {}
+    for r in recoveries(log):
+        for tp, hw in r.highwater.items():
+            if tp not in highwater:
+                highwater[tp] = hw
+                start[tp] = r.start.get(tp, -1)
+    return Recovery(highwater, start)
+
+
 def restored(log: str) -> dict[TP, int]:
     """(changelog topic, partition) -> the offset of the snapshot it was restored from."""
     return {(t, int(p)): int(o) for t, p, o in RESTORED.findall(log)}
