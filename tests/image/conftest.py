@@ -63,6 +63,18 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         store.stop()
 
 
+@pytest.fixture
+def snapshot_store(s3: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                   ) -> Callable[[Names], str]:
+    """``url(names)``: a snapshot store of this test's own in the S3 bucket; the test process
+    reaches it too (its AWS_* as the pods get them)."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, s3[key])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3["endpoint"])
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    return lambda names: f"s3://{s3['bucket']}/{names.prefix}/snapshots"
+
+
 def spec_for(env: dict[str, str], s3: dict[str, str] | None, pod: str, **values: Any,
              ) -> PodSpec:
     """The chart's pod ``pod`` given this test's settings ``env`` as chart values (and

@@ -51,6 +51,18 @@ def run_args(spec: PodSpec, image: str, name: str, volume: str, web_port: int,
     return args + ["--entrypoint", spec.command[0], image, *spec.command[1:], *spec.args]
 
 
+def tool_args(spec: PodSpec, image: str, *command: str) -> list[str]:
+    """``docker run`` arguments of one of the image's other tools (``sample-traffic``, ...):
+    the image's own entrypoint, the pod's environment and lock-down, removed when it ends."""
+    args = ["run", "--rm", "--label", f"{LABEL}=1", "--network", "host",
+            "--tmpfs", f"{spec.tmp}:rw,size={docker_memory(spec.tmp_size)}", "--read-only",
+            *[f"--cap-drop={cap}" for cap in spec.drop_capabilities],
+            "--security-opt", "no-new-privileges"]
+    for key, value in spec.env.items():
+        args += ["-e", f"{key}={value}"]
+    return args + [image, *command]
+
+
 @dataclass(kw_only=True)
 class Container(Worker):
     """One worker container (``name`` is the container's; ``pod`` the StatefulSet pod it

@@ -17,74 +17,13 @@ import time
 
 from app.commands.sample_traffic import sample_cars_and_zones, sample_moods_and_events
 from app.snapshots import Snapshots
-from tests.broker.test_snapshots import newest_offsets, read_changelog
 from tests.faults import send, settle_and_check, wait_processed
-from tests.harness import Names, read_all, wait_for
+from tests.image.checks import car_topics, car_view_is_exact, wait_snapshots
 from tests.image.containers import Container, volume_path
 from tests.image.recovery_log import DISCARDED, first_readings, restored
-from tests.oracle import exact_car_view, newest_car_outputs
 
 START = 1_790_000_000_000
 CONSULTANTS = tuple(f"c{i}" for i in range(12))
-
-
-def car_topics(names: Names) -> dict[str, str]:
-    return {"car": names.car_arrivals_topic, "zone": names.zones_topic}
-
-
-async def car_view_is_exact(names: Names, cars: list, timeout_s: float = 120) -> None:
-    expected = exact_car_view([v for k, _, v in cars if k == "car"],
-                              [v for k, _, v in cars if k == "zone"])
-
-    async def view() -> dict:
-        return newest_car_outputs(v for _, v in await read_all(
-            names, names.car_pollution_topic, idle_s=1.5))
-
-    got = await wait_for(lambda: _equal_or_empty(view, expected), timeout_s=timeout_s)
-    got = got or await view()
-    assert got == expected, {c: (got.get(c), expected[c]) for c in expected
-                             if got.get(c) != expected[c]}
-
-
-async def _equal_or_empty(view, expected: dict) -> dict:
-    got = await view()
-    return got if got == expected else {}
-
-
-async def wait_snapshots(names: Names, snaps: Snapshots, caught_up: bool = False,
-                         timeout_s: float = 60) -> dict[str, dict[int, int]]:
-    """Wait until every changelog partition with records has a snapshot (``caught_up``: one at
-    its last offset); changelog topic -> {partition: the newest snapshot's offset}."""
-    topics = await _changelog_topics(names)
-
-    async def covered() -> dict[str, dict[int, int]] | None:
-        out = {}
-        for topic in topics:
-            log = await read_changelog(names, topic)
-            ends = {p: records[-1][0] for p, records in log.items() if records}
-            have = await newest_offsets(snaps, topic)
-            if any(p not in have or (caught_up and have[p] != end) for p, end in ends.items()):
-                return None
-            out[topic] = have
-        return out
-
-    got = await wait_for(covered, timeout_s=timeout_s, every_s=1.0)
-    assert got, f"no snapshot {'at the end ' if caught_up else ''}of every changelog partition"
-    return got
-
-
-async def _changelog_topics(names: Names) -> list[str]:
-    from aiokafka import AIOKafkaConsumer
-
-    from tests.harness import bootstrap
-
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names))
-    await consumer.start()
-    try:
-        return sorted(t for t in await consumer.topics()
-                      if t.startswith(names.app_id + "-") and t.endswith("-changelog"))
-    finally:
-        await consumer.stop()
 
 
 def both_assigned(a: Container, b: Container, topic: str, timeout_s: float = 60) -> None:
@@ -97,13 +36,9 @@ def both_assigned(a: Container, b: Container, topic: str, timeout_s: float = 60)
 
 
 async def test_containers_join_exactly_survive_docker_kill_and_restore_from_snapshots(
-        names, containers, s3, monkeypatch):
-    url = f"s3://{s3['bucket']}/{names.prefix}/snapshots"
+        names, containers, s3, snapshot_store):
+    url = snapshot_store(names)
     settings = dict(store_url="rocksdb://", snapshot_url=url, snapshot_interval_s=2)
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, s3[key])
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3["endpoint"])
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     snaps = Snapshots(url)
     moods = sample_moods_and_events(seed=61, count=300, start_ms=START, late_ratio=0.3,
                                     consultants=CONSULTANTS)
