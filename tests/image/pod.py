@@ -47,6 +47,10 @@ class PodSpec:
     memory_limit: str
     web_port: int  # containerPort "web"
     probes: dict[str, str]  # startupProbe / livenessProbe / readinessProbe -> HTTP path
+    #: the liveness probe's (periodSeconds, timeoutSeconds, failureThreshold), and the startup
+    #: probe's budget (periodSeconds x failureThreshold): what a HEALTHCHECK can mirror
+    liveness: tuple[int, int, int]
+    startup_budget_s: int
     grace_s: int  # terminationGracePeriodSeconds
     env: dict[str, str] = field(default_factory=dict)
 
@@ -130,6 +134,10 @@ def pod_spec(values: dict[str, Any], pod_name: str = "etj-0",
         web_port={p["name"]: p["containerPort"] for p in c["ports"]}["web"],
         probes={p: c[p]["httpGet"]["path"] for p in
                 ("startupProbe", "livenessProbe", "readinessProbe") if p in c},
+        liveness=(c["livenessProbe"]["periodSeconds"], c["livenessProbe"]["timeoutSeconds"],
+                  c["livenessProbe"]["failureThreshold"]),
+        startup_budget_s=c["startupProbe"]["periodSeconds"]
+        * c["startupProbe"]["failureThreshold"],
         grace_s=int(pod["terminationGracePeriodSeconds"]),
         env=pod_env(docs, pod_name, secrets or {}))
 
@@ -138,11 +146,16 @@ def image_config(inspected: dict[str, Any]) -> dict[str, Any]:
     """What the built image says about itself (``docker image inspect``), in the pod's terms."""
     cfg = inspected["Config"]
     env = dict(e.split("=", 1) for e in cfg.get("Env") or [])
-    health = (cfg.get("Healthcheck") or {}).get("Test") or []
+    health = cfg.get("Healthcheck") or {}
+    seconds = {k: int(health.get(k, 0) // 1_000_000_000) for k in
+               ("Interval", "Timeout", "StartPeriod")}
     return {"command": (cfg.get("Entrypoint") or []) + (cfg.get("Cmd") or []),
             "user": cfg.get("User", ""), "volumes": sorted(cfg.get("Volumes") or {}),
             "env": env, "ports": sorted(cfg.get("ExposedPorts") or {}),
-            "healthcheck": " ".join(health)}
+            "healthcheck": " ".join(health.get("Test") or []),
+            "health_timing": (seconds["Interval"], seconds["Timeout"],
+                              int(health.get("Retries", 0))),
+            "health_start_period": seconds["StartPeriod"]}
 
 
 def drift(spec: PodSpec, image: dict[str, Any]) -> list[str]:
@@ -167,7 +180,14 @@ def drift(spec: PodSpec, image: dict[str, Any]) -> list[str]:
     for probe in ("livenessProbe", "startupProbe"):
         path = spec.probes.get(probe)
         if path and path not in image["healthcheck"]:
-            out.append(f"{probe} asks {path}, the image's HEALTHCHECK: {image['healthcheck']}")
+            out.append(f"healthcheck: the {probe} asks {path}, the image's HEALTHCHECK "
+                       f"{image['healthcheck']}")
     if "ETJ_WEB_PORT" not in image["healthcheck"]:
-        out.append("the image's HEALTHCHECK does not follow ETJ_WEB_PORT")
+        out.append("healthcheck: the image's HEALTHCHECK does not follow ETJ_WEB_PORT")
+    if image["health_timing"] != spec.liveness:
+        out.append(f"healthcheck: interval/timeout/retries {image['health_timing']}, the "
+                   f"chart's liveness probe {spec.liveness}")
+    if image["health_start_period"] != spec.startup_budget_s:
+        out.append(f"healthcheck: start period {image['health_start_period']} s, the chart's "
+                   f"startup budget {spec.startup_budget_s} s")
     return out

@@ -95,7 +95,8 @@ def test_the_image_runs_what_the_chart_runs_and_a_drift_is_caught(engine, image)
 
     # the same check on a chart that moved away from the image
     moved = pod_spec({"persistence": {"mountPath": "/data"}, "logLevel": "debug",
-                      "podSecurityContext": {"runAsUser": 1000, "runAsGroup": 1000}})
+                      "podSecurityContext": {"runAsUser": 1000, "runAsGroup": 1000},
+                      "livenessProbe": {"periodSeconds": 30}})
     problems = drift(moved, built)
-    assert {p.split(":")[0] for p in problems} >= {"command", "user", "datadir", "ETJ_DATADIR"}, \
-        problems
+    assert {p.split(":")[0] for p in problems} == {"command", "user", "datadir", "ETJ_DATADIR",
+                                                   "healthcheck"}, problems
