@@ -1,5 +1,6 @@
-"""The image tier's fixtures: one Docker engine and one built image for the whole session, an
-S3 store (moto) for snapshots, and worker containers per test, removed at its end."""
+"""The image tier's fixtures: one Docker engine and one built image for the whole tier (package
+scope: a daemon started here stops when the tier ends, not after the tiers that follow), an S3
+store (moto) for snapshots, and worker containers per test, removed at its end."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ from tests.image.pod import PodSpec, chart_values, pod_spec
 S3_SECRET = "etj-s3"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """The running Docker daemon, or one started here (and stopped at the end)."""
+    """The running Docker daemon, or one started here (and stopped at the tier's end)."""
     e = Engine(tmp_path_factory.mktemp("dockerd")).start()
     e.remove_leftovers()
     yield e
@@ -39,7 +40,7 @@ class Image:
     build: project_image.Build
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def image(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Image:
     base, made = base_image.ensure(engine, tmp_path_factory.mktemp("base"))
     built = project_image.build(engine, base)
@@ -50,7 +51,7 @@ def image(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Image:
     return Image(built.tag, base, made, built)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A moto S3 server on 127.0.0.1 with the bucket ``tansu``: its endpoint and credentials
     as the chart's values and Secret give them to a pod."""

@@ -24,6 +24,7 @@ from tests.image.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[2]
 REPOSITORY = "etj-test"
+BUILD_STAGE = "etj-test-build"
 #: tags of this repository older than this (and not the current one) are removed
 KEEP_OLD_S = 24 * 3600
 
@@ -64,16 +65,24 @@ def tag(base: str, root: Path = ROOT) -> str:
 
 
 def build(engine: Engine, base: str, root: Path = ROOT, no_cache: bool = False) -> Build:
+    """Build the image; its build stage is tagged too (``etj-test-build:<same digest>``), so
+    that stage, Docker's cache of the ``pip install``, is a tag :func:`prune_old` can remove
+    rather than an untagged image nothing ever removes."""
     name = tag(base, root)
-    args = ["build", "--network", "host", "--build-arg", f"PYTHON_IMAGE={base}", "-t", name]
+    common = ["build", "--network", "host", "--build-arg", f"PYTHON_IMAGE={base}"]
     if no_cache:
-        args.append("--no-cache")
+        common.append("--no-cache")
     began = time.monotonic()
-    done = engine.run(*args, str(root), timeout=1200)
+    log = ""
+    for args in (["--target", "build", "-t", name.replace(REPOSITORY, BUILD_STAGE, 1)],
+                 ["-t", name]):
+        done = engine.run(*common, *args, str(root), timeout=1200)
+        log += done.stdout + done.stderr
+        common = [a for a in common if a != "--no-cache"]  # the second reuses the first
     seconds = time.monotonic() - began
-    log = done.stdout + done.stderr
-    steps = len(re.findall(r"^Step \d+/\d+ :", log, re.M))
-    return Build(name, base, seconds, steps, log.count("---> Using cache"), log)
+    final = log[log.rfind("Step 1/"):]
+    steps = len(re.findall(r"^Step \d+/\d+ :", final, re.M))
+    return Build(name, base, seconds, steps, final.count("---> Using cache"), log)
 
 
 def size_bytes(engine: Engine, image: str) -> int:
@@ -81,13 +90,13 @@ def size_bytes(engine: Engine, image: str) -> int:
 
 
 def prune_old(engine: Engine, keep: str) -> list[str]:
-    """Remove this repository's tags older than a day but ``keep`` (an image a container still
-    uses is refused by Docker and stays)."""
-    listed = engine.run("image", "ls", REPOSITORY, "--format", "{{.Repository}}:{{.Tag}}",
-                        check=False).stdout.split()
+    """Remove this tier's image and build-stage tags older than a day but ``keep``'s (an image
+    a container still uses is refused by Docker and stays)."""
+    listed = [name for repo in (REPOSITORY, BUILD_STAGE) for name in engine.run(
+        "image", "ls", repo, "--format", "{{.Repository}}:{{.Tag}}", check=False).stdout.split()]
     old = []
     for name in listed:
-        if name == keep:
+        if name.split(":")[1] == keep.split(":")[1]:
             continue
         created = engine.run("image", "inspect", "--format", "{{.Created}}", name,
                              check=False).stdout.strip()
