@@ -25,7 +25,7 @@ from typing import Any
 
 #: Debian's packages: the engine and the base image's builder
 PACKAGES = {"dockerd": "docker.io", "debootstrap": "debootstrap"}
-SOCKET = Path("/var/run/docker.sock")
+PIDFILE = Path("/var/run/docker.pid")
 #: every container and volume the tier makes carries this label (leftovers of a killed run
 #: are recognised and removed)
 LABEL = "etj-test"
@@ -99,6 +99,10 @@ class Engine:
         install_missing()
         if self.answers():
             return self
+        return self.launch(timeout_s)
+
+    def launch(self, timeout_s: float = 60.0) -> "Engine":
+        """Start dockerd; it failing to answer raises :class:`EngineError` with its log."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen([_which("dockerd") or "dockerd"], stdout=log,
@@ -107,11 +111,18 @@ class Engine:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise EngineError(f"dockerd exited {self.proc.returncode}:\n{self.log()[-4000:]}")
-            if SOCKET.exists() and self.answers():
+            if self._ours() and self.answers():
                 return self
             time.sleep(0.3)
         self.stop()
         raise EngineError(f"dockerd did not answer in {timeout_s:.0f} s:\n{self.log()[-4000:]}")
+
+    def _ours(self) -> bool:
+        """The daemon's pid file names the dockerd started here (not another one's socket)."""
+        try:
+            return self.proc is not None and int(PIDFILE.read_text()) == self.proc.pid
+        except (OSError, ValueError):
+            return False
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
