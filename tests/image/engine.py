@@ -63,8 +63,13 @@ class Engine:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.proc: subprocess.Popen[bytes] | None = None  # dockerd, when started here
-        # the client of the same package as the daemon (another `docker` may come first on PATH)
-        self.client = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
+
+    @property
+    def client(self) -> str:
+        """The client of the same package as the daemon: another ``docker`` may come first on
+        PATH (a newer client builds with another context checksum: every cached step missed
+        once when the two took turns). Looked up at each use: it may be installed meanwhile."""
+        return "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
 
     @property
     def log_path(self) -> Path:
