@@ -91,6 +91,11 @@ def first_readings(log: str) -> Recovery:
     return Recovery(highwater, start)
 
 
+def settled(log: str) -> bool:
+    """The worker's latest recovery is over: a "Worker ready" after its highwater table."""
+    return log.rfind("Worker ready") > log.rfind("Highwater for active changelog partitions")
+
+
 def restored(log: str) -> dict[TP, int]:
     """(changelog topic, partition) -> the offset of the snapshot it was restored from."""
     return {(t, int(p)): int(o) for t, p, o in RESTORED.findall(log)}
