@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
+from app.settings import Settings
 from tests.image.containers import new_volume
 from tests.image.pod import drift, image_config, pod_spec
 from tests.image.project_image import size_bytes
@@ -92,6 +93,15 @@ def test_the_image_runs_what_the_chart_runs_and_a_drift_is_caught(engine, image)
     built = image_config(inspected)
     assert drift(pod_spec({}), built) == []
     assert "/health/" in built["healthcheck"]
+
+    # the environment the chart gives a pod (with snapshots: its credentials too) has only
+    # names the worker reads: settings, boto3's, the pod's own name
+    env = pod_spec({"snapshots": {"credentialsSecret": "s", "region": "eu-west-1"}},
+                   secrets={"s": {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "v"}}).env
+    settings = {"ETJ_" + name.upper() for name in Settings.model_fields}
+    assert {n for n in env if n.startswith("ETJ_")} <= settings
+    assert {n for n in env if not n.startswith("ETJ_")} == {
+        "POD_NAME", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"}
 
     # the same check on a chart that moved away from the image
     moved = pod_spec({"persistence": {"mountPath": "/data"}, "logLevel": "debug",
