@@ -17,7 +17,7 @@ import json
 import re
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,12 +76,10 @@ class Container(Worker):
     cid: str | None = None
     started_at: float = 0.0  # time.monotonic() at `docker run`
     follower: subprocess.Popen[bytes] | None = None
-    extra_env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> "Container":
         self.workdir.mkdir(parents=True, exist_ok=True)
-        args = run_args(self.spec, self.image, self.name, self.volume, self.web_port,
-                        {**self.env, **self.extra_env})
+        args = run_args(self.spec, self.image, self.name, self.volume, self.web_port, self.env)
         self.started_at = time.monotonic()
         self.cid = self.engine.run(*args).stdout.strip()
         with self.log_path.open("ab") as log:  # the container's output, kept after it is gone
