@@ -1,6 +1,7 @@
 """Worker containers of the built image, run as the chart runs its pods, against the test
 broker: they join exactly, survive ``docker kill`` on their volume, restore an empty volume
-from snapshots, and stop within the grace period (docs/operating/image.md#what-the-image-tier-checks).
+from snapshots, and stop within the grace period
+(docs/operating/image.md#what-the-image-tier-checks).
 
 One scenario, in steps, on one app id: pods ``etj-0`` and ``etj-1`` (each its own volume, read-
 only root, the image's user), snapshots in S3 (moto), paced out-of-order traffic of the mood
