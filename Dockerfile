@@ -31,8 +31,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     ETJ_DATADIR=/var/lib/etj \
     ETJ_STORE_URL=rocksdb:// \
     ETJ_WEB_PORT=6066
-RUN groupadd --system --gid ${UID} etj \
-    && useradd --system --uid ${UID} --gid etj --home-dir /var/lib/etj --no-create-home \
+# a fixed uid above the system range (what the chart's runAsUser says), so not --system:
+# useradd warns of a system uid above SYS_UID_MAX; --no-log-init keeps lastlog out of the layer
+RUN groupadd --gid ${UID} etj \
+    && useradd --no-log-init --uid ${UID} --gid etj --home-dir /var/lib/etj --no-create-home \
        --shell /usr/sbin/nologin etj \
     && mkdir -p /var/lib/etj \
     && chown etj:etj /var/lib/etj
@@ -41,7 +43,9 @@ USER ${UID}:${UID}
 WORKDIR /var/lib/etj
 VOLUME ["/var/lib/etj"]
 EXPOSE 6066
-HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+# the chart's probes, for `docker run`: the liveness probe's period, timeout and failures, the
+# startup probe's budget (5 s x 60) as the start period (tests/image checks they agree)
+HEALTHCHECK --interval=15s --timeout=5s --start-period=300s --retries=4 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health/' % os.environ.get('ETJ_WEB_PORT', '6066'), timeout=4)"]
 # other tools of the app run with the same image: `docker run etj sample-traffic`
 ENTRYPOINT ["faust", "-A", "app.main"]

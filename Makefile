@@ -18,7 +18,8 @@ venv: $(VENV)/.installed
 run: venv
 	$(PY) -m app.run_local
 
-## test: the whole suite, broker tests included (a local broker is started by the tests)
+## test: the whole suite, broker tests included (a local broker is started by the tests; the
+## image tier installs Debian's docker.io and debootstrap when absent and starts dockerd)
 test: venv $(CHROMIUM)
 	$(PY) -m pytest
 

@@ -72,7 +72,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
 
 
 #: test folder -> its tier's marker (registered in pyproject.toml, --strict-markers)
-TIERS = ("unit", "agent", "broker", "spark", "browser", "docs", "deploy")
+TIERS = ("unit", "agent", "broker", "spark", "browser", "docs", "deploy", "image")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -15,6 +15,10 @@ The rules (docs: Concepts → event time; Joins):
 - mode ``inner``: an event no version applies to has no answer (absent).
 - the join id is the event's own id, else ``"r-" + sha1(key, event_time, recommendation)``
   (fields joined by U+001F, first 20 hex digits).
+- the car join (docs: Joins → car × zone): a car is in the zone of its greatest arrival by
+  (event_time, to_zone_id, fuel_level) and takes that zone's greatest reading by (event_time,
+  pollution_level); a consumer keeps, per car, its greatest output by (car_event_time, zone_id,
+  fuel_level, then the reading, none below any).
 """
 
 from __future__ import annotations
@@ -125,3 +129,52 @@ def exact_answer(rules: Any, versions: Iterable[tuple[str, list[Any]]],
         out[e.id] = (e.id, e.key, e.event_time, tuple(e.payload),
                      None if best is None else tuple(best[1:]), None if best is None else best[0])
     return out
+
+
+# --- the car join (docs/joins/car-zone.md) ----------------------------------------------------
+
+#: what a consumer compares in a car output: every field of ``etj-car-pollution``
+CAR_ANSWER_FIELDS = ("car_id", "zone_id", "fuel_level", "pollution_level", "car_event_time",
+                     "zone_event_time")
+
+
+def car_answer(output: dict[str, Any]) -> tuple[Any, ...]:
+    """The comparable part of one car output as it is on the wire."""
+    return tuple(output[f] for f in CAR_ANSWER_FIELDS)
+
+
+def exact_car_view(arrivals: Iterable[dict[str, Any]], readings: Iterable[dict[str, Any]],
+                   ) -> dict[int, tuple[Any, ...]]:
+    """car id -> its exact output, from wire values of ``etj-car-arrivals`` and ``etj-zones``.
+
+    A car is in the ``to_zone_id`` of its greatest arrival by (event_time, to_zone_id,
+    fuel_level), with that arrival's fuel level; it takes its zone's greatest reading by
+    (event_time, pollution_level), or none (null pollution). Arrival order does not count.
+    """
+    arrivals, readings = list(arrivals), list(readings)
+    out: dict[int, tuple[Any, ...]] = {}
+    for car in {a["car_id"] for a in arrivals}:
+        a = max((x for x in arrivals if x["car_id"] == car),
+                key=lambda x: (x["event_time"], x["to_zone_id"], x["fuel_level"]))
+        zone = [r for r in readings if r["zone_id"] == a["to_zone_id"]]
+        r = max(zone, key=lambda x: (x["event_time"], x["pollution_level"])) if zone else None
+        out[car] = (car, a["to_zone_id"], a["fuel_level"],
+                    None if r is None else r["pollution_level"], a["event_time"],
+                    None if r is None else r["event_time"])
+    return out
+
+
+def newest_car_outputs(outputs: Iterable[dict[str, Any]]) -> dict[int, tuple[Any, ...]]:
+    """The consumer rule of ``etj-car-pollution``: per car, the output with the greatest
+    (car_event_time, zone_id, fuel_level, zone_event_time, pollution_level), an output with no
+    reading below any with one."""
+    def order(o: dict[str, Any]) -> tuple[Any, ...]:
+        reading = ((0, 0, 0.0) if o["zone_event_time"] is None or o["pollution_level"] is None
+                   else (1, o["zone_event_time"], o["pollution_level"]))
+        return (o["car_event_time"], o["zone_id"], o["fuel_level"], *reading)
+
+    best: dict[int, dict[str, Any]] = {}
+    for o in outputs:
+        if o["car_id"] not in best or order(o) >= order(best[o["car_id"]]):
+            best[o["car_id"]] = o
+    return {car: car_answer(o) for car, o in best.items()}

@@ -8,7 +8,7 @@ and checks the consumer rule (newest output per car) against the brute-force ans
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,6 +30,7 @@ from app.logic.car_join import (
     newest_per_car,
     output_order,
 )
+from tests import oracle
 
 
 @dataclass
@@ -225,3 +226,9 @@ def test_newest_output_per_car_equals_the_exact_answer_for_any_interleaving(reco
     # the zone side ends with exactly one (zone, car) key per car: its newest zone
     assert sorted(decode_zone_car(k) for k in c.zone_cars) == sorted(
         (o.zone_id, car) for car, o in expected.items())
+    # the independent oracle (tests/oracle.py, what the image tier checks containers against)
+    # says the same, on the wire
+    assert oracle.exact_car_view([asdict(a) for a in cars], [asdict(z) for z in zones]) == {
+        car: oracle.car_answer(o.to_wire()) for car, o in expected.items()}
+    assert oracle.newest_car_outputs(o.to_wire() for o in c.outputs) == {
+        car: oracle.car_answer(o.to_wire()) for car, o in expected.items()}

@@ -1,0 +1,129 @@
+"""The image tier's fixtures: one Docker engine and one built image for the whole tier (package
+scope: a daemon started here stops when the tier ends, not after the tiers that follow), an S3
+store (moto) for snapshots, and worker containers per test, removed at its end."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from tests.harness import Names, S3Broker
+from tests.image import base_image, project_image
+from tests.image.containers import Container, new_volume
+from tests.image.engine import Engine
+from tests.image.pod import PodSpec, chart_values, pod_spec
+
+#: the chart's `snapshots.credentialsSecret`, as the test's "cluster" holds it
+S3_SECRET = "etj-s3"
+
+
+@pytest.fixture(scope="package")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """The running Docker daemon, or one started here (and stopped at the tier's end)."""
+    e = Engine(tmp_path_factory.mktemp("dockerd")).start()
+    e.remove_leftovers()
+    yield e
+    e.stop()
+
+
+@dataclass(frozen=True)
+class Image:
+    """The image under test and how it was made in this session."""
+
+    tag: str
+    base: str
+    base_made: bool  # the base was made now (debootstrap), not found on this machine
+    build: project_image.Build
+
+
+@pytest.fixture(scope="package")
+def image(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Image:
+    base, made = base_image.ensure(engine, tmp_path_factory.mktemp("base"))
+    built = project_image.build(engine, base)
+    project_image.prune_old(engine, keep=built.tag)
+    print(f"\nimage {built.tag} on {base}{' (base made now)' if made else ''}: built in "
+          f"{built.seconds:.1f} s, {built.cached_steps}/{built.steps} steps cached",
+          file=sys.stderr)
+    return Image(built.tag, base, made, built)
+
+
+@pytest.fixture(scope="package")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A moto S3 server on 127.0.0.1 with the bucket ``tansu``: its endpoint and credentials
+    as the chart's values and Secret give them to a pod."""
+    store = S3Broker(tmp_path_factory.mktemp("s3"))
+    store.start_storage()
+    try:
+        yield {"endpoint": f"http://127.0.0.1:{store.s3_port}", "bucket": "tansu",
+               "AWS_ACCESS_KEY_ID": "etj", "AWS_SECRET_ACCESS_KEY": "etj"}
+    finally:
+        store.stop()
+
+
+@pytest.fixture
+def snapshot_store(s3: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                   ) -> Callable[[Names], str]:
+    """``url(names)``: a snapshot store of this test's own in the S3 bucket; the test process
+    reaches it too (its AWS_* as the pods get them)."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, s3[key])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3["endpoint"])
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    return lambda names: f"s3://{s3['bucket']}/{names.prefix}/snapshots"
+
+
+def spec_for(env: dict[str, str], s3: dict[str, str] | None, pod: str, **values: Any,
+             ) -> PodSpec:
+    """The chart's pod ``pod`` given this test's settings ``env`` as chart values (and
+    snapshots in ``s3``, if given)."""
+    extra: dict[str, Any] = dict(values)
+    secrets = {}
+    if s3 is not None:
+        extra["snapshots"] = {"credentialsSecret": S3_SECRET, "endpointUrl": s3["endpoint"],
+                              "region": "us-east-1"}
+        secrets[S3_SECRET] = {k: v for k, v in s3.items() if k.startswith("AWS_")}
+    return pod_spec(chart_values(env, **extra), pod_name=pod, secrets=secrets)
+
+
+@pytest.fixture
+def containers(engine: Engine, image: Image, tmp_path: Path, request: pytest.FixtureRequest,
+               ) -> Iterator[Callable[..., Container]]:
+    """Start worker containers: ``start(names, pod, volume=None, s3=None, **settings)``.
+
+    ``pod`` names the StatefulSet pod played (its DNS name); ``volume`` reuses a volume (a
+    restart on the same claim), else a new one is made. The test's names and ``settings``
+    (``session_timeout_s=4`` -> ``ETJ_SESSION_TIMEOUT_S``) reach the container as chart values.
+    Containers and volumes are removed at the end, their logs printed when the test failed.
+    """
+    started: list[Container] = []
+    volumes: list[str] = []
+
+    def start(names: Names, pod: str, volume: str | None = None,
+              s3: dict[str, str] | None = None, **settings: Any) -> Container:
+        if volume is None:
+            volume = new_volume(engine, f"{names.prefix}-{pod}-{len(volumes)}")
+            volumes.append(volume)
+        n = sum(1 for c in started if c.pod == pod)
+        # the bundled broker holds a fetch for its whole wait (docs/operating/settings.md):
+        # its documented local value, as on Kafka, which answers a fetch as soon as it can
+        settings = {"consumer_fetch_max_wait_ms": 100, **settings}
+        env = {**names.env, **{"ETJ_" + k.upper(): str(v) for k, v in settings.items()}}
+        c = Container(env={}, workdir=tmp_path, name=f"{names.prefix}-{pod}-{n}",
+                      engine=engine, image=image.tag, spec=spec_for(env, s3, pod),
+                      volume=volume, pod=pod)
+        started.append(c.start())
+        return c
+
+    yield start
+    rep = getattr(request.node, "rep_call", None)
+    for c in started:
+        c.remove()
+        if rep is not None and rep.failed:
+            print(f"\n===== log of container {c.name} (last 6000 chars) =====\n"
+                  f"{c.log()[-6000:]}")
+    if volumes:
+        engine.run("volume", "rm", "-f", *volumes, check=False)
