@@ -235,6 +235,10 @@ class DurableLoop:
                 parsed, event_time = parse(topic, record.key, record.value)
             except InvalidRecord as exc:
                 parsed, event_time = exc, -1  # goes first, to the dead letters
+            except Exception as exc:  # a bug must not kill the worker nor lose the record
+                log.exception("join %s failed to parse %s[%s]@%s", self.join, topic,
+                              record.partition, record.offset)
+                parsed, event_time = InvalidRecord(f"internal error: {exc!r}"), -1
             out.append((event_time, record.offset, (topic, record, parsed)))
         return out
 

@@ -86,3 +86,26 @@ async def test_a_redelivered_recommendation_re_emits_its_revision_only_if_undeli
     assert harness.outputs(settings.output_topic) == first + first
     await harness.put(settings.ticks_topic, None, b"{}")  # a tick re-emits nothing
     assert len(harness.outputs(settings.output_topic)) == 2
+
+
+async def test_a_bug_in_parsing_dead_letters_the_record_and_the_agent_goes_on(harness):
+    """Found by the hostile-input broker test: msgspec raised RecursionError on a deeply nested
+    value outside the handler's guard, and the agent crashed (Faust restarted it)."""
+    engine = harness.engine
+    real = engine._parsers[settings.moods_topic]
+
+    def parser(key, value):
+        if value == b'{"boom": 1}':
+            raise RuntimeError("boom")
+        return real(key, value)
+
+    engine._parsers[settings.moods_topic] = parser
+    try:
+        await harness.put(settings.moods_topic, "ann", {"boom": 1})
+        await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "ok",
+                                                        "event_time": 5})
+    finally:
+        engine._parsers[settings.moods_topic] = real
+    [dead] = harness.outputs(settings.dead_letter_topic)
+    assert dead["error"] == "internal error: RuntimeError('boom')"
+    assert mood_history["ann"] == [[5, "ok"]]

@@ -26,6 +26,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from app.commands.sample_traffic import sample_moods_and_events
+from app.joins.keys import EXPIRY, ID, JOIN, expiry_key, id_key, split_join_key
 from app.snapshots import Snapshots
 from tests.harness import S3Broker
 from tests.faults import send, settle_and_check
@@ -122,12 +123,38 @@ async def assert_equals_full_replay(names: Names, datadir: Path) -> int:
         log = await read_changelog(names, changelog(names, table))
         for p in range(PARTITIONS):
             got = tables.get((table, p), {})
+            got, index = split_index_rows(got)
             want = replay(log.get(p, []))
             assert got == want, (f"{table}[{p}]: {len(got)} rows, full replay {len(want)}; "
                                  f"differ on {sorted(set(got) ^ set(want))[:5]} / "
                                  f"{[k for k in got if k in want and got[k] != want[k]][:5]}")
+            check_index_rows(table, p, got, index)
             compared += len(want)
     return compared
+
+
+def split_index_rows(rows: dict[bytes, bytes]) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
+    """A joins table's rows: (its changelog's rows, the index rows the worker derives from
+    them: app.joins.keys); (every row, {}) for another table."""
+    if not any(k[:1] == JOIN for k in rows):
+        return rows, {}
+    return ({k: v for k, v in rows.items() if k[:1] == JOIN},
+            {k: v for k, v in rows.items() if k[:1] != JOIN})
+
+
+def check_index_rows(table: str, p: int, joins: dict[bytes, bytes],
+                     index: dict[bytes, bytes]) -> None:
+    """Each join row has its id row and its expiry bucket's row, and each id row points at a
+    join row (an expiry row may outlive its joins until its bucket is behind the horizon)."""
+    ids = {k: v for k, v in index.items() if k[:1] == ID}
+    buckets = {k for k in index if k[:1] == EXPIRY}
+    want_ids = {}
+    for k in joins:
+        key, t, jid = split_join_key(k)
+        want_ids[id_key(key, jid)] = str(t).encode()
+        assert expiry_key(p, t, key) in buckets, (table, p, k)
+    assert ids == want_ids, (f"{table}[{p}]: id rows differ on "
+                             f"{sorted(set(ids) ^ set(want_ids))[:5]}")
 
 
 def snapshots_env(names: Names, url: str, interval_s: float = 1.0, **extra: str) -> None:
