@@ -83,8 +83,10 @@ class Inbox:
         return False
 
     # --- the agent's side ------------------------------------------------------------------
-    async def take(self, timeout: float | None = None) -> list[Batch]:
-        """Every batch waiting (at least one, unless ``timeout`` seconds pass: then [])."""
+    async def take(self, timeout: float | None = None,
+                   max_records: int | None = None) -> list[Batch]:
+        """The batches waiting (at least one, unless ``timeout`` seconds pass: then []), in
+        the order they came, up to ``max_records`` records (at least one batch)."""
         event = self._wake()
         if not self._batches:
             event.clear()
@@ -95,17 +97,26 @@ class Inbox:
                     await asyncio.wait_for(event.wait(), timeout)
                 except asyncio.TimeoutError:
                     return []
-        return self.take_nowait()
+        return self.take_nowait(max_records)
 
-    def take_nowait(self) -> list[Batch]:
-        out = list(self._batches)
-        self._batches.clear()
-        self._waiting.clear()
-        if self._paused:
-            paused, self._paused = self._paused, set()
-            if self.on_drained is not None:
-                for topic, partition in paused:
-                    self.on_drained(topic, partition)
+    def take_nowait(self, max_records: int | None = None) -> list[Batch]:
+        out: list[Batch] = []
+        taken = 0
+        batches, waiting = self._batches, self._waiting
+        while batches and (max_records is None or not out or taken < max_records):
+            b = batches.popleft()
+            out.append(b)
+            taken += len(b.records)
+            tp = (b.topic, b.partition)
+            left = waiting[tp] - len(b.records)
+            if left:
+                waiting[tp] = left
+            else:
+                del waiting[tp]
+            if tp in self._paused and left < self.max_records:
+                self._paused.discard(tp)
+                if self.on_drained is not None:
+                    self.on_drained(*tp)
         return out
 
     def clear(self) -> int:

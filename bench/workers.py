@@ -151,9 +151,11 @@ def time_to_last_output(names: Names, folder: Path, inputs: list[str], expected:
                         name: str = "w", load: Callable[[], Any] | None = None,
                         timeout_s: float = 600, **env: Any) -> dict[str, Any]:
     """The timing every backlog benchmark shares: ``workers`` worker processes consume
-    ``expected`` records of ``inputs``; seconds from the first output to the moment every input
-    was consumed (``records_in`` on /stats/, summed, polled every 50 ms) and the last output
-    written (broker timestamps: the worker's send time), so start-up is not counted.
+    ``expected`` records of ``inputs``; seconds from the first input handed to an agent or the
+    first output, whichever is earlier, to the moment every input was consumed (``records_in``
+    on /stats/, summed, polled every 50 ms) and the last output written (broker timestamps: the
+    worker's send time), so start-up is not counted. (From the first output alone, a worker
+    that takes a whole backlog in a few batches would be timed from its first batch's end.)
 
     ``load``: called once every worker is in the group (the workers start on empty inputs and
     the backlog arrives at once): with several workers, the first one would otherwise consume
@@ -172,10 +174,13 @@ def time_to_last_output(names: Names, folder: Path, inputs: list[str], expected:
         if load is not None:
             load()
         deadline = time.monotonic() + timeout_s
+        t_start = None
         while True:
             every = [stats(w) for w in ws]
-            if sum((s.get("records_in") or {}).get(t, 0) for s in every for t in inputs
-                   ) >= expected:
+            n = sum((s.get("records_in") or {}).get(t, 0) for s in every for t in inputs)
+            if n and t_start is None:
+                t_start = time.time()  # the first records handed to an agent (±50 ms)
+            if n >= expected:
                 t_end = time.time()
                 break
             for w in ws:
@@ -197,7 +202,7 @@ def time_to_last_output(names: Names, folder: Path, inputs: list[str], expected:
             w.kill()
     if not outs:
         raise RuntimeError(f"the worker emitted nothing to {outputs}")
-    t_first = min(o.timestamp_ms for o in outs) / 1000
+    t_first = min(min(o.timestamp_ms for o in outs) / 1000, t_start or t_end)
     t_last = max(o.timestamp_ms for o in outs) / 1000
     return {"seconds": max(t_end, t_last) - t_first, "outputs": outs, "stats": final}
 

@@ -105,6 +105,10 @@ class DurableLoop:
     #: handled batches not yet delivered at most: the loop handles batch k+1 while batch k
     #: waits for the broker
     max_in_flight = 4
+    #: records handled per turn at most (the fetches waiting are taken whole, up to this):
+    #: bounds what one batch holds in memory and how long its first output waits; a backlog
+    #: of 50,000 records came as one fetch
+    max_batch = 5_000
 
     def __init__(self, engine: Engine, topics: Sequence[str], merged: Sequence[str] = (),
                  ticks: str | None = None) -> None:
@@ -174,7 +178,7 @@ class DurableLoop:
         try:
             while True:
                 self._idle.set()
-                batches = await self.inbox.take(self.merge.next_wait_s())
+                batches = await self.inbox.take(self.merge.next_wait_s(), self.max_batch)
                 self._idle.clear()
                 unit = self.handle(batches)
                 if unit is not None:
