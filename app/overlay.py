@@ -51,11 +51,23 @@ class Overlay:
         self.through = io.bytes_keys
         #: (partition, key) -> value as the batch sees it (None: absent; _DELETED: deleted)
         self._rows: dict[tuple[int, Any], Any] = {}
-        #: (partition, key) -> True if its change goes to the changelog, False if local only
-        self._dirty: dict[tuple[int, Any], bool] = {}
+        #: keyed tables: (partition, key) -> True if its change goes to the changelog, False
+        #: if local only; ordered tables: (partition, key) -> the value for the changelog
+        self._dirty: dict[tuple[int, Any], Any] = {}
+        #: an ordered table in the memory store: its mapping's ``get`` (the store is the
+        #: batch's view; resolved on first use, when the store exists)
+        self._direct: Any = None
 
     def get(self, partition: int, key: Any) -> Any:
         """The row's value (None: absent)."""
+        direct = self._direct
+        if direct is not None:
+            return direct(key)
+        if self.through and self._direct is None:
+            data = getattr(self.io, "memory_data", lambda: None)()
+            if data is not None:
+                self._direct = data.get
+                return data.get(key)
         k = (partition, key)
         try:
             value = self._rows[k]
@@ -71,11 +83,16 @@ class Overlay:
 
     def _write(self, partition: int, key: Any, value: Any, local: bool) -> None:
         k = (partition, key)
+        if self.through:
+            if not local:
+                self._dirty[k] = value
+            if self._direct is None:
+                self._rows[k] = value
+            self.io.write_one(partition, key, None if value is _DELETED else value)
+            return
         self._rows[k] = value
         if not local or k not in self._dirty:
             self._dirty[k] = not local
-        if self.through:
-            self.io.write_one(partition, key, None if value is _DELETED else value)
 
     def scan(self, partition: int, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
         """(key, value) of ``lo <= key < hi``, in key order (an ordered table: the store has
@@ -92,34 +109,32 @@ class Overlay:
         first-write order). The overlay is empty afterwards (the next batch reads the store)."""
         io = self.io
         topic = io.changelog
-        rows = self._rows
         out: list[Row] = []
         dumps, key_bytes = orjson.dumps, io.key_bytes
         if self.through:
-            for (partition, key), logged in self._dirty.items():
-                if logged:
-                    value = rows[(partition, key)]
-                    out.append((topic, partition, key,
-                                None if value is _DELETED else dumps(value)))
-        else:
-            encode_all = isinstance(io.store, RocksDBStore)
-            per_partition: dict[int, list[tuple[Any, bytes | None, Any]]] = {}
-            for (partition, key), logged in self._dirty.items():
-                value = rows[(partition, key)]
-                if value is _DELETED:
-                    raw = None
-                elif logged or encode_all:
-                    raw = dumps(value)
-                else:
-                    raw = b""  # a local row of the memory store: kept decoded, never encoded
-                batch = per_partition.get(partition)
-                if batch is None:
-                    batch = per_partition[partition] = []
-                batch.append((key, raw, value))
-                if logged:
-                    out.append((topic, partition, key_bytes(key), raw))
-            for partition, batch in per_partition.items():
-                io.write(partition, batch)
+            for (partition, key), value in self._dirty.items():
+                out.append((topic, partition, key, None if value is _DELETED else dumps(value)))
+            self.clear()
+            return out
+        rows = self._rows
+        encode_all = isinstance(io.store, RocksDBStore)
+        per_partition: dict[int, list[tuple[Any, bytes | None, Any]]] = {}
+        for (partition, key), logged in self._dirty.items():
+            value = rows[(partition, key)]
+            if value is _DELETED:
+                raw = None
+            elif logged or encode_all:
+                raw = dumps(value)
+            else:
+                raw = b""  # a local row of the memory store: kept decoded, never encoded
+            batch = per_partition.get(partition)
+            if batch is None:
+                batch = per_partition[partition] = []
+            batch.append((key, raw, value))
+            if logged:
+                out.append((topic, partition, key_bytes(key), raw))
+        for partition, batch in per_partition.items():
+            io.write(partition, batch)
         self.clear()
         return out
 

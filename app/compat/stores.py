@@ -219,6 +219,11 @@ class StoreIO:
     _store: Any = None
     _data: Any = None
 
+    def memory_data(self) -> Any:
+        """The memory store's mapping (its keys as the table's, values decoded), or None for
+        RocksDB: an ordered table's overlay reads it directly (app.overlay)."""
+        return self._memory()
+
     def get(self, partition: int, key: Any) -> Any:
         data = self._memory()
         if data is not None:
