@@ -123,12 +123,14 @@ async def assert_equals_full_replay(names: Names, datadir: Path) -> int:
         log = await read_changelog(names, changelog(names, table))
         for p in range(PARTITIONS):
             got = tables.get((table, p), {})
+            joins_table = any(k[:1] in (JOIN, ID, EXPIRY) for k in got)
             got, index = split_index_rows(got)
             want = replay(log.get(p, []))
             assert got == want, (f"{table}[{p}]: {len(got)} rows, full replay {len(want)}; "
                                  f"differ on {sorted(set(got) ^ set(want))[:5]} / "
                                  f"{[k for k in got if k in want and got[k] != want[k]][:5]}")
-            check_index_rows(table, p, got, index)
+            if joins_table:
+                check_index_rows(table, p, got, index)
             compared += len(want)
     return compared
 
@@ -136,7 +138,7 @@ async def assert_equals_full_replay(names: Names, datadir: Path) -> int:
 def split_index_rows(rows: dict[bytes, bytes]) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
     """A joins table's rows: (its changelog's rows, the index rows the worker derives from
     them: app.joins.keys); (every row, {}) for another table."""
-    if not any(k[:1] == JOIN for k in rows):
+    if not any(k[:1] in (JOIN, ID, EXPIRY) for k in rows):
         return rows, {}
     return ({k: v for k, v in rows.items() if k[:1] == JOIN},
             {k: v for k, v in rows.items() if k[:1] != JOIN})
