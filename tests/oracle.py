@@ -14,7 +14,8 @@ The rules (docs: Concepts → event time; Joins):
   every version takes the earliest one (ties: the greatest values).
 - mode ``inner``: an event no version applies to has no answer (absent).
 - the join id is the event's own id, else ``"r-" + sha1(key, event_time, recommendation)``
-  (fields joined by U+001F, first 20 hex digits).
+  (fields joined by U+001F, first 20 hex digits); for any spec, of the event's copied fields
+  in ``events.copy`` order, each as Python's ``str()`` (``None``, ``True``, ``4.0``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ def join_id(consultant: str, event_time: int, recommendation: str, given: str | 
     if given:
         return given
     raw = "\x1f".join((consultant, str(event_time), recommendation)).encode("utf-8")
+    return "r-" + hashlib.sha1(raw).hexdigest()[:20]
+
+
+def spec_join_id(copied: Iterable[Any], given: str | None) -> str:
+    """Any spec: the event's own id when non-empty, else the digest of its copied fields."""
+    if given:
+        return given
+    raw = "\x1f".join(str(v) for v in copied).encode("utf-8")
     return "r-" + hashlib.sha1(raw).hexdigest()[:20]
 
 

@@ -91,7 +91,7 @@ def _python_float_text() -> Callable[..., Column]:
     """A UDF giving Python's text of a float (``str(4.0)`` is ``4.0``, Java's ``4.0`` too, but
     ``1e-05`` against ``1.0E-5``). Defined in a function so it is shipped by value: executors
     need Python, not etj."""
-    def text(x: float | None) -> str | None:
+    def text(x):  # type: ignore[no-untyped-def]  # (no hints: Spark would read them as pandas)
         return None if x is None else repr(x + 0.0)  # + 0.0: -0.0 is 0.0, as the wire models
 
     return F.udf(text, "string")  # type: ignore[return-value]

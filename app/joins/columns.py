@@ -48,15 +48,29 @@ class Column:
         return ARROW_TYPES[self.kind]
 
 
-def _kind(annotation: Any) -> tuple[Kind, bool]:
-    """(kind, optional) of a field annotation such as ``str``, ``int | None``."""
-    args = typing.get_args(annotation)
+def _unwrap(annotation: Any) -> tuple[Any, list[Any]]:
+    """``Annotated[T, ...]`` -> (T, its constraints); the constraints of a ``FieldInfo`` in it
+    (what ``Field(max_length=...)`` inside ``Annotated`` becomes) are taken out of it."""
+    if typing.get_origin(annotation) is not typing.Annotated:
+        return annotation, []
+    base, *extras = typing.get_args(annotation)
+    found: list[Any] = []
+    for extra in extras:
+        found.extend(getattr(extra, "metadata", None) or [extra])
+    return base, found
+
+
+def _kind(annotation: Any) -> tuple[Kind, bool, list[Any]]:
+    """(kind, optional, constraints) of a field annotation: ``str``, ``int | None``,
+    ``Annotated[str, Field(max_length=9)] | None`` ..."""
+    optional = False
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1 and rest[0] in _KINDS:
-            return _KINDS[rest[0]], True
-    elif annotation in _KINDS:
-        return _KINDS[annotation], False
+        rest = [a for a in typing.get_args(annotation) if a is not type(None)]
+        optional = len(rest) < len(typing.get_args(annotation))
+        annotation = rest[0] if len(rest) == 1 else annotation
+    base, constraints = _unwrap(annotation)
+    if base in _KINDS:
+        return _KINDS[base], optional, constraints
     raise TypeError(f"a wire field of type {annotation!r} has no column type (str, int, float, "
                     "bool, optionally None)")
 
@@ -65,9 +79,9 @@ def model_columns(model: type[WireModel]) -> list[Column]:
     """The columns of ``model``'s records, in field order."""
     out = []
     for name, field in model.model_fields.items():
-        kind, optional = _kind(field.annotation)
+        kind, optional, constraints = _kind(field.annotation)
         col = Column(name, kind, required=field.is_required() and not optional)
-        for m in field.metadata:
+        for m in [*constraints, *field.metadata]:
             if isinstance(m, MinLen):
                 col = replace(col, min_length=m.min_length)
             elif isinstance(m, MaxLen):
