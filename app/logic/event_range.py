@@ -30,6 +30,7 @@ from typing import Literal
 __all__ = ["EventRange", "Role", "parse_time", "needs"]
 
 Role = Literal["events", "dimension-before", "dimension-earliest", "output"]
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def parse_time(text: str) -> int:
@@ -45,7 +46,7 @@ def parse_time(text: str) -> int:
                          "(e.g. 2026-10-01 or 2026-10-01T12:00:00Z)") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
-    return int(when.timestamp() * 1000)
+    return (when - _EPOCH) // dt.timedelta(milliseconds=1)  # exact: no float on the way
 
 
 @dataclass(frozen=True)
