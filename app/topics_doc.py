@@ -179,8 +179,9 @@ ETJ_JOINS_FILE=joins.json .venv/bin/python -m app.topics_doc --print
 ```
 
 **Created by you** means the worker does not declare the topic: create it before the worker
-starts (or let the broker auto-create it, `auto.create.topics.enable`, with the partition count
-of `ETJ_PARTITIONS`). A join's input topics and its ticks topic must be
+starts, with `ETJ_PARTITIONS` partitions (a broker that auto-creates topics,
+`auto.create.topics.enable`, gives them its own `num.partitions`: make it the same, or the
+worker refuses to start). A join's input topics and its ticks topic must be
 [co-partitioned](../concepts/event-time.md#co-partitioning); the worker refuses to start when
 they are not. **Created by the worker**: internal topics and table changelogs (compacted), made
 with `ETJ_PARTITIONS` partitions and `ETJ_REPLICATION_FACTOR` replicas; it needs `Create` on

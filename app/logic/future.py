@@ -23,8 +23,8 @@ handles the record; the batch twin: when its run started, or ``--now``). Shapes:
 
 from __future__ import annotations
 
-__all__ = ["NO_TIMESTAMP", "kafka_timestamp", "reference_time", "from_the_future",
-           "refusal_reason"]
+__all__ = ["NO_TIMESTAMP", "kafka_timestamp", "timestamp_from_seconds", "reference_time",
+           "from_the_future", "refusal_reason"]
 
 #: what Kafka clients report for a record without a timestamp (message format v0)
 NO_TIMESTAMP = -1
@@ -35,6 +35,14 @@ def kafka_timestamp(raw: int | None) -> int | None:
     if raw is None or raw < 0:
         return None
     return raw
+
+
+def timestamp_from_seconds(seconds: float | None) -> int | None:
+    """A Faust ``Message.timestamp`` (seconds as a float: its aiokafka driver divides the
+    record's milliseconds by 1000) back in epoch ms, as the archive keeps it; None: none."""
+    if seconds is None:
+        return None
+    return kafka_timestamp(round(seconds * 1000))
 
 
 def reference_time(timestamp_ms: int | None, now_ms: int) -> int:

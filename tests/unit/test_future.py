@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.logic.future import (from_the_future, kafka_timestamp, reference_time,
-                              refusal_reason)
+                              refusal_reason, timestamp_from_seconds)
 from app.settings import Settings
 
 NOW = 1_000_000
@@ -23,6 +23,9 @@ def test_the_reference_is_the_timestamp_unless_it_is_ahead_of_the_clock():
     assert kafka_timestamp(-1) is None and kafka_timestamp(None) is None
     assert kafka_timestamp(0) == 0
     assert reference_time(kafka_timestamp(-1), NOW) == NOW
+    # Faust hands the stream seconds (ms / 1000.0): back to the archive's exact milliseconds
+    assert timestamp_from_seconds(1_790_000_000_123 / 1000.0) == 1_790_000_000_123
+    assert timestamp_from_seconds(-1 / 1000.0) is None and timestamp_from_seconds(None) is None
 
 
 def test_refused_only_past_the_tolerance():
@@ -58,3 +61,8 @@ def test_the_setting_and_its_default():
     assert Settings().max_future_ms == 300_000
     assert Settings(max_future_ms=0).max_future_ms == 0
     assert "55 min late" in (Settings.model_fields["max_future_ms"].description or "")
+
+
+@given(ms=st.integers(0, 4_102_444_800_000))
+def test_faust_s_seconds_give_back_every_millisecond(ms):
+    assert timestamp_from_seconds(ms / 1000.0) == ms
