@@ -203,9 +203,10 @@ class Settings(BaseSettings):
         None, description="Bearer token of the state views, when no file gives it.")
     max_future_ms: int = Field(
         300_000, ge=0, description="Records from the future: an input record whose event time "
-        "is more than this ahead of min(its Kafka timestamp, the wall clock) is refused (dead "
-        "letter, counted) and never moves stream time; the batch twin applies the same rule "
-        "(docs/concepts/event-time.md#records-from-the-future). Default 5 min: far above the "
+        "is more than this ahead of min(its Kafka timestamp, the wall clock) is refused, never "
+        "joined, never moves stream time (the batch twin applies it; the worker's read path "
+        "with its rewrite, docs/concepts/event-time.md#records-from-the-future). Default 5 min: "
+        "far above the "
         "clock skew of honest producers (NTP: milliseconds; phones: seconds), below every "
         "time-zone mistake (30 min or more), and small against the retention: an accepted "
         "record moves stream time at most this far ahead, so with the default 1 h retention "
