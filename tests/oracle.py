@@ -102,6 +102,16 @@ def exact_mood_joins(moods: Iterable[Mood], recs: Iterable[Recommendation],
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An event of any spec as :func:`exact_answer` reads it (its join id already chosen)."""
+
+    key: str
+    id: str
+    event_time: int
+    payload: tuple[Any, ...] = ()
+
+
 def exact_answer(rules: Any, versions: Iterable[tuple[str, list[Any]]],
                  events: Iterable[Any]) -> dict[str, tuple[Any, ...]]:
     """Any spec: join id -> (id, key, event_time, payload, answer values, answer time).

@@ -13,7 +13,7 @@ range only what the joins of events in the range need is read (:mod:`app.logic.e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
@@ -65,73 +65,69 @@ def dimension_role(spec: JoinSpec) -> Role:
 
 
 @dataclass
-class JoinInputs:
-    """A join's admitted inputs, and what the future rule refused of each (lazy frames)."""
+class Inputs:
+    """A job's admitted inputs by name (``events``, ``dimension``; ``car arrivals``, ``zones``)
+    and what the future rule refused of each: lazy frames."""
 
-    events: DataFrame
-    dimension: DataFrame
-    refused: dict[str, DataFrame] = field(default_factory=dict)
+    records: dict[str, DataFrame]
+    refused: dict[str, DataFrame]
+
+    def __getitem__(self, name: str) -> DataFrame:
+        return self.records[name]
 
     def refused_counts(self) -> dict[str, int]:
         """Records refused as from the future, per input (runs one Spark job per input)."""
         return {name: df.count() for name, df in self.refused.items()}
 
 
+def _admit(spark: SparkSession, paths: Paths, kind: A.ArchiveKind, time: str, scope: Scope,
+           role: Role | None) -> tuple[DataFrame, DataFrame]:
+    """One input read, split by the future rule, both parts cut to what the range needs
+    (``role`` None: no range applies)."""
+    a = admit(A.read_archive(spark, paths, kind), time, scope.now_ms, scope.max_future_ms)
+    if role is None:
+        return a.records, a.refused
+    return (in_range(a.records, scope.range, role, time),
+            in_range(a.refused, scope.range, role, time))
+
+
 def read_join_inputs(spark: SparkSession, spec: JoinSpec, events: Paths, dimension: Paths,
-                     scope: Scope) -> JoinInputs:
+                     scope: Scope) -> Inputs:
     """Extract and admit: the archives read as the spec's records, records from the future set
     apart, and only what the range needs kept."""
     kinds = spec_kinds(spec)
-    ev = admit(A.read_archive(spark, events, kinds.events), spec.events.time, scope.now_ms,
-               scope.max_future_ms)
-    dv = admit(A.read_archive(spark, dimension, kinds.dimension), spec.dimension.time,
-               scope.now_ms, scope.max_future_ms)
-    r, role = scope.range, dimension_role(spec)
-    return JoinInputs(
-        in_range(ev.records, r, "events", spec.events.time),
-        in_range(dv.records, r, role, spec.dimension.time),
-        {"events": in_range(ev.refused, r, "events", spec.events.time),
-         "dimension": in_range(dv.refused, r, role, spec.dimension.time)})
+    sides = {"events": _admit(spark, events, kinds.events, spec.events.time, scope, "events"),
+             "dimension": _admit(spark, dimension, kinds.dimension, spec.dimension.time, scope,
+                                 dimension_role(spec))}
+    return Inputs({k: v[0] for k, v in sides.items()}, {k: v[1] for k, v in sides.items()})
 
 
 def exact_join(spark: SparkSession, spec: JoinSpec, events: Paths, dimension: Paths,
-               scope: Scope, method: str = METHODS[0]) -> tuple[DataFrame, JoinInputs]:
+               scope: Scope, method: str = METHODS[0]) -> tuple[DataFrame, Inputs]:
     """Extract + transform: the exact answer (:func:`app.batch.spec_joins.answer_columns`)."""
     inputs = read_join_inputs(spark, spec, events, dimension, scope)
-    return S.spec_joins(spec, inputs.events, inputs.dimension, method), inputs
+    return S.spec_joins(spec, inputs["events"], inputs["dimension"], method), inputs
 
 
-@dataclass
-class CarInputs:
-    arrivals: DataFrame
-    zones: DataFrame
-    refused: dict[str, DataFrame] = field(default_factory=dict)
-
-    def refused_counts(self) -> dict[str, int]:
-        return {name: df.count() for name, df in self.refused.items()}
-
-
-def read_car_inputs(spark: SparkSession, cars: Paths, zones: Paths, scope: Scope) -> CarInputs:
+def read_car_inputs(spark: SparkSession, cars: Paths, zones: Paths, scope: Scope) -> Inputs:
     """The car view's inputs, records from the future set apart (the car view is the view of
     now: no event-time range applies)."""
-    a = admit(A.read_archive(spark, cars, A.CARS), "event_time", scope.now_ms,
-              scope.max_future_ms)
-    z = admit(A.read_archive(spark, zones, A.ZONES), "event_time", scope.now_ms,
-              scope.max_future_ms)
-    return CarInputs(a.records, z.records, {"car arrivals": a.refused, "zones": z.refused})
+    sides = {"car arrivals": _admit(spark, cars, A.CARS, "event_time", scope, None),
+             "zones": _admit(spark, zones, A.ZONES, "event_time", scope, None)}
+    return Inputs({k: v[0] for k, v in sides.items()}, {k: v[1] for k, v in sides.items()})
 
 
 def exact_cars(spark: SparkSession, cars: Paths, zones: Paths, scope: Scope,
-               ) -> tuple[DataFrame, CarInputs]:
+               ) -> tuple[DataFrame, Inputs]:
     inputs = read_car_inputs(spark, cars, zones, scope)
-    return car_view(inputs.arrivals, inputs.zones), inputs
+    return car_view(inputs["car arrivals"], inputs["zones"]), inputs
 
 
 # ---------------------------------------------------------------------------------- reconcile
 
 
 def read_output(spark: SparkSession, spec: JoinSpec, revisions: Paths, scope: Scope,
-                inputs: JoinInputs) -> DataFrame:
+                inputs: Inputs) -> DataFrame:
     """The output archive, as far as the range asks: the revisions of the joins of events in
     it (by the event time they carry, else by the join ids of those events)."""
     log = A.read_archive(spark, revisions, spec_kinds(spec).output)
@@ -139,7 +135,7 @@ def read_output(spark: SparkSession, spec: JoinSpec, revisions: Paths, scope: Sc
         return log
     if spec.events.time in spec.events.copy:
         return in_range(log, scope.range, "output", spec.events.time)
-    ids = inputs.events.select(S.join_id(spec).alias("id")).distinct()
+    ids = inputs["events"].select(S.join_id(spec).alias("id")).distinct()
     return log.join(ids, "id", "left_semi")
 
 
@@ -205,7 +201,7 @@ def reconcile_cars(spark: SparkSession, steps: Steps, cars: Paths, zones: Paths,
 def backfill(spark: SparkSession, spec: JoinSpec, events: Paths, dimension: Paths,
              revisions: Paths, scope: Scope, late_events: Paths = (),
              late_dimension: Paths = (), before: int | None = None,
-             method: str = METHODS[0]) -> tuple[DataFrame, JoinInputs]:
+             method: str = METHODS[0]) -> tuple[DataFrame, Inputs]:
     """Revisions (:func:`app.batch.spec_joins.revision_columns`) that supersede the archived
     log's latest answers, and the admitted inputs (for their refused counts).
 

@@ -10,46 +10,29 @@ that came through it.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from app.kafka_security import KafkaSecurityError
 from app.local_broker import LocalBroker, free_port
-from tests.broker.test_run_local import CORRECTION, JOINED
+from tests.broker.test_run_local import CORRECTION, JOINED, make_run, wait_for_a_correction
+from tests.broker.test_tls import certs, tls_broker, tls_env  # noqa: F401  (module fixtures)
 from tests.harness import SECURITY_PREFIX, make_names
-from tests.tls_proxy import Certs, TlsBroker, make_certs
+from tests.tls_proxy import Certs, TlsBroker
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("own-kafka-certs"))
-
-
-@pytest.fixture(scope="module")
-def own_kafka(certs: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    b = TlsBroker(certs, tmp_path_factory.mktemp("own-kafka")).start()
-    yield b
-    b.stop()
-
-
 def own_kafka_env(broker: TlsBroker, certs: Certs, tmp: Path,
                   ca: Path | None = None) -> dict[str, str]:
-    """What a person sets to use their Kafka: the bootstrap server and the TLS settings."""
-    password = tmp / "key-password"
-    password.write_text(certs.client_key_password + "\n")
-    return {"ETJ_BOOTSTRAP": f"127.0.0.1:{broker.proxy.port}",
-            "ETJ_KAFKA_TLS_CA_FILE": str(ca or certs.ca),
-            "ETJ_KAFKA_TLS_CERT_FILE": str(certs.client_cert),
-            "ETJ_KAFKA_TLS_KEY_FILE": str(certs.client_key),
-            "ETJ_KAFKA_TLS_KEY_PASSWORD_FILE": str(password)}
+    """What a person sets to use their Kafka: the bootstrap server and the TLS settings (the
+    same files as test_tls.py's worker gets)."""
+    tls = {"ETJ_" + k.upper(): v for k, v in tls_env(certs, tmp, ca).items()}
+    return {"ETJ_BOOTSTRAP": f"127.0.0.1:{broker.proxy.port}", **tls}
 
 
 def clean_environ() -> dict[str, str]:
@@ -63,54 +46,42 @@ def session_processes(pid: int) -> str:
                           text=True).stdout
 
 
-def test_make_run_uses_your_kafka_over_tls_and_starts_no_broker(own_kafka, certs, tmp_path):
-    names = make_names(own_kafka.url)  # this test's own topic names on that broker
+def test_make_run_uses_your_kafka_over_tls_and_starts_no_broker(tls_broker, certs, tmp_path):
+    names = make_names(tls_broker.url)  # this test's own topic names on that broker
     port = free_port()
-    env = {**clean_environ(), **names.env, **own_kafka_env(own_kafka, certs, tmp_path),
+    env = {**clean_environ(), **names.env, **own_kafka_env(tls_broker, certs, tmp_path),
            "ETJ_WEB_PORT": str(port), "ETJ_DATADIR": str(tmp_path / "state")}
     del env["ETJ_BROKER_URL"]  # make run takes it from ETJ_BOOTSTRAP
-    before = own_kafka.proxy.connections
-    out = tmp_path / "run.out"
-    with out.open("wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "app.run_local"], cwd=tmp_path, env=env,
-                                stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline and not CORRECTION.search(out.read_text("utf-8",
-                                                                                  "replace")):
-            assert proc.poll() is None, out.read_text()
-            time.sleep(1)
-        text = out.read_text("utf-8", "replace")
-        assert f"broker  kafka://127.0.0.1:{own_kafka.proxy.port} (existing, SSL)" in text, text
+    before = tls_broker.proxy.connections
+    with make_run(env, tmp_path) as (proc, out):
+        text = wait_for_a_correction(proc, out)
+        assert f"broker  kafka://127.0.0.1:{tls_broker.proxy.port} (existing, SSL)" in text, text
         assert JOINED.search(text) and CORRECTION.search(text), text[-3000:]
         running = session_processes(proc.pid)
         assert "tansu" not in running, running  # nothing but the worker and the tools
         # the worker, the traffic and both watchers all came in through TLS
-        assert own_kafka.proxy.connections - before >= 4
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        assert tls_broker.proxy.connections - before >= 4
     assert "stopped." in out.read_text()
 
 
-def test_the_test_suite_runs_against_your_kafka_over_tls(own_kafka, certs, tmp_path):
+def test_the_test_suite_runs_against_your_kafka_over_tls(tls_broker, certs, tmp_path):
     """A broker test in a pytest of its own, pointed at the TLS-only broker: its session broker,
     its workers and its producers and consumers all connect with the TLS settings."""
-    before = own_kafka.proxy.connections
+    before = tls_broker.proxy.connections
     test = "tests/broker/test_broker_mood_join.py::" \
            "test_paced_out_of_order_emits_corrections_and_converges"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], cwd=ROOT,
-        env={**clean_environ(), **own_kafka_env(own_kafka, certs, tmp_path)},
+        env={**clean_environ(), **own_kafka_env(tls_broker, certs, tmp_path)},
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
     assert "1 passed" in done.stdout
-    assert own_kafka.proxy.connections - before >= 3  # session wait, worker, test clients
+    assert tls_broker.proxy.connections - before >= 3  # session wait, worker, test clients
 
 
 def test_a_broker_whose_certificate_is_not_trusted_is_said_at_once(
-        own_kafka, certs, tmp_path, monkeypatch):
-    for k, v in own_kafka_env(own_kafka, certs, tmp_path, ca=certs.other_ca).items():
+        tls_broker, certs, tmp_path, monkeypatch):
+    for k, v in own_kafka_env(tls_broker, certs, tmp_path, ca=certs.other_ca).items():
         monkeypatch.setenv(k, v)
     began = time.monotonic()
     broker = LocalBroker(log_dir=tmp_path)

@@ -8,7 +8,6 @@ record's Kafka timestamp as ``_timestamp``); expected answers come from tests/or
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +17,12 @@ from app.batch.cli import main
 from app.joins.catalog import movie_spec
 from app.joins.spec import JoinSpec, resolve
 from app.settings import Settings
-from tests.oracle import exact_answer
+from tests.oracle import Event, exact_answer
 from tests.spark.test_commands import read_lines, write_lines
 from tests.spark.test_spec_joins import Click, click_spec
 
 ARGS = ["--no-progress"]
 NOW = 1_790_000_000_000
-
-
-@dataclass(frozen=True)
-class Event:
-    """An event as the oracle reads it."""
-
-    key: str
-    id: str
-    event_time: int
-    payload: tuple[Any, ...]
 
 
 def log_of(spec: JoinSpec, expected: dict[str, tuple[Any, ...]],
@@ -69,6 +58,14 @@ LEVELS = [("ann", 15, 1, "lo"), ("ann", 20, 2, "hi"), ("ann", 20, 2, "lo"),  # a
           ("bob", 9, 0, "lo")]  # bob's only level is after his click: the earliest one
 
 
+def clicks_join(tmp_path: Path, asof: str, mode: str) -> tuple[Path, JoinSpec]:
+    """A joins file holding the clicks spec with this rule and mode, and the spec resolved."""
+    raw = click_spec(asof, mode)
+    path = tmp_path / "joins.json"
+    path.write_text(json.dumps([raw]))
+    return path, resolve(raw)
+
+
 def click_archives(tmp_path: Path, stamps: dict[int, int] | None = None) -> tuple[str, str]:
     stamps = stamps or {}
     events = [{k: v for k, v in {"cid": c.cid, "user": c.user, "at": c.at, "score": c.score,
@@ -81,10 +78,7 @@ def click_archives(tmp_path: Path, stamps: dict[int, int] | None = None) -> tupl
 
 
 def test_exact_and_reconcile_a_join_from_a_joins_file(spark, tmp_path, capsys):
-    raw = click_spec("at-or-before-else-earliest", "inner")
-    joins_file = tmp_path / "joins.json"
-    joins_file.write_text(json.dumps([raw]))
-    spec = resolve(raw)
+    joins_file, spec = clicks_join(tmp_path, "at-or-before-else-earliest", "inner")
     events, levels = click_archives(tmp_path)
     expected = exact_answer(spec.rules, [(u, [t, lv, lb]) for u, t, lv, lb in LEVELS], CLICKS)
     assert expected[CLICKS[3].id][4] == (0, "lo")  # bob: before every level -> the earliest
@@ -162,10 +156,7 @@ def test_records_from_the_future_are_refused_counted_and_the_rest_is_exact(
     """ann's level at 20 was produced at 20 - 6 (Kafka timestamp): 6 ahead of its own timestamp,
     past a tolerance of 5, refused; bob's click at NOW + 9 has no timestamp: held against the
     clock, refused. Everything else is joined, as the oracle joins the records left."""
-    raw = click_spec("before", "left")
-    joins_file = tmp_path / "joins.json"
-    joins_file.write_text(json.dumps([raw]))
-    spec = resolve(raw)
+    joins_file, spec = clicks_join(tmp_path, "before", "left")
     late_click = Click("bob", NOW + 9, 1.0, True, None, "future")
     events = [*CLICKS, late_click]
     stamps = {20: 14, 15: 15, 9: 9}  # ann@20 stamped 14: 6 ahead of it
@@ -206,10 +197,7 @@ def test_a_range_reconciles_its_events_with_versions_from_before_it(spark, tmp_p
     """Reconcile [20, 30): ann's click at 20 joins her level at 15, from before the range; a
     wrong revision of a join outside the range does not count; the same log over all time is
     not converged."""
-    raw = click_spec("before", "left")
-    joins_file = tmp_path / "joins.json"
-    joins_file.write_text(json.dumps([raw]))
-    spec = resolve(raw)
+    joins_file, spec = clicks_join(tmp_path, "before", "left")
     events, levels = click_archives(tmp_path)
     every = exact_answer(spec.rules, [(u, [t, lv, lb]) for u, t, lv, lb in LEVELS], CLICKS)
     in_range = {k: v for k, v in every.items() if 20 <= v[2] < 30}

@@ -11,40 +11,23 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app.batch.cli import main
 from app.joins.spec import resolve
+from tests.docs.pages import README, block
 from tests.harness import Names, latest_by_id, produce, read_all, wait_for
-from tests.oracle import exact_answer
+from tests.oracle import Event, exact_answer
 
 ARGS = ["--no-progress"]
 
 
 def tiers_spec(prefix: str) -> dict[str, Any]:
-    """The README's example spec, on this test's topics."""
-    return {
-        "name": "tiers",
-        "events": {"topic": f"{prefix}-page-views", "key": "user_id", "time": "event_time",
-                   "id": "id",
-                   "fields": {"id": "str", "user_id": "str", "page": "str", "event_time": "time"},
-                   "copy": ["user_id", "page", "event_time"]},
-        "dimension": {"topic": f"{prefix}-user-tiers", "key": "user_id", "time": "event_time",
-                      "fields": {"user_id": "str", "tier": "str", "event_time": "time"},
-                      "copy": ["tier"], "time_as": "tier_event_time"},
-        "output": f"{prefix}-tiered-page-views", "ticks": f"{prefix}-tiers-ticks",
-        "mode": "left", "asof": "before", "retention_ms": 86_400_000,
-    }
-
-
-@dataclass(frozen=True)
-class View:
-    key: str
-    id: str
-    event_time: int
-    payload: tuple[Any, ...]
+    """The README's example spec (its tested ``minimal-spec`` block), on this test's topics."""
+    text = block(README, "minimal-spec").replace('"etj-', f'"{prefix}-etj-')
+    [spec] = json.loads(text)
+    return spec  # type: ignore[no-any-return]
 
 
 def archive(env: dict[str, str], folder: Path, topics: dict[str, str]) -> tuple[dict, str]:
@@ -92,7 +75,7 @@ def test_a_joins_file_spec_streams_archives_and_reconciles(
     asyncio.run(produce(names, spec.events.topic, views[2:]))
     expected = exact_answer(
         spec.rules, [(k, [v["event_time"], v["tier"]]) for k, v in tiers if "tier" in v],
-        [View(k, v["id"], v["event_time"], (v["page"],)) for k, v in views])
+        [Event(k, v["id"], v["event_time"], (v["page"],)) for k, v in views])
     assert expected["w1"][4] == ("silver",) and expected["x1"][4] is None
 
     def answer(r: dict[str, Any]) -> tuple[Any, ...]:
