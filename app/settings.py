@@ -158,7 +158,7 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a produced record may wait for the broker: a request unanswered "
         "after Faust's PRODUCER_REQUEST_TIMEOUT is sent again until then; past it the worker "
-        "exits without committing (fail-stop; see app/delivery.py).",
+        "exits without committing (fail-stop; see app/compat/delivery.py).",
     )
     consumer_fetch_max_wait_ms: int | None = Field(
         None,
@@ -202,6 +202,17 @@ class Settings(BaseSettings):
         "(health, readiness and metrics stay open); unset with `ETJ_VIEWS_TOKEN`: views open.")
     views_token: SecretStr | None = Field(
         None, description="Bearer token of the state views, when no file gives it.")
+    max_future_ms: int = Field(
+        300_000, ge=0, description="Records from the future: an input record whose event time "
+        "is more than this ahead of min(its Kafka timestamp, the wall clock) is refused, never "
+        "joined, never moves stream time (the batch twin applies it; the worker's read path "
+        "with its rewrite, docs/concepts/event-time.md#records-from-the-future). Default 5 min: "
+        "far above the "
+        "clock skew of honest producers (NTP: milliseconds; phones: seconds), below every "
+        "time-zone mistake (30 min or more), and small against the retention: an accepted "
+        "record moves stream time at most this far ahead, so with the default 1 h retention "
+        "records up to 55 min late still join (a 1 h tolerance would let one record push every "
+        "on-time record behind the horizon).")
 
     @property
     def local_tables(self) -> bool:

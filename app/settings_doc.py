@@ -61,7 +61,7 @@ GROUPS: list[tuple[str, str, list[str]]] = [
     ("Event time and joins", "See [retention and late records](../concepts/retention.md) and "
      "[declarative joins](../joins/declarative.md).",
      ["retention_ms", "revisit_interval_s", "review_lag_ms", "movie_retention_ms",
-      "movie_window_ms", "joins_file"]),
+      "movie_window_ms", "max_future_ms", "joins_file"]),
     ("Flow control", "See [flow control](../concepts/flow-control.md).",
      ["flow_control", "flow_max_idle_ms", "flow_max_buffered"]),
     ("Snapshots", "Snapshots of the table partitions in object storage, for a worker that "
@@ -96,8 +96,8 @@ In the Helm chart, `config.<name>` sets `ETJ_<NAME>` (for example `config.retent
 `ETJ_RETENTION_MS`); the chart's values schema is generated from the same class, so a misspelt
 setting is refused by `helm install`. The chart sets a few settings itself (column *Helm*).
 
-`make run` and the tests set `ETJ_PRODUCER_MAX_BATCH_SIZE=1` and
-`ETJ_CONSUMER_FETCH_MAX_WAIT_MS=100` for the bundled tansu broker (see
+`make run` and the tests set `ETJ_PRODUCER_MAX_BATCH_SIZE=1` for the bundled tansu broker, and
+the benchmarks also `ETJ_CONSUMER_FETCH_MAX_WAIT_MS=100` (see
 [the test broker](../contributing/tests.md#the-test-broker)); leave both unset on a real Kafka.
 """
 

@@ -48,7 +48,8 @@ def topic_of(names: Names, kind: str) -> str:
 async def send(names: Names, records: Iterable[tuple[str, Any, Any]], pace_s: float = 0.0,
                topics: dict[str, str] | None = None) -> list[Sent]:
     """Send (kind, key, value) in order with one producer; return where each one landed."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), max_request_size=4 << 20)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), max_request_size=4 << 20,
+                                **names.client_auth())
     await producer.start()
     out: list[Sent] = []
     try:
@@ -239,7 +240,7 @@ async def diagnose(names: Names, workers: list[Worker]) -> str:
 
     lines = []
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), group_id=names.app_id,
-                                enable_auto_commit=False)
+                                enable_auto_commit=False, **names.client_auth())
     await consumer.start()
     try:
         for topic in (names.moods_topic, names.events_topic):
@@ -316,7 +317,7 @@ async def uncommitted(names: Names, sent: Iterable[Sent], timeout_s: float = 20.
     for s in sent:
         want[(s.topic, s.partition)] = max(want.get((s.topic, s.partition), 0), s.offset + 1)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), group_id=names.app_id,
-                                enable_auto_commit=False)
+                                enable_auto_commit=False, **names.client_auth())
     await consumer.start()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

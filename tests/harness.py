@@ -3,6 +3,11 @@
 Each test gets its own app id and topic names (a unique prefix), so tests share one broker per
 session without seeing each other's records. Workers are real ``faust -A app.main worker``
 processes, stopped by PID; their logs are printed when a test fails.
+
+Against your own Kafka (``ETJ_BOOTSTRAP``, docs/getting-started.md#your-own-kafka), the
+``ETJ_KAFKA_*`` TLS/SASL settings of the test process are that broker's: :func:`make_names`
+puts them in the env of the workers it names, and every client here connects with them
+(:meth:`Names.client_auth`). A broker a test starts itself (tansu: plaintext) gets none.
 """
 
 from __future__ import annotations
@@ -22,8 +27,13 @@ from typing import Any, Iterable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from app.local_broker import LocalBroker, free_port
+from app.copartition import bootstrap_servers
+from app.kafka_security import aiokafka_auth
+from app.local_broker import EXISTING_BROKER_ENV, LocalBroker, free_port
 from app.settings import Settings
+
+#: the settings that say how to reach a Kafka (TLS, SASL): a worker takes them from its Names
+SECURITY_PREFIX = "ETJ_KAFKA_"
 
 #: settings fields that name topics; each test gets them prefixed
 TOPIC_FIELDS = [name for name in Settings.model_fields if name.endswith("_topic")]
@@ -42,10 +52,26 @@ class Names:
             return self.env[key]
         raise AttributeError(item)
 
+    def client_auth(self) -> dict[str, Any]:
+        """TLS/SASL keyword arguments of a client of this test's broker: the worker's own
+        mapping (app.kafka_security) of the ``ETJ_KAFKA_*`` settings in :attr:`env`."""
+        values = {k[4:].lower(): v for k, v in self.env.items() if k.startswith(SECURITY_PREFIX)}
+        # only these values: the test process's environment may be another broker's
+        return aiokafka_auth(Settings(_env_prefix="ETJ_TEST_NO_ENV_", **values))
+
+
+def security_env(broker_url: str) -> dict[str, str]:
+    """The ``ETJ_KAFKA_*`` variables of the test process when ``broker_url`` is the existing
+    broker of ``ETJ_BOOTSTRAP``; none for a broker the tests started (tansu: plaintext)."""
+    existing = os.environ.get(EXISTING_BROKER_ENV, "").strip()
+    if not existing or bootstrap_servers(existing) != bootstrap_servers(broker_url):
+        return {}
+    return {k: v for k, v in os.environ.items() if k.startswith(SECURITY_PREFIX)}
+
 
 def make_names(broker_url: str, **overrides: Any) -> Names:
     prefix = "t" + uuid.uuid4().hex[:8]
-    env = {"ETJ_BROKER_URL": broker_url, "ETJ_APP_ID": f"{prefix}-etj",
+    env = {"ETJ_BROKER_URL": broker_url, "ETJ_APP_ID": f"{prefix}-etj", **security_env(broker_url),
            "ETJ_PRODUCER_MAX_BATCH_SIZE": "1", "ETJ_REVISIT_INTERVAL_S": "1",
            # a produce request left unanswered is re-sent after 10 s, not Faust's 20 min
            # (app.compat.delivery keeps the batch itself until ETJ_PRODUCER_DELIVERY_TIMEOUT_S)
@@ -70,10 +96,16 @@ class Worker:
     def log_path(self) -> Path:
         return self.workdir / f"{self.name}.log"
 
+    def start_env(self) -> dict[str, str]:
+        """The process environment: this process's, but its Kafka security settings (a worker
+        takes its broker's from :attr:`env`, see :func:`make_names`)."""
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith(SECURITY_PREFIX)}
+        return {**inherited, **self.env, "ETJ_WEB_PORT": str(self.web_port),
+                "ETJ_DATADIR": str(self.workdir / f"{self.name}-data")}
+
     def start(self) -> "Worker":
         self.workdir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.env, "ETJ_WEB_PORT": str(self.web_port),
-               "ETJ_DATADIR": str(self.workdir / f"{self.name}-data")}
+        env = self.start_env()
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "faust", "-A", "app.main", "worker", "-l", "info"],
@@ -165,13 +197,13 @@ class Worker:
 
 
 def bootstrap(names: Names) -> str:
-    return names.env["ETJ_BROKER_URL"].replace("kafka://", "")
+    return bootstrap_servers(names.env["ETJ_BROKER_URL"])
 
 
 async def produce(names: Names, topic: str, records: Iterable[tuple[Any, Any]],
                   pace_s: float = 0.0, partition: int | None = None) -> None:
     """Send (key, value) pairs in order; dict values become JSON, str/bytes are sent as is."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names))
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), **names.client_auth())
     await producer.start()
     try:
         for key, value in records:
@@ -194,7 +226,7 @@ def encode(v: Any) -> bytes | None:
 async def create_topic(names: Names, topic: str, partitions: int) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap(names))
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap(names), **names.client_auth())
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, partitions, 1)])
@@ -209,7 +241,7 @@ async def read_all(names: Names, topic: str, idle_s: float = 3.0,
     Values are decoded from JSON when they are JSON.
     """
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), enable_auto_commit=False,
-                                auto_offset_reset="earliest")
+                                auto_offset_reset="earliest", **names.client_auth())
     await consumer.start()
     out: list[tuple[bytes | None, Any]] = []
     try:

@@ -14,7 +14,8 @@ The rules (docs: Concepts → event time; Joins):
   every version takes the earliest one (ties: the greatest values).
 - mode ``inner``: an event no version applies to has no answer (absent).
 - the join id is the event's own id, else ``"r-" + sha1(key, event_time, recommendation)``
-  (fields joined by U+001F, first 20 hex digits).
+  (fields joined by U+001F, first 20 hex digits); for any spec, of the event's copied fields
+  in ``events.copy`` order, each as Python's ``str()`` (``None``, ``True``, ``4.0``).
 - the car join (docs: Joins → car × zone): a car is in the zone of its greatest arrival by
   (event_time, to_zone_id, fuel_level) and takes that zone's greatest reading by (event_time,
   pollution_level); a consumer keeps, per car, its greatest output by (car_event_time, zone_id,
@@ -37,6 +38,14 @@ def join_id(consultant: str, event_time: int, recommendation: str, given: str | 
     if given:
         return given
     raw = "\x1f".join((consultant, str(event_time), recommendation)).encode("utf-8")
+    return "r-" + hashlib.sha1(raw).hexdigest()[:20]
+
+
+def spec_join_id(copied: Iterable[Any], given: str | None) -> str:
+    """Any spec: the event's own id when non-empty, else the digest of its copied fields."""
+    if given:
+        return given
+    raw = "\x1f".join(str(v) for v in copied).encode("utf-8")
     return "r-" + hashlib.sha1(raw).hexdigest()[:20]
 
 
@@ -95,6 +104,16 @@ def exact_mood_joins(moods: Iterable[Mood], recs: Iterable[Recommendation],
         out[r.join_id] = (r.join_id, r.consultant, r.event_time, r.recommendation, best[1],
                           best[0])
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An event of any spec as :func:`exact_answer` reads it (its join id already chosen)."""
+
+    key: str
+    id: str
+    event_time: int
+    payload: tuple[Any, ...] = ()
 
 
 def exact_answer(rules: Any, versions: Iterable[tuple[str, list[Any]]],

@@ -3,9 +3,13 @@
 Reads top to bottom in data order:
 
 - :mod:`app.batch.archives` — extract/load: topic archives (JSON lines, Parquet) in, tables out;
-- :mod:`app.batch.mood_joins`, :mod:`app.batch.car_view` — pure DataFrame transforms, the same
-  join rules as the stream (:mod:`app.logic`);
-- :mod:`app.batch.jobs` — ``exact``, ``reconcile``, ``backfill``;
+- :mod:`app.batch.admission` — which archived records a run joins: records from the future
+  refused (:mod:`app.logic.future`), an event-time range (:mod:`app.logic.event_range`);
+- :mod:`app.batch.spec_joins` (any join spec; :mod:`app.batch.mood_joins` is the ``moods``
+  one), :mod:`app.batch.car_view` — pure DataFrame transforms, the same join rules as the
+  stream (:mod:`app.logic`);
+- :mod:`app.batch.jobs` — ``exact``, ``reconcile``, ``backfill``; :mod:`app.batch.report` —
+  what ``reconcile`` says;
 - :mod:`app.batch.publish` — backfill revisions onto the output topic;
 - :mod:`app.batch.cli` — ``python -m app.batch`` (also under spark-submit).
 

@@ -36,9 +36,15 @@ from typing import Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (BooleanType, DoubleType, LongType, StringType, StructField,
+                               StructType)
 
+from app.joins.columns import Column as WireColumn
 from app.records import MAX_EVENT_TIME
+
+#: columns an archive may have besides the record's fields: its offset in the topic partition
+#: and its Kafka timestamp (epoch ms; absent from archives written before it was kept)
+META = ("_offset", "_timestamp")
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,10 @@ class ArchiveKind:
     ids: tuple[str, ...] = ()  # non-negative integers
     finite: tuple[str, ...] = ()  # floats that must be finite (no NaN, no infinity)
     unwrap: bool = True  # accept etj-late envelopes
+    #: (field, min, max) string lengths, checked when the field is not null
+    lengths: tuple[tuple[str, int | None, int | None], ...] = ()
+    #: (field, smallest, first too big) integer bounds, checked when the field is not null
+    bounds: tuple[tuple[str, int | None, int | None], ...] = ()
 
     @property
     def schema(self) -> StructType:
@@ -67,7 +77,22 @@ class ArchiveKind:
         return self.schema.fieldNames()
 
 
-_TYPES = {"string": StringType, "bigint": LongType, "double": DoubleType}
+_TYPES = {"string": StringType, "bigint": LongType, "double": DoubleType,
+          "boolean": BooleanType}
+_DDL = {"str": "string", "int": "bigint", "float": "double", "bool": "boolean"}
+
+
+def kind_of(name: str, columns: Sequence[WireColumn], unwrap: bool = True) -> ArchiveKind:
+    """The archive kind of a topic whose records have ``columns`` (:mod:`app.joins.columns`:
+    a join spec's events, dimension or output): the same checks as its wire model."""
+    return ArchiveKind(
+        name, ", ".join(f"{c.name} {_DDL[c.kind]}" for c in columns),
+        tuple(c.name for c in columns if c.required), times=(),
+        finite=tuple(c.name for c in columns if c.finite), unwrap=unwrap,
+        lengths=tuple((c.name, c.min_length, c.max_length) for c in columns
+                      if c.min_length is not None or c.max_length is not None),
+        bounds=tuple((c.name, c.ge, c.lt) for c in columns
+                     if c.ge is not None or c.lt is not None))
 
 
 MOODS = ArchiveKind("moods", "name string, mood string, event_time bigint, ingestion_time bigint",
@@ -124,16 +149,18 @@ def _read_parquet(spark: SparkSession, path: str, kind: ArchiveKind) -> DataFram
         schema = kind.schema
         if kind.unwrap:
             schema = schema.add("record", kind.schema)
-        parsed = df.select(F.from_json("value", schema).alias("v"),
-                           *[c for c in ("_offset",) if c in df.columns])
-        df = parsed.select("v.*", *[c for c in ("_offset",) if c in parsed.columns])
+        meta = [c for c in META if c in df.columns]
+        df = df.select(F.from_json("value", schema).alias("v"), *meta).select("v.*", *meta)
         if kind.unwrap:
-            df = _unwrap(df, kind, keep=[c for c in ("_offset",) if c in df.columns])
+            df = _unwrap(df, kind, keep=meta)
     return df
 
 
 def conform(df: DataFrame, kind: ArchiveKind) -> DataFrame:
-    """Select ``kind``'s fields (cast; missing ones null), keep ``_pos``, drop invalid records."""
+    """Select ``kind``'s fields (cast; missing ones null), keep ``_pos``, drop invalid records.
+
+    ``_timestamp`` (the record's Kafka timestamp) is kept, null when the archive has none.
+    """
     fields = kind.schema.fields
     present = set(df.columns)
     # try_cast: a Parquet column of another type yields null (-> dropped), not an ANSI error
@@ -141,6 +168,8 @@ def conform(df: DataFrame, kind: ArchiveKind) -> DataFrame:
              else F.lit(None).cast(f.dataType)).alias(f.name) for f in fields]
     if "_pos" in present:
         cols.append(F.col("_pos"))
+    cols.append((F.col("_timestamp").cast("bigint") if "_timestamp" in present
+                 else F.lit(None).cast("bigint")).alias("_timestamp"))
     out = df.select(*cols)
     valid: Column = F.lit(True)
     for name in kind.required:
@@ -154,7 +183,22 @@ def conform(df: DataFrame, kind: ArchiveKind) -> DataFrame:
     for name in kind.ids:
         valid = valid & (F.col(name) >= 0)
     for name in kind.finite:
-        valid = valid & ~F.isnan(name) & (F.abs(name) < float("inf"))
+        valid = valid & (F.col(name).isNull() | (~F.isnan(name) & (F.abs(name) < float("inf"))))
+    for name, shortest, longest in kind.lengths:
+        length = F.length(name)
+        ok = F.lit(True)
+        if shortest is not None:
+            ok = ok & (length >= shortest)
+        if longest is not None:
+            ok = ok & (length <= longest)
+        valid = valid & (F.col(name).isNull() | ok)
+    for name, smallest, too_big in kind.bounds:
+        ok = F.lit(True)
+        if smallest is not None:
+            ok = ok & (F.col(name) >= smallest)
+        if too_big is not None:
+            ok = ok & (F.col(name) < too_big)
+        valid = valid & (F.col(name).isNull() | ok)
     return out.where(valid)
 
 
@@ -165,6 +209,9 @@ def read_archive(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveK
     which is all a consumer relies on) — latest-revision rules use it to break ties. A Parquet
     archive of the ``archive`` command has each record's offset (``_offset``): its position
     within the topic partition, which is where every revision of one join id is.
+    ``_timestamp``: each record's Kafka timestamp when the archive kept it (JSON lines: a
+    ``_timestamp`` field of the line; Parquet: a column), else null — what the rule on records
+    from the future (:mod:`app.logic.future`) holds event times against.
     """
     if isinstance(paths, str):
         paths = [paths]
@@ -176,9 +223,10 @@ def read_archive(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveK
             schema = kind.schema
             if kind.unwrap:
                 schema = schema.add("record", kind.schema)
+            schema = schema.add("_timestamp", LongType())
             df = spark.read.schema(schema).option("mode", "PERMISSIVE").json(path)
             if kind.unwrap:
-                df = _unwrap(df, kind)
+                df = _unwrap(df, kind, keep=["_timestamp"])
         order = (F.col("_offset") if "_offset" in df.columns
                  else F.monotonically_increasing_id())  # the offset, else the line
         pos = F.lit(i << 54).cast("bigint") + order  # the archive first

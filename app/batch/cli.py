@@ -2,7 +2,15 @@
 
 The same file runs under spark-submit (``spark-submit app/batch/__main__.py exact ...``): the
 master then comes from spark-submit, otherwise it is ``local[*]`` (or ``--master``). Every
-``--moods``/``--events``/... option takes one or more archives (JSON lines or Parquet).
+archive option (``--events``, ``--dimension``, ``--revisions`` ...) takes one or more archives
+(JSON lines or Parquet).
+
+Which join: ``--join NAME`` names any join the worker runs (``app.joins.catalog.load_specs``:
+the built-in ``moods`` and ``movies`` and every spec of ``ETJ_JOINS_FILE`` or
+``--joins-file``); its inputs are ``--events`` and ``--dimension``. Without ``--join``,
+``--moods``/``--events`` are the mood join's inputs, as before (``--moods`` is also the
+``--dimension`` of ``--join moods``). ``--cars``/``--zones`` are the car view's.
+
 Exit codes: 0 ok (reconcile: converged); 1 reconcile found a difference; 2 bad usage.
 """
 
@@ -11,13 +19,24 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from pathlib import Path
 from typing import Sequence
 
 from pyspark.sql import SparkSession
 
 from app.batch import archives, jobs
-from app.batch.mood_joins import METHODS
 from app.batch.session import Steps, batch_session
+from app.batch.spec_joins import METHODS
+from app.joins.spec import JoinSpec, SpecError
+from app.logic.event_range import EventRange, parse_time
+
+
+def _time(text: str) -> int:
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,26 +50,46 @@ def _parser() -> argparse.ArgumentParser:
                         help="as-of join method: 'window' (union + window, any Spark >= 3.5; "
                         "the faster here) or 'asof-join' (Spark 4's native sort-merge as-of "
                         "join); same answer")
+    common.add_argument("--join", metavar="NAME",
+                        help="the join (a spec name: moods, movies, or one of ETJ_JOINS_FILE); "
+                        "default: moods, from --moods/--events")
+    common.add_argument("--joins-file", metavar="FILE.json",
+                        help="join specs besides the built-ins (default: ETJ_JOINS_FILE)")
+    common.add_argument("--events", nargs="+", default=[],
+                        help="the join's events archive(s) (moods: etj-events)")
+    common.add_argument("--dimension", nargs="+", default=[],
+                        help="the join's dimension archive(s) (moods: etj-moods, as --moods)")
+    common.add_argument("--moods", nargs="+", default=[],
+                        help="etj-moods archive(s): the mood join's dimension")
+    common.add_argument("--from", dest="start", type=_time, metavar="TIME",
+                        help="only the joins of events at or after TIME (epoch ms, or ISO: "
+                        "2026-10-01, 2026-10-01T12:00Z); earlier dimension versions are still "
+                        "read (docs/batch/index.md#an-event-time-range)")
+    common.add_argument("--to", dest="end", type=_time, metavar="TIME",
+                        help="only the joins of events before TIME (same forms)")
+    common.add_argument("--now", type=_time, metavar="TIME",
+                        help="the wall clock of the rule on records from the future (default: "
+                        "when the run starts)")
+    common.add_argument("--max-future-ms", type=int, metavar="MS",
+                        help="refuse records this far ahead of min(Kafka timestamp, now) "
+                        "(default: ETJ_MAX_FUTURE_MS)")
 
     p = argparse.ArgumentParser(prog="python -m app.batch",
                                 description="etj batch twin: exact answer, reconcile, backfill")
     sub = p.add_subparsers(dest="job", required=True)
 
     ex = sub.add_parser("exact", parents=[common],
-                        help="write the exact mood joins (and car view) of input archives")
-    ex.add_argument("--moods", nargs="+", default=[])
-    ex.add_argument("--events", nargs="+", default=[])
-    ex.add_argument("--out", help="mood joins: *.jsonl (one file), *.parquet, or a directory")
+                        help="write the exact answer of a join (and the car view) of archives")
+    ex.add_argument("--out", help="the join's answer: *.jsonl (one file), *.parquet, or a "
+                    "directory")
     ex.add_argument("--cars", nargs="+", default=[], help="etj-car-arrivals archive(s)")
     ex.add_argument("--zones", nargs="+", default=[], help="etj-zones archive(s)")
     ex.add_argument("--car-out", help="car view output, same forms as --out")
 
     rc = sub.add_parser("reconcile", parents=[common],
                         help="compare archived stream output with the exact answer")
-    rc.add_argument("--moods", nargs="+", default=[])
-    rc.add_argument("--events", nargs="+", default=[])
     rc.add_argument("--revisions", nargs="+", default=[],
-                    help="etj-mood-recommendations archive(s)")
+                    help="the join's output archive(s) (moods: etj-mood-recommendations)")
     rc.add_argument("--cars", nargs="+", default=[])
     rc.add_argument("--zones", nargs="+", default=[])
     rc.add_argument("--car-pollution", nargs="+", default=[], help="etj-car-pollution archive(s)")
@@ -64,21 +103,21 @@ def _parser() -> argparse.ArgumentParser:
 
     bf = sub.add_parser("backfill", parents=[common],
                         help="publish the corrections a late batch implies")
-    bf.add_argument("--moods", nargs="+", default=[], required=True)
-    bf.add_argument("--events", nargs="+", default=[], required=True)
-    bf.add_argument("--revisions", nargs="+", default=[], required=True,
-                    help="etj-mood-recommendations archive(s)")
-    bf.add_argument("--late-moods", nargs="+", default=[],
-                    help="the late batch: moods (plain, or an etj-late archive)")
+    bf.add_argument("--revisions", nargs="+", default=[],
+                    help="the join's output archive(s) (required)")
     bf.add_argument("--late-events", nargs="+", default=[],
-                    help="the late batch: recommendations (plain, or an etj-late archive)")
+                    help="the late batch: events (plain, or an etj-late archive)")
+    bf.add_argument("--late-dimension", nargs="+", default=[],
+                    help="the late batch: dimension versions (plain, or an etj-late archive)")
+    bf.add_argument("--late-moods", nargs="+", default=[],
+                    help="the mood join's late moods (as --late-dimension)")
     bf.add_argument("--before", type=int, metavar="EVENT_TIME_MS",
                     help="only joins with event_time < this (e.g. the stream's horizon)")
     bf.add_argument("--out", help="also write the revisions to this file (*.jsonl/*.parquet)")
     bf.add_argument("--dry-run", action="store_true",
                     help="compute and show the revisions, publish nothing")
     bf.add_argument("--broker", help="broker URL (default: ETJ_BROKER_URL)")
-    bf.add_argument("--topic", help="output topic (default: ETJ_OUTPUT_TOPIC)")
+    bf.add_argument("--topic", help="output topic (default: the join's output)")
     bf.add_argument("--ledger", help="JSON lines of what backfills published: read as part "
                     "of the output log, appended after each publish")
     return p
@@ -96,51 +135,129 @@ def _conf(pairs: Sequence[str]) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
     """Run one job; ``spark``: an existing session (tests), else one is built and stopped."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        spec, scope = _join(args), _scope(args)
+    except (SpecError, ValueError) as exc:
+        parser.error(str(exc))
     own = spark is None
     if spark is None:
         spark = batch_session(f"etj-{args.job}", args.master, not args.no_progress,
                               _conf(args.conf))
     try:
-        return JOBS[args.job](spark, args)
+        return JOBS[args.job](spark, args, spec, scope)
     finally:
         if own:
             spark.stop()
+
+
+def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from app.settings import get_settings
+
+    s = get_settings()
+    if args.joins_file:
+        s = s.model_copy(update={"joins_file": Path(args.joins_file)})
+    return s
+
+
+def _join(args: argparse.Namespace) -> JoinSpec | None:
+    """The join of ``--join`` (or moods, when only its legacy options are given); its
+    dimension archives land in ``args.dimension``. None: no join asked for (cars only)."""
+    from app.joins.catalog import load_specs
+
+    name = args.join
+    if name is None and (args.moods or args.events or args.dimension
+                         or getattr(args, "revisions", None) or getattr(args, "late_moods", None)):
+        name = "moods"
+    if args.moods:
+        if name != "moods":
+            raise ValueError(f"--moods is the mood join's dimension; for join {name!r} give "
+                             "--dimension")
+        if args.dimension:
+            raise ValueError("give --moods or --dimension, not both")
+        args.dimension = args.moods
+    if getattr(args, "late_moods", None):
+        if name != "moods":
+            raise ValueError(f"--late-moods belongs to the mood join; for join {name!r} give "
+                             "--late-dimension")
+        args.late_dimension = [*args.late_dimension, *args.late_moods]
+    if name is None:
+        return None
+    specs = {s.name: s for s in load_specs(_settings(args))}
+    if name not in specs:
+        raise ValueError(f"unknown join {name!r}; this configuration has: "
+                         f"{', '.join(specs)} (more with --joins-file / ETJ_JOINS_FILE)")
+    return specs[name]
+
+
+def _scope(args: argparse.Namespace) -> jobs.Scope:
+    now = args.now if args.now is not None else int(time.time() * 1000)
+    tolerance = (args.max_future_ms if args.max_future_ms is not None
+                 else _settings(args).max_future_ms)
+    if tolerance < 0:
+        raise ValueError("--max-future-ms must not be negative")
+    return jobs.Scope(now, tolerance, EventRange(args.start, args.end))
 
 
 def _steps(spark: SparkSession, args: argparse.Namespace) -> Steps:
     return Steps(spark, f"etj-{args.job}", quiet=args.no_progress)
 
 
-def run_exact(spark: SparkSession, args: argparse.Namespace) -> int:
+def _say_refused(counts: dict[str, int]) -> None:
+    if any(counts.values()):
+        print("refused as from the future (not joined): "
+              + ", ".join(f"{name} {n}" for name, n in counts.items()), flush=True)
+
+
+def _no_car_range(args: argparse.Namespace, scope: jobs.Scope) -> None:
+    if scope.range.bounded:
+        raise SystemExit(f"{args.job}: the car view is the view of now; --from/--to apply to "
+                         "the event-time joins only")
+
+
+def run_exact(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec | None,
+              scope: jobs.Scope) -> int:
     steps = _steps(spark, args)
-    if not ((args.moods and args.events and args.out)
-            or (args.cars and args.zones and args.car_out)):
-        raise SystemExit("exact: give --moods --events --out and/or --cars --zones --car-out")
-    if args.moods and args.events and args.out:
-        with steps.step(f"mood joins -> {args.out}"):
-            archives.write_table(jobs.exact_moods(spark, args.moods, args.events, args.method),
-                                 args.out)
-    if args.cars and args.zones and args.car_out:
+    join = spec is not None and args.events and args.dimension and args.out
+    cars = args.cars and args.zones and args.car_out
+    if not (join or cars):
+        raise SystemExit("exact: give --events --dimension (or --moods) --out [--join NAME] "
+                         "and/or --cars --zones --car-out")
+    if join:
+        assert spec is not None
+        with steps.step(f"{spec.name} -> {args.out}"):
+            answer, inputs = jobs.exact_join(spark, spec, args.events, args.dimension, scope,
+                                             args.method)
+            archives.write_table(answer, args.out)
+            _say_refused(inputs.refused_counts())
+    if cars:
+        _no_car_range(args, scope)
         with steps.step(f"car view -> {args.car_out}"):
-            archives.write_table(jobs.exact_cars(spark, args.cars, args.zones), args.car_out)
+            view, car_inputs = jobs.exact_cars(spark, args.cars, args.zones, scope)
+            archives.write_table(view, args.car_out)
+            _say_refused(car_inputs.refused_counts())
     return 0
 
 
-def run_reconcile(spark: SparkSession, args: argparse.Namespace) -> int:
+def run_reconcile(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec | None,
+                  scope: jobs.Scope) -> int:
     steps = _steps(spark, args)
     reports = []
     sample = args.sample if args.report else 0
-    if args.moods or args.events or args.revisions:
-        if not (args.moods and args.events and args.revisions):
-            raise SystemExit("reconcile: mood joins need --moods, --events and --revisions")
-        reports.append(jobs.reconcile_moods(spark, steps, args.moods, args.events,
-                                            args.revisions, args.examples, sample, args.method))
+    if spec is not None:
+        if not (args.events and args.dimension and args.revisions):
+            raise SystemExit(f"reconcile: join {spec.name} needs --events, --dimension (moods: "
+                             "--moods) and --revisions")
+        reports.append(jobs.reconcile_join(spark, steps, spec, args.events, args.dimension,
+                                           args.revisions, scope, args.examples, sample,
+                                           args.method))
     if args.cars or args.zones or args.car_pollution:
         if not (args.cars and args.zones and args.car_pollution):
             raise SystemExit("reconcile: the car view needs --cars, --zones and --car-pollution")
+        _no_car_range(args, scope)
         reports.append(jobs.reconcile_cars(spark, steps, args.cars, args.zones,
-                                           args.car_pollution, args.examples, sample))
+                                           args.car_pollution, scope, args.examples, sample))
     if not reports:
         raise SystemExit("reconcile: nothing to compare (see --help)")
     for report in reports:
@@ -153,29 +270,41 @@ def run_reconcile(spark: SparkSession, args: argparse.Namespace) -> int:
     return 0 if converged else 1
 
 
-def run_backfill(spark: SparkSession, args: argparse.Namespace) -> int:
+def run_backfill(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec | None,
+                 scope: jobs.Scope) -> int:
     from app.batch.publish import publish  # aiokafka: only when publishing
 
+    if spec is None or not (args.events and args.dimension and args.revisions):
+        raise SystemExit("backfill: give --events, --dimension (moods: --moods) and "
+                         "--revisions [--join NAME]")
     steps = _steps(spark, args)
     revisions = list(args.revisions)
     if args.ledger and os.path.exists(args.ledger) and os.path.getsize(args.ledger):
         revisions.append(args.ledger)
-    with steps.step("computing the joins whose answer changes"):
-        todo = jobs.backfill(spark, args.moods, args.events, revisions, args.late_moods,
-                             args.late_events, args.before, args.method).cache()
+    with steps.step(f"{spec.name}: computing the joins whose answer changes"):
+        try:
+            found, inputs = jobs.backfill(spark, spec, args.events, args.dimension, revisions,
+                                          scope, args.late_events, args.late_dimension,
+                                          args.before, args.method)
+        except ValueError as exc:
+            raise SystemExit(f"backfill: {exc}") from None
+        todo = found.cache()
         rows = jobs.rows_as_wire(todo)
     if args.out:
         with steps.step(f"writing {len(rows)} revisions -> {args.out}"):
             archives.write_table(todo, args.out)
     todo.unpersist()
+    _say_refused(inputs.refused_counts())
+    label = ", ".join(spec.dimension.copy)
     for r in rows[:5]:
-        print(f"backfill {r['id']} revision {r['revision']}: "
-              f"{r['previous_mood']!r} -> {r['mood']!r}", flush=True)
+        before = tuple(r[f"previous_{f}"] for f in spec.dimension.copy)
+        after = tuple(r[f] for f in spec.dimension.copy)
+        if len(after) == 1:
+            before, after = before[0], after[0]
+        print(f"backfill {r['id']} revision {r['revision']}: {label} {before!r} -> {after!r}",
+              flush=True)
     if not args.dry_run:
-        from app.settings import get_settings
-
-        s = get_settings()
-        topic, broker = args.topic or s.output_topic, args.broker or s.broker_url
+        topic, broker = args.topic or spec.output, args.broker or _settings(args).broker_url
         with steps.step(f"publishing {len(rows)} revisions to {topic}"):
             sent = publish(broker, topic, rows, ledger=args.ledger)
         print(f"backfill: published {sent} revision(s) to {topic}", flush=True)

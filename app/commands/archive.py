@@ -15,10 +15,20 @@ connector. Two forms (docs/batch/index.md):
   Topics without a known schema (late, dead letters) keep each JSON value in a ``value``
   column. Needs pyarrow (the ``batch`` extra); the worker image does not have it.
 
-Input topics of the joins are validated exactly as the worker validates them (including the
-key check, which an archive cannot repeat later): records the worker dead-letters are left out
-and counted, so the batch answer is computed from what the stream accepted. Other topics
-(outputs, late, dead letters) are written as they are.
+Each record keeps its Kafka timestamp (epoch ms): a ``_timestamp`` field of the JSON line, a
+``_timestamp`` column in Parquet (absent when the record has none), so the batch twin holds
+each record to the rule on records from the future (:mod:`app.logic.future`) against the same
+timestamp the stream saw.
+
+Input topics of the joins — every join the worker runs: the built-in ones, the car join's and
+every spec of ``ETJ_JOINS_FILE`` — are validated exactly as the worker validates them (by the
+spec's wire model, key check included, which an archive cannot repeat later): records the worker
+dead-letters are left out and counted, so the batch answer is computed from what the stream
+accepted. Other topics (outputs, late, dead letters) are written as they are.
+
+``--from``/``--to`` (an event-time range) keep what the joins of the events in the range need
+(:func:`app.logic.event_range.needs`): events and output revisions in the range, dimension
+versions before its end (all of them for ``at-or-before-else-earliest``); other topics whole.
 
 Where the log ends: brokers may under-report end offsets (tansu,
 docs/contributing/tests.md#the-test-broker), so the archive reads to the reported end *and
@@ -33,7 +43,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, Sequence
 
 import click
 from aiokafka import AIOKafkaConsumer
@@ -42,16 +52,12 @@ from faust.cli import argument, option
 
 from app.copartition import bootstrap_servers
 from app.faust_app import app, settings
+from app.joins.catalog import load_specs, topic_roles
+from app.joins.columns import model_columns, output_columns
 from app.kafka_security import aiokafka_auth
-from app.records import (
-    CarArrivalIn,
-    InvalidRecord,
-    MoodIn,
-    RecommendationIn,
-    WireModel,
-    ZoneIn,
-    parse,
-)
+from app.logic.event_range import EventRange, Role, needs, parse_time
+from app.logic.future import kafka_timestamp
+from app.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse
 
 
 @dataclass
@@ -60,19 +66,23 @@ class ArchiveStats:
     written: int = 0
     invalid: int = 0  # input records the worker would dead-letter
     not_json: int = 0  # other topics: values that are not JSON (or are null)
+    out_of_range: int = 0  # records the event-time range does not need
 
 
 def input_models() -> dict[str, type[WireModel]]:
-    """Topic -> the model the worker validates its records with."""
-    return {settings.moods_topic: MoodIn, settings.events_topic: RecommendationIn,
-            settings.car_arrivals_topic: CarArrivalIn, settings.zones_topic: ZoneIn}
+    """Topic -> the model the worker validates its records with: both inputs of every join
+    spec the worker runs (built-ins and ETJ_JOINS_FILE), and the car join's."""
+    models: dict[str, type[WireModel]] = {settings.car_arrivals_topic: CarArrivalIn,
+                                          settings.zones_topic: ZoneIn}
+    for spec in load_specs(settings):
+        models[spec.events.topic] = spec.events.model
+        models[spec.dimension.topic] = spec.dimension.model
+    return models
 
 
-#: Parquet columns of the topics with a known schema (field, arrow type), wire-contract order;
-#: the same fields as app.batch.archives' kinds. Other topics: one ``value`` column (JSON).
-_MOOD_OUT = [("id", "string"), ("consultant", "string"), ("event_time", "int64"),
-             ("recommendation", "string"), ("mood", "string"), ("mood_event_time", "int64"),
-             ("revision", "int64"), ("previous_mood", "string"), ("cause", "string")]
+#: Parquet columns of the car join's topics (field, arrow type), wire-contract order; the same
+#: fields as app.batch.archives' kinds. A join spec's topics: from its wire models
+#: (:mod:`app.joins.columns`). Other topics: one ``value`` column (JSON).
 _CAR_OUT = [("car_id", "int64"), ("zone_id", "int64"), ("fuel_level", "double"),
             ("pollution_level", "double"), ("car_event_time", "int64"),
             ("zone_event_time", "int64")]
@@ -80,19 +90,40 @@ _CAR_OUT = [("car_id", "int64"), ("zone_id", "int64"), ("fuel_level", "double"),
 
 def parquet_columns(topic: str) -> list[tuple[str, str]] | None:
     """The typed columns of ``topic``'s records, or None: keep the JSON value as a string."""
-    return {
-        settings.moods_topic: [("name", "string"), ("mood", "string"), ("event_time", "int64"),
-                               ("ingestion_time", "int64")],
-        settings.events_topic: [("consultant", "string"), ("recommendation", "string"),
-                                ("event_time", "int64"), ("id", "string"),
-                                ("ingestion_time", "int64")],
-        settings.output_topic: _MOOD_OUT,
+    known: dict[str, list[tuple[str, str]]] = {
         settings.car_arrivals_topic: [("car_id", "int64"), ("to_zone_id", "int64"),
                                       ("fuel_level", "double"), ("event_time", "int64")],
         settings.zones_topic: [("zone_id", "int64"), ("pollution_level", "double"),
                                ("event_time", "int64")],
         settings.car_pollution_topic: _CAR_OUT,
-    }.get(topic)
+    }
+    for spec in load_specs(settings):
+        for t, cols in ((spec.events.topic, model_columns(spec.events.model)),
+                        (spec.dimension.topic, model_columns(spec.dimension.model)),
+                        (spec.output, output_columns(spec))):
+            known[t] = [(c.name, c.arrow) for c in cols]
+    return known.get(topic)
+
+
+def range_roles(topic: str) -> list[tuple[Role, str | None]]:
+    """(role, event-time field) of ``topic`` in every join (none: the topic is kept whole)."""
+    return topic_roles(load_specs(settings)).get(topic, [])
+
+
+def in_range(r: EventRange, roles: Sequence[tuple[Role, str | None]], value: Any) -> bool:
+    """Does the range need this (validated or JSON) value? Kept when any role needs it."""
+    if not r.bounded or not roles:
+        return True
+    record = value.get("record", value) if isinstance(value, dict) else None
+    if not isinstance(record, dict):
+        return True
+    for role, field in roles:
+        t = record.get(field) if field else None
+        if not isinstance(t, int) or isinstance(t, bool):
+            t = None
+        if needs(r, role, t):
+            return True
+    return False
 
 
 def archive_value(model: type[WireModel] | None, key: bytes | None, value: bytes | None,
@@ -121,18 +152,23 @@ def archive_line(model: type[WireModel] | None, key: bytes | None, value: bytes 
 
 
 class Sink(Protocol):
-    def write(self, partition: int, offset: int, value: Any) -> None: ...
+    def write(self, partition: int, offset: int, value: Any,
+              timestamp: int | None = None) -> None: ...
     def close(self) -> None: ...
 
 
 class JsonLinesSink:
-    """One JSON value per line, in the order records are read (``-``: stdout)."""
+    """One JSON value per line, in the order records are read (``-``: stdout); an object
+    gets its record's Kafka timestamp as ``_timestamp`` (no wire field starts with ``_``)."""
 
     def __init__(self, out: str | Path) -> None:
         self.stdout = str(out) == "-"
         self.f: IO[str] = sys.stdout if self.stdout else Path(out).open("w", encoding="utf-8")
 
-    def write(self, partition: int, offset: int, value: Any) -> None:
+    def write(self, partition: int, offset: int, value: Any,
+              timestamp: int | None = None) -> None:
+        if timestamp is not None and isinstance(value, dict):
+            value = {**value, "_timestamp": timestamp}
         self.f.write(json.dumps(value, separators=(",", ":")) + "\n")
 
     def close(self) -> None:
@@ -164,12 +200,13 @@ class ParquetSink:
         self.columns = columns
         fields = columns or [("value", "string")]
         self.schema = pa.schema([(n, pa.type_for_alias(t)) for n, t in fields]
-                                + [("_offset", pa.int64())])
+                                + [("_offset", pa.int64()), ("_timestamp", pa.int64())])
         self.rows_per_file = rows_per_file
         self.buffers: dict[int, list[dict[str, Any]]] = {}
         self.files: dict[int, int] = {}
 
-    def write(self, partition: int, offset: int, value: Any) -> None:
+    def write(self, partition: int, offset: int, value: Any,
+              timestamp: int | None = None) -> None:
         if self.columns is None:
             row = {"value": json.dumps(value, separators=(",", ":"))}
         elif isinstance(value, dict):
@@ -177,6 +214,7 @@ class ParquetSink:
         else:  # not a record of this topic: nothing to type it as
             row = {n: None for n, _ in self.columns}
         row["_offset"] = offset
+        row["_timestamp"] = timestamp
         buf = self.buffers.setdefault(partition, [])
         buf.append(row)
         if len(buf) >= self.rows_per_file:
@@ -224,12 +262,14 @@ async def archive_topic(broker_url: str, topic: str, out: str | Path,
                         model: type[WireModel] | None = None, idle_s: float = 2.0,
                         stall_s: float = 120.0, progress_s: float | None = 5.0,
                         fmt: str = "auto", rows_per_file: int = 1_000_000,
-                        ) -> ArchiveStats:
+                        event_range: EventRange = EventRange(),
+                        roles: list[tuple[Role, str | None]] | None = None) -> ArchiveStats:
     """Write every record of ``topic`` to ``out`` (``-`` = stdout) as JSON lines or Parquet.
 
     Records are written as they are read (memory stays flat on big topics: Parquet buffers at
     most a file's rows per partition); each partition's records keep their log order.
-    ``progress_s``: a progress line on stderr this often.
+    ``progress_s``: a progress line on stderr this often. ``event_range`` and ``roles``
+    (the topic's roles in the joins, :func:`range_roles`): keep only what the range needs.
     """
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers(broker_url),
                                 enable_auto_commit=False, auto_offset_reset="earliest",
@@ -252,7 +292,8 @@ async def archive_topic(broker_url: str, topic: str, out: str | Path,
                 batch = await consumer.getmany(timeout_ms=200)
                 for tp, msgs in batch.items():
                     for m in msgs:
-                        _archive_one(sink, tp.partition, m.offset, model, m.key, m.value, stats)
+                        _archive_one(sink, tp.partition, m.offset, model, m.key, m.value, stats,
+                                     kafka_timestamp(m.timestamp), event_range, roles or [])
                         last = time.monotonic()
                 now = time.monotonic()
                 if progress_s is not None and now - shown >= progress_s:
@@ -273,7 +314,9 @@ async def archive_topic(broker_url: str, topic: str, out: str | Path,
 
 
 def _archive_one(sink: Sink, partition: int, offset: int, model: type[WireModel] | None,
-                 key: bytes | None, value: bytes | None, stats: ArchiveStats) -> None:
+                 key: bytes | None, value: bytes | None, stats: ArchiveStats,
+                 timestamp: int | None = None, event_range: EventRange = EventRange(),
+                 roles: Sequence[tuple[Role, str | None]] = ()) -> None:
     stats.read += 1
     data = archive_value(model, key, value)
     if data is None:
@@ -282,7 +325,10 @@ def _archive_one(sink: Sink, partition: int, offset: int, model: type[WireModel]
         else:
             stats.not_json += 1
         return
-    sink.write(partition, offset, data)
+    if not in_range(event_range, roles, data):
+        stats.out_of_range += 1
+        return
+    sink.write(partition, offset, data, timestamp)
     stats.written += 1
 
 
@@ -298,14 +344,28 @@ def _archive_one(sink: Sink, partition: int, offset: int, model: type[WireModel]
            help="auto: Parquet when OUT ends with .parquet, else JSON lines."),
     option("--rows-per-file", type=int, default=1_000_000,
            help="Parquet: a new file per partition every this many records."),
+    option("--from", "start", default=None, metavar="TIME",
+           help="Event-time range: what the joins of events at or after TIME need (epoch ms "
+           "or ISO, e.g. 2026-10-01); dimension versions before it are kept."),
+    option("--to", "end", default=None, metavar="TIME",
+           help="Event-time range: what the joins of events before TIME need."),
 )
 async def archive(self: object, topic: str, out: str, idle_s: float, quiet: bool,
-                  raw: bool, fmt: str, rows_per_file: int) -> None:
+                  raw: bool, fmt: str, rows_per_file: int, start: str | None,
+                  end: str | None) -> None:
     """Archive TOPIC (from its start) to OUT as JSON lines or Parquet, for the batch jobs."""
+    try:
+        event_range = EventRange(None if start is None else parse_time(start),
+                                 None if end is None else parse_time(end))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
     model = None if raw else input_models().get(topic)
     stats = await archive_topic(settings.broker_url, topic, out, model, idle_s,
                                 progress_s=None if quiet else 5.0, fmt=fmt,
-                                rows_per_file=rows_per_file)
+                                rows_per_file=rows_per_file, event_range=event_range,
+                                roles=range_roles(topic))
     left_out = (f", {stats.invalid} invalid left out" if model is not None
                 else f", {stats.not_json} non-JSON left out")
+    if event_range.bounded:
+        left_out += f", {stats.out_of_range} outside what the event-time range needs"
     print(f"archive: {stats.written} records of {topic} -> {out}{left_out}", file=sys.stderr)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from app.joins.spec import JoinSpec, SpecError, resolve_all
+from app.logic.event_range import Role
 from app.settings import Settings
 
 
@@ -85,3 +86,17 @@ def load_specs(s: Settings) -> list[JoinSpec]:
     if s.joins_file is not None:
         raws += read_joins_file(s.joins_file)
     return resolve_all(raws)
+
+
+def topic_roles(specs: list[JoinSpec]) -> dict[str, list[tuple[Role, str | None]]]:
+    """Topic -> (role, event-time field) for each join that reads or writes it: what an
+    event-time range keeps of it (:func:`app.logic.event_range.needs`). The output's field is
+    None when the spec does not copy the event time into it (then the whole log is kept)."""
+    out: dict[str, list[tuple[Role, str | None]]] = {}
+    for s in specs:
+        dim: Role = "dimension-before" if s.asof == "before" else "dimension-earliest"
+        out.setdefault(s.events.topic, []).append(("events", s.events.time))
+        out.setdefault(s.dimension.topic, []).append((dim, s.dimension.time))
+        out.setdefault(s.output, []).append(
+            ("output", s.events.time if s.events.time in s.events.copy else None))
+    return out

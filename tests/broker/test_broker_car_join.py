@@ -36,7 +36,7 @@ async def send_in_order(names: Names, records: list[Record], pause_every: int = 
                         pause_s: float = 0.0) -> None:
     """Send one by one in arrival order (each acknowledged before the next), pausing now and
     then so the worker interleaves its work with the arrivals, as with live traffic."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names))
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), **names.client_auth())
     await producer.start()
     try:
         for i, (kind, key, value) in enumerate(records):

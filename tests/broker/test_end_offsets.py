@@ -25,7 +25,8 @@ CONSULTANTS = tuple(f"c{i}" for i in range(12))
 
 async def ends(names, tps: list[TopicPartition]) -> tuple[dict, dict]:
     """(ListOffsets' end offsets, the same raised by a Fetch's high watermarks)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), **names.client_auth(),
+                                enable_auto_commit=False)
     await consumer.start()
     try:
         await consumer._client.force_metadata_update()
@@ -38,7 +39,8 @@ async def ends(names, tps: list[TopicPartition]) -> tuple[dict, dict]:
 async def test_a_fetch_tells_the_end_of_a_batched_partition(broker, names) -> None:
     topic = f"{names.prefix}-batched"
     await create_topic(names, topic, 2)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), linger_ms=100)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), **names.client_auth(),
+                                linger_ms=100)
     await producer.start()
     try:
         await producer.send_and_wait(topic, b"alone", partition=0)
@@ -78,7 +80,7 @@ async def test_a_fresh_worker_recovers_every_row_a_batching_worker_wrote(
 
 
 async def changelog_partitions(names) -> list[TopicPartition]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names))
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), **names.client_auth())
     await consumer.start()
     try:
         topics = [t for t in await consumer.topics()

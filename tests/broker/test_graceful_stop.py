@@ -28,7 +28,8 @@ STOP_WITHIN_S = 5.0
 
 async def burst(names: Names, records: list[Record], rate: float) -> list[Sent]:
     """Send at ``rate`` records/s (batched by the producer); where each record landed."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), linger_ms=5)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), **names.client_auth(),
+                                linger_ms=5)
     await producer.start()
     futures = []
     began = time.monotonic()

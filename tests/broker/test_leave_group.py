@@ -20,7 +20,7 @@ from tests.harness import bootstrap, create_topic
 
 
 async def members(names: Any, group: str) -> list[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap(names))
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap(names), **names.client_auth())
     await admin.start()
     try:
         [answer] = await admin.describe_consumer_groups([group])
@@ -33,7 +33,8 @@ async def members(names: Any, group: str) -> list[str]:
 async def joined_then_stopped(names: Any, topic: str) -> tuple[int, list[str], list[str]]:
     """A consumer joins a new group and stops: (its generation, members before, after)."""
     group = f"{names.prefix}-{uuid.uuid4().hex[:6]}"
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap(names), group_id=group,
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap(names), **names.client_auth(),
+                                group_id=group,
                                 session_timeout_ms=30_000)
     await consumer.start()
     try:

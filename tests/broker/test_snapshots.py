@@ -61,7 +61,8 @@ def changelog(names: Names, table: str) -> str:
 async def read_changelog(names: Names, topic: str,
                          ) -> dict[int, list[tuple[int, bytes, bytes | None]]]:
     """partition -> [(offset, key, value)] of ``topic``, read to its end offsets."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), **names.client_auth(),
+                                enable_auto_commit=False)
     await consumer.start()
     out: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
     try:

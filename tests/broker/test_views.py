@@ -215,7 +215,8 @@ async def fill_changelog(names: Names, rows: int) -> dict[str, list[list[Any]]]:
     """
     topic = f"{names.env['ETJ_APP_ID']}-mood-history-changelog"
     await create_topic(names, topic, PARTITIONS)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), linger_ms=20,
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), **names.client_auth(),
+                                linger_ms=20,
                                 max_batch_size=256 * 1024)
     await producer.start()
     samples: dict[str, list[list[Any]]] = {}

@@ -25,6 +25,7 @@ RUN_BY = {
     ("docs/concepts/revision-log.md", "retracting-fold"): "test_examples.py",
     ("docs/joins/car-zone.md", "zone-key"): "test_examples.py",
     ("README.md", "minimal-spec"): "test_examples.py",
+    ("docs/concepts/event-time.md", "copartition-error"): "test_quoted_messages.py",
 }
 
 

@@ -1,0 +1,44 @@
+"""The topics-and-ACLs page (docs/operating/topics.md) is generated from the spec list, and the
+generator's inventory is what app/topology.py declares: neither can drift."""
+
+from __future__ import annotations
+
+from app import topics_doc
+from app.joins.catalog import load_specs
+
+
+def test_the_page_is_what_the_code_gives_now():
+    assert topics_doc.PAGE.read_text(encoding="utf-8") == topics_doc.page(), (
+        "docs/operating/topics.md is stale: run `python -m app.topics_doc` and commit it")
+
+
+def test_the_inventory_is_every_topic_the_topology_declares():
+    from app import topology
+    from app.faust_app import app, settings
+
+    uses = topics_doc.inventory(settings, load_specs(settings))
+    by_topic = {u.topic: u for u in uses}
+    assert len(by_topic) == len(uses), "a topic listed twice"
+
+    channels = [topology.dead_letters, topology.late, topology.car_arrivals, topology.car_moves,
+                topology.car_ticks, topology.car_pollution_inputs, topology.car_pollution]
+    for j in topology.joins.values():
+        channels += [j.inputs, j.ticks, j.output]
+    declared = {t for ch in channels for t in ch.topics}
+    changelogs = {table.changelog_topic.get_topic_name() for table in app.tables.values()}
+    leader = app._leader_assignor._leader_topic_name
+    assert set(by_topic) == declared | changelogs | {leader}
+
+    # what the agents read, the worker may read; what Faust declares itself, it creates
+    read = {t for j in topology.joins.values() for t in j.inputs.topics}
+    read |= {*topology.car_arrivals.topics, *topology.car_pollution_inputs.topics}
+    assert all(by_topic[t].read_by_worker for t in read)
+    internal = {t for ch in channels if ch.internal for t in ch.topics}
+    created = {t for t, u in by_topic.items() if u.created_by == "the worker"}
+    assert created == internal | changelogs | {leader}
+    assert all("Create" in by_topic[t].operations for t in created)
+    assert not any("Create" in u.operations for u in uses if u.created_by == "you")
+    # each join's four tables are its own: their changelogs are listed under it
+    for name, j in topology.joins.items():
+        for table in (j.tables.history, j.tables.joins, j.tables.clock, j.tables.index):
+            assert by_topic[table.changelog_topic.get_topic_name()].join == name
