@@ -69,10 +69,9 @@ def join_topics(s: Settings, spec: JoinSpec) -> list[TopicUse]:
            TopicUse(spec.ticks, n, "internal: revisit ticks, co-partitioned with the inputs",
                     "the worker", OWN)]
     for table, what in ((t.dimension, "the dimension's versions per key"),
-                        (t.joins, "the joins in retention"),
-                        (t.clock, "stream time per partition"),
-                        (t.index, "active keys" if spec.layout == "per-key"
-                         else "the expiry index")):
+                        (t.joins, "the joins in retention, a row per join (its indexes are "
+                                  "derived from them, not logged)"),
+                        (t.clock, "stream time per partition")):
         out.append(TopicUse(changelog(s, table), n, f"changelog of table `{table}`: {what}",
                             "the worker", OWN))
     return out

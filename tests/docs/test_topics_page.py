@@ -38,7 +38,7 @@ def test_the_inventory_is_every_topic_the_topology_declares():
     assert created == internal | changelogs | {leader}
     assert all("Create" in by_topic[t].operations for t in created)
     assert not any("Create" in u.operations for u in uses if u.created_by == "you")
-    # each join's four tables are its own: their changelogs are listed under it
+    # each join's three tables are its own: their changelogs are listed under it
     for name, j in topology.joins.items():
-        for table in (j.tables.history, j.tables.joins, j.tables.clock, j.tables.index):
+        for table in (j.tables.history, j.tables.joins, j.tables.clock):
             assert by_topic[table.changelog_topic.get_topic_name()].join == name
