@@ -98,8 +98,11 @@ def time_worker(broker: Any, names: Any, expected: int, folder: Any, name: str =
                             [names.output_topic], broker.bootstrap, name=name,
                             timeout_s=timeout_s)
     outs = t["outputs"]
+    final = t["stats"][0] if t.get("stats") else {}
     return {"seconds": t["seconds"], "revisions": len(outs),
-            "corrections": sum(1 for o in outs if (o.json() or {}).get("revision", 1) > 1)}
+            "corrections": sum(1 for o in outs if (o.json() or {}).get("revision", 1) > 1),
+            "late": int(sum((final.get("late") or {}).values())),
+            "dead_letters": int(sum((final.get("dead_letters") or {}).values()))}
 
 
 async def sends_per_record(bootstrap: str, names: Any, records: int) -> dict[str, Any]:
@@ -154,7 +157,11 @@ def one_run(records: int, consultants: int, seed: int, partitions: int,
             "sends_per_record": sends["sends_per_record"], "sends": sends["sends"],
             "sends_by_topic": sends["sends_by_topic"],
             "revisions": worker["revisions"], "corrections": worker["corrections"],
-            "batched_revisions": worker_batched["revisions"]}
+            "late": worker["late"], "dead_letters": worker["dead_letters"],
+            "batched_revisions": worker_batched["revisions"],
+            "batched_corrections": worker_batched["corrections"],
+            "batched_late": worker_batched["late"],
+            "batched_dead_letters": worker_batched["dead_letters"]}
 
 
 def run(records: int = 10_000, runs: int = 3, consultants: int = 1_000, seed: int = 1,
