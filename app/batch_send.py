@@ -108,8 +108,8 @@ async def send_records(app: Any, records: Sequence[Record], *, refusable: bool =
         return BatchBuilder(capacity, compression, is_transactional=0)
 
     counts: dict[str, int] = {}
-    builders: dict[tuple[str, int], tuple[Any, list[int]]] = {}
-    order: list[tuple[str, int]] = []
+    #: (topic, partition) -> its builders, in order, each with the indices of its records
+    per_tp: dict[tuple[str, int], list[tuple[Any, list[int]]]] = {}
     for i, (topic, partition, key, value) in enumerate(records):
         if partition is None:
             n = counts.get(topic)
@@ -130,24 +130,35 @@ async def send_records(app: Any, records: Sequence[Record], *, refusable: bool =
             sent.refused.append((i, exc))
             continue
         tp = (topic, partition)
-        entry = builders.get(tp)
-        if entry is None:
-            entry = builders[tp] = (new_builder(), [])
-            order.append(tp)
-        builder, indices = entry
-        if builder.append(key=key, value=value, timestamp=None) is None:  # full: send it
-            await _send(app, producer, sent, topic, partition, builder, indices, refusable,
-                        on_sent)
+        chain = per_tp.get(tp)
+        if chain is None:
+            chain = per_tp[tp] = [(new_builder(), [])]
+        builder, indices = chain[-1]
+        if builder.append(key=key, value=value, timestamp=None) is None:  # full: a new one
             builder = new_builder()
             builder.append(key=key, value=value, timestamp=None)  # the first always fits
-            entry = builders[tp] = (builder, [])
-            indices = entry[1]
+            indices = []
+            chain.append((builder, indices))
         indices.append(i)
-    for tp in order:
-        builder, indices = builders[tp]
-        if indices:
-            await _send(app, producer, sent, tp[0], tp[1], builder, indices, refusable, on_sent)
+    # Each partition's builders in order, the partitions side by side: aiokafka queues one
+    # batch per partition until a request takes it (``add_batch`` waits meanwhile), and a
+    # request takes one batch of every partition that has one. Sent one after the other, a
+    # partition's second builder held back every later partition's first: with one-record
+    # batches (ETJ_PRODUCER_MAX_BATCH_SIZE=1) a request carried one record.
+    if len(per_tp) == 1:
+        [(tp, chain)] = per_tp.items()
+        await _send_chain(app, producer, sent, tp, chain, refusable, on_sent)
+    else:
+        await asyncio.gather(*(_send_chain(app, producer, sent, tp, chain, refusable, on_sent)
+                               for tp, chain in per_tp.items()))
     return sent
+
+
+async def _send_chain(app: Any, producer: Any, sent: Sent, tp: tuple[str, int],
+                      chain: list[tuple[Any, list[int]]], refusable: bool,
+                      on_sent: Any) -> None:
+    for builder, indices in chain:
+        await _send(app, producer, sent, tp[0], tp[1], builder, indices, refusable, on_sent)
 
 
 async def _partitions(client: Any, topic: str) -> int:
