@@ -189,6 +189,12 @@ class DurableLoop:
                     await self.hand_over(unit)
                 if deliver.done():  # it only ends by raising: that is the agent's error
                     deliver.result()
+                # one loop turn for everything else, every batch: with batches waiting, this
+                # loop would otherwise run batch after batch without giving the fetch loop a
+                # turn, and a partition flow control holds for its lagging input would wait
+                # out ETJ_FLOW_MAX_IDLE_MS for a fetch already on its way (a backlog of
+                # 100,000 records: 7,855 records let go early, 11,630 late)
+                await asyncio.sleep(0)
         finally:
             self._idle.set()
             if not deliver.done():
