@@ -13,7 +13,12 @@ input partitions, and by waiting for an input it knows still has records in the 
   listed first, the dimension);
 - when an input has none queued, the others wait only if that input *is known* to have records
   in the broker not delivered yet (its high watermark is past the next offset expected), and
-  at most ``max_idle_s`` or until ``max_buffered`` records wait; then they go anyway.
+  at most ``max_idle_s``; then they go anyway. Past ``max_buffered`` records waiting in a
+  partition, the engine stops fetching its inputs that have records queued (:meth:`full`)
+  until the lagging one has caught up (Kafka Streams pauses a partition past
+  ``buffered.records.per.partition`` the same way): one fetch can hold more records than the
+  bound, and letting them go instead (the rule before batches) sent 10,549 of a 100,000-record
+  backlog to etj-late.
 
 Live traffic never waits: an input with no lag has nothing to wait for. Pure (no Faust): the
 engine gives it a ``lag`` function and a clock, and acks only what it releases and handled.
@@ -156,10 +161,18 @@ class EventTimeMerge:
         now = self.clock()
         if p.waiting_since is None or p.waiting_for != lagging:
             p.waiting_since, p.waiting_for = now, lagging
-        if now - p.waiting_since >= self.max_idle_s or p.size() >= self.max_buffered:
+        if now - p.waiting_since >= self.max_idle_s:
             self.forced += 1
             return False  # keep waiting_since: until that input delivers, the rest flows
         return True
+
+    def full(self, partition: int) -> tuple[str, ...]:
+        """The inputs of ``partition`` with records queued while it holds ``max_buffered``
+        or more (fetch no more of them until it drains; () when it is not full)."""
+        p = self.partitions.get(partition)
+        if p is None or p.size() < self.max_buffered:
+            return ()
+        return tuple(t for t in self.topics if p.queues[t])
 
     def _release(self, partition: int, p: _Partition) -> list[Any]:
         out: list[Any] = []

@@ -104,8 +104,9 @@ class Settings(BaseSettings):
         "other input's records go anyway."
     )
     flow_max_buffered: int = Field(
-        10_000, ge=1, description="Flow control: most records waiting per partition before they "
-        "go anyway (bounds memory)."
+        10_000, ge=1, description="Flow control: records waiting per partition past which the "
+        "worker stops fetching that partition's inputs that have records until the lagging one "
+        "caught up (bounds memory; a wait still ends after ETJ_FLOW_MAX_IDLE_MS)."
     )
     stall_check_s: float = Field(
         5.0, gt=0, description="Seconds between checks for an input partition whose fetched "

@@ -123,6 +123,8 @@ class DurableLoop:
                                     max_idle_s=settings.flow_max_idle_ms / 1000,
                                     max_buffered=settings.flow_max_buffered,
                                     enabled=settings.flow_control and len(self.merged) > 1)
+        #: partition -> the inputs this loop stopped fetching (flow control holds too many)
+        self._holding: dict[int, set[str]] = {}
         self.acked = AckedRuns()
         #: the input records this loop handled since the last rebalance (their outputs are in
         #: the log or on their way: a failed send fails stop)
@@ -223,6 +225,7 @@ class DurableLoop:
                 direct.append(b)
         forced = merge.forced
         released = [item for p in sorted(touched) for item in merge.release(p)] + merge.poll()
+        self._back_pressure(touched | set(self._holding))
         if merge.forced > forced:
             metrics.flow_forced.labels(self.join).inc(merge.forced - forced)
         self._flow_waiting.set(merge.waiting())
@@ -239,6 +242,22 @@ class DurableLoop:
         for (topic, partition), (first, end) in unit.acks.items():
             self.acked.handled(topic, partition, first)
         return unit
+
+    def _back_pressure(self, partitions: set[int]) -> None:
+        """Stop fetching the inputs of a partition flow control holds too many records of,
+        and fetch them again once it holds fewer (:meth:`EventTimeMerge.full`)."""
+        consumer = app.consumer
+        for p in partitions:
+            full = set(self.merge.full(p))
+            held = self._holding.get(p, set())
+            for topic in full - held:
+                consumer.hold(TP(topic, p), "flow")
+            for topic in held - full:
+                consumer.let_go(TP(topic, p), "flow")
+            if full:
+                self._holding[p] = full
+            else:
+                self._holding.pop(p, None)
 
     def _parsed(self, b: Batch) -> list[tuple[int, int, Any]]:
         """``(event_time, offset, (topic, record, parsed))`` of a batch, for flow control."""
@@ -343,6 +362,7 @@ class DurableLoop:
         """A rebalance or a stop: let go of what waits in the inbox and in flow control (not
         acked: read again from the committed offsets); how many records."""
         held = len(self.merge.reset())
+        self._holding.clear()  # the rebalance resumes the partitions it assigns
         self._flow_waiting.set(0)
         self.acked.clear()  # another worker may handle these partitions next
         self.handled.clear()

@@ -82,8 +82,9 @@ class EtjConsumer(aiokafka_driver.Consumer):
         self._acked_end: dict[TP, int] = {}
         #: tp -> the offset the next batch handed over must start at (None: not known yet)
         self._next: dict[TP, int] = {}
-        #: tps this consumer stopped fetching because their inbox is full
-        self._held_back: set[TP] = set()
+        #: tp -> why this consumer stopped fetching it: "inbox" (its agent's inbox is full),
+        #: "flow" (flow control holds too many of its records for a lagging input)
+        self._held_back: dict[TP, set[str]] = {}
         super().__init__(*args, **kwargs)
 
     # --- routing ---------------------------------------------------------------------------
@@ -94,15 +95,26 @@ class EtjConsumer(aiokafka_driver.Consumer):
         inbox.on_drained = self._drained
 
     def _drained(self, topic: str, partition: int) -> None:
-        tp = self._new_topicpartition(topic, partition)
-        if tp in self._held_back:
-            self._held_back.discard(tp)
-            if tp in self.assignment() and tp not in self._paused_partitions:
-                self._get_active_partitions().add(tp)
+        self.let_go(self._new_topicpartition(topic, partition), "inbox")
 
     def _hold_back(self, tp: TP) -> None:
-        self._held_back.add(tp)
+        self.hold(tp, "inbox")
+
+    def hold(self, tp: TP, why: str) -> None:
+        """Stop fetching ``tp`` (back pressure) until :meth:`let_go` is called for every
+        ``why`` it was held for."""
+        self._held_back.setdefault(tp, set()).add(why)
         self._get_active_partitions().discard(tp)
+
+    def let_go(self, tp: TP, why: str) -> None:
+        whys = self._held_back.get(tp)
+        if whys is None or why not in whys:
+            return
+        whys.discard(why)
+        if not whys:
+            del self._held_back[tp]
+            if tp in self.assignment() and tp not in self._paused_partitions:
+                self._get_active_partitions().add(tp)
 
     # --- the fetch loop --------------------------------------------------------------------
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - a service loop
@@ -230,7 +242,7 @@ class EtjConsumer(aiokafka_driver.Consumer):
         for tp in revoked:
             self._acked_end.pop(tp, None)
             self._next.pop(tp, None)
-            self._held_back.discard(tp)
+            self._held_back.pop(tp, None)
         await super().on_partitions_revoked(revoked)
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
