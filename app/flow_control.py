@@ -101,17 +101,19 @@ class EventTimeMerge:
         if highwater is not None:
             p.highwater[topic] = highwater
 
-    def release(self, partition: int) -> list[Any]:
-        """The items of ``partition`` that may go now, in the order to handle them."""
+    def release(self, partition: int, limit: int | None = None) -> list[Any]:
+        """The items of ``partition`` that may go now, in the order to handle them (at most
+        ``limit``: the rest stays queued, in order, and may go at the next call)."""
         p = self.partitions.get(partition)
         if p is None:
             return []
         if not self.enabled:
-            out = [e[2] for q in p.queues.values() for e in q]
+            out = []
             for q in p.queues.values():
-                q.clear()
+                while q and (limit is None or len(out) < limit):
+                    out.append(q.popleft()[2])
             return out
-        return self._release(partition, p)
+        return self._release(partition, p, limit)
 
     def poll(self) -> list[Any]:
         """Items whose wait has timed out (call now and then: the engine does on each tick)."""
@@ -174,11 +176,11 @@ class EventTimeMerge:
             return ()
         return tuple(t for t in self.topics if p.queues[t])
 
-    def _release(self, partition: int, p: _Partition) -> list[Any]:
+    def _release(self, partition: int, p: _Partition, limit: int | None = None) -> list[Any]:
         out: list[Any] = []
         queues = [p.queues[t] for t in self.topics]  # rank order: ties go to the first
         n = len(queues)
-        while True:
+        while limit is None or len(out) < limit:
             heads = [q for q in queues if q]
             if not heads:
                 break

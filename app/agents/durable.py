@@ -105,9 +105,10 @@ class DurableLoop:
     #: handled batches not yet delivered at most: the loop handles batch k+1 while batch k
     #: waits for the broker
     max_in_flight = 4
-    #: records handled per turn at most (the fetches waiting are taken whole, up to this):
-    #: bounds what one batch holds in memory and how long its first output waits; a backlog
-    #: of 50,000 records came as one fetch
+    #: records handled per turn at most (every fetch waiting is taken into flow control, which
+    #: lets go of this many in event-time order, the rest at the next turns): bounds what one
+    #: batch holds in memory and how long its first output waits; a backlog of 50,000
+    #: records came as one fetch
     max_batch = 5_000
 
     def __init__(self, engine: Engine, topics: Sequence[str], merged: Sequence[str] = (),
@@ -118,13 +119,18 @@ class DurableLoop:
         self.join = engine.join
         self.inbox = Inbox(engine.join, topics)
         self.ticks = ticks
-        self.merged = tuple(merged)
+        #: every input but the ticks goes through flow control: ordered by event time when
+        #: the loop has several (``merged``), else first come first served, a turn's worth
+        self.merged = tuple(merged) or tuple(t for t in topics if t != ticks)
         self.merge = EventTimeMerge(self.merged, self._lag,
                                     max_idle_s=settings.flow_max_idle_ms / 1000,
                                     max_buffered=settings.flow_max_buffered,
-                                    enabled=settings.flow_control and len(self.merged) > 1)
+                                    enabled=settings.flow_control and len(merged) > 1)
         #: partition -> the inputs this loop stopped fetching (flow control holds too many)
         self._holding: dict[int, set[str]] = {}
+        #: partitions flow control may have more records of to let go now (a turn handles
+        #: at most max_batch records)
+        self._ready: set[int] = set()
         self.acked = AckedRuns()
         #: the input records this loop handled since the last rebalance (their outputs are in
         #: the log or on their way: a failed send fails stop)
@@ -184,7 +190,10 @@ class DurableLoop:
         try:
             while True:
                 self._idle.set()
-                batches = await self.inbox.take(self.merge.next_wait_s(), self.max_batch)
+                if self._ready:  # flow control has records to let go: no waiting for more
+                    batches = self.inbox.take_nowait()
+                else:
+                    batches = await self.inbox.take(self.merge.next_wait_s())
                 self._idle.clear()
                 unit = self.handle(batches)
                 if unit is not None:
@@ -203,14 +212,14 @@ class DurableLoop:
                 deliver.cancel()
 
     def handle(self, batches: Sequence[Batch]) -> Unit | None:
-        """Parse, order and handle ``batches`` (and what flow control lets go now); the
-        unit to deliver, or None when nothing was handled."""
+        """Parse ``batches`` into flow control, then handle what it lets go in event-time
+        order, up to :attr:`max_batch` records (the rest stays queued, in order, for the next
+        turn); the unit to deliver, or None when nothing was handled."""
         generation = app.consumer_generation_id
         unit = Unit(generation)
-        merge, engine = self.merge, self.engine
-        touched: set[int] = set()
+        merge = self.merge
         ticks: list[Batch] = []
-        direct: list[Batch] = []
+        ready = self._ready
         for b in batches:
             if b.generation != generation:
                 continue  # fetched before a rebalance: read again from the committed offset
@@ -218,22 +227,23 @@ class DurableLoop:
                 ticks.append(b)
                 continue
             self._records_in[b.topic].inc(len(b.records))
-            if b.topic in self.merged:
-                merge.offer_batch(b.topic, b.partition, self._parsed(b), b.highwater)
-                touched.add(b.partition)
-            else:
-                direct.append(b)
+            merge.offer_batch(b.topic, b.partition, self._parsed(b), b.highwater)
+            ready.add(b.partition)
         forced = merge.forced
-        released = [item for p in sorted(touched) for item in merge.release(p)] + merge.poll()
-        self._back_pressure(touched | set(self._holding))
+        budget = self.max_batch
+        released: list[Any] = []
+        for p in sorted(ready):
+            items = merge.release(p, budget - len(released))
+            released += items
+            if len(released) < budget:
+                ready.discard(p)  # all it could let go: wait for its lagging input, or more
+        released += merge.poll()
+        self._back_pressure({p for p in merge.partitions} if merge.partitions else set())
         if merge.forced > forced:
             metrics.flow_forced.labels(self.join).inc(merge.forced - forced)
         self._flow_waiting.set(merge.waiting())
         for item in released:
             self._handle_one(unit, *item)
-        for b in direct:
-            for topic, record, parsed in self._parsed_items(b):
-                self._handle_one(unit, topic, record, parsed)
         for b in ticks:
             for record in b.records:
                 self._handle_one(unit, b.topic, record, None)
@@ -274,9 +284,6 @@ class DurableLoop:
                 parsed, event_time = InvalidRecord(f"internal error: {exc!r}"), -1
             out.append((event_time, record.offset, (topic, record, parsed)))
         return out
-
-    def _parsed_items(self, b: Batch) -> list[tuple[str, Any, Any]]:
-        return [item for _, _, item in self._parsed(b)]
 
     def _handle_one(self, unit: Unit, topic: str, record: Any, parsed: Any) -> None:
         """One record -> its outputs; a bug must not kill the worker nor lose the record."""
@@ -362,6 +369,7 @@ class DurableLoop:
         """A rebalance or a stop: let go of what waits in the inbox and in flow control (not
         acked: read again from the committed offsets); how many records."""
         held = len(self.merge.reset())
+        self._ready.clear()
         self._holding.clear()  # the rebalance resumes the partitions it assigns
         self._flow_waiting.set(0)
         self.acked.clear()  # another worker may handle these partitions next
