@@ -57,17 +57,25 @@ class Overlay:
         #: an ordered table in the memory store: its mapping's ``get`` (the store is the
         #: batch's view; resolved on first use, when the store exists)
         self._direct: Any = None
+        #: with it, (the memory store's mapping, its key -> partition map) to write to
+        self._direct_write: Any = None
+
+    def _resolve(self) -> None:
+        """An ordered table in the memory store: read and write its mapping directly."""
+        if self.through and self._direct is None:
+            data = getattr(self.io, "memory_data", lambda: None)()
+            if data is not None:
+                self._direct = data.get
+                self._direct_write = (data, self.io.store._key_partition)
 
     def get(self, partition: int, key: Any) -> Any:
         """The row's value (None: absent)."""
         direct = self._direct
         if direct is not None:
             return direct(key)
-        if self.through and self._direct is None:
-            data = getattr(self.io, "memory_data", lambda: None)()
-            if data is not None:
-                self._direct = data.get
-                return data.get(key)
+        self._resolve()
+        if self._direct is not None:
+            return self._direct(key)
         k = (partition, key)
         try:
             value = self._rows[k]
@@ -82,14 +90,27 @@ class Overlay:
         self._write(partition, key, _DELETED, local)
 
     def _write(self, partition: int, key: Any, value: Any, local: bool) -> None:
-        k = (partition, key)
         if self.through:
             if not local:
-                self._dirty[k] = value
+                self._dirty[(partition, key)] = value
+            direct = self._direct_write
+            if direct is None:
+                self._resolve()
+                direct = self._direct_write
+            if direct is not None:  # the memory store (StoreIO.write_one, without the call)
+                data, where = direct
+                if value is _DELETED:
+                    data.pop(key, None)
+                    where.pop(key, None)
+                else:
+                    data[key] = value
+                    where[key] = partition
+                return
             if self._direct is None:
-                self._rows[k] = value
+                self._rows[(partition, key)] = value
             self.io.write_one(partition, key, None if value is _DELETED else value)
             return
+        k = (partition, key)
         self._rows[k] = value
         if not local or k not in self._dirty:
             self._dirty[k] = not local

@@ -213,6 +213,8 @@ Parser = Callable[["bytes | None", "bytes | None"], Any]
 #: ``"`` then JSON whitespace then ``:``: every object key ends so (and may be counted more
 #: than once only by matching inside a string or a nested object, never less)
 _KEY_END = re.compile(rb'"[ \t\n\r]*:')
+#: a key end with whitespace in it (then '":' alone does not count every key)
+_SPACED_KEY_END = re.compile(rb'"[ \t\n\r]+:')
 
 
 class _Unsupported(Exception):
@@ -306,6 +308,7 @@ def compile_parser(model: type[M]) -> Parser:
     check = getattr(model, "fast_check", None)
     fix = msgspec.structs.replace
     count = _KEY_END.findall
+    spaced = _SPACED_KEY_END.search
     required = sum(1 for info in model.model_fields.values() if info.is_required())
     optional = tuple(n for n, info in model.model_fields.items() if not info.is_required())
 
@@ -325,10 +328,10 @@ def compile_parser(model: type[M]) -> Parser:
         # fields the record has (its required ones, its optional ones not null) are at most
         # its distinct keys. Equal: no key is there twice (and no unknown field either, which
         # is then left to parse: the rule is the same, only slower).
-        if b'" ' in value or b'"\t' in value or b'"\n' in value or b'"\r' in value:
-            keys = len(count(value))
-        else:
+        if spaced(value) is None:  # every key ends '":' exactly
             keys = value.count(b'":')
+        else:
+            keys = len(count(value))
         present = required
         for f in optional:
             if getattr(rec, f) is not None:
@@ -345,9 +348,8 @@ def compile_parser(model: type[M]) -> Parser:
                 rec = fix(rec, **zeros)
         if check is not None and not check(rec):
             return slow(key, value)
-        expected = getattr(rec, key_field)
-        if key.decode("utf-8", errors="replace") != str(expected):
-            return slow(key, value)
+        if key != str(getattr(rec, key_field)).encode():  # equal bytes: equal text; else
+            return slow(key, value)                        # parse compares it as text
         return rec
 
     return parse_fast

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 __all__ = ["AckedRuns", "Out", "Source", "dead_letter", "dead_letter_refused"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Out:
     """A record to send once state is durable (topic by name; key and value as bytes)."""
 
