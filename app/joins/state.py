@@ -72,8 +72,10 @@ class JoinsTable(RangeTable):
     join_name: str = "?"
     #: in the snapshots' fingerprint: a snapshot of the layout before is never installed
     state_layout = "joins-by-key-time"
-    #: the id index is looked up by point only: the memory store keeps it unsorted
+    #: the id index is looked up by point only: the memory store keeps it unsorted; a key's
+    #: joins are scanned within the key only: the memory store keeps them per key
     point_prefixes = (ID,)
+    grouped_prefixes = (JOIN,)
 
     def apply_changelog_batch(self, batch: Iterable[Any]) -> None:
         events = list(batch)

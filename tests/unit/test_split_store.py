@@ -1,0 +1,41 @@
+"""app.compat.stores.SplitSortedDict: a join table's rows in the memory store (id rows by point,
+a key's joins per key, the expiry index sorted) answer every write, read and range scan as one
+sorted mapping would (id rows aside: they are never scanned)."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.compat.stores import SplitSortedDict
+from app.joins.keys import expiry_key, id_key, join_key, join_range
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**6))
+def test_it_answers_as_one_sorted_mapping(seed):
+    rng = random.Random(seed)
+    d = SplitSortedDict((b"I",), (b"J",))
+    ref: dict[bytes, int] = {}
+    for i in range(400):
+        k = rng.choice(["ann", "bob", "c", "annx", ""])
+        t, jid = rng.randint(0, 50), f"j{rng.randint(0, 30)}"
+        key = rng.choice([join_key(k, t, jid), id_key(k, jid), expiry_key(rng.randint(0, 3), t, k)])
+        if rng.random() < 0.3:
+            assert d.pop(key, None) == ref.pop(key, None)
+        elif rng.random() < 0.1 and key in ref:
+            del d[key]
+            del ref[key]
+        else:
+            d[key] = ref[key] = i
+    assert len(d) == len(ref) and all(d[k] == v for k, v in ref.items())
+    assert sorted(d) == sorted(ref)
+    for k in ["ann", "bob", "c", "annx", ""]:
+        for lo_t, hi_t in [(None, None), (5, 20), (0, 1), (30, None)]:
+            lo, hi = join_range(k, lo_t, hi_t)
+            assert list(d.irange(lo, hi, inclusive=(True, False))) == sorted(
+                x for x in ref if lo <= x < hi)
+    scanned = [x for x in sorted(ref) if x[:1] != b"I"]
+    assert list(d.irange(b"A", b"Z", inclusive=(True, False))) == scanned
