@@ -95,7 +95,7 @@ class EtjConsumer(aiokafka_driver.Consumer):
         inbox.on_drained = self._drained
 
     def _drained(self, topic: str, partition: int) -> None:
-        self.let_go(self._new_topicpartition(topic, partition), "inbox")
+        self.let_go(TP(topic, partition), "inbox")  # Faust's TP: its active set holds those
 
     def _hold_back(self, tp: TP) -> None:
         self.hold(tp, "inbox")
