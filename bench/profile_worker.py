@@ -99,12 +99,17 @@ def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
 
 def profile(records: int = 10_000, seconds: float = 15.0, consultants: int = 1_000,
             env: dict[str, str] | None = None, tag: str = "worker",
-            batching: bool = False) -> dict[str, Any]:
+            batching: bool = False, hot_key: bool = False) -> dict[str, Any]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with bench_broker() as broker, workdir() as folder:
         names = new_names(broker)
         names = batched(names) if batching else names
-        asyncio.run(load_inputs(broker.bootstrap, names, workload(records, consultants, 1), 4))
+        if hot_key:
+            from bench import hot_key as hot
+            data = hot.workload(records, 1)
+        else:
+            data = workload(records, consultants, 1)
+        asyncio.run(load_inputs(broker.bootstrap, names, data, 4))
         w = start_worker(names, folder, name="profiled", **(env or {}))
         w.wait_ready(timeout_s=120)
         assert w.proc is not None
@@ -162,12 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env", action="append", default=[], help="KEY=VALUE worker setting")
     p.add_argument("--batched", action="store_true",
                    help="the producer's default batching (no ETJ_PRODUCER_MAX_BATCH_SIZE)")
+    p.add_argument("--hot-key", action="store_true",
+                   help="bench.hot_key's workload: one consultant with every recommendation")
     p.add_argument("--recovery", type=int, default=0, metavar="KEYS",
                    help="profile the replay of a KEYS-key changelog instead of a backlog join")
     a = p.parse_args(argv)
     env = dict(kv.split("=", 1) for kv in a.env)
     r = (profile_recovery(a.recovery, a.seconds, tag=a.tag) if a.recovery else
-         profile(a.records, a.seconds, env=env, tag=a.tag, batching=a.batched))
+         profile(a.records, a.seconds, env=env, tag=a.tag, batching=a.batched,
+                 hot_key=a.hot_key))
     print(f"{r['samples']} samples, {r['records_during_profile']} records in {r['seconds']} s "
           f"({r['rate_during_profile']}/s)")
     for name, t in r["threads"].items():
