@@ -37,6 +37,7 @@ Gap-free re-emits: with a join's current revision go the revisions it superseded
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import replace
 from typing import Any, Callable, Iterable
 
@@ -120,6 +121,7 @@ class JoinState:
         self.emitted = emitted or self.delivered
         self._clocks = {}  # partition -> stream time, in the batch being handled
         self._moved = set()  # partitions whose stream time moved in it
+        self._owned: dict[tuple[int, str], list[Version]] = {}  # histories copied in it
 
     # --- rows --------------------------------------------------------------------------------
     def load(self, raw: Any) -> Join:
@@ -192,6 +194,7 @@ class JoinState:
             self.clock.put(p, p, t)
         self._clocks.clear()
         self._moved.clear()
+        self._owned.clear()
         return moved
 
     _clocks: dict[int, Any]
@@ -215,16 +218,19 @@ class JoinState:
 
     def on_version(self, p: int, key: str, v: Version, horizon: int | None,
                    release_from: int | None, src: Any = None) -> list[Revision]:
-        # a new list for the new version; the versions in it are never changed, only replaced
-        history = list(self.history.get(p, key) or ())
+        history = self._own_history(p, key)
         if not insert_version(history, v):  # a duplicate: perhaps re-delivered after a crash
             self.history.put(p, key, history)  # its row again (module docstring)
             return self._again(p, key, v, src)
         if horizon is not None:
-            history = purge_history(history, horizon)
+            drop = len(history) - len(purge_history(history, horizon))
+            if drop:
+                del history[:drop]  # in place: the list is this batch's own
         self.history.put(p, key, history)
-        if v not in history:  # older than the last version before the horizon: no effect,
-            return self._again(p, key, v, src)  # unless it is re-delivered and made some
+        i = bisect_left(history, v)
+        if i == len(history) or history[i] != v:  # older than the last version before the
+            return self._again(p, key, v, src)  # horizon: no effect, unless it is re-delivered
+        rule = self.rules.asof
         rule = self.rules.asof
         floor = affected_floor(history, v, rule, horizon)
         cands = self._joins_of(p, key, floor, affected_until(history, v, rule))
@@ -235,6 +241,15 @@ class JoinState:
                 self._settle(p, j, src)
                 self._put(p, key, jid, j, j.event_time)
         return revs
+
+    def _own_history(self, p: int, key: str) -> list[Version]:
+        """The key's versions as a list this batch may change in place: copied from the
+        store's once per batch (the store keeps its own until the batch is flushed), not once
+        per version — a key with 10,000 versions in retention copied them for each new one."""
+        history = self._owned.get((p, key))
+        if history is None:
+            history = self._owned[(p, key)] = list(self.history.get(p, key) or ())
+        return history
 
     def _again(self, p: int, key: str, v: Version, src: Any) -> list[Revision]:
         """A version seen before, or too old to change anything: re-emit (and write again) the
@@ -281,10 +296,12 @@ class JoinState:
         for key in aged:  # keys that aged: their old versions too
             history = self.history.get(p, key)
             if history:
-                kept = purge_history(history, horizon)
-                if len(kept) < len(history):
-                    versions += len(history) - len(kept)
-                    self.history.put(p, key, kept)
+                drop = len(history) - len(purge_history(history, horizon))
+                if drop:
+                    versions += drop
+                    history = self._own_history(p, key)
+                    del history[:drop]
+                    self.history.put(p, key, history)
         out: list[Revision] = []
         lag = self.spec.review_lag_ms
         if lag is not None:
