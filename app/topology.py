@@ -29,7 +29,7 @@ from app.faust_app import app, settings
 from app.joins.catalog import load_specs
 from app.joins.spec import JoinSpec
 from app.joins.state import JoinsTable
-from app.range_scan import range_table
+from app.range_scan import RangeTable, range_table
 
 _raw = dict(key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
 _out = dict(key_serializer="raw", value_serializer="raw")
@@ -92,6 +92,16 @@ joins: dict[str, JoinTopology] = {spec.name: declare_join(spec) for spec in load
 
 
 # --- the car join (one-to-many) ----------------------------------------------------------------
+
+class ZoneCarsTable(RangeTable):
+    """zone-cars: a zone's cars are only ever scanned together, so the memory store keeps them
+    per zone (app.compat.stores.SplitSortedDict), a sorted list each."""
+
+    @staticmethod
+    def group_key(key: bytes) -> bytes:
+        return key[:8]  # the zone id (app.keys: 8 bytes of zone, 8 of car)
+
+
 # car side: etj-car-arrivals (key car id) -> car moves (key zone id: DEL old zone, ADD new zone)
 car_arrivals = app.topic(settings.car_arrivals_topic, allow_empty=True, **_raw)
 car_moves = app.topic(settings.car_moves_topic, internal=True,
@@ -112,7 +122,8 @@ zone_pollution = app.Table("zone-pollution", default=None, **_json)
 # key: (zone_id, car_id) as 16 bytes, big-endian, sign bit flipped (app.keys) -> byte order is
 # (zone, car) order, so a zone's cars are one key range (app.range_scan)
 # value: [car_event_time, fuel_level] of the arrival that put the car there
-zone_cars = range_table(app, "zone-cars", default=None, **_bytes_json)
+zone_cars = range_table(app, "zone-cars", default=None, table_class=ZoneCarsTable,
+                        **_bytes_json)
 
 
 # --- what must be co-partitioned, and what this worker owns ------------------------------------

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import MutableMapping
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import faust
 import orjson
@@ -65,37 +65,32 @@ class SortedMemoryStore(MemoryStore):
 
 class SplitSortedDict(MutableMapping):
     """A sorted mapping (``irange`` like ``SortedDict``) for a table whose keys come in kinds
-    by their first byte (a join's rows, :mod:`app.joins.keys`):
+    (a join's rows, :mod:`app.joins.keys`; a zone's cars, :mod:`app.keys`):
 
-    - ``point_prefixes``: looked up by point only (a join's id index): a plain dict, no order;
-    - ``grouped_prefixes``: scanned only within a group (a key's joins, ``J`` + length + key):
-      a dict, and per group a sorted list of its keys (``bisect`` in C, a few entries each);
-    - every other key (the expiry index): a ``SortedDict``.
+    - keys ``point(key)`` says are looked up by point only (a join's id index): a plain dict;
+    - keys ``group(key)`` puts in a group are scanned only within it (a key's joins, a zone's
+      cars): a dict, and per group a sorted list of its keys (``bisect`` in C);
+    - every other key (a join's expiry index): a ``SortedDict``.
 
     A row written costs a dict store and, for a grouped key, an insort into its group's list
     instead of a ``SortedDict`` insert (~1.5 µs of Python each, the most of a join's writes).
-    ``irange`` over one group reads its list; any other range reads the ``SortedDict`` (and,
+    ``irange`` within one group reads its list; any other range reads the ``SortedDict`` (and,
     should it span groups, every grouped key in it, sorted: not on any hot path)."""
 
-    def __init__(self, point_prefixes: tuple[bytes, ...],
-                 grouped_prefixes: tuple[bytes, ...] = ()) -> None:
+    def __init__(self, point: Callable[[bytes], bool] | None = None,
+                 group: Callable[[bytes], "bytes | None"] | None = None) -> None:
         self.sorted = SortedDict()
         self.points: dict[Any, Any] = {}
         self.grouped: dict[Any, Any] = {}
         self.groups: dict[bytes, list[bytes]] = {}
-        self._points = point_prefixes
-        self._grouped = grouped_prefixes
-
-    @staticmethod
-    def group_of(key: bytes) -> bytes:
-        """A grouped key's group: its kind byte, a u32 length and that many bytes."""
-        return key[:5 + int.from_bytes(key[1:5], "big")]
+        self._point = point or (lambda key: False)
+        self._group = group or (lambda key: None)
 
     def _map(self, key: Any) -> Any:
         if isinstance(key, bytes):
-            if key.startswith(self._points):
+            if self._point(key):
                 return self.points
-            if key.startswith(self._grouped):
+            if self._group(key) is not None:
                 return self.grouped
         return self.sorted
 
@@ -105,7 +100,7 @@ class SplitSortedDict(MutableMapping):
     def __setitem__(self, key: Any, value: Any) -> None:
         m = self._map(key)
         if m is self.grouped and key not in m:
-            group = self.group_of(key)
+            group = self._group(key)
             keys = self.groups.get(group)
             if keys is None:
                 self.groups[group] = [key]
@@ -120,7 +115,7 @@ class SplitSortedDict(MutableMapping):
             self._unindex(key)
 
     def _unindex(self, key: bytes) -> None:
-        group = self.group_of(key)
+        group = self._group(key)
         keys = self.groups[group]
         i = bisect_left(keys, key)
         del keys[i]
@@ -161,8 +156,8 @@ class SplitSortedDict(MutableMapping):
 
     def irange(self, lo: Any = None, hi: Any = None,
                inclusive: tuple[bool, bool] = (True, True)) -> Iterator[Any]:
-        if isinstance(lo, bytes) and lo.startswith(self._grouped) and len(lo) >= 5:
-            group = self.group_of(lo)
+        group = self._group(lo) if isinstance(lo, bytes) else None
+        if group is not None and lo.startswith(group):
             if hi is not None and (hi.startswith(group) or hi == prefix_end(group)):
                 keys = self.groups.get(group, ())
                 i = bisect_left(keys, lo) if inclusive[0] else bisect_right(keys, lo)
@@ -193,9 +188,9 @@ class RangeTable(faust.Table):
         store = cls(url, self.app, self, table_name=self.name, key_type=self.key_type,
                     key_serializer=self.key_serializer, value_serializer=self.value_serializer,
                     value_type=self.value_type, loop=self.loop, options=self.options)
-        prefixes = getattr(self, "point_prefixes", ())
-        if prefixes and isinstance(store, SortedMemoryStore):
-            store.data = SplitSortedDict(prefixes, getattr(self, "grouped_prefixes", ()))
+        point, group = getattr(self, "point_key", None), getattr(self, "group_key", None)
+        if (point or group) and isinstance(store, SortedMemoryStore):
+            store.data = SplitSortedDict(point, group)
         return store
 
 

@@ -26,7 +26,7 @@ from functools import lru_cache
 
 from app.keys import prefix_end
 
-__all__ = ["BUCKET_MS", "ID", "JOIN", "bucket", "expiry_key", "expiry_range", "id_key",
+__all__ = ["BUCKET_MS", "ID", "JOIN", "bucket", "key_group", "expiry_key", "expiry_range", "id_key",
            "is_join_row", "join_key", "join_range", "split_expiry_key", "split_join_key"]
 
 JOIN, ID, EXPIRY = b"J", b"I", b"X"
@@ -63,6 +63,12 @@ def split_join_key(raw: bytes) -> tuple[str, int, str]:
     at = 1 + _U32 + n
     return (raw[1 + _U32:at].decode("utf-8"), int.from_bytes(raw[at:at + _U64], "big"),
             raw[at + _U64:].decode("utf-8"))
+
+
+def key_group(raw: bytes) -> bytes:
+    """The first bytes every row of one key shares (kind, length, key): ``J`` rows of one key
+    are scanned together."""
+    return raw[:5 + int.from_bytes(raw[1:5], "big")]
 
 
 def is_join_row(raw: bytes) -> bool:

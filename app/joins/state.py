@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterable
 
 from app.compat.stores import StoreIO
 from app.joins.keys import (BUCKET_MS, ID, JOIN, bucket, expiry_key, expiry_range, id_key,
-                            join_key, join_range, split_expiry_key, split_join_key)
+                            join_key, join_range, key_group, split_expiry_key, split_join_key)
 from app.joins.spec import JoinSpec
 from app.logic.event_join import (Event, Join, Purged, Revision, Version, affected_floor,
                                   affected_from, affected_until, insert_version, purge_history,
@@ -73,10 +73,15 @@ class JoinsTable(RangeTable):
     join_name: str = "?"
     #: in the snapshots' fingerprint: a snapshot of the layout before is never installed
     state_layout = "joins-by-key-time"
-    #: the id index is looked up by point only: the memory store keeps it unsorted; a key's
-    #: joins are scanned within the key only: the memory store keeps them per key
-    point_prefixes = (ID,)
-    grouped_prefixes = (JOIN,)
+    #: the memory store's layout (app.compat.stores.SplitSortedDict): the id index is looked up
+    #: by point only (unsorted); a key's joins are scanned within the key only (per key)
+    @staticmethod
+    def point_key(key: bytes) -> bool:
+        return key[:1] == ID
+
+    @staticmethod
+    def group_key(key: bytes) -> bytes | None:
+        return key_group(key) if key[:1] == JOIN else None
 
     def apply_changelog_batch(self, batch: Iterable[Any]) -> None:
         events = list(batch)

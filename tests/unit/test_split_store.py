@@ -11,13 +11,14 @@ from hypothesis import strategies as st
 
 from app.compat.stores import SplitSortedDict
 from app.joins.keys import expiry_key, id_key, join_key, join_range
+from app.joins.state import JoinsTable
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 10**6))
 def test_it_answers_as_one_sorted_mapping(seed):
     rng = random.Random(seed)
-    d = SplitSortedDict((b"I",), (b"J",))
+    d = SplitSortedDict(JoinsTable.point_key, JoinsTable.group_key)
     ref: dict[bytes, int] = {}
     for i in range(400):
         k = rng.choice(["ann", "bob", "c", "annx", ""])
