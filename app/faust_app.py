@@ -9,7 +9,7 @@ from typing import Any
 import faust
 
 from app import local_state
-from app.copartition import bootstrap_servers, check_copartitioning
+from app.copartition import bootstrap_servers, check_copartitioning, warn_of_partitioners
 from app.kafka_security import aiokafka_auth, broker_credentials, check_tls
 from app.settings import Settings, get_settings
 from app.web_auth import web_application_options
@@ -20,8 +20,12 @@ class EtjApp(faust.App):
     consumes anything, and waits only for the batches in flight on a rebalance or a stop."""
 
     etj: Settings
-    #: topic groups that must have the same partition count (declared by app.topology)
-    copartitioned: list[tuple[str, ...]]
+    #: (name, topics, partition count) of the topic groups that must be co-partitioned
+    #: (declared by app.topology, checked at start: app.copartition)
+    copartitioned: list[tuple[str, tuple[str, ...], int]]
+    #: input topics others produce to (declared by app.topology): their partitioner is
+    #: sampled at start (app.copartition.warn_of_partitioners)
+    produced_by_others: list[str]
     #: every agent loop (app.agents.durable.DurableLoop): each registers itself once; the app
     #: asks them to let go of what waits, waits for what they have in flight, describes them
     loops: list
@@ -83,8 +87,10 @@ class EtjApp(faust.App):
             local_state.claim(Path(self.conf.tabledir))
         await super().on_first_start()
         await check_tls(s, bootstrap_servers(s.broker_url))  # a refused certificate, said plainly
-        await check_copartitioning(s.broker_url, self.copartitioned, s.partitions,
-                                   aiokafka_auth(s))
+        await check_copartitioning(s.broker_url, self.copartitioned, aiokafka_auth(s))
+        if s.check_partitioner:
+            await warn_of_partitioners(s.broker_url, self.produced_by_others,
+                                       aiokafka_auth(s))
 
     async def on_shutdown(self) -> None:
         """After every service stopped (agents, producer, consumer, tables)."""
@@ -140,6 +146,7 @@ def create_app(settings: Settings) -> EtjApp:
     app.etj = settings
     app.loops = []
     app.copartitioned = []
+    app.produced_by_others = []
     return app
 
 

@@ -13,13 +13,15 @@ event_loop.use(app.etj)  # before `faust worker` makes its loop (Faust ignores i
 garbage_collection.use()  # fewer collections: a table of a million rows is long-lived
 from app import topology  # noqa: F401  (topics -> tables, for every join spec and the car join)
 from app.agents import event_join  # noqa: F401  (agents: one per join spec)
-from app.agents import car_join  # noqa: F401  (agents: car positions x zone pollution)
+if topology.cars:  # ETJ_BUILTIN_JOINS
+    from app.agents import car_join  # noqa: F401  (agents: car positions x zone pollution)
 from app import timers  # noqa: F401  (timers: revisit ticks for every agent)
 from app.commands import sample_traffic  # noqa: F401  (tools)
 from app.commands import archive  # noqa: F401  (tools: a topic -> JSON lines, for app.batch)
 from app.commands import join_latest  # noqa: F401  (tools: join-latest NAME)
 from app.commands import snapshots  # noqa: F401  (tools: the table snapshots in a store)
 from app import views  # noqa: F401  (views: state, health, metrics over HTTP; GET /joins/)
-from app import timeline  # noqa: F401  (the live timeline page, /timeline/)
+if "moods" in event_join.engines:  # the timeline draws the mood join (and the car join's zones)
+    from app import timeline  # noqa: F401  (the live timeline page, /timeline/)
 
 __all__ = ["app"]

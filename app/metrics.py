@@ -15,6 +15,10 @@ dead_letters = Counter("etj_dead_letters", "Records sent to the dead-letter topi
                        ["join", "topic"])
 late_records = Counter("etj_late_records", "Records older than the retention horizon",
                        ["join", "topic"])
+refused = Counter("etj_refused_records", "Input records refused at the door (dead-lettered): "
+                  "rule 'partitioner' (not Kafka's default partitioner's partition for its "
+                  "key) or 'future' (an event time too far ahead; ETJ_MAX_FUTURE_MS)",
+                  ["join", "topic", "rule"])
 revisions_out = Counter("etj_revisions", "Revisions emitted to a join's output topic",
                         ["join", "cause"])
 joins_finalised = Counter("etj_joins_finalised", "Joins dropped from state past the horizon",

@@ -35,6 +35,8 @@ def main() -> None:
               f"settings for TLS/SASL)", flush=True)
     broker.start()
     env = {**os.environ, "ETJ_BROKER_URL": broker.url}
+    # the demo: every built-in join, beside the joins of ETJ_JOINS_FILE if one is given
+    env.setdefault("ETJ_BUILTIN_JOINS", "moods,movies,cars")
     if not broker.external:
         # tansu under-reports end offsets; batches of one make changelog recovery exact (docs/contributing/tests.md)
         env.setdefault("ETJ_PRODUCER_MAX_BATCH_SIZE", "1")

@@ -14,6 +14,10 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+#: the joins etj comes with (app.joins.catalog: moods, movies; app.agents.car_join: cars)
+BUILTIN_JOINS = frozenset({"moods", "movies", "cars"})
+
+
 class Settings(BaseSettings):
     """etj configuration. ``python -m app.settings_doc`` generates docs/operating/settings.md
     and the chart's values schema from these fields and descriptions."""
@@ -113,8 +117,13 @@ class Settings(BaseSettings):
         "records never reached its agent (read again from the first unhandled; see app/compat/stall_guard.py)."
     )
     joins_file: Path | None = Field(
-        None, description="JSON file of extra join specs (see docs/joins/declarative.md)."
+        None, description="JSON file of join specs (see docs/joins/declarative.md): with it, a "
+        "worker runs that file's joins and only the built-in ones ETJ_BUILTIN_JOINS names."
     )
+    builtin_joins: str | None = Field(
+        None, description="The built-in joins this worker runs, comma-separated, of `moods`, "
+        "`movies`, `cars` (`none`: none). Unset: all three without ETJ_JOINS_FILE, none with "
+        "it (a worker of your own joins creates no etj-* topic; `make run` asks for all).")
     snapshot_url: str | None = Field(
         None, description="Object store of table snapshots: `file:///path` or "
         "`s3://bucket/prefix` (endpoint and credentials the usual boto3 way: "
@@ -203,17 +212,34 @@ class Settings(BaseSettings):
         "(health, readiness and metrics stay open); unset with `ETJ_VIEWS_TOKEN`: views open.")
     views_token: SecretStr | None = Field(
         None, description="Bearer token of the state views, when no file gives it.")
+    check_partitioner: bool = Field(
+        True, description="Refuse (dead-letter) an input record whose partition is not Kafka's "
+        "default partitioner's choice (murmur2) for its key: a librdkafka producer's default "
+        "(CRC32) splits keys across co-partitioned inputs and the join answers wrong. false: "
+        "for inputs partitioned otherwise on purpose, every input of a join the same way.")
     max_future_ms: int = Field(
         300_000, ge=0, description="Records from the future: an input record whose event time "
-        "is more than this ahead of min(its Kafka timestamp, the wall clock) is refused, never "
-        "joined, never moves stream time (the batch twin applies it; the worker's read path "
-        "with its rewrite, docs/concepts/event-time.md#records-from-the-future). Default 5 min: "
-        "far above the "
-        "clock skew of honest producers (NTP: milliseconds; phones: seconds), below every "
+        "is more than this ahead of min(its Kafka timestamp, the wall clock) is refused (a "
+        "dead letter naming the skew), never joined, never moves stream time; the worker and "
+        "the batch twin apply the same rule "
+        "(docs/concepts/event-time.md#records-from-the-future). Default 5 min: far above "
+        "the clock skew of honest producers (NTP: milliseconds; phones: seconds), below every "
         "time-zone mistake (30 min or more), and small against the retention: an accepted "
         "record moves stream time at most this far ahead, so with the default 1 h retention "
         "records up to 55 min late still join (a 1 h tolerance would let one record push every "
         "on-time record behind the horizon).")
+
+    @property
+    def builtins(self) -> frozenset[str]:
+        """The built-in joins this worker runs (ETJ_BUILTIN_JOINS)."""
+        if self.builtin_joins is None:
+            return frozenset() if self.joins_file is not None else BUILTIN_JOINS
+        names = {n.strip() for n in self.builtin_joins.split(",") if n.strip()} - {"none"}
+        unknown = names - BUILTIN_JOINS
+        if unknown:
+            raise ValueError(f"ETJ_BUILTIN_JOINS: unknown join(s) {', '.join(sorted(unknown))}; "
+                             f"the built-in ones are {', '.join(sorted(BUILTIN_JOINS))}")
+        return frozenset(names)
 
     @property
     def local_tables(self) -> bool:

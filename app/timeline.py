@@ -68,6 +68,8 @@ def local_zones() -> list[dict[str, Any]]:
     A zone's cars are one key range of ``zone-cars`` (:mod:`app.keys`), so counting them reads
     that range only. Zones that have cars but no reading yet are not listed.
     """
+    if zone_pollution is None:  # this worker does not run the car join (ETJ_BUILTIN_JOINS)
+        return []
     owned = set(owned_partitions(settings.zones_topic))
     out = []
     for zone_id, raw in list(zone_pollution.items()):

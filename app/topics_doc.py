@@ -112,7 +112,7 @@ def inventory(s: Settings, specs: Iterable[JoinSpec]) -> list[TopicUse]:
     out: list[TopicUse] = []
     for spec in specs:
         out += join_topics(s, spec)
-    return out + car_topics(s) + shared_topics(s)
+    return out + (car_topics(s) if "cars" in s.builtins else []) + shared_topics(s)
 
 
 # --- the page -------------------------------------------------------------------------------
@@ -135,7 +135,8 @@ def tables(s: Settings, specs: list[JoinSpec]) -> str:
     """The per-join tables and the ACL commands of one configuration (markdown)."""
     uses = inventory(s, specs)
     out = []
-    for join in [*(sp.name for sp in specs), "car join", "every join"]:
+    cars = ["car join"] if "cars" in s.builtins else []
+    for join in [*(sp.name for sp in specs), *cars, "every join"]:
         title = join if join in ("car join", "every join") else f"join `{join}`"
         out.append(f"\n### {title[0].upper() + title[1:]}\n\n")
         out.append(_table([u for u in uses if u.join == join]))
@@ -171,19 +172,23 @@ Every topic a worker uses, per join, with what it holds, who creates it and the 
 worker needs on it: the Kafka ACLs of its principal. Shown for the default settings
 ([settings](settings.md): every topic name is a setting, the changelogs and the leader topic
 are prefixed with `ETJ_APP_ID`) and the built-in joins; a join of your own adds the same
-shape (below: the README's `tiers` example). For *your* configuration, print the same tables:
+shape (below: the README's `tiers` example). A worker with `ETJ_JOINS_FILE` runs only that
+file's joins, and uses only their topics and the shared ones ("every join"): the built-in joins
+and their `etj-*` topics only if `ETJ_BUILTIN_JOINS` names them. For *your* configuration,
+print the same tables:
 
 ```sh
 ETJ_JOINS_FILE=joins.json .venv/bin/python -m app.topics_doc --print
 ```
 
 **Created by you** means the worker does not declare the topic: create it before the worker
-starts, with `ETJ_PARTITIONS` partitions (a broker that auto-creates topics,
+starts, with the join's partition count (a spec's `partitions`, else `ETJ_PARTITIONS`; a
+broker that auto-creates topics,
 `auto.create.topics.enable`, gives them its own `num.partitions`: make it the same, or the
 worker refuses to start). A join's input topics and its ticks topic must be
 [co-partitioned](../concepts/event-time.md#co-partitioning); the worker refuses to start when
 they are not. **Created by the worker**: internal topics and table changelogs (compacted), made
-with `ETJ_PARTITIONS` partitions and `ETJ_REPLICATION_FACTOR` replicas; it needs `Create` on
+with the join's partition count and `ETJ_REPLICATION_FACTOR` replicas; it needs `Create` on
 them (a prefixed ACL on `<app id>-` covers the changelogs and the leader topic).
 
 Other clients need less: the batch twin's `archive` reads (`Read`, `Describe`; no group),
@@ -204,7 +209,9 @@ def page() -> str:
     return (_HEADER + tables(s, load_specs(s))
             + "\n## A join of your own\n\nThe README's example spec `tiers` "
             "([declarative joins](../joins/declarative.md)) adds these, with the same ACLs "
-            "as any join's:\n\n" + _table(own))
+            "as any join's; run alone (`ETJ_JOINS_FILE` and no `ETJ_BUILTIN_JOINS`), the worker "
+            "uses these and the topics of *every join* above, nothing else:\n\n"
+            + _table(own))
 
 
 def stale() -> bool:

@@ -77,13 +77,16 @@ class JoinTopology:
 
 
 def declare_join(spec: JoinSpec) -> JoinTopology:
-    names = spec.tables
-    joins = range_table(app, names.joins, default=None, table_class=JoinsTable, **_bytes_json)
+    """A spec's topics and tables, with its partition count (ETJ_PARTITIONS unless it gives
+    one): its ticks topic and changelogs are created with it, its inputs must have it."""
+    names, n = spec.tables, spec.partitions or settings.partitions
+    joins = range_table(app, names.joins, default=None, table_class=JoinsTable,
+                        **{**_bytes_json, "partitions": n})
     joins.join_name = spec.name
-    tables = JoinTables(app.Table(names.dimension, default=None, **_json), joins,
-                        app.Table(names.clock, default=None, **_json))
-    return JoinTopology(spec, app.topic(*spec.inputs, allow_empty=True, **_raw),
-                        app.topic(spec.ticks, internal=True, **_raw),
+    tables = JoinTables(app.Table(names.dimension, default=None, **{**_json, "partitions": n}),
+                        joins, app.Table(names.clock, default=None, **{**_json, "partitions": n}))
+    return JoinTopology(spec, app.topic(*spec.inputs, allow_empty=True, **{**_raw, "partitions": n}),
+                        app.topic(spec.ticks, internal=True, **{**_raw, "partitions": n}),
                         app.topic(spec.output, **_out), tables)
 
 
@@ -91,7 +94,7 @@ def declare_join(spec: JoinSpec) -> JoinTopology:
 joins: dict[str, JoinTopology] = {spec.name: declare_join(spec) for spec in load_specs(settings)}
 
 
-# --- the car join (one-to-many) ----------------------------------------------------------------
+# --- the car join (one-to-many), when this worker runs it (ETJ_BUILTIN_JOINS) -----------------
 
 class ZoneCarsTable(RangeTable):
     """zone-cars: a zone's cars are only ever scanned together, so the memory store keeps them
@@ -102,46 +105,65 @@ class ZoneCarsTable(RangeTable):
         return key[:8]  # the zone id (app.keys: 8 bytes of zone, 8 of car)
 
 
-# car side: etj-car-arrivals (key car id) -> car moves (key zone id: DEL old zone, ADD new zone)
-car_arrivals = app.topic(settings.car_arrivals_topic, allow_empty=True, **_raw)
-car_moves = app.topic(settings.car_moves_topic, internal=True,
-                      **_raw)  # zone id -> {op: ADD|DEL, zone_id, car_id, arrival fields}
-# zone side: ONE agent reads zones, moves and its ticks, co-partitioned by zone id (same key
-# bytes, same partition count), so a zone's reading and its cars are owned and updated together
-car_ticks = app.topic(settings.car_ticks_topic, internal=True, **_raw)  # (p) -> wake p
-car_pollution_inputs = app.topic(settings.zones_topic, settings.car_moves_topic,
-                                 settings.car_ticks_topic, allow_empty=True, **_raw)
-car_pollution = app.topic(settings.car_pollution_topic, **_out)  # car id -> car x zone pollution
+#: does this worker run the car join?
+cars = "cars" in settings.builtins
+car_arrivals = car_moves = car_ticks = car_pollution_inputs = car_pollution = None
+car_positions = zone_pollution = zone_cars = None
+if cars:
+    # car side: etj-car-arrivals (key car id) -> car moves (key zone id: DEL old, ADD new zone)
+    car_arrivals = app.topic(settings.car_arrivals_topic, allow_empty=True, **_raw)
+    car_moves = app.topic(settings.car_moves_topic, internal=True,
+                          **_raw)  # zone id -> {op: ADD|DEL, zone_id, car_id, arrival fields}
+    # zone side: ONE agent reads zones, moves and its ticks, co-partitioned by zone id (same
+    # key bytes, same partition count), so a zone's reading and its cars are owned and
+    # updated together
+    car_ticks = app.topic(settings.car_ticks_topic, internal=True, **_raw)  # (p) -> revisit p
+    car_pollution_inputs = app.topic(settings.zones_topic, settings.car_moves_topic,
+                                     settings.car_ticks_topic, allow_empty=True, **_raw)
+    car_pollution = app.topic(settings.car_pollution_topic, **_out)  # car id -> car x zone
 
-# No time-based purge: each car table holds *current* state, bounded by the number of cars
-# and zones, not by event time.
-# car id -> [event_time, zone_id, fuel_level, left_zone_id | None]  (its newest arrival)
-car_positions = app.Table("car-positions", default=None, **_json)
-# zone id -> [event_time, pollution_level]  (newest by (event_time, pollution_level))
-zone_pollution = app.Table("zone-pollution", default=None, **_json)
-# key: (zone_id, car_id) as 16 bytes, big-endian, sign bit flipped (app.keys) -> byte order is
-# (zone, car) order, so a zone's cars are one key range (app.range_scan)
-# value: [car_event_time, fuel_level] of the arrival that put the car there
-zone_cars = range_table(app, "zone-cars", default=None, table_class=ZoneCarsTable,
-                        **_bytes_json)
+    # No time-based purge: each car table holds *current* state, bounded by the number of
+    # cars and zones, not by event time.
+    # car id -> [event_time, zone_id, fuel_level, left_zone_id | None]  (its newest arrival)
+    car_positions = app.Table("car-positions", default=None, **_json)
+    # zone id -> [event_time, pollution_level]  (newest by (event_time, pollution_level))
+    zone_pollution = app.Table("zone-pollution", default=None, **_json)
+    # key: (zone_id, car_id) as 16 bytes, big-endian, sign bit flipped (app.keys) -> byte
+    # order is (zone, car) order, so a zone's cars are one key range (app.range_scan)
+    # value: [car_event_time, fuel_level] of the arrival that put the car there
+    zone_cars = range_table(app, "zone-cars", default=None, table_class=ZoneCarsTable,
+                            **_bytes_json)
 
 
 # --- what must be co-partitioned, and what this worker owns ------------------------------------
 
-def copartition_groups() -> list[tuple[str, ...]]:
-    """Topic groups whose members must have the same partition count (checked at start).
+def copartition_groups() -> list[tuple[str, tuple[str, ...], int]]:
+    """(name, topics, partition count) of each group of topics that must be co-partitioned
+    (checked at start: app.copartition). Each join's own count: a spec's ``partitions``, else
+    ETJ_PARTITIONS.
 
     Car arrivals are joined with nothing, but their table (car positions) and its changelog are
     partitioned with ETJ_PARTITIONS: a different count splits a car's state."""
-    return [*(j.spec.inputs for j in joins.values()),
-            (settings.zones_topic, settings.car_moves_topic, settings.car_ticks_topic),
-            (settings.car_arrivals_topic,)]
+    groups = [(f"join {j.spec.name!r}", j.spec.inputs, j.spec.partitions or settings.partitions)
+              for j in joins.values()]
+    if cars:
+        groups += [("the car join's zone side", (settings.zones_topic, settings.car_moves_topic,
+                                                 settings.car_ticks_topic), settings.partitions),
+                   ("the car join's car side", (settings.car_arrivals_topic,),
+                    settings.partitions)]
+    return groups
 
 
 app.copartitioned = copartition_groups()
+#: the topics others produce to: their partitioner is sampled at start (app.copartition)
+app.produced_by_others = [t for j in joins.values() for t in (j.spec.events.topic,
+                                                              j.spec.dimension.topic)]
+if cars:
+    app.produced_by_others += [settings.car_arrivals_topic, settings.zones_topic]
 
 #: every agent's ticks topic: the revisit timer sends one tick per owned partition to each
-ticks_topics: list[TopicT] = [*(j.ticks for j in joins.values()), car_ticks]
+ticks_topics: list[TopicT] = [*(j.ticks for j in joins.values()),
+                              *([car_ticks] if cars else [])]
 
 
 def owned_partitions(topic: str) -> list[int]:

@@ -45,13 +45,21 @@ from app.logic.car_join import CarArrival, CarPosition, ZoneReading, join
 from app.joins.keys import join_range, split_join_key
 from app.range_scan import scan, scan_prefix
 from app.records import MAX_ID
+from app import topology
 from app.topology import car_positions, owned_partitions, zone_cars, zone_pollution
 from app.web_auth import peer_headers
 
-#: the mood join's engine: /moods/ and /joins/{consultant}/ read its tables
-mood_engine = engines["moods"]
-mood_history = mood_engine.tables.history
-recent_joins = mood_engine.tables.joins
+#: the mood join's engine: /moods/ and /joins/{consultant}/ read its tables (when this worker
+#: runs it: ETJ_BUILTIN_JOINS; the car views likewise)
+mood_engine = engines.get("moods")
+mood_history = None if mood_engine is None else mood_engine.tables.history
+recent_joins = None if mood_engine is None else mood_engine.tables.joins
+MOODS, CARS = mood_engine is not None, topology.cars
+
+
+def page_if(runs: bool, path: str) -> Callable[[Handler], Handler]:
+    """``app.page(path)`` for a view of a join this worker runs; none otherwise."""
+    return app.page(path) if runs else (lambda fun: fun)
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +112,13 @@ def routed(table: Any, param: str,
     ``parse`` turns the URL text into the table key (e.g. ``int``); a ValueError is a 404, as
     no record can have that key. The handler gets the parsed key as ``param`` and the
     partition as ``partition``. A bug in a handler is a JSON 500, never an HTML page.
+    ``table`` None: a view of a join this worker does not run (not registered: ``page_if``).
     """
 
     def decorate(fun: Handler) -> Handler:
+        if table is None:
+            return fun
+
         @wraps(fun)
         async def get(view: View, request: Request, **kwargs: Any) -> Response:
             text = request.match_info[param]
@@ -180,7 +192,7 @@ def parse_id(text: str) -> int:
 
 # ---- keyed views ----------------------------------------------------------------------------
 
-@app.page("/moods/{consultant}/")
+@page_if(MOODS, "/moods/{consultant}/")
 @routed(mood_history, "consultant")
 async def moods(view: View, request: Request, consultant: str, partition: int) -> Response:
     """Mood history of a consultant: [(event time, mood)], oldest first, as the join sees it."""
@@ -217,7 +229,7 @@ async def list_joins(view: View, request: Request) -> Response:
 #                "asof", "retention_ms", "window_ms", ..., "counters": {"records", "held", ...}}]}
 
 
-@app.page("/joins/{consultant}/")
+@page_if(MOODS, "/joins/{consultant}/")
 @routed(recent_joins, "consultant")
 async def joins(view: View, request: Request, consultant: str, partition: int) -> Response:
     """A consultant's recent joins (newer than the horizon) with current revision and cause."""
@@ -247,7 +259,7 @@ def zone_reading(zone_id: int) -> ZoneReading | None:
     return None if raw is None else ZoneReading(zone_id, raw[1], raw[0])
 
 
-@app.page("/zones/{zone_id}/cars/")
+@page_if(CARS, "/zones/{zone_id}/cars/")
 @routed(zone_pollution, "zone_id", parse=parse_id)
 async def cars_in_zone(view: View, request: Request, zone_id: int, partition: int) -> Response:
     """The cars now in a zone (a range scan of its (zone_id, ·) keys), joined with its reading.
@@ -281,7 +293,7 @@ async def cars_in_zone(view: View, request: Request, zone_id: int, partition: in
 #     "truncated"}   (cars ordered by car id)
 
 
-@app.page("/cars/{car_id}/")
+@page_if(CARS, "/cars/{car_id}/")
 @routed(car_positions, "car_id", parse=parse_id)
 async def car(view: View, request: Request, car_id: int, partition: int) -> Response:
     """A car's current joined view: its newest arrival with its zone's newest reading.

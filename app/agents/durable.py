@@ -44,6 +44,7 @@ from typing import Any, Callable, Protocol, Sequence
 from faust.types import TP
 
 from app import awaiting, metrics
+from app.admission import check_record
 from app.agents.acks import AckedRuns, Out, Source, dead_letter, dead_letter_refused
 from app.batch_send import Sent, send_records
 from app.compat.stores import StoreIO, committed_offset
@@ -270,8 +271,17 @@ class DurableLoop:
                 self._holding.pop(p, None)
 
     def _parsed(self, b: Batch) -> list[tuple[int, int, Any]]:
-        """``(event_time, offset, (topic, record, parsed))`` of a batch, for flow control."""
+        """``(event_time, offset, (topic, record, parsed))`` of a batch, for flow control:
+        parsed, then through the door (:mod:`app.admission`: Kafka's partitioner, records from
+        the future); a record refused goes first, to the dead letters, and never moves stream
+        time."""
         parse, topic = self.engine.parse, b.topic
+        try:
+            partitions = app.consumer.topic_partitions(topic)
+        except Exception:
+            partitions = None  # no metadata yet: the partitioner is not checked
+        now_ms = int(time.time() * 1000)
+        max_future_ms, check_partitioner = settings.max_future_ms, settings.check_partitioner
         out = []
         for record in b.records:
             try:
@@ -282,6 +292,13 @@ class DurableLoop:
                 log.exception("join %s failed to parse %s[%s]@%s", self.join, topic,
                               record.partition, record.offset)
                 parsed, event_time = InvalidRecord(f"internal error: {exc!r}"), -1
+            else:
+                refused = check_record(record, event_time, partitions, now_ms, max_future_ms,
+                                       check_partitioner)
+                if refused is not None:
+                    rule, reason = refused
+                    metrics.refused.labels(self.join, topic, rule).inc()
+                    parsed, event_time = InvalidRecord(reason), -1
             out.append((event_time, record.offset, (topic, record, parsed)))
         return out
 

@@ -184,7 +184,11 @@ def _join(args: argparse.Namespace) -> JoinSpec | None:
         args.late_dimension = [*args.late_dimension, *args.late_moods]
     if name is None:
         return None
-    specs = {s.name: s for s in load_specs(_settings(args))}
+    settings = _settings(args)
+    specs = {s.name: s for s in load_specs(settings)}
+    if name not in specs and name in ("moods", "movies"):  # a built-in the worker may not run
+        specs = {s.name: s for s in load_specs(settings.model_copy(update={
+            "builtin_joins": ",".join(sorted({*settings.builtins, name}))}))}
     if name not in specs:
         raise ValueError(f"unknown join {name!r}; this configuration has: "
                          f"{', '.join(specs)} (more with --joins-file / ETJ_JOINS_FILE)")

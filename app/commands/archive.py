@@ -71,10 +71,12 @@ class ArchiveStats:
 
 def input_models() -> dict[str, type[WireModel]]:
     """Topic -> the model the worker validates its records with: both inputs of every join
-    spec the worker runs (built-ins and ETJ_JOINS_FILE), and the car join's."""
+    spec (ETJ_JOINS_FILE's, and every built-in one, which the batch twin computes by name
+    whether or not this configuration's worker runs it), and the car join's."""
     models: dict[str, type[WireModel]] = {settings.car_arrivals_topic: CarArrivalIn,
                                           settings.zones_topic: ZoneIn}
-    for spec in load_specs(settings):
+    builtins = settings.model_copy(update={"joins_file": None, "builtin_joins": None})
+    for spec in [*load_specs(builtins), *load_specs(settings)]:
         models[spec.events.topic] = spec.events.model
         models[spec.dimension.topic] = spec.dimension.model
     return models

@@ -86,18 +86,21 @@ def sample_cars_and_zones(seed: int, count: int, start_ms: int, cars: int = 40,
 
 
 def endless(seed: int, chunk: int, disorder_ms: int, late_ratio: float, cars: int = 0,
-            zones: int = 1) -> Iterator[Record]:
-    """Chunks of mood traffic, each followed by a chunk of car traffic when ``cars`` > 0."""
+            zones: int = 1, step_ms: int = 1000) -> Iterator[Record]:
+    """Chunks of mood traffic, each followed by a chunk of car traffic when ``cars`` > 0.
+    ``step_ms``: event time between one record of a join and its next; sent at that pace,
+    event time keeps up with the wall clock (and never runs ahead of it: ETJ_MAX_FUTURE_MS)."""
     start = int(time.time() * 1000)
     n = 0
     while True:
-        moods = sample_moods_and_events(seed + n, chunk, start + n * chunk * 1000,
+        moods = sample_moods_and_events(seed + n, chunk, start + n * chunk * step_ms, step_ms,
                                         disorder_ms=disorder_ms, late_ratio=late_ratio)
         if not cars:
             yield from moods
         else:
-            car_traffic = sample_cars_and_zones(seed + n, chunk, start + n * chunk * 1000,
-                                                cars=cars, zones=zones, disorder_ms=disorder_ms,
+            car_traffic = sample_cars_and_zones(seed + n, chunk, start + n * chunk * step_ms,
+                                                cars=cars, zones=zones, step_ms=step_ms,
+                                                disorder_ms=disorder_ms,
                                                 late_ratio=late_ratio)
             for pair in zip(moods, car_traffic):  # same pace for both joins
                 yield from pair
@@ -126,7 +129,10 @@ async def sample_traffic(self: object, rate: float, count: int, disorder_ms: int
                                 **aiokafka_auth(settings))
     await producer.start()
     try:
-        traffic = endless(seed, 200, disorder_ms, late_ratio, cars=cars, zones=max(zones, 1))
+        # each join gets rate/2 records a second with car traffic: event time steps as much
+        step_ms = max(1, round(1000 * (2 if cars else 1) / rate))
+        traffic = endless(seed, 200, disorder_ms, late_ratio, cars=cars, zones=max(zones, 1),
+                          step_ms=step_ms)
         for i, (kind, key, value) in enumerate(traffic):
             if count and i >= count:
                 break

@@ -1,4 +1,5 @@
-"""The joins this worker runs: two built-in specs, plus any in ``ETJ_JOINS_FILE``.
+"""The joins this worker runs: the built-in specs ``ETJ_BUILTIN_JOINS`` names, and those of
+``ETJ_JOINS_FILE``.
 
 The built-ins are written as the same plain data a user puts in the JSON file; only their topic
 names and times come from settings (``ETJ_MOODS_TOPIC`` ...), so deployments and tests can
@@ -81,8 +82,12 @@ def read_joins_file(path: Path) -> list[dict[str, Any]]:
 
 
 def load_specs(s: Settings) -> list[JoinSpec]:
-    """Every spec this worker runs, validated together (raises :class:`SpecError`)."""
-    raws = [mood_spec(s), movie_spec(s)]
+    """Every spec this worker runs, validated together (raises :class:`SpecError`): the
+    built-in ones ``ETJ_BUILTIN_JOINS`` names (all without ``ETJ_JOINS_FILE``, none with it),
+    then the file's."""
+    builtins = s.builtins
+    raws = [make(s) for name, make in (("moods", mood_spec), ("movies", movie_spec))
+            if name in builtins]
     if s.joins_file is not None:
         raws += read_joins_file(s.joins_file)
     return resolve_all(raws)

@@ -98,6 +98,10 @@ class JoinConfig(BaseModel):
         "per-join", description="unused: every join keeps one row per join (app.joins.state); "
         "both values are accepted so that specs written before still load")
     review_lag_ms: int | None = Field(None, ge=0)
+    partitions: int | None = Field(None, ge=1, description="partition count of the join's "
+                                   "topics: its inputs must have it, its ticks topic and its "
+                                   "tables' changelogs are created with it; default "
+                                   "ETJ_PARTITIONS")
     tables: TableNames | None = Field(None, description="table names; default <name>-dimension, "
                                       "<name>-joins, <name>-clock, <name>-active|-expiry")
 
@@ -136,6 +140,8 @@ class JoinSpec:
     layout: Literal["per-key", "per-join"]
     review_lag_ms: int | None
     tables: TableNames
+    #: the partition count of its co-partitioned topics (None: ETJ_PARTITIONS)
+    partitions: int | None = None
 
     @cached_property
     def rules(self) -> JoinRules:
@@ -231,7 +237,8 @@ class JoinSpec:
                 "ticks": self.ticks, "mode": self.mode, "asof": self.asof,
                 "retention_ms": self.retention_ms, "window_ms": self.window_ms,
                 "late_dimensions": self.late_dimensions, "layout": self.layout,
-                "review_lag_ms": self.review_lag_ms, "tables": self.tables.model_dump()}
+                "review_lag_ms": self.review_lag_ms, "partitions": self.partitions,
+                "tables": self.tables.model_dump()}
 
 
 # --- resolution ----------------------------------------------------------------------------------
@@ -344,7 +351,7 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinS
                     cfg.tables or TableNames(
                         dimension=f"{cfg.name}-dimension", joins=f"{cfg.name}-joins",
                         clock=f"{cfg.name}-clock",
-                        index=None))
+                        index=None), cfg.partitions)
     out = spec.output_fields
     dupes = sorted({f for f in out if out.count(f) > 1})
     if dupes:

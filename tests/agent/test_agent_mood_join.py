@@ -6,6 +6,7 @@ what it leaves in its tables (history, joins, clock: the spec's tables).
 
 from __future__ import annotations
 
+import time
 from typing import Any, AsyncIterator
 
 import pytest
@@ -109,3 +110,36 @@ async def test_a_bug_in_parsing_dead_letters_the_record_and_the_agent_goes_on(ha
     [dead] = harness.outputs(settings.dead_letter_topic)
     assert dead["error"] == "internal error: RuntimeError('boom')"
     assert mood_history["ann"] == [[5, "ok"]]
+
+
+async def test_the_door_dead_letters_a_wrong_partition_and_a_record_from_the_future(
+        harness, monkeypatch):
+    """app.admission in the loop: a record in the partition a CRC32 producer would choose and
+    one stamped a year ahead are dead letters that say why and are counted; neither touches
+    state nor moves stream time, and what comes after joins as if they had not come."""
+    from app import metrics
+    from app.faust_app import app
+    from bench.kafka_io import partitions_of
+
+    monkeypatch.setattr(app.consumer, "topic_partitions", lambda topic: 4, raising=False)
+    [p] = partitions_of([b"ann"], 4)
+    refused = metrics.refused.labels("moods", settings.moods_topic, "partitioner")
+    before = refused._value.get()
+    await harness.put(settings.events_topic, "ann", {"consultant": "ann",
+                      "recommendation": "tea", "event_time": 1_000, "id": "a"}, partition=p)
+    await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "sad",
+                      "event_time": 500}, partition=(p + 1) % 4)
+    year_ahead = int(time.time() * 1000) + 365 * 86_400_000
+    await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "odd",
+                      "event_time": year_ahead}, partition=p)
+    await harness.put(settings.events_topic, "ann", {"consultant": "ann",
+                      "recommendation": "cake", "event_time": 2_000, "id": "b"}, partition=p)
+    wrong, future = harness.outputs(settings.dead_letter_topic)
+    assert "partitioner=murmur2_random" in wrong["error"] and wrong["value"].count("sad")
+    assert "ms ahead of" in future["error"] and "ETJ_MAX_FUTURE_MS" in future["error"]
+    assert refused._value.get() == before + 1
+    assert mood_history.get("ann") is None
+    assert stream_clock[p] == 2_000
+    assert harness.outputs(settings.late_topic) == []
+    assert [(r["id"], r["mood"]) for r in harness.outputs(settings.output_topic)] == [
+        ("a", None), ("b", None)]

@@ -19,7 +19,7 @@ async def test_a_spec_naming_an_unknown_field_stops_the_worker_with_the_reason(
     path.write_text(json.dumps([spec]))
     w = worker_factory(names, joins_file=path)
     assert w.wait_exit(timeout_s=120) != 0
-    assert ("SpecError: join spec #3 'films': events.copy names 'stars', a field etj-ratings "
+    assert ("SpecError: join spec #1 'films': events.copy names 'stars', a field etj-ratings "
             "records do not have") in w.log()
 
 

@@ -14,5 +14,6 @@ def test_the_copartition_refusal_quoted_is_the_real_one():
     quoted = block(DOCS / "concepts" / "event-time.md", "copartition-error").strip()
     with pytest.raises(CopartitionError) as exc:
         check_groups({s.events_topic: 2, s.moods_topic: 4},
-                     [(s.events_topic, s.moods_topic, s.ticks_topic)], s.partitions)
+                     [("join 'moods'", (s.events_topic, s.moods_topic, s.ticks_topic),
+                      s.partitions)])
     assert str(exc.value) == quoted

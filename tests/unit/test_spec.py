@@ -138,15 +138,33 @@ def test_joins_file_errors_name_the_file(tmp_path):
         read_joins_file(path)
     path.write_text(json.dumps([movies(name="films", ticks="t2", output="o2", mode="outer")]))
     with pytest.raises(SpecError, match="join spec #3 'films': mode"):  # after the built-ins
-        load_specs(S.model_copy(update={"joins_file": path}))
+        load_specs(S.model_copy(update={"joins_file": path, "builtin_joins": "moods,movies"}))
 
 
 def test_non_copartitioned_spec_topics_are_refused_by_the_start_check():
-    groups = copartition_groups(load_specs(S))
+    groups = [(f"join {s.name!r}", s.inputs, s.partitions or 4) for s in load_specs(S)]
     with pytest.raises(CopartitionError) as exc:
-        check_groups({"etj-ratings": 4, "etj-movies": 2}, groups, 4)
+        check_groups({"etj-ratings": 4, "etj-movies": 2}, groups)
+    assert "join 'movies': co-partitioned topics" in str(exc.value)
     assert "etj-ratings has 4, etj-movies has 2" in str(exc.value)
-    check_groups({"etj-ratings": 4, "etj-movies": 4, "etj-movie-ticks": 4}, groups, 4)
+    check_groups({"etj-ratings": 4, "etj-movies": 4, "etj-movie-ticks": 4}, groups)
+
+
+def test_each_group_is_checked_against_its_own_partition_count(tmp_path):
+    """A user's 12-partition join and the 4-partition built-ins run side by side; each group
+    is held to its own count, and the error names the group and every topic's count."""
+    path = tmp_path / "joins.json"
+    path.write_text(json.dumps([movies(name="views", ticks="t2", output="o2", partitions=12,
+                                       events__topic="pv", dimension__topic="tiers")]))
+    specs = load_specs(S.model_copy(update={"joins_file": path, "builtin_joins": "moods"}))
+    assert [(s.name, s.partitions) for s in specs] == [("moods", None), ("views", 12)]
+    groups = [(f"join {s.name!r}", s.inputs, s.partitions or 4) for s in specs]
+    check_groups({"etj-events": 4, "etj-moods": 4, "pv": 12, "tiers": 12}, groups)
+    with pytest.raises(CopartitionError) as exc:
+        check_groups({"etj-events": 4, "etj-moods": 4, "pv": 12, "tiers": 4}, groups)
+    assert ("join 'views': co-partitioned topics pv, tiers, t2 must have 12 partitions: "
+            "pv has 12, tiers has 4") in str(exc.value)
+    assert "moods" not in str(exc.value)
 
 
 def test_every_layout_value_loads_and_means_one_row_per_join():
@@ -156,3 +174,20 @@ def test_every_layout_value_loads_and_means_one_row_per_join():
         spec = resolve(movies(layout=layout, review_lag_ms=1000))
         assert spec.review_lag_ms == 1000 and spec.tables.joins == "movies-joins"
         assert spec.tables.index is None
+
+
+def test_a_joins_file_runs_alone_unless_the_built_ins_are_asked_for(tmp_path):
+    path = tmp_path / "joins.json"
+    path.write_text(json.dumps([movies(name="films", ticks="t2", output="o2",
+                                       events__topic="r2", dimension__topic="m2")]))
+    with_file = S.model_copy(update={"joins_file": path})
+    assert [s.name for s in load_specs(with_file)] == ["films"]
+    assert with_file.builtins == frozenset()
+    asked = with_file.model_copy(update={"builtin_joins": "moods, cars"})
+    assert [s.name for s in load_specs(asked)] == ["moods", "films"]
+    assert asked.builtins == {"moods", "cars"}
+    assert [s.name for s in load_specs(S)] == ["moods", "movies"]  # no file: every built-in
+    assert S.builtins == {"moods", "movies", "cars"}
+    assert S.model_copy(update={"builtin_joins": "none"}).builtins == frozenset()
+    with pytest.raises(ValueError, match="unknown join"):
+        S.model_copy(update={"builtin_joins": "moods,trains"}).builtins

@@ -1,0 +1,68 @@
+"""The door every input record passes after it is parsed and before flow control sees its event
+time: it was partitioned as the join needs, and it is not from the future.
+
+- **Kafka's default partitioner.** Co-partitioned inputs join only if both sides put a key in
+  the same partition; etj (its internal topics, its views' routing, the batch twin's bootstrap)
+  assumes Kafka's default: murmur2 of the key bytes modulo the partition count. librdkafka's
+  producers (confluent-kafka for Python, Go, .NET, …) default to a CRC32-based partitioner
+  (``consistent_random``): equal partition counts then hide keys split across partitions, and
+  the join answers wrong, silently. A record whose partition is not murmur2's choice for its key
+  becomes a dead letter that says so and what to set on the producer
+  (``partitioner=murmur2_random``), and is counted (``etj_refused_records{rule="partitioner"}``).
+  ``ETJ_CHECK_PARTITIONER=false`` turns the check off for topics partitioned otherwise on
+  purpose (every input of a join the same way). Its cost: one C murmur2 per record.
+- **Records from the future.** The rule of :mod:`app.logic.future` (shared with the batch twin):
+  an event time more than ``ETJ_MAX_FUTURE_MS`` ahead of min(the record's Kafka timestamp, the
+  wall clock) is refused: a dead letter naming the skew, counted
+  (``etj_refused_records{rule="future"}``), and it never moves stream time. Records of the past
+  (backfills, replays of old topics) are not affected.
+
+Pure but for the wall clock and the partition counts, which the caller passes in (once per
+batch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from murmurhash2 import murmurhash2
+
+from app.logic.future import from_the_future, kafka_timestamp, refusal_reason
+
+__all__ = ["check_partition", "check_record", "wrong_partition_reason"]
+
+_SEED = 0x9747B28C  # Kafka's murmur2 seed (app.batch_send)
+
+
+def wrong_partition_reason(key: bytes, partition: int, expected: int, partitions: int) -> str:
+    return (f"key {key[:60]!r} is in partition {partition}, but Kafka's default partitioner "
+            f"(murmur2) puts it in partition {expected} of {partitions}: the producer uses "
+            "another partitioner (librdkafka's default, consistent_random, hashes with CRC32), "
+            "so this key's records may be split across partitions and joined wrong; set "
+            "partitioner=murmur2_random on that producer (confluent-kafka, Go, .NET), or "
+            "ETJ_CHECK_PARTITIONER=false if every input of the join is partitioned the same "
+            "other way")
+
+
+def check_partition(key: bytes | None, partition: int, partitions: int | None) -> str | None:
+    """Why a record is in the wrong partition for its key (None: it is not, or no key or
+    partition count to tell by)."""
+    if key is None or not partitions:
+        return None
+    expected = (murmurhash2(key, _SEED) & 0x7FFFFFFF) % partitions
+    if expected == partition:
+        return None
+    return wrong_partition_reason(key, partition, expected, partitions)
+
+
+def check_record(record: Any, event_time: int, partitions: int | None, now_ms: int,
+                 max_future_ms: int, check_partitioner: bool = True) -> tuple[str, str] | None:
+    """(rule, reason) of a parsed input record refused at the door; None: it may pass."""
+    if check_partitioner:
+        wrong = check_partition(record.key, record.partition, partitions)
+        if wrong is not None:
+            return "partitioner", wrong
+    timestamp = kafka_timestamp(record.timestamp)
+    if from_the_future(event_time, timestamp, now_ms, max_future_ms):
+        return "future", refusal_reason(event_time, timestamp, now_ms, max_future_ms)
+    return None
