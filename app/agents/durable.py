@@ -44,7 +44,7 @@ from typing import Any, Callable, Protocol, Sequence
 from faust.types import TP
 
 from app import awaiting, metrics
-from app.admission import check_record
+from app.admission import door
 from app.agents.acks import AckedRuns, Out, Source, dead_letter, dead_letter_refused
 from app.batch_send import Sent, send_records
 from app.compat.stores import StoreIO, committed_offset
@@ -280,8 +280,8 @@ class DurableLoop:
             partitions = app.consumer.topic_partitions(topic)
         except Exception:
             partitions = None  # no metadata yet: the partitioner is not checked
-        now_ms = int(time.time() * 1000)
-        max_future_ms, check_partitioner = settings.max_future_ms, settings.check_partitioner
+        judge = door(b.partition, partitions, int(time.time() * 1000), settings.max_future_ms,
+                     settings.check_partitioner)
         out = []
         for record in b.records:
             try:
@@ -293,8 +293,7 @@ class DurableLoop:
                               record.partition, record.offset)
                 parsed, event_time = InvalidRecord(f"internal error: {exc!r}"), -1
             else:
-                refused = check_record(record, event_time, partitions, now_ms, max_future_ms,
-                                       check_partitioner)
+                refused = judge(record, event_time)
                 if refused is not None:
                     rule, reason = refused
                     metrics.refused.labels(self.join, topic, rule).inc()

@@ -10,7 +10,7 @@ from collections import namedtuple
 
 import pytest
 
-from app.admission import check_partition, check_record
+from app.admission import check_partition, check_record, door
 from bench.kafka_io import partitions_of
 
 Record = namedtuple("Record", "key partition timestamp")
@@ -58,3 +58,18 @@ def test_the_door_refuses_by_rule_and_lets_the_past_through():
     wrong = Record(b"ann", (p + 1) % 4, NOW)
     assert check_record(wrong, NOW, 4, NOW, 300_000)[0] == "partitioner"
     assert check_record(wrong, NOW, 4, NOW, 300_000, check_partitioner=False) is None
+
+
+def test_the_door_of_a_batch_judges_as_the_rules_do():
+    """door (made once per batch, fast path inlined) == check_record, record by record."""
+    rng = random.Random(7)
+    keys = [f"k{i}".encode() for i in range(300)] + [None]
+    for partitions in (None, 1, 4):
+        for check in (True, False):
+            for partition in range(4):
+                judge = door(partition, partitions, NOW, 300_000, check)
+                for key in keys:
+                    ts = rng.choice([NOW, NOW - 10**6, NOW + 10**7, -1])
+                    t = rng.choice([NOW, NOW + 300_001, NOW - 10**9, ts + 300_000, ts + 300_001])
+                    r = Record(key, partition, ts)
+                    assert judge(r, t) == check_record(r, t, partitions, NOW, 300_000, check)
