@@ -236,7 +236,6 @@ class JoinState:
         if i == len(history) or history[i] != v:  # older than the last version before the
             return self._again(p, key, v, src)  # horizon: no effect, unless it is re-delivered
         rule = self.rules.asof
-        rule = self.rules.asof
         floor = affected_floor(history, v, rule, horizon)
         cands = self._joins_of(p, key, floor, affected_until(history, v, rule))
         revs = list(rejoin_affected(self.rules, history, key, v, cands, horizon, release_from))
