@@ -5,7 +5,7 @@ event-loop work — mode's ``wait_first`` makes four tasks and an ``asyncio.wait
 record, every produce is a future with callbacks, every agent step a ``call_soon``. uvloop runs
 the loop, its handles and its sockets in C. Measured on the ``throughput`` backlog (10,000
 records, 2 cores, two interleaved runs each): one-record batches 2,745–2,860 → 3,334–3,439
-records/s, default batching 6,954–7,013 → 7,837–7,930 records/s (docs/performance.md).
+records/s, default batching 6,954–7,013 → 7,837–7,930 records/s (docs/contributing/performance-log.md).
 
 faust-streaming 0.15.3 parses ``faust -L uvloop`` but never applies it, so the choice is made
 here, before the CLI creates the loop (``app.main`` is imported first). A loop already running

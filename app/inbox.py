@@ -4,7 +4,7 @@ batch, with back pressure per partition.
 Why batches: Faust hands an agent one record at a time (a message object, the conductor's
 callback and lock, an event, a queue put, a stream iteration and its ``sleep(0)``, sensors),
 ~100 µs of Python per record before the join sees it. Quix Streams and Kafka Streams hand a
-task whatever the fetch returned and order it there (docs/performance.md).
+task whatever the fetch returned and order it there (docs/contributing/performance-log.md).
 Here the fetch loop (:mod:`app.compat.consumer`) puts each partition's records of one fetch
 into the inbox of the agent that reads that topic, as they came from aiokafka, with the
 partition's high water at that fetch (what flow control needs to know whether an input lags);

@@ -39,7 +39,7 @@ class Settings(BaseSettings):
         "in MiB; index and filter blocks included (Faust's default: 2,048 per table partition).")
     event_loop: Literal["uvloop", "asyncio"] = Field(
         "uvloop", description="Event loop of the worker: `uvloop` (runs the loop in C; ~15-20 % "
-        "more records/s, docs/performance.md) or `asyncio` (the standard library's).")
+        "more records/s, docs/contributing/performance-log.md) or `asyncio` (the standard library's).")
     web_port: int = Field(6066, description="Port of the Faust web server (views, health).")
     web_bind: str = Field("0.0.0.0", description="Address the web server binds.")
     web_host: str = Field(

@@ -88,7 +88,7 @@ def plan(quick: bool, runs: int) -> dict[str, Callable[[], dict[str, Any]]]:
             {"keys": 200_000} if quick else {})),
         # all three joins under traffic, a fault every 30-60 s; 10 min (quick: 2), then checks
         # with batching: with one-record batches the bundled broker cannot carry the full run
-        # (docs/performance.md#chaos-run); the figure says producer_batching
+        # (docs/contributing/performance-log.md#chaos-run); the figure says producer_batching
         "chaos": lambda: external("bench.chaos", batching=True,
                                   **({"minutes": 2} if quick else {})),
     }

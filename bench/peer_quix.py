@@ -44,7 +44,7 @@ REQUIREMENT = "quixstreams==3.28.*"
 APP = Path(__file__).resolve().with_name("quix_peer_app.py")
 SETTINGS = ("default", "one-record")  # producer batching, the same for both
 
-#: how the Quix app differs from etj's mood join (also in docs/performance.md)
+#: how the Quix app differs from etj's mood join (also in docs/contributing/performance-log.md)
 DIFFERENCES = [
     "no corrections: a mood that arrives after a recommendation it should have joined never "
     "revises Quix's output (etj emits a new revision); exact_share_* measures the cost",

@@ -7,7 +7,7 @@ state filling the retention window explains.
 The broker is started for this test alone, whatever ``ETJ_BOOTSTRAP`` says: pausing it is one
 of the faults. A broker kill -9 + restart needs durable storage, which the bundled broker has
 only in S3 (``tests.harness.S3Broker``), served here by moto, which cannot carry this traffic
-(one core at 80-100 %, answers minutes behind: docs/performance.md, chaos run); that fault is
+(one core at 80-100 %, answers minutes behind: docs/contributing/performance-log.md, chaos run); that fault is
 left to ``python -m bench.chaos --durable-broker`` and ``test_faults_broker_restart.py``.
 """
 
