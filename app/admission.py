@@ -19,9 +19,10 @@ time: it was partitioned as the join needs, and it is not from the future.
 
 Pure but for the wall clock and the partition counts, which the caller passes in (once per
 batch). :func:`door` is the same rules as :func:`check_record`, made once per batch (one
-partition, one clock reading) so that a record that passes costs one C murmur2 and two
-comparisons: ~0.45 µs (the murmur2 call ~0.25), against ~1.5 µs through
-:func:`check_record`: about 1 % of the batch path's ~35 µs per record, not 4 %.
+partition, one clock reading), with each key's partition remembered, so that a record that
+passes costs a dict lookup and two comparisons: ~0.2 µs, against ~1.5 µs through
+:func:`check_record` (the murmur2 call alone ~0.25 µs): under 1 % of the batch path's ~33 µs
+per record.
 """
 
 from __future__ import annotations
@@ -71,19 +72,31 @@ def check_record(record: Any, event_time: int, partitions: int | None, now_ms: i
     return None
 
 
+#: partition count -> key -> murmur2's partition for it: keys repeat (a consultant, a user),
+#: and a dict lookup is ~6× cheaper than the murmur2 call; bounded, cleared when full
+_PARTITIONS: dict[int, dict[bytes, int]] = {}
+_CACHED_KEYS = 100_000
+
+
 def door(partition: int, partitions: int | None, now_ms: int, max_future_ms: int,
          check_partitioner: bool = True) -> Callable[[Any, int], tuple[str, str] | None]:
     """:func:`check_record` for the records of one batch (one ``partition``, judged at
     ``now_ms``): ``door(record, event_time)`` -> (rule, reason) or None."""
     seed, limit = _SEED, now_ms + max_future_ms
     checked = check_partitioner and bool(partitions)
+    known = _PARTITIONS.setdefault(partitions or 0, {})
+    if len(known) > _CACHED_KEYS:
+        known.clear()
 
     def judge(record: Any, event_time: int) -> tuple[str, str] | None:
         if checked:
             key = record.key
-            if (key is not None
-                    and (murmurhash2(key, seed) & 0x7FFFFFFF) % partitions != partition):
-                return check_record(record, event_time, partitions, now_ms, max_future_ms)
+            if key is not None:
+                expected = known.get(key)
+                if expected is None:
+                    expected = known[key] = (murmurhash2(key, seed) & 0x7FFFFFFF) % partitions
+                if expected != partition:
+                    return check_record(record, event_time, partitions, now_ms, max_future_ms)
         ts = record.timestamp
         if event_time > limit or (ts is not None and event_time > ts + max_future_ms):
             return check_record(record, event_time, partitions, now_ms, max_future_ms,

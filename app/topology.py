@@ -100,6 +100,8 @@ class ZoneCarsTable(RangeTable):
     """zone-cars: a zone's cars are only ever scanned together, so the memory store keeps them
     per zone (app.compat.stores.SplitSortedDict), a sorted list each."""
 
+    kind_by_first_byte = True  # every row is grouped, whatever its first byte
+
     @staticmethod
     def group_key(key: bytes) -> bytes:
         return key[:8]  # the zone id (app.keys: 8 bytes of zone, 8 of car)

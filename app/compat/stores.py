@@ -75,18 +75,35 @@ class SplitSortedDict(MutableMapping):
     A row written costs a dict store and, for a grouped key, an insort into its group's list
     instead of a ``SortedDict`` insert (~1.5 µs of Python each, the most of a join's writes).
     ``irange`` within one group reads its list; any other range reads the ``SortedDict`` (and,
-    should it span groups, every grouped key in it, sorted: not on any hot path)."""
+    should it span groups, every grouped key in it, sorted: not on any hot path).
+
+    ``by_first_byte``: the table says a key's kind follows from its first byte (a join's
+    ``J``/``I``/``X`` rows; a zone's cars, all grouped), so the kind is asked once per first
+    byte and remembered: every read and write of the hot path finds its mapping with one dict
+    lookup instead of two calls and two slices (~0.5 µs of each)."""
 
     def __init__(self, point: Callable[[bytes], bool] | None = None,
-                 group: Callable[[bytes], "bytes | None"] | None = None) -> None:
+                 group: Callable[[bytes], "bytes | None"] | None = None,
+                 by_first_byte: bool = False) -> None:
         self.sorted = SortedDict()
         self.points: dict[Any, Any] = {}
         self.grouped: dict[Any, Any] = {}
         self.groups: dict[bytes, list[bytes]] = {}
         self._point = point or (lambda key: False)
         self._group = group or (lambda key: None)
+        #: first byte -> the mapping of keys that start with it (``by_first_byte``)
+        self._by_first: dict[int, Any] | None = {} if by_first_byte else None
 
     def _map(self, key: Any) -> Any:
+        by_first = self._by_first
+        if by_first is not None and type(key) is bytes and key:
+            m = by_first.get(key[0])
+            if m is None:
+                m = by_first[key[0]] = self._kind(key)
+            return m
+        return self._kind(key)
+
+    def _kind(self, key: Any) -> Any:
         if isinstance(key, bytes):
             if self._point(key):
                 return self.points
@@ -190,7 +207,8 @@ class RangeTable(faust.Table):
                     value_type=self.value_type, loop=self.loop, options=self.options)
         point, group = getattr(self, "point_key", None), getattr(self, "group_key", None)
         if (point or group) and isinstance(store, SortedMemoryStore):
-            store.data = SplitSortedDict(point, group)
+            store.data = SplitSortedDict(point, group,
+                                         getattr(self, "kind_by_first_byte", False))
         return store
 
 

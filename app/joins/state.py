@@ -74,7 +74,10 @@ class JoinsTable(RangeTable):
     #: in the snapshots' fingerprint: a snapshot of the layout before is never installed
     state_layout = "joins-by-key-time"
     #: the memory store's layout (app.compat.stores.SplitSortedDict): the id index is looked up
-    #: by point only (unsorted); a key's joins are scanned within the key only (per key)
+    #: by point only (unsorted); a key's joins are scanned within the key only (per key); the
+    #: kind of a row is its first byte
+    kind_by_first_byte = True
+
     @staticmethod
     def point_key(key: bytes) -> bool:
         return key[:1] == ID

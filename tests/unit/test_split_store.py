@@ -15,10 +15,10 @@ from app.joins.state import JoinsTable
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 10**6))
-def test_it_answers_as_one_sorted_mapping(seed):
+@given(st.integers(0, 10**6), st.booleans())
+def test_it_answers_as_one_sorted_mapping(seed, by_first_byte):
     rng = random.Random(seed)
-    d = SplitSortedDict(JoinsTable.point_key, JoinsTable.group_key)
+    d = SplitSortedDict(JoinsTable.point_key, JoinsTable.group_key, by_first_byte)
     ref: dict[bytes, int] = {}
     for i in range(400):
         k = rng.choice(["ann", "bob", "c", "annx", ""])
