@@ -55,8 +55,11 @@ def check_groups(counts: Mapping[str, int], groups: Iterable[Group]) -> None:
         present = {t: counts[t] for t in topics if t in counts}
         if any(n != expected for n in present.values()):
             listed = ", ".join(f"{t} has {n}" for t, n in present.items())
+            agreed = set(present.values())
+            hint = (f" (they agree on {next(iter(agreed))}: give the join that count)"
+                    if len(agreed) == 1 and len(present) > 1 else "")
             problems.append(f"{name}: co-partitioned topics {', '.join(topics)} must have "
-                            f"{expected} partitions: {listed}")
+                            f"{expected} partitions: {listed}{hint}")
     if problems:
         raise CopartitionError(
             "etj refuses to start: "

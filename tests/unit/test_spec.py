@@ -165,6 +165,11 @@ def test_each_group_is_checked_against_its_own_partition_count(tmp_path):
     assert ("join 'views': co-partitioned topics pv, tiers, t2 must have 12 partitions: "
             "pv has 12, tiers has 4") in str(exc.value)
     assert "moods" not in str(exc.value)
+    with pytest.raises(CopartitionError) as exc:  # a spec without its topics' count
+        check_groups({"etj-events": 4, "etj-moods": 4, "pv": 12, "tiers": 12},
+                     [("join 'views'", ("pv", "tiers", "t2"), 4)])
+    assert "pv has 12, tiers has 12 (they agree on 12: give the join that count)" in str(
+        exc.value)
 
 
 def test_every_layout_value_loads_and_means_one_row_per_join():
