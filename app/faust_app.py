@@ -26,6 +26,8 @@ class EtjApp(faust.App):
     #: input topics others produce to (declared by app.topology): their partitioner is
     #: sampled at start (app.copartition.warn_of_partitioners)
     produced_by_others: list[str]
+    #: the internal topics (declared by app.topology), created at start if missing
+    internal_topics: list
     #: every agent loop (app.agents.durable.DurableLoop): each registers itself once; the app
     #: asks them to let go of what waits, waits for what they have in flight, describes them
     loops: list
@@ -91,6 +93,8 @@ class EtjApp(faust.App):
         if s.check_partitioner:
             await warn_of_partitioners(s.broker_url, self.produced_by_others,
                                        aiokafka_auth(s))
+        for topic in self.internal_topics:  # with its join's count, not the broker's default
+            await topic.maybe_declare()
 
     async def on_shutdown(self) -> None:
         """After every service stopped (agents, producer, consumer, tables)."""
@@ -147,6 +151,7 @@ def create_app(settings: Settings) -> EtjApp:
     app.loops = []
     app.copartitioned = []
     app.produced_by_others = []
+    app.internal_topics = []
     return app
 
 

@@ -162,6 +162,11 @@ app.produced_by_others = [t for j in joins.values() for t in (j.spec.events.topi
                                                               j.spec.dimension.topic)]
 if cars:
     app.produced_by_others += [settings.car_arrivals_topic, settings.zones_topic]
+#: the worker's own topics (ticks, car moves): created at start with their join's partition
+#: count, before the consumer's subscription could have a broker auto-create them with its own
+app.internal_topics = [j.ticks for j in joins.values()]
+if cars:
+    app.internal_topics += [car_moves, car_ticks]
 
 #: every agent's ticks topic: the revisit timer sends one tick per owned partition to each
 ticks_topics: list[TopicT] = [*(j.ticks for j in joins.values()),

@@ -386,7 +386,8 @@ def refresh_gauges() -> dict[str, Any]:
             if c["stream_time"] is not None:
                 metrics.stream_time.labels(spec_name, p).set(c["stream_time"])
                 metrics.retention_horizon.labels(spec_name, p).set(c["retention_horizon"])
-    return {"recovery": state, "partitions": clocks["moods"], "joins": clocks, "tables": sizes,
+    return {"recovery": state, "partitions": clocks.get("moods", {}), "joins": clocks,
+            "tables": sizes,
             "rocksdb_memory": rocksdb}
 
 

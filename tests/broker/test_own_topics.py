@@ -100,4 +100,11 @@ async def test_a_user_spec_runs_alone_on_its_own_count_and_a_crc32_producer_is_c
     assert dead is not None and len(dead) == 4
     assert {json.loads(d["value"])["user_id"] for d in dead} == set(misplaced)
     assert all("partitioner=murmur2_random" in d["error"] for d in dead)
-    assert worker_metrics(w)["etj_refused_records_total"] == {spec.dimension.topic: 4.0}
+    # (the label after "join" in the exposition's order: the rule)
+    assert worker_metrics(w)["etj_refused_records_total"] == {"partitioner": 4.0}
+
+    # 5. the views of a worker without the built-in joins
+    for path in ("/health/", "/stats/", "/metrics", "/joins/"):
+        status, body = w.get(path)
+        assert status == 200, (path, body)
+    assert w.get("/stats/")[1]["join_partitions"].keys() == {"tiers"}
