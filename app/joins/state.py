@@ -46,7 +46,7 @@ from app.joins.keys import (BUCKET_MS, ID, JOIN, bucket, expiry_key, expiry_rang
                             join_key, join_range, key_group, split_expiry_key, split_join_key)
 from app.joins.spec import JoinSpec
 from app.logic.event_join import (Event, Join, Purged, Revision, Version, affected_floor,
-                                  affected_from, affected_until, insert_version, purge_history,
+                                  affected_from, affected_until, insert_version, purgeable,
                                   rejoin_affected, undelivered_revisions)
 from app.overlay import Overlay
 from app.range_scan import RangeTable
@@ -231,7 +231,7 @@ class JoinState:
             self.history.put(p, key, history)  # its row again (module docstring)
             return self._again(p, key, v, src)
         if horizon is not None:
-            drop = len(history) - len(purge_history(history, horizon))
+            drop = purgeable(history, horizon)
             if drop:
                 del history[:drop]  # in place: the list is this batch's own
         self.history.put(p, key, history)
@@ -303,7 +303,7 @@ class JoinState:
         for key in aged:  # keys that aged: their old versions too
             history = self.history.get(p, key)
             if history:
-                drop = len(history) - len(purge_history(history, horizon))
+                drop = purgeable(history, horizon)
                 if drop:
                     versions += drop
                     history = self._own_history(p, key)

@@ -99,8 +99,13 @@ def insert_version(history: list[Version], version: Version) -> bool:
 
 def purge_history(history: list[Version], horizon: int) -> list[Version]:
     """Drop versions before ``horizon`` but the last one: an event at or after it may need it."""
-    i = bisect_left(history, [horizon])
-    return history[max(i - 1, 0):]
+    return history[purgeable(history, horizon):]
+
+
+def purgeable(history: Sequence[Version], horizon: int) -> int:
+    """How many versions :func:`purge_history` drops from the front (a bisect: no copy of a hot
+    key's history for every version it gets)."""
+    return max(bisect_left(history, [horizon]) - 1, 0)
 
 
 def affected_from(history: Sequence[Version], version: Version, rule: AsOf) -> int | None:
