@@ -29,13 +29,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from murmurhash2 import murmurhash2
-
+from app.batch_send import partition_for
 from app.logic.future import from_the_future, kafka_timestamp, refusal_reason
 
 __all__ = ["check_partition", "check_record", "door", "wrong_partition_reason"]
-
-_SEED = 0x9747B28C  # Kafka's murmur2 seed (app.batch_send)
 
 
 def wrong_partition_reason(key: bytes, partition: int, expected: int, partitions: int) -> str:
@@ -53,7 +50,7 @@ def check_partition(key: bytes | None, partition: int, partitions: int | None) -
     partition count to tell by)."""
     if key is None or not partitions:
         return None
-    expected = (murmurhash2(key, _SEED) & 0x7FFFFFFF) % partitions
+    expected = partition_for(key, partitions)
     if expected == partition:
         return None
     return wrong_partition_reason(key, partition, expected, partitions)
@@ -82,7 +79,7 @@ def door(partition: int, partitions: int | None, now_ms: int, max_future_ms: int
          check_partitioner: bool = True) -> Callable[[Any, int], tuple[str, str] | None]:
     """:func:`check_record` for the records of one batch (one ``partition``, judged at
     ``now_ms``): ``door(record, event_time)`` -> (rule, reason) or None."""
-    seed, limit = _SEED, now_ms + max_future_ms
+    limit = now_ms + max_future_ms
     checked = check_partitioner and bool(partitions)
     known = _PARTITIONS.setdefault(partitions or 0, {})
     if len(known) > _CACHED_KEYS:
@@ -94,7 +91,7 @@ def door(partition: int, partitions: int | None, now_ms: int, max_future_ms: int
             if key is not None:
                 expected = known.get(key)
                 if expected is None:
-                    expected = known[key] = (murmurhash2(key, seed) & 0x7FFFFFFF) % partitions
+                    expected = known[key] = partition_for(key, partitions)
                 if expected != partition:
                     return check_record(record, event_time, partitions, now_ms, max_future_ms)
         ts = record.timestamp

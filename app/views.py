@@ -27,15 +27,15 @@ from itertools import islice
 from typing import Any, Awaitable, Callable
 
 import aiohttp
-from aiokafka.partitioner import DefaultPartitioner
 from faust.types import TP
 from faust.web import Request, Response, View
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from yarl import URL
 
-from app import metrics
+from app import metrics, topology
 from app.agents.event_join import engines
+from app.batch_send import partition_for
 from app.compat import rocksdb_memory
 from app.compat.snapshot_restore import restoring
 from app.compat.stores import estimated_keys
@@ -45,7 +45,6 @@ from app.logic.car_join import CarArrival, CarPosition, ZoneReading, join
 from app.joins.keys import join_range, split_join_key
 from app.range_scan import scan, scan_prefix
 from app.records import MAX_ID
-from app import topology
 from app.topology import car_positions, owned_partitions, zone_cars, zone_pollution
 from app.web_auth import peer_headers
 
@@ -61,6 +60,7 @@ def page_if(runs: bool, path: str) -> Callable[[Handler], Handler]:
     """``app.page(path)`` for a view of a join this worker runs; none otherwise."""
     return app.page(path) if runs else (lambda fun: fun)
 
+
 log = logging.getLogger(__name__)
 
 #: header set on a forwarded request: the receiver answers itself, so a disagreement about the
@@ -69,7 +69,6 @@ FORWARDED = "X-Etj-Forwarded-By"
 FORWARD_TIMEOUT_S = 10.0
 
 Handler = Callable[..., Awaitable[Response]]
-_partitioner = DefaultPartitioner()
 
 
 # ---- readiness and ownership --------------------------------------------------------------
@@ -87,8 +86,7 @@ def recovery_state() -> dict[str, Any]:
 
 def input_partition(raw_key: str) -> int:
     """The partition a record keyed ``raw_key`` (UTF-8) lands in: murmur2, like the producers."""
-    parts = list(range(settings.partitions))
-    return int(_partitioner(raw_key.encode(), parts, parts))
+    return partition_for(raw_key.encode(), settings.partitions)
 
 
 def _ident(url: URL | str) -> tuple[str, int]:
