@@ -5,7 +5,7 @@ master then comes from spark-submit, otherwise it is ``local[*]`` (or ``--master
 archive option (``--events``, ``--dimension``, ``--revisions`` ...) takes one or more archives
 (JSON lines or Parquet).
 
-Which join: ``--join NAME`` names any join the worker runs (``app.joins.catalog.load_specs``:
+Which join: ``--join NAME`` names any join (``app.joins.catalog.batch_specs``:
 the built-in ``moods`` and ``movies`` and every spec of ``ETJ_JOINS_FILE`` or
 ``--joins-file``); its inputs are ``--events`` and ``--dimension``. Without ``--join``,
 ``--moods``/``--events`` are the mood join's inputs, as before (``--moods`` is also the
@@ -164,7 +164,7 @@ def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def _join(args: argparse.Namespace) -> JoinSpec | None:
     """The join of ``--join`` (or moods, when only its legacy options are given); its
     dimension archives land in ``args.dimension``. None: no join asked for (cars only)."""
-    from app.joins.catalog import load_specs
+    from app.joins.catalog import batch_specs
 
     name = args.join
     if name is None and (args.moods or args.events or args.dimension
@@ -184,11 +184,7 @@ def _join(args: argparse.Namespace) -> JoinSpec | None:
         args.late_dimension = [*args.late_dimension, *args.late_moods]
     if name is None:
         return None
-    settings = _settings(args)
-    specs = {s.name: s for s in load_specs(settings)}
-    if name not in specs and name in ("moods", "movies"):  # a built-in the worker may not run
-        specs = {s.name: s for s in load_specs(settings.model_copy(update={
-            "builtin_joins": ",".join(sorted({*settings.builtins, name}))}))}
+    specs = batch_specs(_settings(args))
     if name not in specs:
         raise ValueError(f"unknown join {name!r}; this configuration has: "
                          f"{', '.join(specs)} (more with --joins-file / ETJ_JOINS_FILE)")

@@ -52,7 +52,7 @@ from faust.cli import argument, option
 
 from app.copartition import bootstrap_servers
 from app.faust_app import app, settings
-from app.joins.catalog import load_specs, topic_roles
+from app.joins.catalog import batch_specs, load_specs, topic_roles
 from app.joins.columns import model_columns, output_columns
 from app.kafka_security import aiokafka_auth
 from app.logic.event_range import EventRange, Role, needs, parse_time
@@ -75,8 +75,7 @@ def input_models() -> dict[str, type[WireModel]]:
     whether or not this configuration's worker runs it), and the car join's."""
     models: dict[str, type[WireModel]] = {settings.car_arrivals_topic: CarArrivalIn,
                                           settings.zones_topic: ZoneIn}
-    builtins = settings.model_copy(update={"joins_file": None, "builtin_joins": None})
-    for spec in [*load_specs(builtins), *load_specs(settings)]:
+    for spec in batch_specs(settings).values():
         models[spec.events.topic] = spec.events.model
         models[spec.dimension.topic] = spec.dimension.model
     return models

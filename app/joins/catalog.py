@@ -93,6 +93,14 @@ def load_specs(s: Settings) -> list[JoinSpec]:
     return resolve_all(raws)
 
 
+def batch_specs(s: Settings) -> dict[str, JoinSpec]:
+    """Name -> spec of every join the batch twin computes (``archive``, ``exact``,
+    ``reconcile``, ``backfill``): each built-in one, whether or not this configuration's worker
+    runs it, and this configuration's (``ETJ_JOINS_FILE``'s), which win on a name."""
+    every_builtin = s.model_copy(update={"joins_file": None, "builtin_joins": None})
+    return {spec.name: spec for spec in [*load_specs(every_builtin), *load_specs(s)]}
+
+
 def topic_roles(specs: list[JoinSpec]) -> dict[str, list[tuple[Role, str | None]]]:
     """Topic -> (role, event-time field) for each join that reads or writes it: what an
     event-time range keeps of it (:func:`app.logic.event_range.needs`). The output's field is
