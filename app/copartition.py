@@ -17,7 +17,7 @@ import asyncio
 import logging
 from typing import Any, Iterable, Mapping
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,6 @@ async def sample_partitioner(broker_url: str, topics: Iterable[str],
     partitioner (librdkafka's CRC32 default) named before the join answers wrong. Without a
     group, reads only; a partition not read within ``timeout_s`` is sampled as far as it got."""
     from app.admission import check_partition
-    from aiokafka import TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers(broker_url),
                                 enable_auto_commit=False, **(auth or {}))

@@ -79,14 +79,15 @@ class JoinTopology:
 def declare_join(spec: JoinSpec) -> JoinTopology:
     """A spec's topics and tables, with its partition count (ETJ_PARTITIONS unless it gives
     one): its ticks topic and changelogs are created with it, its inputs must have it."""
-    names, n = spec.tables, spec.partitions or settings.partitions
+    n = {"partitions": spec.partitions or settings.partitions}  # over the defaults' count
+    names, raw, js = spec.tables, {**_raw, **n}, {**_json, **n}
     joins = range_table(app, names.joins, default=None, table_class=JoinsTable,
-                        **{**_bytes_json, "partitions": n})
+                        **{**_bytes_json, **n})
     joins.join_name = spec.name
-    tables = JoinTables(app.Table(names.dimension, default=None, **{**_json, "partitions": n}),
-                        joins, app.Table(names.clock, default=None, **{**_json, "partitions": n}))
-    return JoinTopology(spec, app.topic(*spec.inputs, allow_empty=True, **{**_raw, "partitions": n}),
-                        app.topic(spec.ticks, internal=True, **{**_raw, "partitions": n}),
+    tables = JoinTables(app.Table(names.dimension, default=None, **js), joins,
+                        app.Table(names.clock, default=None, **js))
+    return JoinTopology(spec, app.topic(*spec.inputs, allow_empty=True, **raw),
+                        app.topic(spec.ticks, internal=True, **raw),
                         app.topic(spec.output, **_out), tables)
 
 
