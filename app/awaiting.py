@@ -3,7 +3,7 @@
 Why: a worker whose agent stops handling records says nothing by itself — no traceback, the
 task is alive, only suspended on some await. ``Task.get_stack()`` gives the outer frame of a
 suspended coroutine only; the await that blocks is at the other end of the chain
-(``cr_await`` -> ... -> a future). The stall guard (:mod:`app.compat.stall_guard`) and the
+(``cr_await`` -> ... -> a future). The stall guard (:mod:`app.stall_guard`) and the
 rebalance wait (``EtjApp._consumer_wait_empty``) log it with each agent loop's state
 (:meth:`app.agents.durable.DurableLoop.describe`). Found necessary by the fourth 10-minute
 chaos run: a worker's agents stopped after a rebalance and its log said only "stalled".
@@ -66,7 +66,7 @@ def chain(task: "asyncio.Future[Any] | None") -> list[str]:
 
 def agents(app: Any) -> str:
     """What each agent loop of ``app`` is doing, and the producer's state."""
-    from app.compat.delivery import describe_producer
+    from app.compat.producer import describe_producer
     parts = [loop.describe() for loop in getattr(app, "loops", ())]
     return "\n".join([*parts, describe_producer(app)])
 

@@ -14,9 +14,9 @@ Partitioning is Kafka's default, as aiokafka's ``send`` does it: murmur2 of the 
 tests/unit/test_batch_send.py) modulo the topic's partition count; a record without a key goes
 to a random available partition.
 
-Failures keep the fail-stop rule of :mod:`app.compat.delivery`: any record the broker does not
+Failures keep the fail-stop rule of :mod:`app.delivery`: any record the broker does not
 take ends the worker, committing nothing more — except, for outputs (``refusable``), a refusal
-of the record itself (:func:`~app.compat.delivery.refused_for_good`), which is handed back so
+of the record itself (:func:`~app.delivery.refused_for_good`), which is handed back so
 the loop can dead-letter the input that made it. A record over the producer's
 ``max_request_size`` is refused before it is appended (``send`` would have refused it too).
 """
@@ -33,7 +33,8 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from aiokafka.producer.message_accumulator import BatchBuilder
 from murmurhash2 import murmurhash2
 
-from app.compat import delivery
+from app import delivery
+from app.compat.producer import aiokafka_producer, request_limits, topic_partitions
 
 __all__ = ["Sent", "partition_for", "send_records"]
 
@@ -83,10 +84,6 @@ class Sent:
         return sorted(refused, key=lambda r: r[0])
 
 
-def _producer(app: Any) -> Any:
-    return app.producer._ensure_producer()
-
-
 async def send_records(app: Any, records: Sequence[Record], *, refusable: bool = False,
                        on_sent: Any = None) -> Sent:
     """Hand ``records`` to the producer, a builder per (topic, partition), in order.
@@ -96,13 +93,10 @@ async def send_records(app: Any, records: Sequence[Record], *, refusable: bool =
     sent = Sent()
     if not records:
         return sent
-    producer = _producer(app)
-    client = producer.client
-    max_request = producer._max_request_size
-    accumulator = producer._message_accumulator
+    producer = aiokafka_producer(app)
+    max_request, compression = request_limits(producer)
     configured = getattr(getattr(app, "etj", None), "producer_max_batch_size", None)
     capacity = configured if configured is not None else BATCH_BYTES
-    compression = accumulator._compression_type
 
     def new_builder() -> Any:
         return BatchBuilder(capacity, compression, is_transactional=0)
@@ -114,7 +108,7 @@ async def send_records(app: Any, records: Sequence[Record], *, refusable: bool =
         if partition is None:
             n = counts.get(topic)
             if n is None:
-                n = counts[topic] = await _partitions(client, topic)
+                n = counts[topic] = await _partitions(producer, topic)
             partition = (murmurhash2(key, _SEED) & 0x7FFFFFFF) % n if key is not None \
                 else random.randrange(n)
         size = (0 if key is None else len(key)) + (0 if value is None else len(value))
@@ -161,9 +155,8 @@ async def _send_chain(app: Any, producer: Any, sent: Sent, tp: tuple[str, int],
         await _send(app, producer, sent, tp[0], tp[1], builder, indices, refusable, on_sent)
 
 
-async def _partitions(client: Any, topic: str) -> int:
-    await client._wait_on_metadata(topic)
-    parts = client.cluster.partitions_for_topic(topic)
+async def _partitions(producer: Any, topic: str) -> int:
+    parts = await topic_partitions(producer, topic)
     if not parts:
         raise KafkaError(f"no partitions known for topic {topic}")
     return len(parts)

@@ -33,8 +33,9 @@ class EtjApp(faust.App):
     loops: list
 
     def _new_transport(self) -> Any:
-        """Faust's aiokafka transport with etj's consumer (:mod:`app.compat.consumer`): input
-        partitions handed to the agents' loops in batches, committed by offset range."""
+        """Faust's aiokafka transport with etj's consumer (:mod:`app.compat.consumer`: input
+        partitions handed to the agents' loops in batches, committed by offset range) and
+        producer (:mod:`app.compat.producer`)."""
         from app.compat.consumer import EtjTransport
         return EtjTransport(self.conf.broker_consumer, self)
 
@@ -56,7 +57,7 @@ class EtjApp(faust.App):
         record it delivered to an agent must be acked. Here what the loops have not handled
         (their inboxes, flow control) is let go — not acked, so read again from the committed
         offsets — and only the batches in flight are awaited: on a rebalance until they are
-        delivered (each ends, or the worker fails stop: ``app.compat.delivery``), on a stop at
+        delivered (each ends, or the worker fails stop: ``app.delivery``), on a stop at
         most ``ETJ_STOP_DRAIN_S`` (what is not delivered by then stays uncommitted, as after
         a crash). Then what is acked is committed."""
         began = time.monotonic()
@@ -145,6 +146,10 @@ def create_app(settings: Settings) -> EtjApp:
         broker_rebalance_timeout=settings.rebalance_timeout_s,
         broker_commit_interval=settings.commit_interval_s,
         producer_linger=settings.producer_linger_ms / 1000,
+        # Faust's extension points for etj's subclasses (app.compat): its table manager (and
+        # recovery), its topic class (a failed send fails stop)
+        TableManager="app.compat.table_manager:EtjTableManager",
+        Topic="app.compat.producer:EtjTopic",
         **extra,
     )
     app.etj = settings

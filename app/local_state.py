@@ -15,7 +15,7 @@ So, as Kafka Streams does under exactly-once (a task's state is wiped after an u
 shutdown), a marker file in the table directory says a worker runs on it: :func:`claim` writes
 it at start, :func:`release` removes it at a clean stop (every batch delivered, no row pending).
 A worker that finds the marker at start deletes the table partitions' databases; Faust then
-recovers them from the changelogs, or from snapshots (:mod:`app.compat.snapshot_restore`), as
+recovers them from the changelogs, or from snapshots (:mod:`app.snapshot_service`), as
 for a new pod. The price is that recovery after a crash; a graceful stop (a rolling update)
 keeps its state.
 

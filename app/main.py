@@ -1,14 +1,18 @@
 """Entry point: ``faust -A app.main worker -l info``.
 
 Importing this module registers the app in data-flow order: topics and tables (every join's,
-from the spec list) -> agents -> timers -> tools -> views; then the patches to Faust and
-aiokafka the guarantees rest on (:mod:`app.compat`).
+from the spec list) -> agents -> timers -> tools -> views; first the changes to Faust and
+aiokafka the guarantees rest on (:mod:`app.compat`), the fail-stop sensor, the stall guard's
+and the snapshots' timers.
 """
 
-from app import compat, event_loop, garbage_collection
+from app import compat, delivery, event_loop, garbage_collection, snapshot_service, stall_guard
 from app.faust_app import app
 
 compat.install(app)  # first: refuse an untested Faust/aiokafka before anything is declared
+delivery.install(app)  # a send that failed after the producer gave up: fail-stop
+stall_guard.install(app, app.etj.stall_check_s)  # timer: inputs read past, never handed over
+snapshot_service.install(app)  # ETJ_SNAPSHOT_URL: snapshots written on a timer, restored
 event_loop.use(app.etj)  # before `faust worker` makes its loop (Faust ignores its own -L)
 garbage_collection.use()  # fewer collections: a table of a million rows is long-lived
 from app import topology  # noqa: F401  (topics -> tables, for every join spec and the car join)

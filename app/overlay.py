@@ -66,7 +66,7 @@ class Overlay:
             data = getattr(self.io, "memory_data", lambda: None)()
             if data is not None:
                 self._direct = data.get
-                self._direct_write = (data, self.io.store._key_partition)
+                self._direct_write = (data, self.io.key_partitions())
 
     def get(self, partition: int, key: Any) -> Any:
         """The row's value (None: absent)."""

@@ -114,7 +114,7 @@ class Settings(BaseSettings):
     )
     stall_check_s: float = Field(
         5.0, gt=0, description="Seconds between checks for an input partition whose fetched "
-        "records never reached its agent (read again from the first unhandled; see app/compat/stall_guard.py)."
+        "records never reached its agent (read again from the first unhandled; see app/stall_guard.py)."
     )
     joins_file: Path | None = Field(
         None, description="JSON file of join specs (see docs/joins/declarative.md): with it, a "
@@ -144,7 +144,7 @@ class Settings(BaseSettings):
     )
     end_offsets_by_fetch: bool = Field(
         False, description="Ask each partition's end offset with a Fetch as well as ListOffsets "
-        "and take the larger (app/compat/end_offsets.py): the bundled tansu broker's ListOffsets "
+        "and take the larger (app/compat/consumer_thread.py): the bundled tansu broker's ListOffsets "
         "under-reports batched partitions, so with this on it can run with producer batching. "
         "Not needed on Apache Kafka, Redpanda or a managed Kafka.",
     )
@@ -168,7 +168,7 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a produced record may wait for the broker: a request unanswered "
         "after Faust's PRODUCER_REQUEST_TIMEOUT is sent again until then; past it the worker "
-        "exits without committing (fail-stop; see app/compat/delivery.py).",
+        "exits without committing (fail-stop; see app/delivery.py).",
     )
     consumer_fetch_max_wait_ms: int | None = Field(
         None,

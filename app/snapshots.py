@@ -6,7 +6,7 @@ Faust's own changelog offset inside it (``Store.offset_key``): installed where F
 partition, Faust replays only the changelog records after that offset. This module knows
 nothing of Faust: it names, uploads, lists, prunes, downloads and checks snapshots; what reaches
 into Faust (taking the checkpoint, installing it before Faust opens the partition) is
-:mod:`app.compat.snapshot_restore`. Operating them: docs/operating/snapshots.md.
+:mod:`app.snapshot_service`. Operating them: docs/operating/snapshots.md.
 
 Layout in the store (``ETJ_SNAPSHOT_URL``, ``file:///path`` or ``s3://bucket/prefix``)::
 

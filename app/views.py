@@ -37,7 +37,7 @@ from app import metrics, topology
 from app.agents.event_join import engines
 from app.batch_send import partition_for
 from app.compat import rocksdb_memory
-from app.compat.snapshot_restore import restoring
+from app.snapshot_service import restoring
 from app.compat.stores import estimated_keys
 from app.faust_app import app, settings
 from app.keys import decode_zone_car, zone_prefix
@@ -75,7 +75,7 @@ Handler = Callable[..., Awaitable[Response]]
 
 def recovery_state() -> dict[str, Any]:
     """Whether this worker's tables are recovered (first assignment done, none in progress;
-    snapshots being installed count as recovering: app.compat.snapshot_restore)."""
+    snapshots being installed count as recovering: app.snapshot_service)."""
     recovery = app.tables.recovery
     recovered_once = recovery.completed.is_set()
     recovering = bool(app.in_recovery) or restoring()

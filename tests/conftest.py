@@ -52,7 +52,7 @@ def worker_factory(tmp_path: Path, request: pytest.FixtureRequest,
 @pytest.fixture
 def exits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The exit codes a fail-stop asked for; the patched exit raises :class:`Stopped`."""
-    from app.compat import delivery
+    from app import delivery
 
     codes: list[int] = []
 

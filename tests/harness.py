@@ -74,7 +74,7 @@ def make_names(broker_url: str, **overrides: Any) -> Names:
     env = {"ETJ_BROKER_URL": broker_url, "ETJ_APP_ID": f"{prefix}-etj", **security_env(broker_url),
            "ETJ_PRODUCER_MAX_BATCH_SIZE": "1", "ETJ_REVISIT_INTERVAL_S": "1",
            # a produce request left unanswered is re-sent after 10 s, not Faust's 20 min
-           # (app.compat.delivery keeps the batch itself until ETJ_PRODUCER_DELIVERY_TIMEOUT_S)
+           # (app.delivery keeps the batch itself until ETJ_PRODUCER_DELIVERY_TIMEOUT_S)
            "PRODUCER_REQUEST_TIMEOUT": "10"}
     for name in TOPIC_FIELDS:
         env["ETJ_" + name.upper()] = f"{prefix}-{Settings.model_fields[name].default}"
@@ -331,7 +331,7 @@ class S3Broker(Pausable):
     store's offset "higher than the highwater"). A worker that keeps running is fine. A Fetch
     reports the true end (measured 2026-11-25: 600 records written, ListOffsets 501, Fetch
     600): a worker that recovers tables here needs ``ETJ_END_OFFSETS_BY_FETCH=true``
-    (:mod:`app.compat.end_offsets`).
+    (:mod:`app.compat.consumer_thread`).
     """
 
     def __init__(self, workdir: Path) -> None:
@@ -411,4 +411,4 @@ class S3Broker(Pausable):
 
 class Stopped(Exception):
     """What the ``exits`` fixture's patched exit raises instead of ending the test process
-    (app.compat.delivery.fail_stop)."""
+    (app.delivery.fail_stop)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from app import metrics, sinks
-from app.compat import delivery
+from app import delivery
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Why: a table store's persisted offset says "every changelog record up to here is applied";
 recovery and standby replicas start from it, and a standby promoted to active trusts it. Faust's
-recovery loop (``Recovery._slurp_changelogs``, replaced by :mod:`app.compat.batch_restore`)
+recovery loop (``Recovery._slurp_changelogs``, replaced by :mod:`app.compat.recovery`)
 applies whatever record comes next and moves the offset to it, so a record the consumer fetched
 and never handed over leaves a hole that nothing reads again. Faust's consumer does drop fetched
 records: ``Consumer.getmany`` skips the records of a partition that is paused when it hands
@@ -43,7 +43,7 @@ Upstream: faust-streaming 0.15.3 (``Recovery._slurp_changelogs``, ``Consumer.get
 Tests: tests/unit/test_changelog_holes.py (the rule), tests/unit/test_batch_restore.py (the
 recovery loop refuses a record after a hole and applies the re-read); the 2-minute chaos test.
 Remove when Faust's consumer hands every fetched record to recovery, or seeks back what it drops
-(:mod:`app.compat.paused_fetch` removes the drop found here; a partition paused between aiokafka's
+(:mod:`app.compat.consumer_thread` removes the drop found here; a partition paused between aiokafka's
 hand-over and Faust's can still lose records).
 """
 

@@ -43,7 +43,9 @@ from faust.types import TP
 from mode import Service
 
 from app.compat import log_gaps
+from app.compat.consumer_thread import EtjConsumerThread
 from app.compat.eager_delivery import resume, step
+from app.compat.producer import EtjProducer
 from app.inbox import Batch, Inbox
 
 __all__ = ["EtjConsumer", "EtjTransport", "extend", "follows"]
@@ -86,6 +88,10 @@ class EtjConsumer(aiokafka_driver.Consumer):
         #: "flow" (flow control holds too many of its records for a lagging input)
         self._held_back: dict[TP, set[str]] = {}
         super().__init__(*args, **kwargs)
+
+    def _new_consumer_thread(self) -> EtjConsumerThread:
+        """Faust's hook for a driver's consumer thread: etj's (:mod:`app.compat.consumer_thread`)."""
+        return EtjConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     # --- routing ---------------------------------------------------------------------------
     def route(self, inbox: Inbox) -> None:
@@ -264,6 +270,11 @@ class EtjConsumer(aiokafka_driver.Consumer):
         """The offset the next batch of ``tp`` must start at (None: not known yet)."""
         return self._next.get(tp)
 
+    def fetching(self, tp: TP) -> bool:
+        """Is ``tp`` among the partitions Faust asks aiokafka records of (not paused, not
+        held back)?"""
+        return tp in self._get_active_partitions()
+
     def held_back(self, tp: TP) -> bool:
         """Did the hand-over stop fetching ``tp`` because its agent's inbox is full?"""
         return tp in self._held_back
@@ -273,6 +284,7 @@ class EtjConsumer(aiokafka_driver.Consumer):
 
 
 class EtjTransport(aiokafka_driver.Transport):
-    """Faust's aiokafka transport with :class:`EtjConsumer` (``EtjApp._new_transport``)."""
+    """Faust's aiokafka transport with etj's consumer and producer (``EtjApp._new_transport``)."""
 
     Consumer = EtjConsumer
+    Producer = EtjProducer

@@ -258,6 +258,12 @@ def estimated_keys(table: faust.Table) -> int:
     return len(table)
 
 
+def open_partitions(store: Any) -> dict[int, Any]:
+    """partition -> the open rocksdict ``Rdict`` of a RocksDB store (``Store._dbs``: Faust
+    opens a partition's database on first use; no public API lists them)."""
+    return store._dbs  # type: ignore[no-any-return]
+
+
 def committed_offset(consumer: Any, tp: Any) -> int | None:
     """The offset Faust will commit ``tp`` from next (the first not yet handled), or None."""
     return getattr(consumer, "_committed_offset", {}).get(tp)
@@ -306,6 +312,12 @@ class StoreIO:
         """The memory store's mapping (its keys as the table's, values decoded), or None for
         RocksDB: an ordered table's overlay reads it directly (app.overlay)."""
         return self._memory()
+
+    def key_partitions(self) -> Any:
+        """The memory store's key -> partition map (``Store._key_partition``: a rebalance
+        drops the keys of the partitions it takes away), for an overlay writing the mapping
+        directly (app.overlay)."""
+        return self.store._key_partition
 
     def get(self, partition: int, key: Any) -> Any:
         data = self._memory()

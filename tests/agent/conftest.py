@@ -24,7 +24,7 @@ from app.agents import durable
 from app.agents.durable import DurableLoop, loops
 from app.agents.event_join import JoinEngine, engines
 from app.batch_send import Sent as Delivery
-from app.compat import delivery
+from app import delivery
 from app.faust_app import app
 from app.inbox import Batch
 from app.joins.keys import join_range, split_join_key

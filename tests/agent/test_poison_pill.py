@@ -1,5 +1,5 @@
 """An output the broker refuses for good: its input record goes to the dead letters, the agent
-goes on (app.agents.durable, app.compat.delivery). The broker's refusal is simulated here, on
+goes on (app.agents.durable, app.delivery). The broker's refusal is simulated here, on
 the future of the send as a broker gives it; tests/broker/test_poison_pill.py has a real one."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 from app.agents import durable
 from app.agents.durable import loops
 from app.batch_send import Sent as Delivery
-from app.compat import delivery
+from app import delivery
 from app.faust_app import settings
 
 POISON = b"POISON"

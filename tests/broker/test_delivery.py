@@ -1,18 +1,18 @@
-"""Unit tests of app.compat.delivery: batches outlive a request timeout; a failed send stops the worker
+"""Unit tests of app.compat.producer and app.delivery: batches outlive a request timeout; a failed send stops the worker
 without a graceful (committing) stop. The broker side: tests/broker/test_faults_stalled_broker.py."""
 
 from __future__ import annotations
 
 import aiokafka
 import pytest
-from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaTimeoutError, NotLeaderForPartitionError
 from aiokafka.structs import TopicPartition
 from faust.exceptions import ProducerSendError
 from faust.topics import Topic
-from faust.transport.drivers.aiokafka import Producer
 
-from app.compat import delivery
+from app import delivery
+from app.compat import producer as etj_producer
+from app.compat.producer import EtjProducer, EtjTopic
 from tests.harness import Stopped
 
 TP = TopicPartition("t", 0)
@@ -20,7 +20,7 @@ TP = TopicPartition("t", 0)
 
 async def test_a_batch_lives_for_the_delivery_timeout_not_the_request_timeout():
     plain = aiokafka.AIOKafkaProducer(request_timeout_ms=2000)
-    patched = delivery.with_delivery_timeout(aiokafka.AIOKafkaProducer(request_timeout_ms=2000),
+    patched = etj_producer.with_delivery_timeout(aiokafka.AIOKafkaProducer(request_timeout_ms=2000),
                                              60)
     for producer in (plain, patched):
         await producer._message_accumulator.add_message(TP, b"k", b"v", timeout=2)
@@ -33,7 +33,7 @@ async def test_a_batch_lives_for_the_delivery_timeout_not_the_request_timeout():
 
 
 async def test_the_delivery_timeout_is_never_shorter_than_the_request_timeout():
-    producer = delivery.with_delivery_timeout(aiokafka.AIOKafkaProducer(request_timeout_ms=30000),
+    producer = etj_producer.with_delivery_timeout(aiokafka.AIOKafkaProducer(request_timeout_ms=30000),
                                               5)
     assert producer._message_accumulator._batch_ttl == 30
 
@@ -47,7 +47,7 @@ async def test_a_send_waits_for_room_up_to_the_delivery_timeout(monkeypatch):
         raise KafkaTimeoutError()
 
     monkeypatch.setattr(producer._message_accumulator, "add_message", add_message)
-    delivery.with_delivery_timeout(producer, 45)
+    etj_producer.with_delivery_timeout(producer, 45)
     with pytest.raises(KafkaTimeoutError):
         await producer._message_accumulator.add_message(TP, b"k", b"v", 2.0)
     assert waited == [45]
@@ -69,9 +69,9 @@ async def test_a_send_that_raises_stops_the_process_before_anyone_sees_the_error
     async def publish(self, fut, wait=False):
         raise ProducerSendError("Error while sending: KafkaTimeoutError()")
 
-    monkeypatch.setattr(delivery, "_publish_message", publish)
+    monkeypatch.setattr(Topic, "publish_message", publish)
     with pytest.raises(Stopped):
-        await delivery._publish_or_stop(FakeTopic(), object())
+        await EtjTopic.publish_message(FakeTopic(), object())
     assert exits == [delivery.EXIT_CODE]
 
 
@@ -79,18 +79,18 @@ async def test_a_send_that_works_does_not_stop(exits, monkeypatch):
     async def publish(self, fut, wait=False):
         return "metadata"
 
-    monkeypatch.setattr(delivery, "_publish_message", publish)
-    assert await delivery._publish_or_stop(FakeTopic(), object(), wait=True) == "metadata"
+    monkeypatch.setattr(Topic, "publish_message", publish)
+    assert await EtjTopic.publish_message(FakeTopic(), object(), wait=True) == "metadata"
     assert exits == []
 
 
 def test_the_worker_app_has_both_halves_installed():
     from app.main import app
 
-    assert Topic.publish_message is delivery._publish_or_stop
-    assert AIOKafkaClient._wait_on_metadata is delivery._wait_on_metadata
+    assert isinstance(app.topic("etj-any"), EtjTopic)
+    assert isinstance(app.producer, EtjProducer)
     assert any(isinstance(s, delivery.FailStopOnSendError) for s in app.sensors)
-    make = Producer._producer_type.fget(app.producer)
+    make = app.producer._producer_type
     assert make is not aiokafka.AIOKafkaProducer  # wraps it with this app's delivery timeout
     assert app.etj.producer_delivery_timeout_s == 120.0
 
@@ -101,14 +101,13 @@ async def test_a_topic_known_before_its_first_send_keeps_its_leaders(broker, nam
     ``partitions_for_topic(known)`` is None here: a batch for it would wait for a leader)."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    monkeypatch.setattr(AIOKafkaClient, "_wait_on_metadata", delivery._wait_on_metadata)
-
     known, new = f"{names.prefix}-known", f"{names.prefix}-new"
     admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(known, 4, 1)])
-        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        producer = etj_producer.track_every_topic(
+            aiokafka.AIOKafkaProducer(bootstrap_servers=broker.bootstrap))
         await producer.start()  # metadata of all topics, none tracked
         try:
             await producer.send_and_wait(known, b"v", partition=3)

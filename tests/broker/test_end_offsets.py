@@ -1,4 +1,4 @@
-"""app.compat.end_offsets: with producer batching on the bundled broker, recovery is exact.
+"""app.compat.consumer_thread (end offsets by Fetch): with producer batching on the bundled broker, recovery is exact.
 
 tansu's ListOffsets answers the first offset of a partition's newest batch + 1; a Fetch reports
 the true high watermark. With ``ETJ_END_OFFSETS_BY_FETCH`` Faust's end offsets are the larger of
@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
 from app.commands.sample_traffic import sample_moods_and_events
-from app.compat.end_offsets import fetched_ends
+from app.compat.consumer_thread import fetched_ends
 from tests.faults import mood_history, processed, send, settle_and_check, wait_processed
 from tests.harness import bootstrap, create_topic, make_names
 
@@ -53,7 +53,7 @@ async def test_a_fetch_tells_the_end_of_a_batched_partition(broker, names) -> No
     listed, fetched = await ends(names, [tp0, tp1])
     assert fetched == {tp0: 11, tp1: 0}
     if not broker.external:  # the quirk this patch is for; the day it fails, remove the patch
-        assert listed[tp0] == 2, f"tansu's ListOffsets now says {listed[tp0]}: see end_offsets.py"
+        assert listed[tp0] == 2, f"tansu's ListOffsets now says {listed[tp0]}: see app/compat/consumer_thread.py"
 
 
 async def test_a_fresh_worker_recovers_every_row_a_batching_worker_wrote(

@@ -16,7 +16,7 @@ TP = tuple[str, int]
 
 _TABLE_ROW = re.compile(r"^\|\s*(\S+)\s*\|\s*(\d+)\s*\|\s*(-?\d+)\s*\|$")
 _DITTO = "\u3003"
-#: app.compat.snapshot_restore
+#: app.snapshot_service
 RESTORED = re.compile(r"restored (\S+)\[(\d+)\] from snapshot \S+ \(offset (\d+)")
 #: app.local_state, after an unclean stop
 DISCARDED = "did not stop cleanly"

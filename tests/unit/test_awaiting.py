@@ -60,7 +60,7 @@ async def test_the_producer_says_what_its_sends_wait_for():
     import time
     from types import SimpleNamespace
 
-    from app.compat.delivery import describe_producer
+    from app.compat.producer import describe_producer
 
     sender_task = asyncio.ensure_future(asyncio.Event().wait())
     batch = SimpleNamespace(_ctime=time.monotonic() - 12.0)

@@ -1,4 +1,4 @@
-"""The recovery loop of app.compat.batch_restore applies a changelog partition without a hole:
+"""The recovery loop of app.compat.recovery applies a changelog partition without a hole:
 a record after records the consumer dropped waits for their re-read (app.compat.changelog_holes)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from faust.types import TP
 
-from app.compat import batch_restore
+from app.compat import recovery as batch_restore
 
 STANDBY = TP("t-etj-movies-dimension-changelog", 2)
 ACTIVE = TP("t-etj-mood-history-changelog", 1)
@@ -56,7 +56,7 @@ def recovery(in_recovery=False):
 
 
 async def run(rec, offsets, settle_s=0.2):
-    loop = asyncio.ensure_future(batch_restore._slurp_changelogs(rec))
+    loop = asyncio.ensure_future(batch_restore.slurp_changelogs(rec))
     for offset in offsets:
         rec.tables.changelog_queue.put_nowait(record(STANDBY, offset))
     await asyncio.sleep(settle_s)

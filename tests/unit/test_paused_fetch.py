@@ -1,5 +1,5 @@
 """aiokafka's own ``Fetcher.fetched_records`` hands over nothing of the partitions Faust has
-paused, even when it has paused them all (app.compat.paused_fetch)."""
+paused, even when it has paused them all (app.compat.consumer_thread.EtjConsumerThread._fetch_records)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from aiokafka.consumer.fetcher import Fetcher, FetchResult
 from faust.types import TP
 
-from app.compat import paused_fetch
+from app.compat.consumer_thread import ActiveView, EtjConsumerThread
 
 CHANGELOG = TP("t-etj-movies-dimension-changelog", 0)
 INPUT = TP("t-etj-moods", 1)
@@ -61,7 +61,7 @@ def fetch(active: set | None) -> tuple[dict, dict]:
     fetcher, states = prefetched()
     thread = SimpleNamespace(consumer=SimpleNamespace(flow_active=True))
     consumer = SimpleNamespace(_fetcher=fetcher, _closed=False)
-    got = asyncio.run(paused_fetch._fetch_records(thread, consumer, active, timeout=0))
+    got = asyncio.run(EtjConsumerThread._fetch_records(thread, consumer, active, timeout=0))
     return {tp: [r.offset for r in rs] for tp, rs in got.items()}, {
         tp: s.position for tp, s in states.items()}
 
@@ -87,7 +87,7 @@ def test_the_active_partitions_are_handed_over_and_the_paused_ones_kept():
 
 def test_the_set_is_read_live_and_client_only_mode_is_left_alone():
     live: set = set()
-    view = paused_fetch.ActiveView(live)
+    view = ActiveView(live)
     assert view and INPUT not in view  # never "empty" to aiokafka
     live.add(INPUT)  # Faust resumes a partition while aiokafka waits
     assert INPUT in view and list(view) == [INPUT] and len(view) == 1

@@ -1,4 +1,4 @@
-"""app.compat.producer_buffer: Faust's producer buffer, with ``producer_threaded`` read once."""
+"""app.compat.producer.EtjProducerBuffer: Faust's producer buffer, with ``producer_threaded`` read once."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from faust.transport.producer import ProducerBuffer
 
-from app.compat import producer_buffer
+from app.compat.producer import EtjProducerBuffer
 
 
 class Conf:
@@ -20,9 +20,8 @@ class Conf:
         return self.threaded
 
 
-def buffer(threaded: bool) -> tuple[ProducerBuffer, Conf]:
-    producer_buffer.install()
-    b = ProducerBuffer()
+def buffer(threaded: bool) -> tuple[EtjProducerBuffer, Conf]:
+    b = EtjProducerBuffer()
     conf = Conf(threaded)
     b.app = SimpleNamespace(conf=conf)
     return b, conf
@@ -32,7 +31,7 @@ async def test_unthreaded_messages_wait_in_pending_and_the_setting_is_read_once(
     b, conf = buffer(threaded=False)
     for i in range(3):
         b.put(f"message {i}")
-    assert b.size == 3 == producer_buffer._original_size.fget(b)  # upstream's own count
+    assert b.size == 3 == ProducerBuffer.size.fget(b)  # upstream's own count
     assert list(b.pending._queue) == ["message 0", "message 1", "message 2"]
     assert b.size == 3
     assert conf.reads == 1 + 1  # ours once; upstream's size, called above, once more
@@ -48,5 +47,5 @@ async def test_threaded_messages_go_to_the_threaded_producers_queue():
     for _ in range(3):
         await asyncio.sleep(0)  # run_coroutine_threadsafe's put runs on the loop
     assert list(queue._queue) == ["m"] and b.pending.empty()
-    assert b.size == 1 == producer_buffer._original_size.fget(b)
+    assert b.size == 1 == ProducerBuffer.size.fget(b)
     assert conf.reads == 1 + 1

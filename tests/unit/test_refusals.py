@@ -1,5 +1,5 @@
 """Which send failures are the record's own, for good (dead-letter its input), and which still
-fail-stop (app.compat.delivery.refused_for_good, send_direct(refusable=True), send_alone)."""
+fail-stop (app.delivery.refused_for_good, send_direct(refusable=True), send_alone)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import pytest
 from aiokafka import errors as E
 from faust.exceptions import ProducerSendError
 
-from app.compat import delivery
+from app import delivery
+from app.compat import producer as etj_producer
 from tests.harness import Stopped
 
-delivery.register_broker_errors()
+etj_producer.register_broker_errors()
 
 
 def wrapped(exc: BaseException) -> ProducerSendError:
@@ -62,7 +63,7 @@ def test_a_retriable_refusal_is_never_for_good():
 
 
 def test_invalid_record_is_known_to_aiokafka_once_installed():
-    assert E.for_code(87) is delivery.InvalidRecordError
+    assert E.for_code(87) is etj_producer.InvalidRecordError
 
 
 # --- send_direct / send_alone with a fake producer -----------------------------------------

@@ -1,4 +1,4 @@
-"""app.compat.stall_guard: reads again what the consumer read past and never handed over, and
+"""app.stall_guard: reads again what the consumer read past and never handed over, and
 resumes what Faust left paused — never what an agent merely holds.
 
 Over the consumer's bookkeeping, faked: the next offset to hand over, the fetch position and
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from faust.types import TP
 
-from app.compat import stall_guard
+from app import stall_guard
 
 TP0 = TP("etj-moods", 0)
 
@@ -47,8 +47,8 @@ class Consumer:
     def held_back(self, tp: Any) -> bool:
         return self._held_back
 
-    def _get_active_partitions(self) -> set[Any]:
-        return self.active
+    def fetching(self, tp: Any) -> bool:
+        return tp in self.active
 
     async def seek(self, tp: Any, offset: int) -> None:
         self.seeks.append(offset)

@@ -1,4 +1,4 @@
-"""app.compat.standby_offsets: Faust's recovery seeks a partition with no offset yet (None) to
+"""app.compat.recovery (EtjRecovery._seek_offsets): Faust's recovery seeks a partition with no offset yet (None) to
 its start instead of handing aiokafka an offset it refuses."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections import Counter
 
 from faust.types import TP
 
-from app.compat import standby_offsets
+from app.compat.recovery import EtjRecovery
 
 
 class Consumer:
@@ -22,8 +22,6 @@ class Consumer:
 
 
 async def test_a_partition_added_with_no_offset_is_read_from_its_start():
-    standby_offsets.install()
-    from faust.tables.recovery import Recovery
 
     fresh, kept, older = TP("t-changelog", 0), TP("t-changelog", 1), TP("t-changelog", 2)
     offsets: Counter = Counter()
@@ -31,7 +29,7 @@ async def test_a_partition_added_with_no_offset_is_read_from_its_start():
     offsets[kept] = 41
     offsets[older] = -1
     consumer = Consumer()
-    await Recovery._seek_offsets(object.__new__(Recovery), consumer, {fresh, kept, older},
+    await EtjRecovery._seek_offsets(object.__new__(EtjRecovery), consumer, {fresh, kept, older},
                                  offsets, "standby")
     assert consumer.sought == {fresh: 0, kept: 41, older: 0}
     assert offsets[fresh] == -1  # Faust's own "nothing applied"

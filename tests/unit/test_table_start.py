@@ -1,11 +1,11 @@
-"""app.compat.table_start: the table manager registers its tables and starts recovery at once,
+"""app.compat.table_manager (EtjTableManager.on_start): the table manager registers its tables and starts recovery at once,
 where upstream first sleeps a second."""
 
 from __future__ import annotations
 
 from faust.tables.manager import TableManager
 
-from app.compat import table_start
+from app.compat.table_manager import EtjTableManager
 
 
 class Manager:
@@ -28,23 +28,24 @@ class Manager:
 
 async def test_upstream_sleeps_a_second_before_registering_the_tables():
     m = Manager()
-    await table_start._original(m)
+    await TableManager.on_start(m)
     assert m.done == ["sleep 1.0", "register tables", "start recovery"]
 
 
 async def test_the_patch_registers_the_tables_and_starts_recovery_without_sleeping():
     m = Manager()
-    await table_start.on_start(m)
+    await EtjTableManager.on_start(m)
     assert m.done == ["register tables", "start recovery"]
 
 
 async def test_a_manager_stopping_before_it_started_does_neither():
     m = Manager()
     m.should_stop = True
-    await table_start.on_start(m)
+    await EtjTableManager.on_start(m)
     assert m.done == []
 
 
-def test_install_replaces_the_table_managers_on_start():
-    table_start.install()
-    assert TableManager.on_start is table_start.on_start
+def test_the_worker_app_uses_etj_table_manager():
+    from app.faust_app import app
+    assert isinstance(app.tables, EtjTableManager)
+    assert type(app.tables.recovery).__name__ == "EtjRecovery"

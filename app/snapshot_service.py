@@ -1,4 +1,5 @@
-"""Snapshots of RocksDB table partitions: taken from the live store, installed before Faust opens one.
+"""Snapshots of RocksDB table partitions in object storage: taken from the live store on a timer,
+installed before Faust opens a partition it has no local state for.
 
 Upstream behaviour (faust-streaming 0.15.3, ``faust/stores/rocksdb.py``,
 ``faust/tables/manager.py``, ``faust/tables/recovery.py``): the RocksDB store keeps one rocksdict
@@ -20,7 +21,8 @@ Why: a worker with an empty disk replays every changelog from offset 0, one reco
   record up to its offset, and possibly a few writes whose changelog records were not yet
   acknowledged. The replay after the offset rewrites those keys with what the changelog says,
   exactly as when Faust restarts on a kept volume.
-- **restoring**: ``TableManager.on_rebalance`` is wrapped: before the stores open their
+- **restoring**: etj's table manager (:mod:`app.compat.table_manager`) calls
+  :meth:`SnapshotService.restore` first on a rebalance: before the stores open their
   partitions, each newly assigned *active* partition with nothing at its ``partition_path`` gets
   the newest usable snapshot downloaded, checked (sizes, SHA-256, the offset row equals the
   manifest's) and renamed into place; Faust then reads the offset from it and replays only the
@@ -29,10 +31,10 @@ Why: a worker with an empty disk replays every changelog from offset 0, one reco
   a log line, and Faust does its ordinary full replay. ``/ready/`` answers 503 meanwhile
   (:func:`restoring`).
 
-Tests: tests/unit/test_snapshots.py (store, manifest, refusals, a checkpoint of a real Rdict),
-tests/broker/test_snapshots.py (kill -9, empty datadir, restore equals a full replay key for
-key; corrupt and stale snapshots fall back to a full replay). Remove when Faust's RocksDB store
-can back up to and restore from object storage itself.
+The store's partition databases are read through :func:`app.compat.stores.open_partitions`
+(no public API lists them). Tests: tests/unit/test_snapshots.py (store, manifest, refusals, a
+checkpoint of a real Rdict), tests/broker/test_snapshots.py (kill -9, empty datadir, restore
+equals a full replay key for key; corrupt and stale snapshots fall back to a full replay).
 """
 
 from __future__ import annotations
@@ -47,21 +49,25 @@ from typing import Any, Iterable
 
 import rocksdict
 from faust.stores.rocksdb import Store as RocksDBStore
-from faust.tables.manager import TableManager
 from faust.types import TP
 
+from app.compat.stores import open_partitions
 from app.snapshots import Manifest, SnapshotError, Snapshots, fingerprint, read_offset, refusal
 
-__all__ = ["install", "restoring", "table_fingerprint"]
+__all__ = ["SnapshotService", "install", "restoring", "service_of", "table_fingerprint"]
 
 log = logging.getLogger(__name__)
 
 WORKDIR = ".etj-snapshots"  # under Faust's tabledir: same filesystem, so checkpoints hard-link
 
-_original_on_rebalance = TableManager.on_rebalance
 #: id(app) -> its snapshot service
 _services: dict[int, "SnapshotService"] = {}
 _restoring = 0
+
+
+def service_of(app: Any) -> "SnapshotService | None":
+    """``app``'s snapshot service (None: snapshots are off)."""
+    return _services.get(id(app))
 
 
 def restoring() -> bool:
@@ -124,7 +130,7 @@ class SnapshotService:
         for table in _rocksdb_tables(app):
             store = table.data
             topic = table.changelog_topic.get_topic_name()
-            for partition, db in list(store._dbs.items()):
+            for partition, db in list(open_partitions(store).items()):
                 tp = TP(topic, partition)
                 if tp not in actives:
                     continue
@@ -228,7 +234,7 @@ class SnapshotService:
             store = table.data
             topics = table.changelog_topic.topics
             for tp in assigned:
-                if (tp.topic in topics and tp in actives and tp.partition not in store._dbs
+                if (tp.topic in topics and tp in actives and tp.partition not in open_partitions(store)
                         and not Path(store.partition_path(tp.partition)).exists()):
                     todo.append((table, tp))
         if not todo:
@@ -250,19 +256,6 @@ class SnapshotService:
             _restoring -= 1
 
 
-async def on_rebalance(self: TableManager, assigned: set[TP], revoked: set[TP],
-                       newly_assigned: set[TP], generation_id: int = 0) -> None:
-    """Faust's ``TableManager.on_rebalance``, after snapshots are installed for the active
-    partitions this worker has no local state for."""
-    service = _services.get(id(self.app))
-    if service is not None:
-        try:
-            await service.restore(assigned)
-        except Exception as exc:  # never fatal: Faust replays the changelog instead
-            log.warning("snapshot restore failed (%r): full replay", exc)
-    await _original_on_rebalance(self, assigned, revoked, newly_assigned, generation_id)
-
-
 def install(app: Any) -> None:
     """With ``ETJ_SNAPSHOT_URL`` and ``rocksdb://``: write snapshots on a timer, restore them
     on assignment."""
@@ -276,7 +269,6 @@ def install(app: Any) -> None:
     service = _services[id(app)] = SnapshotService(app, Snapshots(settings.snapshot_url),
                                                    settings.snapshot_keep)
     shutil.rmtree(service.workdir, ignore_errors=True)  # checkpoints left by a killed worker
-    TableManager.on_rebalance = on_rebalance  # type: ignore[method-assign]
 
     async def write_snapshots() -> None:
         await service.write()

@@ -1,9 +1,10 @@
-"""A timer that reads again an input partition whose records never reached its agent.
+"""A timer that reads again an input partition whose records never reached its agent
+(``ETJ_STALL_CHECK_S``; installed by :func:`install` from :mod:`app.main`).
 
 Why: found by the kill -9 and restart tests. Around a rebalance the consumer can read past
 records it never hands over (a fetch cut by a generation change, a partition seeked
 meanwhile), and Faust's recovery can leave a partition paused. The hand-over refuses a batch
-that does not follow the last one (:mod:`app.compat.consumer`), and the commit never passes an
+that does not follow the last one (:meth:`app.compat.consumer.EtjConsumer._follows`), and the commit never passes an
 offset that was not handled; this guard covers what neither sees: the *last* records of a
 partition read past with nothing after them to show the hole, and a partition left paused.
 
@@ -16,10 +17,11 @@ A partition whose agent holds records (in its inbox, in flow control, in flight)
 a slow agent is not helped by reading its records again; it is logged with what every agent is
 doing (:mod:`app.awaiting`).
 
-Upstream: faust-streaming 0.15.3 (``Fetcher`` dropping a cut fetch, ``Recovery`` leaving a
-partition paused). Tests: tests/unit/test_stall_guard.py; tests/broker/test_faults_kill.py (two
-workers, kill -9). Remove when Faust hands every fetched record over across a rebalance (then
-this finds nothing: its log lines say so).
+What it makes up for: faust-streaming 0.15.3 (``Fetcher`` dropping a cut fetch, ``Recovery``
+leaving a partition paused). It reads the consumer through etj's consumer class only. Tests:
+tests/unit/test_stall_guard.py; tests/broker/test_faults_kill.py (two workers, kill -9). It can
+go when Faust hands every fetched record over across a rebalance (then this finds nothing: its
+log lines say so).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ async def check_stalls(app: Any) -> list[Any]:
         inbox = consumer.inboxes.get(tp.topic)
         busy = inbox is not None and holding.get(inbox.name, 0) > 0
         nxt = consumer.next_offset(tp)
-        if position < highwater and tp not in consumer._get_active_partitions() \
+        if position < highwater and not consumer.fetching(tp) \
                 and not consumer.held_back(tp):
             state: tuple[Any, ...] = ("paused", position)
             why = "paused with records waiting"

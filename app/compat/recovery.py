@@ -1,30 +1,9 @@
-"""Apply changelog records to the tables in batches during recovery, not one loop turn each.
+"""Faust's table recovery (``faust.tables.recovery.Recovery``): etj's subclass.
 
-Upstream (faust-streaming 0.15.3, ``faust.tables.recovery.Recovery._slurp_changelogs``): for
-every changelog record the recovery loop ``await``s ``asyncio.wait_for(queue.get(), 5.0)`` (a
-task and a timer per record), then, after buffering it, asks ``need_recovery()`` — a Counter
-over every assigned changelog partition — and the standby bookkeeping, per record. Symptom:
-a worker replaying a 1M-key changelog spent most of its main thread there while its consumer
-thread idled (~7,000-9,000 keys/s; ``python -m bench.profile_worker --recovery``), and the
-changelog queue, full, made the fetch loop fall back to its slow path for each record.
-
-Here the loop waits (with upstream's 5 s timeout) for one record, then takes every record already
-queued (up to :data:`MAX_BATCH`) with ``get_nowait``, handles each exactly as upstream does
-(offset bookkeeping, per-table buffer, ``apply_changelog_batch`` at the table's buffer size) and
-then checks for the end of recovery and the standbys — O(assigned partitions) each, 11 % of
-the main thread in a 1M-key replay when run after every batch, as batches are often a few
-records — only after a batch in which a partition reached its high water (the only event that
-can end recovery or make the standbys ready) and otherwise every :data:`CHECK_EVERY_S`.
-Records are applied in the same order, to the same tables, with the same offsets: only the
-per-record overhead goes. One check is added: a record whose offset jumps past the last one
-applied of its partition is applied only if the log holds nothing in between; otherwise the
-partition is read again from the hole (:mod:`app.compat.changelog_holes`, which says why).
-Upstream's ``XXX bug`` (a record of a partition neither active nor standby applied to the
-previous record's table) is not reproduced: such a record is skipped with the same warning.
-
-Tests: every broker test recovers tables through it (kill -9 and restart, rebalances, the
-two-worker tests: exact), and bench ``recovery_s_1m_keys`` measures it. Remove when Faust's
-recovery consumes its queue in batches.
+Recovery replays each changelog partition into its table before the agents start, and keeps
+standby partitions up to date. etj changes three of its methods; :class:`EtjRecovery` is the
+recovery of etj's table manager (:mod:`app.compat.table_manager`), so upstream's class is left
+as it is. The hole rule it applies lives in :mod:`app.compat.changelog_holes`.
 """
 
 from __future__ import annotations
@@ -40,7 +19,7 @@ from mode.services import ServiceTask
 
 from app.compat.changelog_holes import Holes
 
-__all__ = ["install"]
+__all__ = ["EtjRecovery", "slurp_changelogs"]
 
 log = logging.getLogger("faust.tables.recovery")
 
@@ -54,7 +33,42 @@ CHECK_EVERY_S = 0.25
 IDLE_S = 5.0
 
 
-async def _slurp_changelogs(self: Recovery) -> None:
+async def _already_seeked() -> None:
+    return None
+
+
+async def slurp_changelogs(self: Recovery) -> None:
+    """Recovery applies changelog records in batches, not one loop turn each, and never past a
+    hole.
+
+    Upstream: Faust's recovery loop (``Recovery._slurp_changelogs``) ``await``s
+    ``asyncio.wait_for(queue.get(), 5.0)`` for every changelog record (a task and a timer per
+    record), then asks ``need_recovery()`` — a Counter over every assigned changelog partition
+    — and the standby bookkeeping, per record; and it applies whatever record comes next.
+
+    Symptom: a worker replaying a 1M-key changelog spent most of its main thread there while
+    its consumer thread idled (~7,000-9,000 keys/s; ``python -m bench.profile_worker
+    --recovery``), and the full changelog queue made the fetch loop take its slow path for
+    each record. And a record the consumer dropped left a hole nothing read again
+    (:mod:`app.compat.changelog_holes`, which says how).
+
+    Here the loop waits (upstream's 5 s) for one record, then takes every record already
+    queued (up to :data:`MAX_BATCH`), handles each exactly as upstream does (offsets, per-table
+    buffers, ``apply_changelog_batch`` at the buffer size) and checks for the end of recovery
+    and the standbys — O(assigned partitions) — only after a batch in which a partition
+    reached its high water (the only event that can end recovery) and otherwise every
+    :data:`CHECK_EVERY_S`. Same records, order, tables and offsets. One check is added: a
+    record whose offset jumps past the last one applied is applied only if the log holds
+    nothing in between; otherwise the partition is read again from the hole. Upstream's ``XXX
+    bug`` (a record of a partition neither active nor standby applied to the previous record's
+    table) is not reproduced: it is skipped with the same warning.
+
+    Test: tests/unit/test_batch_restore.py::test_a_record_after_a_hole_waits_for_the_re_read
+    (and every broker test recovers through it; bench ``recovery_s_1m_keys`` times it).
+
+    Remove when: Faust's recovery consumes its queue in batches and seeks back what its
+    consumer drops.
+    """
     changelog_queue = self.tables.changelog_queue
     tp_to_table = self.tp_to_table
     active_tps = self.active_tps
@@ -188,6 +202,62 @@ async def _slurp_changelogs(self: Recovery) -> None:
             log.warning("Error in recovery %r", exc)
 
 
-def install() -> None:
-    """Replace Faust's recovery loop (a service task, looked up by name when it starts)."""
-    Recovery._slurp_changelogs = ServiceTask(_slurp_changelogs)  # type: ignore[assignment]
+class EtjRecovery(Recovery):
+    """Faust's recovery with etj's three changes (module doc)."""
+
+    #: a service task, found by name when the service starts (mode collects the class's
+    #: ``ServiceTask`` attributes, the subclass's replacing upstream's)
+    _slurp_changelogs = ServiceTask(slurp_changelogs)
+
+    async def on_recovery_completed(self, generation_id: int = 0) -> None:
+        """Input partitions are seeked to their committed offsets *before* they are resumed.
+
+        Upstream: ``Recovery.on_recovery_completed`` resumes the input partitions, then seeks
+        them to their committed offsets.
+
+        Symptom: records fetched in between were delivered from wherever the fetch position
+        was, then the seek reset the position under them: the survivor of the two-worker kill
+        tests committed offsets of records its agent was never handed (about one run in four).
+
+        Here the seek is done first, while the partitions are still paused; upstream's own
+        seek is then a no-op.
+
+        Test: tests/broker/test_faults_kill.py::test_two_workers_one_killed_then_it_comes_back_is_exact
+
+        Remove when: Faust seeks before it resumes.
+        """
+        consumer = self.app.consumer
+        if consumer.assignment() and self.app.consumer_generation_id == generation_id:
+            self.log.info("Seek stream partitions to committed offsets (before resuming them).")
+            await self._wait(consumer.perform_seek(),
+                             timeout=self.app.conf.broker_request_timeout)
+            consumer.perform_seek = _already_seeked  # type: ignore[method-assign]
+        try:
+            await Recovery.on_recovery_completed(self, generation_id)
+        finally:
+            consumer.__dict__.pop("perform_seek", None)
+
+    async def _seek_offsets(self, consumer: Any, tps: Any, offsets: Any, title: str) -> None:
+        """A changelog partition with nothing applied yet is read from its start, not refused.
+
+        Upstream: ``_build_offsets`` replaces a partition's ``None`` offset (nothing persisted)
+        by ``-1`` only for the partitions assigned when it runs; ``_seek_offsets`` turns ``-1``
+        into 0. A standby partition added by a rebalance during recovery reaches
+        ``_seek_offsets`` still ``None``.
+
+        Symptom: aiokafka's ``seek`` refuses it (``ValueError: Offset must be a positive
+        integer``), the recovery service crashes and the worker exits 1 (chaos runs 19 and 20,
+        right after "Recovery complete", once a crashed worker's volume was discarded).
+
+        Here an offset that is ``None`` (or below -1) becomes ``-1``, Faust's own "nothing
+        applied", before upstream's seek.
+
+        Test: tests/unit/test_standby_offsets.py::test_a_partition_added_with_no_offset_is_read_from_its_start
+
+        Remove when: Faust's ``_seek_offsets`` handles ``None``.
+        """
+        for tp in tps:
+            offset = offsets.get(tp)
+            if offset is None or offset < -1:
+                offsets[tp] = -1  # nothing applied: from the start
+        await Recovery._seek_offsets(self, consumer, tps, offsets, title)
