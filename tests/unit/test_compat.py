@@ -104,3 +104,76 @@ def test_no_import_cycle_between_packages():
     cycles = sorted(f"{a} <-> {b}" for a in edges for b in edges[a] if reaches(b, a))
     assert cycles == [], cycles
 
+
+
+# --- no read of a private Faust / aiokafka / mode attribute outside app/compat --------------
+
+def _private_names_defined(trees: list[ast.AST]) -> set[str]:
+    """Every ``_name`` (not dunder) a body of code defines: functions, classes, attributes
+    assigned, names bound and ``__slots__`` entries."""
+    names: set[str] = set()
+    for tree in trees:
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(n.name)
+            elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+                names.add(n.attr)
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                names.add(n.id)
+            elif isinstance(n, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "__slots__" for t in n.targets):
+                names |= {c.value for c in ast.walk(n.value)
+                          if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return {n for n in names if n.startswith("_") and not n.endswith("__")}
+
+
+def _upstream_private_names() -> set[str]:
+    import aiokafka
+    import faust
+    import mode
+    trees = []
+    for pkg in (faust, aiokafka, mode):
+        for path in Path(pkg.__file__).parent.rglob("*.py"):
+            try:
+                trees.append(ast.parse(path.read_text()))
+            except (SyntaxError, UnicodeDecodeError):
+                continue
+    return _private_names_defined(trees)
+
+
+def _private_upstream_reads(sources: dict[str, str], upstream: set[str]) -> list[str]:
+    """``file:line .name`` for every read of an upstream private attribute (an attribute
+    ``_name`` of anything but ``self``/``cls``, or ``getattr(x, "_name")``) that the code
+    itself does not define (etj's own private names are its own business)."""
+    trees = {name: ast.parse(text) for name, text in sources.items()}
+    own = _private_names_defined([t for t in trees.values()])
+    suspects = upstream - own
+    hits = []
+    for name, tree in trees.items():
+        for n in ast.walk(tree):
+            attr = None
+            if isinstance(n, ast.Attribute) and not (
+                    isinstance(n.value, ast.Name) and n.value.id in ("self", "cls")):
+                attr = n.attr
+            elif isinstance(n, ast.Call) and getattr(n.func, "id", "") == "getattr" \
+                    and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant):
+                attr = n.args[1].value
+            if isinstance(attr, str) and attr in suspects:
+                hits.append(f"{name}:{n.lineno} .{attr}")
+    return hits
+
+
+def test_no_private_faust_or_aiokafka_attribute_is_read_outside_compat():
+    sources = {str(p.relative_to(APP.parent)): p.read_text() for p in sorted(APP.rglob("*.py"))
+               if "compat" not in p.relative_to(APP).parts}
+    hits = _private_upstream_reads(sources, _upstream_private_names())
+    assert hits == [], f"reads of private upstream attributes belong in app/compat: {hits}"
+
+
+def test_the_private_read_check_catches_one():
+    upstream = _upstream_private_names()
+    assert {"_unacked_messages", "_dbs", "_ensure_producer"} <= upstream
+    hits = _private_upstream_reads(
+        {"x.py": "def f(app):\n    return len(app.consumer._unacked_messages)\n",
+         "y.py": "def g(store):\n    return getattr(store, '_dbs')\n"}, upstream)
+    assert hits == ["x.py:2 ._unacked_messages", "y.py:2 ._dbs"]
