@@ -150,6 +150,7 @@ def create_app(settings: Settings) -> EtjApp:
         # recovery), its topic class (a failed send fails stop)
         TableManager="app.compat.table_manager:EtjTableManager",
         Topic="app.compat.producer:EtjTopic",
+        Table="app.compat.stores:EtjTable",
         **extra,
     )
     app.etj = settings

@@ -8,12 +8,12 @@ only with these changes. Each module is the single place where its upstream clas
   ``EtjApp._new_transport``), :mod:`~app.compat.consumer_thread` (the consumer's thread class),
   :mod:`~app.compat.producer` (the transport's ``Producer``, its buffer, the app's ``Topic``
   setting), :mod:`~app.compat.table_manager` (the app's ``TableManager`` setting) and
-  :mod:`~app.compat.recovery` (its recovery service), :mod:`~app.compat.stores` (the tables'
-  store, ``RangeTable._new_store_by_url``);
+  :mod:`~app.compat.recovery` (its recovery service), :mod:`~app.compat.stores` (the app's
+  ``Table`` setting and ``RangeTable``: the stores they open) with
+  :mod:`~app.compat.rocksdb_memory` (those stores' RocksDB options);
 - real monkeypatches, only where no extension point reaches the class (installed by
   :func:`install`): :mod:`~app.compat.log_gaps` (aiokafka's ``FetchResult``),
-  :mod:`~app.compat.leave_group` (aiokafka's ``GroupCoordinator``),
-  :mod:`~app.compat.rocksdb_memory` (Faust's ``RocksDBOptions``).
+  :mod:`~app.compat.leave_group` (aiokafka's ``GroupCoordinator``).
 
 Every patch's docstring has one form (upstream behaviour, symptom, the test that reproduces it,
 when to remove), and records a hash of the upstream source it was written against
@@ -36,8 +36,9 @@ _installed: set[int] = set()
 
 
 def install(app: Any) -> None:
-    """Check the versions, then install the monkeypatches (idempotent per app). The subclasses
-    need no install: ``app.faust_app.create_app`` names them in the app's settings."""
+    """Check the versions, install the monkeypatches and make the worker's RocksDB budgets
+    (idempotent per app). The subclasses need no install: ``app.faust_app.create_app`` names
+    them in the app's settings."""
     check_versions()
     if id(app) in _installed:
         return
@@ -46,4 +47,4 @@ def install(app: Any) -> None:
     register_broker_errors()
     log_gaps.install()
     leave_group.install()
-    rocksdb_memory.install(settings.rocksdb_block_cache_mb, settings.rocksdb_memtables_mb)
+    rocksdb_memory.configure(settings.rocksdb_block_cache_mb, settings.rocksdb_memtables_mb)

@@ -47,6 +47,7 @@ from faust.types import TP, StoreT
 from sortedcontainers import SortedDict
 from yarl import URL
 
+from app.compat.rocksdb_memory import SharedBudgetOptions
 from app.keys import prefix_end
 
 __all__ = ["RangeTable", "SortedMemoryStore", "StoreIO", "committed_offset", "estimated_keys",
@@ -191,7 +192,25 @@ class SplitSortedDict(MutableMapping):
         return iter(inside)
 
 
-class RangeTable(faust.Table):
+def share_budgets(store: StoreT) -> StoreT:
+    """A RocksDB store's databases share the worker's memory budgets
+    (:class:`~app.compat.rocksdb_memory.SharedBudgetOptions`): its options are built again as
+    Faust built them (``Store.__init__``), with etj's class."""
+    if isinstance(store, RocksDBStore):
+        store.rocksdb_options = SharedBudgetOptions(  # type: ignore[attr-defined]
+            **store.options, use_rocksdict=store.use_rocksdict)  # type: ignore[attr-defined]
+    return store
+
+
+class EtjTable(faust.Table):
+    """Faust's table (the app's ``Table`` setting), its RocksDB stores sharing the worker's
+    memory budgets."""
+
+    def _new_store_by_url(self, url: str | URL) -> StoreT:
+        return share_budgets(super()._new_store_by_url(url))
+
+
+class RangeTable(EtjTable):
     """A table whose store can answer :func:`iter_range` (``memory://`` or ``rocksdb://``)."""
 
     def _new_store_by_url(self, url: str | URL) -> StoreT:
@@ -209,7 +228,7 @@ class RangeTable(faust.Table):
         if (point or group) and isinstance(store, SortedMemoryStore):
             store.data = SplitSortedDict(point, group,
                                          getattr(self, "kind_by_first_byte", False))
-        return store
+        return share_budgets(store)
 
 
 def iter_range(table: faust.Table, lo: bytes, hi: bytes | None,
