@@ -5,14 +5,15 @@ Per turn of :meth:`DurableLoop.run`:
 
 1. take every batch the fetch loop left in the loop's inbox (:mod:`app.inbox`): one per input
    partition per fetch; a batch of an older group generation is dropped (the rebalance seeks its
-   partition back to the committed offset);
+   partition back to the committed offset) — :mod:`app.agents.intake`;
 2. parse each record (:func:`app.records.compile_parser`; a record that does not parse goes to
    the dead letters with its reason) and queue it in flow control (:mod:`app.flow_control`),
    which releases a partition's records of several inputs in event-time order — a whole batch
-   at once, its lag known from the batch's high water;
+   at once, its lag known from the batch's high water — :mod:`app.agents.intake`;
 3. handle what is released, record by record, through the engine's rules; state is read and
    written in the batch's overlays (:mod:`app.overlay`), outputs are collected. A bug on one
-   record dead-letters that record (``internal error``), never kills the worker;
+   record dead-letters that record (``internal error``), never kills the worker — here,
+   :meth:`DurableLoop.handle`;
 4. flush the overlays: each changed row encoded once, written to the store, and handed to the
    producer as one changelog row per key (:mod:`app.batch_send`);
 5. hand the batch to the delivery: it waits until the broker has the changelog rows (state
@@ -29,8 +30,7 @@ record (:mod:`app.agents.acks`); changelog rows and every transient error fail s
 (:mod:`app.compat.delivery`).
 
 A rebalance and a stop wait for the batches in flight and nothing else (``EtjApp``): what waits
-in the inbox or in flow control is dropped unacked and read again. Flow control's timed-out
-waits are let go when the inbox wait times out (no wake-up records).
+in the inbox or in flow control is dropped unacked and read again.
 """
 
 from __future__ import annotations
@@ -43,16 +43,14 @@ from typing import Any, Callable, Protocol, Sequence
 
 from faust.types import TP
 
-from app import awaiting, metrics
-from app.admission import door
+from app import awaiting
 from app.agents.acks import AckedRuns, Out, Source, dead_letter, dead_letter_refused
+from app.agents.intake import Intake
 from app.batch_send import Sent, send_records
-from app.compat.stores import StoreIO, committed_offset
+from app.compat.stores import StoreIO
 from app.faust_app import app, settings
-from app.flow_control import EventTimeMerge
-from app.inbox import Batch, Inbox
+from app.inbox import Batch
 from app.overlay import Overlay
-from app.records import InvalidRecord
 
 __all__ = ["DurableLoop", "Engine", "Out", "dead_letter", "loops"]
 
@@ -101,16 +99,12 @@ class Unit:
 
 
 class DurableLoop:
-    """One agent's loop (module docstring)."""
+    """One agent's loop (module docstring): its intake (:mod:`app.agents.intake`), the
+    handling, its delivery."""
 
     #: handled batches not yet delivered at most: the loop handles batch k+1 while batch k
     #: waits for the broker
     max_in_flight = 4
-    #: records handled per turn at most (every fetch waiting is taken into flow control, which
-    #: lets go of this many in event-time order, the rest at the next turns): bounds what one
-    #: batch holds in memory and how long its first output waits; a backlog of 50,000
-    #: records came as one fetch
-    max_batch = 5_000
 
     def __init__(self, engine: Engine, topics: Sequence[str], merged: Sequence[str] = (),
                  ticks: str | None = None) -> None:
@@ -118,28 +112,15 @@ class DurableLoop:
         the first); ``ticks``: the agent's ticks topic (None: none)."""
         self.engine = engine
         self.join = engine.join
-        self.inbox = Inbox(engine.join, topics)
         self.ticks = ticks
-        #: every input but the ticks goes through flow control: ordered by event time when
-        #: the loop has several (``merged``), else first come first served, a turn's worth
-        self.merged = tuple(merged) or tuple(t for t in topics if t != ticks)
-        self.merge = EventTimeMerge(self.merged, self._lag,
-                                    max_idle_s=settings.flow_max_idle_ms / 1000,
-                                    max_buffered=settings.flow_max_buffered,
-                                    enabled=settings.flow_control and len(merged) > 1)
-        #: partition -> the inputs this loop stopped fetching (flow control holds too many)
-        self._holding: dict[int, set[str]] = {}
-        #: partitions flow control may have more records of to let go now (a turn handles
-        #: at most max_batch records)
-        self._ready: set[int] = set()
+        self.intake = Intake(engine, topics, merged, ticks)
+        #: the intake's (what the stall guard and the tests read of a loop)
+        self.inbox, self.merge = self.intake.inbox, self.intake.merge
         self.acked = AckedRuns()
         #: the input records this loop handled since the last rebalance (their outputs are in
         #: the log or on their way: a failed send fails stop)
         self.handled = AckedRuns()
         self.in_flight = 0  # batches handed over, not yet delivered (tests wait for 0)
-        self._records_in = {t: metrics.records_in.labels(self.join, t)
-                            for t in topics if t != ticks}
-        self._flow_waiting = metrics.flow_waiting.labels(self.join)
         self._stores: dict[str, StoreIO] = {ov.io.changelog: ov.io for ov in engine.overlays}
         self._pipeline: asyncio.Queue | None = None
         self._idle = asyncio.Event()  # clear while a batch is being handled and handed over
@@ -147,26 +128,6 @@ class DurableLoop:
         self._tasks: dict[str, Any] = {}
         loops.append(self)
         app.loops.append(self)
-
-    # --- flow control ----------------------------------------------------------------------
-    def _lag(self, topic: str, partition: int, next_offset: int | None) -> bool:
-        """Does the broker hold records of an input partition that has handed over nothing
-        since the last reset? From the consumer's last fetch (its high water) against the
-        committed offset. A partition not fetched yet since the assignment counts as lagging:
-        its first fetch is on its way (at most ``ETJ_FLOW_MAX_IDLE_MS``; an empty partition
-        answers with its high water and waits no more). Counted as not lagging, a backlog's
-        first fetch of moods (a whole partition: hours of event time) was released before the
-        recommendations were fetched, and 10,647 of 100,000 records went to etj-late."""
-        tp = TP(topic, partition)
-        try:
-            highwater = app.consumer.highwater(tp)
-        except Exception:
-            return False  # no consumer (not started, or stopping): nothing to wait for
-        if highwater is None:
-            return True
-        if next_offset is None:
-            next_offset = committed_offset(app.consumer, tp) or 0
-        return highwater > next_offset  # type: ignore[no-any-return]
 
     # --- the loop --------------------------------------------------------------------------
     def start_pipeline(self) -> Any:
@@ -186,15 +147,13 @@ class DurableLoop:
 
     async def run(self) -> None:
         """The agent's body: batches in, durable outputs out, offsets acked (module doc)."""
-        app.consumer.route(self.inbox)
+        intake = self.intake
+        app.consumer.route(intake.inbox)
         deliver = self.start_pipeline()
         try:
             while True:
                 self._idle.set()
-                if self._ready:  # flow control has records to let go: no waiting for more
-                    batches = self.inbox.take_nowait()
-                else:
-                    batches = await self.inbox.take(self.merge.next_wait_s())
+                batches = await intake.take()
                 self._idle.clear()
                 unit = self.handle(batches)
                 if unit is not None:
@@ -214,35 +173,11 @@ class DurableLoop:
 
     def handle(self, batches: Sequence[Batch]) -> Unit | None:
         """Parse ``batches`` into flow control, then handle what it lets go in event-time
-        order, up to :attr:`max_batch` records (the rest stays queued, in order, for the next
-        turn); the unit to deliver, or None when nothing was handled."""
+        order (:meth:`app.agents.intake.Intake.release`); the unit to deliver, or None when
+        nothing was handled."""
         generation = app.consumer_generation_id
         unit = Unit(generation)
-        merge = self.merge
-        ticks: list[Batch] = []
-        ready = self._ready
-        for b in batches:
-            if b.generation != generation:
-                continue  # fetched before a rebalance: read again from the committed offset
-            if b.topic == self.ticks:
-                ticks.append(b)
-                continue
-            self._records_in[b.topic].inc(len(b.records))
-            merge.offer_batch(b.topic, b.partition, self._parsed(b), b.highwater)
-            ready.add(b.partition)
-        forced = merge.forced
-        budget = self.max_batch
-        released: list[Any] = []
-        for p in sorted(ready):
-            items = merge.release(p, budget - len(released))
-            released += items
-            if len(released) < budget:
-                ready.discard(p)  # all it could let go: wait for its lagging input, or more
-        released += merge.poll()
-        self._back_pressure({p for p in merge.partitions} if merge.partitions else set())
-        if merge.forced > forced:
-            metrics.flow_forced.labels(self.join).inc(merge.forced - forced)
-        self._flow_waiting.set(merge.waiting())
+        released, ticks = self.intake.release(batches, generation)
         for item in released:
             self._handle_one(unit, *item)
         for b in ticks:
@@ -253,53 +188,6 @@ class DurableLoop:
         for (topic, partition), (first, end) in unit.acks.items():
             self.acked.handled(topic, partition, first)
         return unit
-
-    def _back_pressure(self, partitions: set[int]) -> None:
-        """Stop fetching the inputs of a partition flow control holds too many records of,
-        and fetch them again once it holds fewer (:meth:`EventTimeMerge.full`)."""
-        consumer = app.consumer
-        for p in partitions:
-            full = set(self.merge.full(p))
-            held = self._holding.get(p, set())
-            for topic in full - held:
-                consumer.hold(TP(topic, p), "flow")
-            for topic in held - full:
-                consumer.let_go(TP(topic, p), "flow")
-            if full:
-                self._holding[p] = full
-            else:
-                self._holding.pop(p, None)
-
-    def _parsed(self, b: Batch) -> list[tuple[int, int, Any]]:
-        """``(event_time, offset, (topic, record, parsed))`` of a batch, for flow control:
-        parsed, then through the door (:mod:`app.admission`: Kafka's partitioner, records from
-        the future); a record refused goes first, to the dead letters, and never moves stream
-        time."""
-        parse, topic = self.engine.parse, b.topic
-        try:
-            partitions = app.consumer.topic_partitions(topic)
-        except Exception:
-            partitions = None  # no metadata yet: the partitioner is not checked
-        judge = door(b.partition, partitions, int(time.time() * 1000), settings.max_future_ms,
-                     settings.check_partitioner)
-        out = []
-        for record in b.records:
-            try:
-                parsed, event_time = parse(topic, record.key, record.value)
-            except InvalidRecord as exc:
-                parsed, event_time = exc, -1  # goes first, to the dead letters
-            except Exception as exc:  # a bug must not kill the worker nor lose the record
-                log.exception("join %s failed to parse %s[%s]@%s", self.join, topic,
-                              record.partition, record.offset)
-                parsed, event_time = InvalidRecord(f"internal error: {exc!r}"), -1
-            else:
-                refused = judge(record, event_time)
-                if refused is not None:
-                    rule, reason = refused
-                    metrics.refused.labels(self.join, topic, rule).inc()
-                    parsed, event_time = InvalidRecord(reason), -1
-            out.append((event_time, record.offset, (topic, record, parsed)))
-        return out
 
     def _handle_one(self, unit: Unit, topic: str, record: Any, parsed: Any) -> None:
         """One record -> its outputs; a bug must not kill the worker nor lose the record."""
@@ -384,13 +272,10 @@ class DurableLoop:
     def drop_waiting(self) -> int:
         """A rebalance or a stop: let go of what waits in the inbox and in flow control (not
         acked: read again from the committed offsets); how many records."""
-        held = len(self.merge.reset())
-        self._ready.clear()
-        self._holding.clear()  # the rebalance resumes the partitions it assigns
-        self._flow_waiting.set(0)
+        dropped = self.intake.drop()
         self.acked.clear()  # another worker may handle these partitions next
         self.handled.clear()
-        return held + self.inbox.clear()
+        return dropped
 
     async def wait_delivered(self, timeout: float | None = None) -> bool:
         """Until every batch handed over is delivered (and the loop waits for input); False
@@ -411,12 +296,12 @@ class DurableLoop:
     def describe(self) -> str:
         """This loop's state and where each of its tasks waits (logged when a partition stalls
         or a rebalance waits long)."""
-        pipeline = self._pipeline
-        held = {n: p.waiting_for for n, p in self.merge.partitions.items() if p.size()}
+        merge, pipeline = self.intake.merge, self._pipeline
+        held = {n: p.waiting_for for n, p in merge.partitions.items() if p.size()}
         lines = [
-            f"join {self.join}: inbox {self.inbox.waiting()} records, batches in flight "
+            f"join {self.join}: inbox {self.intake.inbox.waiting()} records, batches in flight "
             f"{self.in_flight} (pipeline {'?' if pipeline is None else pipeline.qsize()}/"
-            f"{self.max_in_flight}), flow control holds {self.merge.waiting()} (partition -> "
+            f"{self.max_in_flight}), flow control holds {merge.waiting()} (partition -> "
             f"lagging inputs waited for: {held})"]
         for name, task in self._tasks.items():
             lines.append(f"  {name}: " + " -> ".join(awaiting.chain(task)))
