@@ -15,13 +15,14 @@ Per turn of :meth:`DurableLoop.run`:
    record dead-letters that record (``internal error``), never kills the worker — here,
    :meth:`DurableLoop.handle`;
 4. flush the overlays: each changed row encoded once, written to the store, and handed to the
-   producer as one changelog row per key (:mod:`app.batch_send`);
+   producer as one changelog row per key (:mod:`app.batch_send`) — :mod:`app.agents.pipeline`;
 5. hand the batch to the delivery: it waits until the broker has the changelog rows (state
    first: no output outruns its changelog), sends the outputs, and once the broker has them,
    acks each input partition's handled range (:meth:`app.compat.consumer.EtjConsumer.ack_range`);
    the commit takes the end of the acked range, so no offset is committed past a record whose
    outputs are not durable. The loop handles the next batch meanwhile (at most
-   :attr:`DurableLoop.max_in_flight` in flight).
+   :attr:`app.agents.pipeline.DeliveryPipeline.max_in_flight` in flight) —
+   :mod:`app.agents.pipeline`.
 
 A crash between the changelog and the outputs leaves outputs in state that never reached their
 topic; the record was not acked, so it comes again and the engine re-emits what it touched
@@ -37,26 +38,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from faust.types import TP
-
 from app import awaiting
-from app.agents.acks import AckedRuns, Out, Source, dead_letter, dead_letter_refused
+from app.agents.acks import AckedRuns, Out, Source, dead_letter
 from app.agents.intake import Intake
-from app.batch_send import Sent, send_records
-from app.compat.stores import StoreIO
-from app.faust_app import app, settings
+from app.agents.pipeline import DEAD_LETTERS, DeliveryPipeline
+from app.batch_send import Sent
+from app.faust_app import app
 from app.inbox import Batch
 from app.overlay import Overlay
 
 __all__ = ["DurableLoop", "Engine", "Out", "dead_letter", "loops"]
 
 log = logging.getLogger(__name__)
-
-DEAD_LETTERS = settings.dead_letter_topic
 
 #: every loop of this worker (tests wait until each has delivered what it handled)
 loops: list["DurableLoop"] = []
@@ -100,11 +96,7 @@ class Unit:
 
 class DurableLoop:
     """One agent's loop (module docstring): its intake (:mod:`app.agents.intake`), the
-    handling, its delivery."""
-
-    #: handled batches not yet delivered at most: the loop handles batch k+1 while batch k
-    #: waits for the broker
-    max_in_flight = 4
+    handling, its delivery (:mod:`app.agents.pipeline`)."""
 
     def __init__(self, engine: Engine, topics: Sequence[str], merged: Sequence[str] = (),
                  ticks: str | None = None) -> None:
@@ -120,44 +112,29 @@ class DurableLoop:
         #: the input records this loop handled since the last rebalance (their outputs are in
         #: the log or on their way: a failed send fails stop)
         self.handled = AckedRuns()
-        self.in_flight = 0  # batches handed over, not yet delivered (tests wait for 0)
-        self._stores: dict[str, StoreIO] = {ov.io.changelog: ov.io for ov in engine.overlays}
-        self._pipeline: asyncio.Queue | None = None
-        self._idle = asyncio.Event()  # clear while a batch is being handled and handed over
-        self._idle.set()
-        self._tasks: dict[str, Any] = {}
+        self.pipeline = DeliveryPipeline(engine, self.acked)
         loops.append(self)
         app.loops.append(self)
 
-    # --- the loop --------------------------------------------------------------------------
-    def start_pipeline(self) -> Any:
-        """The delivery's tasks (the changelog -> outputs -> acks pipeline); its task."""
-        self.in_flight = 0
-        self._pipeline = asyncio.Queue(maxsize=self.max_in_flight)
-        deliver = asyncio.ensure_future(self._deliver(self._pipeline))
-        self._tasks = {"loop": asyncio.current_task(), "deliver": deliver}
-        return deliver
-
-    def stop_pipeline(self) -> None:
-        for task in self._tasks.values():
-            if task is not None and task is not asyncio.current_task() and not task.done():
-                task.cancel()
-        self._pipeline = None
-        self._tasks = {}
+    @property
+    def in_flight(self) -> int:
+        """The pipeline's (what the stall guard and the tests read of a loop)."""
+        return self.pipeline.in_flight
 
     async def run(self) -> None:
         """The agent's body: batches in, durable outputs out, offsets acked (module doc)."""
-        intake = self.intake
+        intake, pipeline = self.intake, self.pipeline
+        idle = pipeline.idle
         app.consumer.route(intake.inbox)
-        deliver = self.start_pipeline()
+        deliver = pipeline.start()
         try:
             while True:
-                self._idle.set()
+                idle.set()
                 batches = await intake.take()
-                self._idle.clear()
+                idle.clear()
                 unit = self.handle(batches)
                 if unit is not None:
-                    await self.hand_over(unit)
+                    await pipeline.hand_over(unit)
                 if deliver.done():  # it only ends by raising: that is the agent's error
                     deliver.result()
                 # one loop turn for everything else, every batch: with batches waiting, this
@@ -167,7 +144,7 @@ class DurableLoop:
                 # 100,000 records: 7,855 records let go early, 11,630 late)
                 await asyncio.sleep(0)
         finally:
-            self._idle.set()
+            idle.set()
             if not deliver.done():
                 deliver.cancel()
 
@@ -212,62 +189,6 @@ class DurableLoop:
             span[1] = offset + 1
         self.handled.acked(topic, partition, offset, offset + 1)
 
-    async def hand_over(self, unit: Unit) -> None:
-        """The batch's changed rows to the store and, as changelog rows, to the producer;
-        then the batch to :meth:`_deliver`."""
-        assert self._pipeline is not None
-        self.in_flight += 1
-        self.engine.end_batch()
-        rows = [row for ov in self.engine.overlays for row in ov.flush()]
-        unit.changelog = await send_records(app, rows, on_sent=self._persist)
-        await self._pipeline.put(unit)
-
-    def _persist(self, topic: str, partition: int, count: int, fut: Any) -> None:
-        io = self._stores.get(topic)
-        if io is None:
-            return
-
-        def done(f: Any) -> None:
-            if not f.cancelled() and f.exception() is None and f.result() is not None:
-                io.persist_offset(partition, f.result().offset + count - 1)
-
-        fut.add_done_callback(done)
-
-    async def _deliver(self, pipeline: asyncio.Queue) -> None:
-        """Batch by batch, in order: changelog durable -> outputs sent -> (acks)."""
-        acks: asyncio.Queue = asyncio.Queue(maxsize=self.max_in_flight)
-        acking = self._tasks["ack"] = asyncio.ensure_future(self._ack(acks))
-        try:
-            while True:
-                unit = await pipeline.get()
-                if unit.changelog is not None:
-                    await unit.changelog.wait()  # a failure failed stop already
-                unit.sent = await send_records(
-                    app, [(o.topic, None, o.key, o.value) for o in unit.outs], refusable=True)
-                await acks.put(unit)
-                if acking.done():  # it only ends by raising
-                    acking.result()
-        finally:
-            if not acking.done():
-                acking.cancel()
-
-    async def _ack(self, acks: asyncio.Queue) -> None:
-        """Batch by batch, in order: the broker has its outputs (refused ones dead-lettered):
-        ack each input partition's handled range."""
-        consumer = app.consumer
-        while True:
-            unit = await acks.get()
-            assert unit.sent is not None
-            refused = await unit.sent.wait()
-            if refused:
-                await dead_letter_refused(app, self.join, DEAD_LETTERS, refused, unit.outs,
-                                          unit.sources, unit.ends)
-            if unit.generation == app.consumer_generation_id:
-                for (topic, partition), (first, end) in unit.acks.items():
-                    consumer.ack_range(TP(topic, partition), first, end)
-                    self.acked.acked(topic, partition, first, end)
-            self.in_flight -= 1
-
     # --- rebalance, stop -------------------------------------------------------------------
     def drop_waiting(self) -> int:
         """A rebalance or a stop: let go of what waits in the inbox and in flow control (not
@@ -277,33 +198,24 @@ class DurableLoop:
         self.handled.clear()
         return dropped
 
-    async def wait_delivered(self, timeout: float | None = None) -> bool:
-        """Until every batch handed over is delivered (and the loop waits for input); False
-        if ``timeout`` seconds passed first."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.in_flight or not self._idle.is_set():
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(0.01)
-        return True
-
     def settled(self) -> bool:
         """Was everything this loop handled delivered? (app.local_state keeps the local state
         only then)"""
-        return self.in_flight == 0 and not any(ov.pending for ov in self.engine.overlays)
+        return self.pipeline.in_flight == 0 and not any(ov.pending for ov in self.engine.overlays)
 
     # --- diagnostics -----------------------------------------------------------------------
     def describe(self) -> str:
         """This loop's state and where each of its tasks waits (logged when a partition stalls
         or a rebalance waits long)."""
-        merge, pipeline = self.intake.merge, self._pipeline
+        merge, pipeline = self.intake.merge, self.pipeline
+        queue = pipeline.queue
         held = {n: p.waiting_for for n, p in merge.partitions.items() if p.size()}
         lines = [
             f"join {self.join}: inbox {self.intake.inbox.waiting()} records, batches in flight "
-            f"{self.in_flight} (pipeline {'?' if pipeline is None else pipeline.qsize()}/"
-            f"{self.max_in_flight}), flow control holds {merge.waiting()} (partition -> "
+            f"{pipeline.in_flight} (pipeline {'?' if queue is None else queue.qsize()}/"
+            f"{pipeline.max_in_flight}), flow control holds {merge.waiting()} (partition -> "
             f"lagging inputs waited for: {held})"]
-        for name, task in self._tasks.items():
+        for name, task in pipeline.tasks.items():
             lines.append(f"  {name}: " + " -> ".join(awaiting.chain(task)))
         return "\n".join(lines)
 
