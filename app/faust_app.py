@@ -106,11 +106,11 @@ class EtjApp(faust.App):
 
 
 async def _wait_logged(loop: Any, timeout: float | None, logger: Any, app: EtjApp) -> bool:
-    """``loop.wait_delivered``, saying every 10 s what it waits for."""
+    """``loop.pipeline.wait_delivered``, saying every 10 s what it waits for."""
     began = time.monotonic()
     while True:
         step = 10.0 if timeout is None else min(10.0, timeout - (time.monotonic() - began))
-        if await loop.wait_delivered(max(0.0, step)):
+        if await loop.pipeline.wait_delivered(max(0.0, step)):
             return True
         if timeout is not None and time.monotonic() - began >= timeout:
             return False

@@ -5,22 +5,24 @@ Per turn of :meth:`DurableLoop.run`:
 
 1. take every batch the fetch loop left in the loop's inbox (:mod:`app.inbox`): one per input
    partition per fetch; a batch of an older group generation is dropped (the rebalance seeks its
-   partition back to the committed offset);
+   partition back to the committed offset) — :mod:`app.agents.intake`;
 2. parse each record (:func:`app.records.compile_parser`; a record that does not parse goes to
    the dead letters with its reason) and queue it in flow control (:mod:`app.flow_control`),
    which releases a partition's records of several inputs in event-time order — a whole batch
-   at once, its lag known from the batch's high water;
+   at once, its lag known from the batch's high water — :mod:`app.agents.intake`;
 3. handle what is released, record by record, through the engine's rules; state is read and
    written in the batch's overlays (:mod:`app.overlay`), outputs are collected. A bug on one
-   record dead-letters that record (``internal error``), never kills the worker;
+   record dead-letters that record (``internal error``), never kills the worker — here,
+   :meth:`DurableLoop.handle`;
 4. flush the overlays: each changed row encoded once, written to the store, and handed to the
-   producer as one changelog row per key (:mod:`app.batch_send`);
+   producer as one changelog row per key (:mod:`app.batch_send`) — :mod:`app.agents.pipeline`;
 5. hand the batch to the delivery: it waits until the broker has the changelog rows (state
    first: no output outruns its changelog), sends the outputs, and once the broker has them,
    acks each input partition's handled range (:meth:`app.compat.consumer.EtjConsumer.ack_range`);
    the commit takes the end of the acked range, so no offset is committed past a record whose
    outputs are not durable. The loop handles the next batch meanwhile (at most
-   :attr:`DurableLoop.max_in_flight` in flight).
+   :attr:`app.agents.pipeline.DeliveryPipeline.max_in_flight` in flight) —
+   :mod:`app.agents.pipeline`.
 
 A crash between the changelog and the outputs leaves outputs in state that never reached their
 topic; the record was not acked, so it comes again and the engine re-emits what it touched
@@ -29,36 +31,28 @@ record (:mod:`app.agents.acks`); changelog rows and every transient error fail s
 (:mod:`app.compat.delivery`).
 
 A rebalance and a stop wait for the batches in flight and nothing else (``EtjApp``): what waits
-in the inbox or in flow control is dropped unacked and read again. Flow control's timed-out
-waits are let go when the inbox wait times out (no wake-up records).
+in the inbox or in flow control is dropped unacked and read again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from faust.types import TP
-
-from app import awaiting, metrics
-from app.admission import door
-from app.agents.acks import AckedRuns, Out, Source, dead_letter, dead_letter_refused
-from app.batch_send import Sent, send_records
-from app.compat.stores import StoreIO, committed_offset
-from app.faust_app import app, settings
-from app.flow_control import EventTimeMerge
-from app.inbox import Batch, Inbox
+from app import awaiting
+from app.agents.acks import AckedRuns, Out, Source, dead_letter
+from app.agents.intake import Intake
+from app.agents.pipeline import DEAD_LETTERS, DeliveryPipeline
+from app.batch_send import Sent
+from app.faust_app import app
+from app.inbox import Batch
 from app.overlay import Overlay
-from app.records import InvalidRecord
 
 __all__ = ["DurableLoop", "Engine", "Out", "dead_letter", "loops"]
 
 log = logging.getLogger(__name__)
-
-DEAD_LETTERS = settings.dead_letter_topic
 
 #: every loop of this worker (tests wait until each has delivered what it handled)
 loops: list["DurableLoop"] = []
@@ -101,16 +95,8 @@ class Unit:
 
 
 class DurableLoop:
-    """One agent's loop (module docstring)."""
-
-    #: handled batches not yet delivered at most: the loop handles batch k+1 while batch k
-    #: waits for the broker
-    max_in_flight = 4
-    #: records handled per turn at most (every fetch waiting is taken into flow control, which
-    #: lets go of this many in event-time order, the rest at the next turns): bounds what one
-    #: batch holds in memory and how long its first output waits; a backlog of 50,000
-    #: records came as one fetch
-    max_batch = 5_000
+    """One agent's loop (module docstring): its intake (:mod:`app.agents.intake`), the
+    handling, its delivery (:mod:`app.agents.pipeline`)."""
 
     def __init__(self, engine: Engine, topics: Sequence[str], merged: Sequence[str] = (),
                  ticks: str | None = None) -> None:
@@ -118,87 +104,37 @@ class DurableLoop:
         the first); ``ticks``: the agent's ticks topic (None: none)."""
         self.engine = engine
         self.join = engine.join
-        self.inbox = Inbox(engine.join, topics)
         self.ticks = ticks
-        #: every input but the ticks goes through flow control: ordered by event time when
-        #: the loop has several (``merged``), else first come first served, a turn's worth
-        self.merged = tuple(merged) or tuple(t for t in topics if t != ticks)
-        self.merge = EventTimeMerge(self.merged, self._lag,
-                                    max_idle_s=settings.flow_max_idle_ms / 1000,
-                                    max_buffered=settings.flow_max_buffered,
-                                    enabled=settings.flow_control and len(merged) > 1)
-        #: partition -> the inputs this loop stopped fetching (flow control holds too many)
-        self._holding: dict[int, set[str]] = {}
-        #: partitions flow control may have more records of to let go now (a turn handles
-        #: at most max_batch records)
-        self._ready: set[int] = set()
+        self.intake = Intake(engine, topics, merged, ticks)
+        #: the intake's (what the stall guard and the tests read of a loop)
+        self.inbox, self.merge = self.intake.inbox, self.intake.merge
         self.acked = AckedRuns()
         #: the input records this loop handled since the last rebalance (their outputs are in
         #: the log or on their way: a failed send fails stop)
         self.handled = AckedRuns()
-        self.in_flight = 0  # batches handed over, not yet delivered (tests wait for 0)
-        self._records_in = {t: metrics.records_in.labels(self.join, t)
-                            for t in topics if t != ticks}
-        self._flow_waiting = metrics.flow_waiting.labels(self.join)
-        self._stores: dict[str, StoreIO] = {ov.io.changelog: ov.io for ov in engine.overlays}
-        self._pipeline: asyncio.Queue | None = None
-        self._idle = asyncio.Event()  # clear while a batch is being handled and handed over
-        self._idle.set()
-        self._tasks: dict[str, Any] = {}
+        self.pipeline = DeliveryPipeline(engine, self.acked)
         loops.append(self)
         app.loops.append(self)
 
-    # --- flow control ----------------------------------------------------------------------
-    def _lag(self, topic: str, partition: int, next_offset: int | None) -> bool:
-        """Does the broker hold records of an input partition that has handed over nothing
-        since the last reset? From the consumer's last fetch (its high water) against the
-        committed offset. A partition not fetched yet since the assignment counts as lagging:
-        its first fetch is on its way (at most ``ETJ_FLOW_MAX_IDLE_MS``; an empty partition
-        answers with its high water and waits no more). Counted as not lagging, a backlog's
-        first fetch of moods (a whole partition: hours of event time) was released before the
-        recommendations were fetched, and 10,647 of 100,000 records went to etj-late."""
-        tp = TP(topic, partition)
-        try:
-            highwater = app.consumer.highwater(tp)
-        except Exception:
-            return False  # no consumer (not started, or stopping): nothing to wait for
-        if highwater is None:
-            return True
-        if next_offset is None:
-            next_offset = committed_offset(app.consumer, tp) or 0
-        return highwater > next_offset  # type: ignore[no-any-return]
-
-    # --- the loop --------------------------------------------------------------------------
-    def start_pipeline(self) -> Any:
-        """The delivery's tasks (the changelog -> outputs -> acks pipeline); its task."""
-        self.in_flight = 0
-        self._pipeline = asyncio.Queue(maxsize=self.max_in_flight)
-        deliver = asyncio.ensure_future(self._deliver(self._pipeline))
-        self._tasks = {"loop": asyncio.current_task(), "deliver": deliver}
-        return deliver
-
-    def stop_pipeline(self) -> None:
-        for task in self._tasks.values():
-            if task is not None and task is not asyncio.current_task() and not task.done():
-                task.cancel()
-        self._pipeline = None
-        self._tasks = {}
+    @property
+    def in_flight(self) -> int:
+        """The pipeline's (what the stall guard and the tests read of a loop)."""
+        return self.pipeline.in_flight
 
     async def run(self) -> None:
         """The agent's body: batches in, durable outputs out, offsets acked (module doc)."""
-        app.consumer.route(self.inbox)
-        deliver = self.start_pipeline()
+        intake, pipeline = self.intake, self.pipeline
+        idle = pipeline.idle
+        app.consumer.route(intake.inbox)
+        deliver = pipeline.start()
         try:
             while True:
-                self._idle.set()
-                if self._ready:  # flow control has records to let go: no waiting for more
-                    batches = self.inbox.take_nowait()
-                else:
-                    batches = await self.inbox.take(self.merge.next_wait_s())
-                self._idle.clear()
+                idle.set()
+                batches = await intake.take()
+                idle.clear()
                 unit = self.handle(batches)
                 if unit is not None:
-                    await self.hand_over(unit)
+                    await pipeline.hand_over(unit)
                 if deliver.done():  # it only ends by raising: that is the agent's error
                     deliver.result()
                 # one loop turn for everything else, every batch: with batches waiting, this
@@ -208,41 +144,17 @@ class DurableLoop:
                 # 100,000 records: 7,855 records let go early, 11,630 late)
                 await asyncio.sleep(0)
         finally:
-            self._idle.set()
+            idle.set()
             if not deliver.done():
                 deliver.cancel()
 
     def handle(self, batches: Sequence[Batch]) -> Unit | None:
         """Parse ``batches`` into flow control, then handle what it lets go in event-time
-        order, up to :attr:`max_batch` records (the rest stays queued, in order, for the next
-        turn); the unit to deliver, or None when nothing was handled."""
+        order (:meth:`app.agents.intake.Intake.release`); the unit to deliver, or None when
+        nothing was handled."""
         generation = app.consumer_generation_id
         unit = Unit(generation)
-        merge = self.merge
-        ticks: list[Batch] = []
-        ready = self._ready
-        for b in batches:
-            if b.generation != generation:
-                continue  # fetched before a rebalance: read again from the committed offset
-            if b.topic == self.ticks:
-                ticks.append(b)
-                continue
-            self._records_in[b.topic].inc(len(b.records))
-            merge.offer_batch(b.topic, b.partition, self._parsed(b), b.highwater)
-            ready.add(b.partition)
-        forced = merge.forced
-        budget = self.max_batch
-        released: list[Any] = []
-        for p in sorted(ready):
-            items = merge.release(p, budget - len(released))
-            released += items
-            if len(released) < budget:
-                ready.discard(p)  # all it could let go: wait for its lagging input, or more
-        released += merge.poll()
-        self._back_pressure({p for p in merge.partitions} if merge.partitions else set())
-        if merge.forced > forced:
-            metrics.flow_forced.labels(self.join).inc(merge.forced - forced)
-        self._flow_waiting.set(merge.waiting())
+        released, ticks = self.intake.release(batches, generation)
         for item in released:
             self._handle_one(unit, *item)
         for b in ticks:
@@ -253,53 +165,6 @@ class DurableLoop:
         for (topic, partition), (first, end) in unit.acks.items():
             self.acked.handled(topic, partition, first)
         return unit
-
-    def _back_pressure(self, partitions: set[int]) -> None:
-        """Stop fetching the inputs of a partition flow control holds too many records of,
-        and fetch them again once it holds fewer (:meth:`EventTimeMerge.full`)."""
-        consumer = app.consumer
-        for p in partitions:
-            full = set(self.merge.full(p))
-            held = self._holding.get(p, set())
-            for topic in full - held:
-                consumer.hold(TP(topic, p), "flow")
-            for topic in held - full:
-                consumer.let_go(TP(topic, p), "flow")
-            if full:
-                self._holding[p] = full
-            else:
-                self._holding.pop(p, None)
-
-    def _parsed(self, b: Batch) -> list[tuple[int, int, Any]]:
-        """``(event_time, offset, (topic, record, parsed))`` of a batch, for flow control:
-        parsed, then through the door (:mod:`app.admission`: Kafka's partitioner, records from
-        the future); a record refused goes first, to the dead letters, and never moves stream
-        time."""
-        parse, topic = self.engine.parse, b.topic
-        try:
-            partitions = app.consumer.topic_partitions(topic)
-        except Exception:
-            partitions = None  # no metadata yet: the partitioner is not checked
-        judge = door(b.partition, partitions, int(time.time() * 1000), settings.max_future_ms,
-                     settings.check_partitioner)
-        out = []
-        for record in b.records:
-            try:
-                parsed, event_time = parse(topic, record.key, record.value)
-            except InvalidRecord as exc:
-                parsed, event_time = exc, -1  # goes first, to the dead letters
-            except Exception as exc:  # a bug must not kill the worker nor lose the record
-                log.exception("join %s failed to parse %s[%s]@%s", self.join, topic,
-                              record.partition, record.offset)
-                parsed, event_time = InvalidRecord(f"internal error: {exc!r}"), -1
-            else:
-                refused = judge(record, event_time)
-                if refused is not None:
-                    rule, reason = refused
-                    metrics.refused.labels(self.join, topic, rule).inc()
-                    parsed, event_time = InvalidRecord(reason), -1
-            out.append((event_time, record.offset, (topic, record, parsed)))
-        return out
 
     def _handle_one(self, unit: Unit, topic: str, record: Any, parsed: Any) -> None:
         """One record -> its outputs; a bug must not kill the worker nor lose the record."""
@@ -324,101 +189,33 @@ class DurableLoop:
             span[1] = offset + 1
         self.handled.acked(topic, partition, offset, offset + 1)
 
-    async def hand_over(self, unit: Unit) -> None:
-        """The batch's changed rows to the store and, as changelog rows, to the producer;
-        then the batch to :meth:`_deliver`."""
-        assert self._pipeline is not None
-        self.in_flight += 1
-        self.engine.end_batch()
-        rows = [row for ov in self.engine.overlays for row in ov.flush()]
-        unit.changelog = await send_records(app, rows, on_sent=self._persist)
-        await self._pipeline.put(unit)
-
-    def _persist(self, topic: str, partition: int, count: int, fut: Any) -> None:
-        io = self._stores.get(topic)
-        if io is None:
-            return
-
-        def done(f: Any) -> None:
-            if not f.cancelled() and f.exception() is None and f.result() is not None:
-                io.persist_offset(partition, f.result().offset + count - 1)
-
-        fut.add_done_callback(done)
-
-    async def _deliver(self, pipeline: asyncio.Queue) -> None:
-        """Batch by batch, in order: changelog durable -> outputs sent -> (acks)."""
-        acks: asyncio.Queue = asyncio.Queue(maxsize=self.max_in_flight)
-        acking = self._tasks["ack"] = asyncio.ensure_future(self._ack(acks))
-        try:
-            while True:
-                unit = await pipeline.get()
-                if unit.changelog is not None:
-                    await unit.changelog.wait()  # a failure failed stop already
-                unit.sent = await send_records(
-                    app, [(o.topic, None, o.key, o.value) for o in unit.outs], refusable=True)
-                await acks.put(unit)
-                if acking.done():  # it only ends by raising
-                    acking.result()
-        finally:
-            if not acking.done():
-                acking.cancel()
-
-    async def _ack(self, acks: asyncio.Queue) -> None:
-        """Batch by batch, in order: the broker has its outputs (refused ones dead-lettered):
-        ack each input partition's handled range."""
-        consumer = app.consumer
-        while True:
-            unit = await acks.get()
-            assert unit.sent is not None
-            refused = await unit.sent.wait()
-            if refused:
-                await dead_letter_refused(app, self.join, DEAD_LETTERS, refused, unit.outs,
-                                          unit.sources, unit.ends)
-            if unit.generation == app.consumer_generation_id:
-                for (topic, partition), (first, end) in unit.acks.items():
-                    consumer.ack_range(TP(topic, partition), first, end)
-                    self.acked.acked(topic, partition, first, end)
-            self.in_flight -= 1
-
     # --- rebalance, stop -------------------------------------------------------------------
     def drop_waiting(self) -> int:
         """A rebalance or a stop: let go of what waits in the inbox and in flow control (not
         acked: read again from the committed offsets); how many records."""
-        held = len(self.merge.reset())
-        self._ready.clear()
-        self._holding.clear()  # the rebalance resumes the partitions it assigns
-        self._flow_waiting.set(0)
+        dropped = self.intake.drop()
         self.acked.clear()  # another worker may handle these partitions next
         self.handled.clear()
-        return held + self.inbox.clear()
-
-    async def wait_delivered(self, timeout: float | None = None) -> bool:
-        """Until every batch handed over is delivered (and the loop waits for input); False
-        if ``timeout`` seconds passed first."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.in_flight or not self._idle.is_set():
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(0.01)
-        return True
+        return dropped
 
     def settled(self) -> bool:
         """Was everything this loop handled delivered? (app.local_state keeps the local state
         only then)"""
-        return self.in_flight == 0 and not any(ov.pending for ov in self.engine.overlays)
+        return self.pipeline.in_flight == 0 and not any(ov.pending for ov in self.engine.overlays)
 
     # --- diagnostics -----------------------------------------------------------------------
     def describe(self) -> str:
         """This loop's state and where each of its tasks waits (logged when a partition stalls
         or a rebalance waits long)."""
-        pipeline = self._pipeline
-        held = {n: p.waiting_for for n, p in self.merge.partitions.items() if p.size()}
+        merge, pipeline = self.intake.merge, self.pipeline
+        queue = pipeline.queue
+        held = {n: p.waiting_for for n, p in merge.partitions.items() if p.size()}
         lines = [
-            f"join {self.join}: inbox {self.inbox.waiting()} records, batches in flight "
-            f"{self.in_flight} (pipeline {'?' if pipeline is None else pipeline.qsize()}/"
-            f"{self.max_in_flight}), flow control holds {self.merge.waiting()} (partition -> "
+            f"join {self.join}: inbox {self.intake.inbox.waiting()} records, batches in flight "
+            f"{pipeline.in_flight} (pipeline {'?' if queue is None else queue.qsize()}/"
+            f"{pipeline.max_in_flight}), flow control holds {merge.waiting()} (partition -> "
             f"lagging inputs waited for: {held})"]
-        for name, task in self._tasks.items():
+        for name, task in pipeline.tasks.items():
             lines.append(f"  {name}: " + " -> ".join(awaiting.chain(task)))
         return "\n".join(lines)
 

@@ -20,7 +20,7 @@ from unittest import mock
 
 import pytest
 
-from app.agents import durable
+from app.agents import pipeline
 from app.agents.durable import DurableLoop, loops
 from app.agents.event_join import JoinEngine, engines
 from app.batch_send import Sent as Delivery
@@ -58,13 +58,13 @@ async def deliver(loop: DurableLoop, topic: str, key: str | bytes | None, value:
 
 async def handle(loop: DurableLoop, batches: Sequence[Batch]) -> None:
     """What one turn of ``loop.run`` does with ``batches``, then wait until it is delivered."""
-    if loop._pipeline is None:
-        loop.start_pipeline()
+    if loop.pipeline.queue is None:
+        loop.pipeline.start()
     unit = loop.handle(batches)
     if unit is not None:
-        await loop.hand_over(unit)
+        await loop.pipeline.hand_over(unit)
     for _ in range(1000):
-        failed = [t for t in loop._tasks.values() if t is not None and t.done()
+        failed = [t for t in loop.pipeline.tasks.values() if t is not None and t.done()
                   and not t.cancelled() and t.exception() is not None]
         if not loop.in_flight or failed:  # a failure: the worker would have failed stop
             break
@@ -99,13 +99,13 @@ def captured() -> Iterator[Sent]:
         done.set_result(None)
         return done
 
-    with mock.patch.object(durable, "send_records", fake_send_records), \
+    with mock.patch.object(pipeline, "send_records", fake_send_records), \
             mock.patch.object(delivery, "send_direct", fake_send_direct):
         try:
             yield sent
         finally:
             for loop in loops:
-                loop.stop_pipeline()
+                loop.pipeline.stop()
 
 
 def outputs(sent: Sent, topic: str) -> list[Any]:

@@ -36,7 +36,7 @@ class _Committed(dict):
 
 
 class _Forgets(AckedRuns):
-    """A loop's acked records that keep nothing (app.agents.durable.AckedRuns): as if every
+    """A loop's acked records that keep nothing (app.agents.acks.AckedRuns): as if every
     output were lost in a crash, the harness' sends notwithstanding."""
 
     def acked(self, topic: str, partition: int, first: int, end: int) -> None:

@@ -12,7 +12,7 @@ from unittest import mock
 import pytest
 from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 
-from app.agents import durable
+from app.agents import pipeline
 from app.agents.durable import loops
 from app.batch_send import Sent as Delivery
 from app import delivery
@@ -37,7 +37,7 @@ def _failed(exc: BaseException) -> asyncio.Future:
 def broker_refuses(refused: BaseException, alone_too: bool = True) -> Iterator[list[bytes]]:
     """Outputs whose value holds POISON fail on their future with ``refused``; sent alone
     (``send_alone``), refused again when ``alone_too``. Yields the values sent alone."""
-    captured_records = durable.send_records  # the harness' fake, which records every send
+    captured_records = pipeline.send_records  # the harness' fake, which records every send
     captured_send = delivery.send_direct
     alone: list[bytes] = []
 
@@ -57,7 +57,7 @@ def broker_refuses(refused: BaseException, alone_too: bool = True) -> Iterator[l
             return _failed(refused)
         return await captured_send(app, topic, key, value)
 
-    with mock.patch.object(durable, "send_records", send_records), \
+    with mock.patch.object(pipeline, "send_records", send_records), \
             mock.patch.object(delivery, "send_alone", send_alone):
         yield alone
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 from unittest import mock
 
-from app.agents import durable
+from app.agents import pipeline
 from app.agents.event_join import engines
 from app.faust_app import app
 from app.inbox import Batch
@@ -77,7 +77,7 @@ async def test_a_rebalance_waits_for_a_batch_on_its_way_to_the_broker(join_harne
     async with join_harness("moods") as h:
         engine = engines["moods"]
         broker = asyncio.get_running_loop().create_future()
-        fake = durable.send_records
+        fake = pipeline.send_records
 
         async def slow(app_: Any, records: Any, **kw: Any) -> Any:
             sent = await fake(app_, records, **kw)
@@ -85,13 +85,13 @@ async def test_a_rebalance_waits_for_a_batch_on_its_way_to_the_broker(join_harne
                 sent.futures = [(broker, idx) for _, idx in sent.futures]
             return sent
 
-        with mock.patch.object(durable, "send_records", slow), commits() as done:
-            engine.loop.start_pipeline()
+        with mock.patch.object(pipeline, "send_records", slow), commits() as done:
+            engine.loop.pipeline.start()
             unit = engine.loop.handle([Batch(engine.spec.events.topic, 0, [Record(
                 engine.spec.events.topic, 0, 7, b"ann", b'{"consultant": "ann", '
                 b'"recommendation": "tea", "event_time": 5}', 0)], None,
                 app.consumer_generation_id)])
-            await engine.loop.hand_over(unit)
+            await engine.loop.pipeline.hand_over(unit)
             waiting = asyncio.ensure_future(app._consumer_wait_empty(app.consumer, log))
             await asyncio.sleep(0.2)
             assert not waiting.done() and engine.loop.in_flight == 1
@@ -106,7 +106,7 @@ async def test_a_stop_waits_at_most_the_drain_for_a_batch_in_flight(join_harness
     async with join_harness("moods") as h:
         engine = engines["moods"]
         never = asyncio.get_running_loop().create_future()
-        fake = durable.send_records
+        fake = pipeline.send_records
 
         async def stuck(app_: Any, records: Any, **kw: Any) -> Any:
             sent = await fake(app_, records, **kw)
@@ -114,15 +114,15 @@ async def test_a_stop_waits_at_most_the_drain_for_a_batch_in_flight(join_harness
                 sent.futures = [(never, idx) for _, idx in sent.futures]
             return sent
 
-        with mock.patch.object(durable, "send_records", stuck), commits() as done, \
+        with mock.patch.object(pipeline, "send_records", stuck), commits() as done, \
                 mock.patch.object(type(app), "should_stop", True, create=True), \
                 mock.patch.object(app.etj, "stop_drain_s", 0.3):
-            engine.loop.start_pipeline()
+            engine.loop.pipeline.start()
             unit = engine.loop.handle([Batch(engine.spec.events.topic, 1, [Record(
                 engine.spec.events.topic, 1, 9, b"ann", b'{"consultant": "ann", '
                 b'"recommendation": "tea", "event_time": 5}', 0)], None,
                 app.consumer_generation_id)])
-            await engine.loop.hand_over(unit)
+            await engine.loop.pipeline.hand_over(unit)
             began = asyncio.get_running_loop().time()
             await asyncio.wait_for(app._consumer_wait_empty(app.consumer, log), timeout=5)
             assert asyncio.get_running_loop().time() - began < 2
