@@ -26,10 +26,11 @@ from faust.types import TopicT
 
 from app.compat.table_codec import TableSchema
 from app.faust_app import app, settings
+from app.joins.car_state import CAR_POSITIONS, ZONE_CARS, ZONE_POLLUTION, ZoneCarsTable
 from app.joins.catalog import load_specs
 from app.joins.spec import JoinSpec
 from app.joins.state import JoinsTable
-from app.range_scan import RangeTable, range_table
+from app.range_scan import range_table
 
 _raw = dict(key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
 _out = dict(key_serializer="raw", value_serializer="raw")
@@ -97,17 +98,6 @@ joins: dict[str, JoinTopology] = {spec.name: declare_join(spec) for spec in load
 
 # --- the car join (one-to-many), when this worker runs it (ETJ_BUILTIN_JOINS) -----------------
 
-class ZoneCarsTable(RangeTable):
-    """zone-cars: a zone's cars are only ever scanned together, so the memory store keeps them
-    per zone (app.compat.stores.SplitSortedDict), a sorted list each."""
-
-    kind_by_first_byte = True  # every row is grouped, whatever its first byte
-
-    @staticmethod
-    def group_key(key: bytes) -> bytes:
-        return key[:8]  # the zone id (app.keys: 8 bytes of zone, 8 of car)
-
-
 #: does this worker run the car join?
 cars = "cars" in settings.builtins
 car_arrivals = car_moves = car_ticks = car_pollution_inputs = car_pollution = None
@@ -125,16 +115,10 @@ if cars:
                                      settings.car_ticks_topic, allow_empty=True, **_raw)
     car_pollution = app.topic(settings.car_pollution_topic, **_out)  # car id -> car x zone
 
-    # No time-based purge: each car table holds *current* state, bounded by the number of
-    # cars and zones, not by event time.
-    # car id -> [event_time, zone_id, fuel_level, left_zone_id | None]  (its newest arrival)
-    car_positions = app.Table("car-positions", default=None, **_json)
-    # zone id -> [event_time, pollution_level]  (newest by (event_time, pollution_level))
-    zone_pollution = app.Table("zone-pollution", default=None, **_json)
-    # key: (zone_id, car_id) as 16 bytes, big-endian, sign bit flipped (app.keys) -> byte
-    # order is (zone, car) order, so a zone's cars are one key range (app.range_scan)
-    # value: [car_event_time, fuel_level] of the arrival that put the car there
-    zone_cars = range_table(app, "zone-cars", default=None, table_class=ZoneCarsTable,
+    # their keys and rows: app.joins.car_state
+    car_positions = app.Table(CAR_POSITIONS, default=None, **_json)
+    zone_pollution = app.Table(ZONE_POLLUTION, default=None, **_json)
+    zone_cars = range_table(app, ZONE_CARS, default=None, table_class=ZoneCarsTable,
                             **_bytes_json)
 
 
