@@ -28,9 +28,9 @@ from yarl import URL
 from app.faust_app import app, settings
 from app.joins.car_state import reading_of, zone_car_rows
 from app.joins.keys import is_join_row, split_join_key
-from app.topology import owned_partitions, zone_cars, zone_pollution
+from app.topology import owned_partitions
 from app.views import (FORWARDED, _ident, input_partition, mood_engine, mood_history,
-                       recent_joins, routed, served_by)
+                       recent_joins, routed, served_by, zone_cars, zone_pollution)
 from app.web_auth import peer_headers
 
 log = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ from app.joins.keys import join_range, split_join_key
 from app.logic.car_join import ZoneReading, join
 from app.range_scan import scan
 from app.records import MAX_ID
-from app.topology import car_positions, owned_partitions, zone_cars, zone_pollution
+from app.topology import owned_partitions
 from app.web_auth import peer_headers
 
 #: the mood join's engine: /moods/ and /joins/{consultant}/ read its tables (when this worker
@@ -53,7 +53,11 @@ from app.web_auth import peer_headers
 mood_engine = engines.get("moods")
 mood_history = None if mood_engine is None else mood_engine.tables.history
 recent_joins = None if mood_engine is None else mood_engine.tables.joins
-MOODS, CARS = mood_engine is not None, topology.cars
+car_topology = topology.cars
+car_positions = None if car_topology is None else car_topology.positions
+zone_pollution = None if car_topology is None else car_topology.pollution
+zone_cars = None if car_topology is None else car_topology.zone_cars
+MOODS, CARS = mood_engine is not None, car_topology is not None
 
 
 def page_if(runs: bool, path: str) -> Callable[[Handler], Handler]:

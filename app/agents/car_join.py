@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from app import metrics
+from app import metrics, topology
 from app.agents.durable import DurableLoop, Out, agent_body, dead_letter
 from app.compat.stores import StoreIO
 from app.faust_app import app, settings
@@ -56,8 +56,12 @@ from app.logic.car_join import (
 )
 from app.overlay import Overlay
 from app.records import CarArrivalIn, CarMoveIn, InvalidRecord, ZoneIn, compile_parser
-from app.topology import (car_arrivals, car_pollution_inputs, car_positions, zone_cars,
-                          zone_pollution)
+
+#: the car join's topics and tables (app.main imports this module only when the worker runs it)
+CARS = topology.cars
+if CARS is None:
+    raise ImportError(f"{__name__} imported on a worker that does not run the car join "
+                      "(ETJ_BUILTIN_JOINS)")
 
 JOIN = "cars"  # the car join's value of the metrics' ``join`` label
 DEAD_LETTERS = settings.dead_letter_topic
@@ -115,7 +119,7 @@ class CarSide:
     join = JOIN
 
     def __init__(self) -> None:
-        self.positions = CarPositions(Overlay(StoreIO(car_positions)))
+        self.positions = CarPositions(Overlay(StoreIO(CARS.positions)))
         self.overlays = (self.positions.rows,)
         self.parse = parse_input
 
@@ -145,8 +149,8 @@ class CarSide:
 
 car_side = CarSide()
 track_loop = DurableLoop(car_side, (settings.car_arrivals_topic,))
-app.topics.add(car_arrivals)  # subscribed though the stream is never iterated
-track_cars = app.agent(car_arrivals, name=f"{__name__}.track_cars")(agent_body(track_loop))
+app.topics.add(CARS.arrivals)  # subscribed though the stream is never iterated
+track_cars = app.agent(CARS.arrivals, name=f"{__name__}.track_cars")(agent_body(track_loop))
 track_cars.__doc__ = "Keep each car's newest position; send DEL/ADD to the zones it leaves/enters."
 
 
@@ -159,8 +163,8 @@ class ZoneSide:
     join = JOIN
 
     def __init__(self) -> None:
-        self.pollution = ZonePollution(Overlay(StoreIO(zone_pollution)))
-        self.cars = ZoneCars(Overlay(StoreIO(zone_cars)))
+        self.pollution = ZonePollution(Overlay(StoreIO(CARS.pollution)))
+        self.cars = ZoneCars(Overlay(StoreIO(CARS.zone_cars)))
         self.overlays = (self.pollution.rows, self.cars.rows)
         self.parse = parse_input
 
@@ -213,6 +217,6 @@ zone_loop = DurableLoop(zone_side, (settings.zones_topic, settings.car_moves_top
                                     settings.car_ticks_topic),
                         merged=(settings.zones_topic, settings.car_moves_topic),
                         ticks=settings.car_ticks_topic)
-app.topics.add(car_pollution_inputs)  # subscribed though the stream is never iterated
-join_zone_pollution = app.agent(car_pollution_inputs,
+app.topics.add(CARS.zone_inputs)  # subscribed though the stream is never iterated
+join_zone_pollution = app.agent(CARS.zone_inputs,
                                 name=f"{__name__}.join_zone_pollution")(agent_body(zone_loop))
