@@ -26,12 +26,11 @@ from faust.web import Request, Response, View
 from yarl import URL
 
 from app.faust_app import app, settings
-from app.keys import zone_prefix
+from app.joins.car_state import reading_of, zone_car_rows
 from app.joins.keys import is_join_row, split_join_key
-from app.range_scan import scan_prefix
-from app.topology import owned_partitions, zone_cars, zone_pollution
+from app.topology import owned_partitions
 from app.views import (FORWARDED, _ident, input_partition, mood_engine, mood_history,
-                       recent_joins, routed, served_by)
+                       recent_joins, routed, served_by, zone_cars, zone_pollution)
 from app.web_auth import peer_headers
 
 log = logging.getLogger(__name__)
@@ -65,20 +64,21 @@ def local_consultants() -> list[str]:
 def local_zones() -> list[dict[str, Any]]:
     """Zones with a pollution reading in partitions this worker owns, with their car counts.
 
-    A zone's cars are one key range of ``zone-cars`` (:mod:`app.keys`), so counting them reads
-    that range only. Zones that have cars but no reading yet are not listed.
+    A zone's cars are one key range of ``zone-cars`` (:mod:`app.joins.car_state`), so counting
+    them reads that range only. Zones that have cars but no reading yet are not listed.
     """
     if zone_pollution is None:  # this worker does not run the car join (ETJ_BUILTIN_JOINS)
         return []
     owned = set(owned_partitions(settings.zones_topic))
     out = []
-    for zone_id, raw in list(zone_pollution.items()):
+    for zone_id, row in list(zone_pollution.items()):
         partition = input_partition(str(zone_id))
-        if partition not in owned or raw is None:
+        if partition not in owned or row is None:
             continue
-        cars = sum(1 for _ in scan_prefix(zone_cars, zone_prefix(int(zone_id)), partition))
-        out.append({"zone_id": int(zone_id), "pollution_level": raw[1],
-                    "event_time": raw[0], "cars": cars})
+        reading = reading_of(int(zone_id), row)
+        cars = sum(1 for _ in zone_car_rows(zone_cars, reading.zone_id, partition))
+        out.append({"zone_id": reading.zone_id, "pollution_level": reading.pollution_level,
+                    "event_time": reading.event_time, "cars": cars})
     return sorted(out, key=lambda z: z["zone_id"])
 
 

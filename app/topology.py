@@ -7,9 +7,12 @@ output topics; revisit ticks (app.timers) come back in through each join's own t
   :mod:`app.joins.catalog`) gets the same shape, :class:`JoinTopology`: its events, dimension
   and ticks topics read by ONE agent (one sequential loop per worker owns both sides of a key),
   its output revision log, and three tables named by the spec (:mod:`app.joins.state`).
-- The car join (car positions × zone pollution, one-to-many) has two agents: the car side reads
-  arrivals and sends moves keyed by zone id; the zone side reads zone readings, the moves and
-  its ticks, co-partitioned by zone id.
+- The car join (car positions × zone pollution, one-to-many), when this worker runs it, is one
+  :class:`CarJoinTopology`: two agents, the car side reading arrivals and sending moves keyed
+  by zone id, the zone side reading zone readings, the moves and its ticks, co-partitioned by
+  zone id; three tables (:mod:`app.joins.car_state`).
+- Each of them says what it adds to the worker's lists (co-partitioned groups, topics others
+  produce to, internal topics, ticks topics), which are made from :data:`running`.
 - Every agent's inputs are read as raw bytes: validation happens in :mod:`app.records`, so a bad
   record becomes a dead letter instead of a codec exception inside Faust.
 
@@ -26,10 +29,14 @@ from faust.types import TopicT
 
 from app.compat.table_codec import TableSchema
 from app.faust_app import app, settings
+from app.joins.car_state import CAR_POSITIONS, ZONE_CARS, ZONE_POLLUTION, ZoneCarsTable
 from app.joins.catalog import load_specs
 from app.joins.spec import JoinSpec
 from app.joins.state import JoinsTable
-from app.range_scan import RangeTable, range_table
+from app.range_scan import range_table
+
+#: (name, topics, partition count) of topics that must be co-partitioned (app.copartition)
+CopartitionGroup = tuple[str, tuple[str, ...], int]
 
 _raw = dict(key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
 _out = dict(key_serializer="raw", value_serializer="raw")
@@ -75,6 +82,19 @@ class JoinTopology:
     output: TopicT  # join id -> revision
     tables: JoinTables
 
+    @property
+    def copartition_groups(self) -> list[CopartitionGroup]:
+        spec = self.spec
+        return [(f"join {spec.name!r}", spec.inputs, spec.partitions or settings.partitions)]
+
+    @property
+    def produced_by_others(self) -> list[str]:
+        return [self.spec.events.topic, self.spec.dimension.topic]
+
+    @property
+    def internal_topics(self) -> list[TopicT]:
+        return [self.ticks]
+
 
 def declare_join(spec: JoinSpec) -> JoinTopology:
     """A spec's topics and tables, with its partition count (ETJ_PARTITIONS unless it gives
@@ -95,83 +115,88 @@ def declare_join(spec: JoinSpec) -> JoinTopology:
 joins: dict[str, JoinTopology] = {spec.name: declare_join(spec) for spec in load_specs(settings)}
 
 
-# --- the car join (one-to-many), when this worker runs it (ETJ_BUILTIN_JOINS) -----------------
+# --- the car join (one-to-many) ------------------------------------------------------------------
 
-class ZoneCarsTable(RangeTable):
-    """zone-cars: a zone's cars are only ever scanned together, so the memory store keeps them
-    per zone (app.compat.stores.SplitSortedDict), a sorted list each."""
+@dataclass(frozen=True)
+class CarJoinTopology:
+    """The car join's topics and tables (their rows: :mod:`app.joins.car_state`).
 
-    kind_by_first_byte = True  # every row is grouped, whatever its first byte
+    Two agents: the car side reads arrivals and sends moves keyed by zone id; the zone side
+    reads zone readings, the moves and its ticks in ONE agent, co-partitioned by zone id (same
+    key bytes, same partition count), so a zone's reading and its cars are owned and updated
+    together. All on ETJ_PARTITIONS."""
 
-    @staticmethod
-    def group_key(key: bytes) -> bytes:
-        return key[:8]  # the zone id (app.keys: 8 bytes of zone, 8 of car)
+    arrivals: TopicT  # etj-car-arrivals (car id -> arrival), read by the car side
+    moves: TopicT  # internal, zone id -> {op: ADD|DEL, zone_id, car_id, arrival fields}
+    ticks: TopicT  # internal, (p) -> wake the zone side's flow control up on p
+    zone_inputs: TopicT  # zones + moves + ticks, read by the zone side
+    output: TopicT  # etj-car-pollution (car id -> car x zone)
+    positions: faust.Table  # car-positions
+    pollution: faust.Table  # zone-pollution
+    zone_cars: ZoneCarsTable  # zone-cars, a range table
+
+    @property
+    def copartition_groups(self) -> list[CopartitionGroup]:
+        """Car arrivals are joined with nothing, but their table (car positions) and its
+        changelog are partitioned with ETJ_PARTITIONS: a different count splits a car's
+        state."""
+        return [("the car join's zone side", (settings.zones_topic, settings.car_moves_topic,
+                                              settings.car_ticks_topic), settings.partitions),
+                ("the car join's car side", (settings.car_arrivals_topic,), settings.partitions)]
+
+    @property
+    def produced_by_others(self) -> list[str]:
+        return [settings.car_arrivals_topic, settings.zones_topic]
+
+    @property
+    def internal_topics(self) -> list[TopicT]:
+        return [self.moves, self.ticks]
 
 
-#: does this worker run the car join?
-cars = "cars" in settings.builtins
-car_arrivals = car_moves = car_ticks = car_pollution_inputs = car_pollution = None
-car_positions = zone_pollution = zone_cars = None
-if cars:
-    # car side: etj-car-arrivals (key car id) -> car moves (key zone id: DEL old, ADD new zone)
-    car_arrivals = app.topic(settings.car_arrivals_topic, allow_empty=True, **_raw)
-    car_moves = app.topic(settings.car_moves_topic, internal=True,
-                          **_raw)  # zone id -> {op: ADD|DEL, zone_id, car_id, arrival fields}
-    # zone side: ONE agent reads zones, moves and its ticks, co-partitioned by zone id (same
-    # key bytes, same partition count), so a zone's reading and its cars are owned and
-    # updated together
-    car_ticks = app.topic(settings.car_ticks_topic, internal=True, **_raw)  # (p) -> revisit p
-    car_pollution_inputs = app.topic(settings.zones_topic, settings.car_moves_topic,
-                                     settings.car_ticks_topic, allow_empty=True, **_raw)
-    car_pollution = app.topic(settings.car_pollution_topic, **_out)  # car id -> car x zone
+def declare_car_join() -> CarJoinTopology:
+    """Declared only on a worker that runs the car join: another one neither subscribes to its
+    topics nor creates its changelogs."""
+    return CarJoinTopology(
+        arrivals=app.topic(settings.car_arrivals_topic, allow_empty=True, **_raw),
+        moves=app.topic(settings.car_moves_topic, internal=True, **_raw),
+        ticks=app.topic(settings.car_ticks_topic, internal=True, **_raw),
+        zone_inputs=app.topic(settings.zones_topic, settings.car_moves_topic,
+                              settings.car_ticks_topic, allow_empty=True, **_raw),
+        output=app.topic(settings.car_pollution_topic, **_out),
+        positions=app.Table(CAR_POSITIONS, default=None, **_json),
+        pollution=app.Table(ZONE_POLLUTION, default=None, **_json),
+        zone_cars=range_table(app, ZONE_CARS, default=None, table_class=ZoneCarsTable,
+                              **_bytes_json))
 
-    # No time-based purge: each car table holds *current* state, bounded by the number of
-    # cars and zones, not by event time.
-    # car id -> [event_time, zone_id, fuel_level, left_zone_id | None]  (its newest arrival)
-    car_positions = app.Table("car-positions", default=None, **_json)
-    # zone id -> [event_time, pollution_level]  (newest by (event_time, pollution_level))
-    zone_pollution = app.Table("zone-pollution", default=None, **_json)
-    # key: (zone_id, car_id) as 16 bytes, big-endian, sign bit flipped (app.keys) -> byte
-    # order is (zone, car) order, so a zone's cars are one key range (app.range_scan)
-    # value: [car_event_time, fuel_level] of the arrival that put the car there
-    zone_cars = range_table(app, "zone-cars", default=None, table_class=ZoneCarsTable,
-                            **_bytes_json)
+
+#: the car join's topics and tables if this worker runs it (ETJ_BUILTIN_JOINS), else None:
+#: the one place that says whether it runs
+cars: CarJoinTopology | None = declare_car_join() if "cars" in settings.builtins else None
 
 
 # --- what must be co-partitioned, and what this worker owns ------------------------------------
 
-def copartition_groups() -> list[tuple[str, tuple[str, ...], int]]:
+#: every join this worker runs, each saying what it adds to the worker's lists below
+running: list[JoinTopology | CarJoinTopology] = [*joins.values(),
+                                                  *([] if cars is None else [cars])]
+
+
+def copartition_groups() -> list[CopartitionGroup]:
     """(name, topics, partition count) of each group of topics that must be co-partitioned
     (checked at start: app.copartition). Each join's own count: a spec's ``partitions``, else
-    ETJ_PARTITIONS.
-
-    Car arrivals are joined with nothing, but their table (car positions) and its changelog are
-    partitioned with ETJ_PARTITIONS: a different count splits a car's state."""
-    groups = [(f"join {j.spec.name!r}", j.spec.inputs, j.spec.partitions or settings.partitions)
-              for j in joins.values()]
-    if cars:
-        groups += [("the car join's zone side", (settings.zones_topic, settings.car_moves_topic,
-                                                 settings.car_ticks_topic), settings.partitions),
-                   ("the car join's car side", (settings.car_arrivals_topic,),
-                    settings.partitions)]
-    return groups
+    ETJ_PARTITIONS."""
+    return [group for j in running for group in j.copartition_groups]
 
 
 app.copartitioned = copartition_groups()
 #: the topics others produce to: their partitioner is sampled at start (app.copartition)
-app.produced_by_others = [t for j in joins.values() for t in (j.spec.events.topic,
-                                                              j.spec.dimension.topic)]
-if cars:
-    app.produced_by_others += [settings.car_arrivals_topic, settings.zones_topic]
+app.produced_by_others = [t for j in running for t in j.produced_by_others]
 #: the worker's own topics (ticks, car moves): created at start with their join's partition
 #: count, before the consumer's subscription could have a broker auto-create them with its own
-app.internal_topics = [j.ticks for j in joins.values()]
-if cars:
-    app.internal_topics += [car_moves, car_ticks]
+app.internal_topics = [t for j in running for t in j.internal_topics]
 
 #: every agent's ticks topic: the revisit timer sends one tick per owned partition to each
-ticks_topics: list[TopicT] = [*(j.ticks for j in joins.values()),
-                              *([car_ticks] if cars else [])]
+ticks_topics: list[TopicT] = [j.ticks for j in running]
 
 
 def owned_partitions(topic: str) -> list[int]:

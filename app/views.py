@@ -40,12 +40,12 @@ from app.compat import rocksdb_memory
 from app.snapshot_service import restoring
 from app.compat.stores import estimated_keys
 from app.faust_app import app, settings
-from app.keys import decode_zone_car, zone_prefix
-from app.logic.car_join import CarArrival, CarPosition, ZoneReading, join
+from app.joins import car_state
 from app.joins.keys import join_range, split_join_key
-from app.range_scan import scan, scan_prefix
+from app.logic.car_join import ZoneReading, join
+from app.range_scan import scan
 from app.records import MAX_ID
-from app.topology import car_positions, owned_partitions, zone_cars, zone_pollution
+from app.topology import owned_partitions
 from app.web_auth import peer_headers
 
 #: the mood join's engine: /moods/ and /joins/{consultant}/ read its tables (when this worker
@@ -53,7 +53,11 @@ from app.web_auth import peer_headers
 mood_engine = engines.get("moods")
 mood_history = None if mood_engine is None else mood_engine.tables.history
 recent_joins = None if mood_engine is None else mood_engine.tables.joins
-MOODS, CARS = mood_engine is not None, topology.cars
+car_topology = topology.cars
+car_positions = None if car_topology is None else car_topology.positions
+zone_pollution = None if car_topology is None else car_topology.pollution
+zone_cars = None if car_topology is None else car_topology.zone_cars
+MOODS, CARS = mood_engine is not None, car_topology is not None
 
 
 def page_if(runs: bool, path: str) -> Callable[[Handler], Handler]:
@@ -253,8 +257,8 @@ MAX_CARS_LIMIT = 100_000
 
 
 def zone_reading(zone_id: int) -> ZoneReading | None:
-    raw = zone_pollution.get(zone_id)  # [event_time, pollution_level]
-    return None if raw is None else ZoneReading(zone_id, raw[1], raw[0])
+    row = zone_pollution.get(zone_id)
+    return None if row is None else car_state.reading_of(zone_id, row)
 
 
 @page_if(CARS, "/zones/{zone_id}/cars/")
@@ -272,19 +276,16 @@ async def cars_in_zone(view: View, request: Request, zone_id: int, partition: in
         return view.error(400, f"limit must be an integer in [0, {MAX_CARS_LIMIT}]")
     reading = zone_reading(zone_id)
     # list() before any await: the RocksDB iterator must not outlive this event-loop step
-    rows = list(islice(scan_prefix(zone_cars, zone_prefix(zone_id), partition), limit + 1))
-    if reading is None and not rows:
+    found = list(islice(car_state.cars_in_zone(zone_cars, zone_id, partition), limit + 1))
+    if reading is None and not found:
         return view.error(404, f"unknown zone {zone_id}: no reading and no car",
                           zone_id=zone_id)
-    cars = []
-    for key, (event_time, fuel_level) in rows[:limit]:
-        _, car_id = decode_zone_car(key)
-        cars.append(join(CarArrival(car_id, zone_id, fuel_level, event_time), reading).to_wire())
+    cars = [join(arrival, reading).to_wire() for arrival in found[:limit]]
     return view.json({
         "zone_id": zone_id, "partition": partition, "served_by": served_by(),
         "pollution_level": None if reading is None else reading.pollution_level,
         "zone_event_time": None if reading is None else reading.event_time,
-        "cars": cars, "truncated": len(rows) > limit,
+        "cars": cars, "truncated": len(found) > limit,
     })
 # -> {"zone_id", "partition", "served_by", "pollution_level", "zone_event_time",
 #     "cars": [{car_id, zone_id, fuel_level, pollution_level, car_event_time, zone_event_time}],
@@ -300,10 +301,10 @@ async def car(view: View, request: Request, car_id: int, partition: int) -> Resp
     another worker: the car's owner asks the zone's owner (one more hop). This is what a
     consumer of etj-car-pollution converges to, read from state instead of the output topic.
     """
-    raw = car_positions.get(car_id)
-    if raw is None:
+    row = car_positions.get(car_id)
+    if row is None:
         return view.error(404, f"unknown car {car_id}", car_id=car_id)
-    arrival = CarPosition.from_json(car_id, raw).arrival
+    arrival = car_state.position_of(car_id, row).arrival
     zone_id = arrival.to_zone_id
     zone_partition = input_partition(str(zone_id))
     owner = owner_of(zone_pollution, zone_partition)

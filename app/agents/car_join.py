@@ -9,8 +9,9 @@ The zone side reads both of its inputs in ONE agent, so per worker one sequentia
 zone's reading and its cars. A reading finds the zone's cars by a range scan over the zone-cars
 store (:mod:`app.range_scan`): its cost depends on the zone's size, not on the table's.
 
-The rules live in :mod:`app.logic.car_join`; this module loads/stores state and returns what
-they emit. Both agents run the durability protocol of every agent (:mod:`app.agents.durable`):
+The rules live in :mod:`app.logic.car_join`, the tables' keys and rows in
+:mod:`app.joins.car_state`; this module loads/stores state through it and returns what the rules
+emit. Both agents run the durability protocol of every agent (:mod:`app.agents.durable`):
 per batch, the changelog is flushed, then the outputs are sent, then the records acked; a crash
 in between loses outputs whose input is then re-consumed, and the rules answer a re-delivered
 record (equal to the stored one) with its outputs again, and the agents write its row again:
@@ -33,19 +34,19 @@ arrival order (a zone whose only reading is old would lose it). Malformed record
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 
-from app import metrics
+from app import metrics, topology
 from app.agents.durable import DurableLoop, Out, agent_body, dead_letter
 from app.compat.stores import StoreIO
 from app.faust_app import app, settings
-from app.keys import decode_zone_car, encode_zone_car, prefix_end, zone_prefix
+from app.joins.car_state import CarPositions, ZoneCars, ZonePollution
+from app.joins.car_state import cars_in_zone as cars_in_zone  # bench/zone_fanout.py times it
 from app.logic.car_join import (
     CarArrival,
     CarPollution,
-    CarPosition,
     Move,
     ZoneReading,
     apply_add,
@@ -55,8 +56,12 @@ from app.logic.car_join import (
 )
 from app.overlay import Overlay
 from app.records import CarArrivalIn, CarMoveIn, InvalidRecord, ZoneIn, compile_parser
-from app.topology import (car_arrivals, car_pollution_inputs, car_positions, zone_cars,
-                          zone_pollution)
+
+#: the car join's topics and tables (app.main imports this module only when the worker runs it)
+CARS = topology.cars
+if CARS is None:
+    raise ImportError(f"{__name__} imported on a worker that does not run the car join "
+                      "(ETJ_BUILTIN_JOINS)")
 
 JOIN = "cars"  # the car join's value of the metrics' ``join`` label
 DEAD_LETTERS = settings.dead_letter_topic
@@ -114,8 +119,8 @@ class CarSide:
     join = JOIN
 
     def __init__(self) -> None:
-        self.positions = Overlay(StoreIO(car_positions))
-        self.overlays = (self.positions,)
+        self.positions = CarPositions(Overlay(StoreIO(CARS.positions)))
+        self.overlays = (self.positions.rows,)
         self.parse = parse_input
 
     def on_record(self, topic: str, partition: int, offset: int, key: bytes | None,
@@ -126,14 +131,13 @@ class CarSide:
 
     def on_arrival(self, partition: int, rec: Any) -> list[Out]:
         """One car arrival: update the position, return the moves to send."""
-        raw = self.positions.get(partition, rec.car_id)
-        position = None if raw is None else CarPosition.from_json(rec.car_id, raw)
+        position = self.positions.get(partition, rec.car_id)
         new, moves = apply_arrival(position, CarArrival(rec.car_id, rec.to_zone_id,
                                                         rec.fuel_level, rec.event_time))
         if new is not None:
-            self.positions.put(partition, rec.car_id, new.to_json())
-        elif moves:  # equal to the position: re-delivered, its row again (module docstring)
-            self.positions.put(partition, rec.car_id, raw)
+            self.positions.put(partition, new)
+        elif moves and position is not None:  # equal to it: re-delivered, its row again
+            self.positions.put(partition, position)  # (module docstring)
         return [move_out(m) for m in moves]
 
     def on_tick(self, partition: int, offset: int) -> list[Out]:
@@ -145,27 +149,12 @@ class CarSide:
 
 car_side = CarSide()
 track_loop = DurableLoop(car_side, (settings.car_arrivals_topic,))
-app.topics.add(car_arrivals)  # subscribed though the stream is never iterated
-track_cars = app.agent(car_arrivals, name=f"{__name__}.track_cars")(agent_body(track_loop))
+app.topics.add(CARS.arrivals)  # subscribed though the stream is never iterated
+track_cars = app.agent(CARS.arrivals, name=f"{__name__}.track_cars")(agent_body(track_loop))
 track_cars.__doc__ = "Keep each car's newest position; send DEL/ADD to the zones it leaves/enters."
 
 
 # --- zone side --------------------------------------------------------------------------------
-
-
-def cars_in_zone(table: Any, zone_id: int, partition: int) -> Iterator[CarArrival]:
-    """The cars of one zone, by a range scan over its (zone_id, ·) keys of ``table`` (an
-    :class:`~app.overlay.Overlay` of zone-cars, or the table itself: bench/zone_fanout.py times
-    this very code)."""
-    prefix = zone_prefix(zone_id)
-    if isinstance(table, Overlay):
-        rows = table.scan(partition, prefix, prefix_end(prefix))
-    else:
-        from app.range_scan import scan_prefix
-        rows = scan_prefix(table, prefix, partition)
-    for key, (event_time, fuel_level) in rows:
-        _, car_id = decode_zone_car(key)
-        yield CarArrival(car_id, zone_id, fuel_level, event_time)
 
 
 class ZoneSide:
@@ -174,9 +163,9 @@ class ZoneSide:
     join = JOIN
 
     def __init__(self) -> None:
-        self.pollution = Overlay(StoreIO(zone_pollution))
-        self.cars = Overlay(StoreIO(zone_cars))
-        self.overlays = (self.pollution, self.cars)
+        self.pollution = ZonePollution(Overlay(StoreIO(CARS.pollution)))
+        self.cars = ZoneCars(Overlay(StoreIO(CARS.zone_cars)))
+        self.overlays = (self.pollution.rows, self.cars.rows)
         self.parse = parse_input
 
     def on_record(self, topic: str, partition: int, offset: int, key: bytes | None,
@@ -195,37 +184,30 @@ class ZoneSide:
 
     def on_reading(self, rec: Any, partition: int) -> list[Out]:
         """A zone's pollution reading: if newest, store it and re-join every car of the zone."""
-        raw = self.pollution.get(partition, rec.zone_id)
-        stored = None if raw is None else ZoneReading(rec.zone_id, raw[1], raw[0])
+        stored = self.pollution.get(partition, rec.zone_id)
         reading = ZoneReading(rec.zone_id, rec.pollution_level, rec.event_time)
         store, outputs = apply_reading(stored, reading,
-                                       cars_in_zone(self.cars, rec.zone_id, partition))
+                                       self.cars.in_zone(partition, rec.zone_id))
         if store:
-            self.pollution.put(partition, rec.zone_id,
-                               [reading.event_time, reading.pollution_level])
+            self.pollution.put(partition, reading)
         elif stored == reading:  # re-delivered: its row again (module docstring)
-            self.pollution.put(partition, rec.zone_id, raw)
+            self.pollution.put(partition, stored)
         return [output_out(o, "zone-update") for o in outputs]
 
     def on_move(self, rec: Any, partition: int) -> list[Out]:
         """ADD: store the car under (zone, car) and join it; DEL: remove that key."""
         move = Move(rec.op, rec.zone_id,
                     CarArrival(rec.car_id, rec.to_zone_id, rec.fuel_level, rec.event_time))
-        table_key = encode_zone_car(rec.zone_id, rec.car_id)
-        raw = self.cars.get(partition, table_key)
-        stored = None if raw is None else CarArrival(rec.car_id, rec.zone_id, raw[1], raw[0])
+        stored = self.cars.get(partition, rec.zone_id, rec.car_id)
         if rec.op == "DEL":
             if apply_del(stored, move) or stored is None:  # deleted, or its tombstone again
-                self.cars.delete(partition, table_key)
+                self.cars.delete(partition, rec.zone_id, rec.car_id)
             return []
-        raw_reading = self.pollution.get(partition, rec.zone_id)
-        reading = (None if raw_reading is None
-                   else ZoneReading(rec.zone_id, raw_reading[1], raw_reading[0]))
-        store, output = apply_add(stored, move, reading)
+        store, output = apply_add(stored, move, self.pollution.get(partition, rec.zone_id))
         if store:
-            self.cars.put(partition, table_key, [rec.event_time, rec.fuel_level])
+            self.cars.put(partition, rec.zone_id, move.arrival)
         elif stored == move.arrival:  # re-delivered: its row again (module docstring)
-            self.cars.put(partition, table_key, raw)
+            self.cars.put(partition, rec.zone_id, stored)
         return [] if output is None else [output_out(output, "car-move")]
 
 
@@ -235,6 +217,6 @@ zone_loop = DurableLoop(zone_side, (settings.zones_topic, settings.car_moves_top
                                     settings.car_ticks_topic),
                         merged=(settings.zones_topic, settings.car_moves_topic),
                         ticks=settings.car_ticks_topic)
-app.topics.add(car_pollution_inputs)  # subscribed though the stream is never iterated
-join_zone_pollution = app.agent(car_pollution_inputs,
+app.topics.add(CARS.zone_inputs)  # subscribed though the stream is never iterated
+join_zone_pollution = app.agent(CARS.zone_inputs,
                                 name=f"{__name__}.join_zone_pollution")(agent_body(zone_loop))

@@ -1,7 +1,8 @@
 """The one-to-many car join as pure rules: car positions x zone pollution (docs/joins/car-zone.md).
 
 Two sides, each a small state machine the Faust agents drive (they only load/store state and
-send what these functions return; the property tests drive them directly):
+send what these functions return; the property tests drive them directly). How the values are
+stored, keys and rows, is :mod:`app.joins.car_state`'s alone:
 
 - car side, keyed by car id: the car's current position is its newest arrival. A newer arrival
   in another zone yields the moves ``DEL`` (old zone) and ``ADD`` (new zone); these go to an
@@ -138,15 +139,6 @@ class CarPosition:
 
     arrival: CarArrival
     left_zone: int | None = None
-
-    def to_json(self) -> list[Any]:
-        a = self.arrival
-        return [a.event_time, a.to_zone_id, a.fuel_level, self.left_zone]
-
-    @classmethod
-    def from_json(cls, car_id: int, raw: list[Any]) -> "CarPosition":
-        event_time, zone_id, fuel_level, left_zone = raw
-        return cls(CarArrival(car_id, zone_id, fuel_level, event_time), left_zone)
 
     def moves(self) -> list[Move]:
         """The moves that put the car where it is now (DEL first, as they were first sent)."""

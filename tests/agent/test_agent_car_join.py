@@ -14,8 +14,10 @@ import pytest
 from app.agents import car_join as agent_module
 from app.faust_app import settings
 from app.keys import encode_zone_car
-from app.topology import car_positions, zone_cars, zone_pollution
+from app.topology import cars
 from tests.agent.conftest import Sent, captured, deliver, outputs
+
+car_positions, zone_pollution, zone_cars = cars.positions, cars.pollution, cars.zone_cars
 
 FIELDS = {"car_id", "zone_id", "fuel_level", "pollution_level", "car_event_time",
           "zone_event_time"}

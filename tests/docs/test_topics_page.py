@@ -20,8 +20,9 @@ def test_the_inventory_is_every_topic_the_topology_declares():
     by_topic = {u.topic: u for u in uses}
     assert len(by_topic) == len(uses), "a topic listed twice"
 
-    channels = [topology.dead_letters, topology.late, topology.car_arrivals, topology.car_moves,
-                topology.car_ticks, topology.car_pollution_inputs, topology.car_pollution]
+    cars = topology.cars
+    channels = [topology.dead_letters, topology.late, cars.arrivals, cars.moves, cars.ticks,
+                cars.zone_inputs, cars.output]
     for j in topology.joins.values():
         channels += [j.inputs, j.ticks, j.output]
     declared = {t for ch in channels for t in ch.topics}
@@ -31,7 +32,7 @@ def test_the_inventory_is_every_topic_the_topology_declares():
 
     # what the agents read, the worker may read; what Faust declares itself, it creates
     read = {t for j in topology.joins.values() for t in j.inputs.topics}
-    read |= {*topology.car_arrivals.topics, *topology.car_pollution_inputs.topics}
+    read |= {*cars.arrivals.topics, *cars.zone_inputs.topics}
     assert all(by_topic[t].read_by_worker for t in read)
     internal = {t for ch in channels if ch.internal for t in ch.topics}
     created = {t for t, u in by_topic.items() if u.created_by == "the worker"}

@@ -7,8 +7,10 @@ and checks the consumer rule (newest output per car) against the brute-force ans
 
 from __future__ import annotations
 
+import ast
 from collections import deque
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,6 +33,8 @@ from app.logic.car_join import (
     output_order,
 )
 from tests import oracle
+
+LOGIC = Path(__file__).resolve().parents[2] / "app" / "logic"
 
 
 @dataclass
@@ -185,11 +189,24 @@ def test_wire_forms_round_trip():
     assert CarPollution.from_wire(out.to_wire()) == out
     assert set(out.to_wire()) == {"car_id", "zone_id", "fuel_level", "pollution_level",
                                   "car_event_time", "zone_event_time"}
-    pos = CarPosition(CarArrival(4, 2, 0.5, 10), left_zone=1)
-    assert CarPosition.from_json(4, pos.to_json()) == pos
+    pos = CarPosition(CarArrival(4, 2, 0.5, 10), left_zone=1)  # its row: test_car_state.py
     assert Move("DEL", 1, pos.arrival).to_wire() == {
         "op": "DEL", "zone_id": 1, "car_id": 4, "to_zone_id": 2, "fuel_level": 0.5,
         "event_time": 10}
+
+
+def test_the_rules_import_neither_faust_nor_the_rest_of_app():
+    """app/logic is pure: the batch twin and the property tests run it with no worker, and
+    how its values are stored is app.joins.car_state's (or app.joins.state's) business."""
+    offenders = []
+    for path in sorted(LOGIC.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            mods = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            offenders += [f"{path.name}: {m}" for m in mods
+                          if m.split(".")[0] in ("faust", "aiokafka", "mode")
+                          or (m.startswith("app") and not m.startswith("app.logic"))]
+    assert offenders == []
 
 
 # --- property: any arrival order, any interleaving of zone partitions, duplicates included ---

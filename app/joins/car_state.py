@@ -1,0 +1,154 @@
+"""Where the car join's state lives: its three tables, their keys and their rows (the rules,
+:mod:`app.logic.car_join`, see only their values; docs/joins/car-zone.md).
+
+::
+
+    car-positions   car id                     -> [event_time, zone_id, fuel_level, left_zone]
+    zone-pollution  zone id                    -> [event_time, pollution_level]
+    zone-cars       (zone_id, car_id) 16 bytes -> [event_time, fuel_level]
+
+- ``car-positions``: a car's newest arrival, and the zone it last left (``null`` if none), so a
+  re-delivered arrival can send that ``DEL`` again (:class:`app.logic.car_join.CarPosition`);
+- ``zone-pollution``: a zone's newest reading;
+- ``zone-cars``: the cars now in a zone, each with the arrival that put it there. Its keys
+  (:mod:`app.keys`) sort like ``(zone_id, car_id)``, so a zone's cars are one key range: a
+  reading finds them by one range scan, whose cost is the zone's size, not the table's.
+
+Ids are keys as they are (a JSON number in the changelog), except in ``zone-cars``. Nothing is
+purged by event time: the tables hold *current* state, bounded by the number of cars and zones.
+
+Why one module: these keys and rows are the bytes of every changelog and snapshot, so any change
+to them is a state layout change (docs/operating/recovery.md#state-layout-changes). The agents
+(:mod:`app.agents.car_join`) write them and the views read them through this module alone, by
+field name; tests/unit/test_car_state.py holds them to the bytes the code wrote before this
+module existed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+from app.keys import decode_zone_car, encode_zone_car, prefix_end, zone_prefix
+from app.logic.car_join import CarArrival, CarPosition, ZoneReading
+from app.overlay import Overlay
+from app.range_scan import RangeTable, scan
+
+__all__ = ["CAR_POSITIONS", "CarPositions", "ZONE_CARS", "ZONE_POLLUTION", "ZoneCars",
+           "ZoneCarsTable", "ZonePollution", "cars_in_zone", "position_of", "position_row",
+           "reading_of", "reading_row", "zone_car_rows"]
+
+#: the tables' names (their changelogs: ``<app id>-<name>-changelog``)
+CAR_POSITIONS, ZONE_POLLUTION, ZONE_CARS = "car-positions", "zone-pollution", "zone-cars"
+
+
+# --- rows: the rules' values <-> what a table holds --------------------------------------------
+
+def position_row(position: CarPosition) -> list[Any]:
+    a = position.arrival
+    return [a.event_time, a.to_zone_id, a.fuel_level, position.left_zone]
+
+
+def position_of(car_id: int, row: Sequence[Any]) -> CarPosition:
+    event_time, zone_id, fuel_level, left_zone = row
+    return CarPosition(CarArrival(car_id, zone_id, fuel_level, event_time), left_zone)
+
+
+def reading_row(reading: ZoneReading) -> list[Any]:
+    return [reading.event_time, reading.pollution_level]
+
+
+def reading_of(zone_id: int, row: Sequence[Any]) -> ZoneReading:
+    event_time, pollution_level = row
+    return ZoneReading(zone_id, pollution_level, event_time)
+
+
+def _zone_car_row(arrival: CarArrival) -> list[Any]:
+    return [arrival.event_time, arrival.fuel_level]
+
+
+def _zone_car_of(zone_id: int, car_id: int, row: Sequence[Any]) -> CarArrival:
+    event_time, fuel_level = row
+    return CarArrival(car_id, zone_id, fuel_level, event_time)
+
+
+# --- zone-cars: a zone's cars, one key range -----------------------------------------------------
+
+class ZoneCarsTable(RangeTable):
+    """zone-cars: a zone's cars are only ever scanned together, so the memory store keeps them
+    per zone (app.compat.stores.SplitSortedDict), a sorted list each."""
+
+    kind_by_first_byte = True  # every row is grouped, whatever its first byte
+
+    @staticmethod
+    def group_key(key: bytes) -> bytes:
+        return key[:8]  # the zone id (app.keys: 8 bytes of zone, 8 of car)
+
+
+def zone_car_rows(table: Any, zone_id: int, partition: int) -> Iterator[tuple[bytes, Any]]:
+    """(key, row) of the cars of one zone in key order, by a range scan of ``table``: the
+    zone-cars table, or a batch's :class:`~app.overlay.Overlay` of it."""
+    lo = zone_prefix(zone_id)
+    hi = prefix_end(lo)
+    if isinstance(table, Overlay):
+        return table.scan(partition, lo, hi)
+    return scan(table, lo, hi, partition)
+
+
+def cars_in_zone(table: Any, zone_id: int, partition: int) -> Iterator[CarArrival]:
+    """The cars of one zone, each as the arrival that put it there, by car id (see
+    :func:`zone_car_rows`; bench/zone_fanout.py times this very code)."""
+    for key, row in zone_car_rows(table, zone_id, partition):
+        _, car_id = decode_zone_car(key)
+        yield _zone_car_of(zone_id, car_id, row)
+
+
+# --- the tables through a batch's overlay (the agents) -----------------------------------------
+
+class CarPositions:
+    """car-positions, read and written as :class:`~app.logic.car_join.CarPosition`."""
+
+    def __init__(self, rows: Overlay) -> None:
+        self.rows = rows
+
+    def get(self, partition: int, car_id: int) -> CarPosition | None:
+        row = self.rows.get(partition, car_id)
+        return None if row is None else position_of(car_id, row)
+
+    def put(self, partition: int, position: CarPosition) -> None:
+        self.rows.put(partition, position.arrival.car_id, position_row(position))
+
+
+class ZonePollution:
+    """zone-pollution, read and written as :class:`~app.logic.car_join.ZoneReading`."""
+
+    def __init__(self, rows: Overlay) -> None:
+        self.rows = rows
+
+    def get(self, partition: int, zone_id: int) -> ZoneReading | None:
+        row = self.rows.get(partition, zone_id)
+        return None if row is None else reading_of(zone_id, row)
+
+    def put(self, partition: int, reading: ZoneReading) -> None:
+        self.rows.put(partition, reading.zone_id, reading_row(reading))
+
+
+class ZoneCars:
+    """zone-cars, read and written as the :class:`~app.logic.car_join.CarArrival` that put a
+    car in a zone."""
+
+    def __init__(self, rows: Overlay) -> None:
+        self.rows = rows
+
+    def get(self, partition: int, zone_id: int, car_id: int) -> CarArrival | None:
+        row = self.rows.get(partition, encode_zone_car(zone_id, car_id))
+        return None if row is None else _zone_car_of(zone_id, car_id, row)
+
+    def put(self, partition: int, zone_id: int, arrival: CarArrival) -> None:
+        self.rows.put(partition, encode_zone_car(zone_id, arrival.car_id),
+                      _zone_car_row(arrival))
+
+    def delete(self, partition: int, zone_id: int, car_id: int) -> None:
+        self.rows.delete(partition, encode_zone_car(zone_id, car_id))
+
+    def in_zone(self, partition: int, zone_id: int) -> Iterator[CarArrival]:
+        return cars_in_zone(self.rows, zone_id, partition)
