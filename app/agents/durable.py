@@ -28,7 +28,7 @@ A crash between the changelog and the outputs leaves outputs in state that never
 topic; the record was not acked, so it comes again and the engine re-emits what it touched
 (:mod:`app.joins.state`). Poison pills (an output refused for good) dead-letter their input
 record (:mod:`app.agents.acks`); changelog rows and every transient error fail stop
-(:mod:`app.compat.delivery`).
+(:mod:`app.delivery`).
 
 A rebalance and a stop wait for the batches in flight and nothing else (``EtjApp``): what waits
 in the inbox or in flow control is dropped unacked and read again.
