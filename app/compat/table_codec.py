@@ -10,8 +10,8 @@ Symptom: decoding was 29 % of the main thread of a 1M-key replay, the largest sh
 event loop itself (``python -m bench.profile_worker --recovery 1000000``; the replay is bound by
 that thread: 100 % of a core, the consumer thread ~15 %, the broker idle).
 
-Here: etj's tables hold plain JSON (the row layouts of :mod:`app.joins.state` and :mod:`app.joins.car_state`) under JSON or
-raw-byte keys, never a Faust model, so :class:`TableSchema` decodes a ``json`` key or value with
+Here: etj's tables hold plain JSON (the row layouts of :mod:`app.joins.state` and
+:mod:`app.joins.car_state`) under JSON or raw-byte keys, never a Faust model, so :class:`TableSchema` decodes a ``json`` key or value with
 ``orjson.loads`` and passes a ``raw`` one through; anything else (a model type, another codec)
 goes to Faust as before. A row that does not parse raises Faust's own ``KeyDecodeError`` /
 ``ValueDecodeError``, as before. Writing is unchanged (Faust's ``json`` codec is orjson too).
