@@ -32,8 +32,9 @@ test-fast: venv
 ## the upstream source each patch was written against (python -m app.compat.upstream) and runs
 ## the unit and agent tiers (docs/contributing/patches.md)
 COMPAT_VENV ?= .venv-compat
-compat-check: venv
+compat-check:
 	@test -n '$(VERSION)' || { echo 'usage: make compat-check VERSION="aiokafka==0.13.0"'; exit 2; }
+	@$(MAKE) --no-print-directory venv
 	$(PY) -m app.compat.release_check --venv '$(COMPAT_VENV)' '$(VERSION)'
 
 ## bench: benchmarks (print figures, write bench/results/latest.json)

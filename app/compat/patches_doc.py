@@ -66,13 +66,15 @@ make compat-check VERSION="aiokafka==0.13.0"
 make compat-check VERSION="faust-streaming==0.15.3 aiokafka==0.12.0"   # a pip requirement list
 ```
 
-It installs etj in a scratch virtualenv (`.venv-compat`, not in git) with the versions given in
-place of `pyproject.toml`'s pins (every other dependency as pinned), prints what it installed,
-then runs `python -m app.compat.upstream` — every registered patch with the hash of the upstream
-source it was written against and the hash now: it fails naming each patch whose upstream
-changed or is gone, and lists the code that replaces upstream without saying so — and the unit
-and agent tiers (`pytest -m "unit or agent"`), with `ETJ_UNTESTED_VERSIONS=1`. It fails when
-either fails, and says which.
+It installs etj in a scratch virtualenv (`.venv-compat`, kept between runs, not in git) with the
+versions given in place of `pyproject.toml`'s pins (every other dependency as pinned), then runs
+`python -m app.compat.upstream` — it prints the versions installed and every registered patch
+with the hash of the upstream source it was written against and the hash now; it fails naming
+each patch whose upstream changed or is gone and each module of `app/compat` that no longer
+imports, and lists the code that replaces upstream without saying so — and the unit and agent
+tiers (`pytest tests/unit tests/agent -m "unit or agent"`), both with `ETJ_UNTESTED_VERSIONS=1`.
+It fails when either fails, and says which (`python -m app.compat.release_check --help`: its
+options).
 
 Then:
 

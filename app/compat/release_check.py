@@ -3,14 +3,16 @@
 ``VERSION`` is a pip requirement list, e.g. ``"aiokafka==0.13.0"`` or
 ``"faust-streaming==0.15.3 aiokafka==0.12.0"``. In a scratch virtualenv (``.venv-compat``, kept
 between runs, ignored by git) this installs ``pyproject.toml``'s dependencies and its ``test``
-extra with the named distributions' pins replaced by the ones given (pip cannot override an exact
-pin of the project it installs, so the project itself goes in with ``--no-deps``), then runs, with
-``ETJ_UNTESTED_VERSIONS=1`` (the worker's refusal of untested versions becomes a warning):
+and ``batch`` extras (what the two tiers import), the named distributions' pins replaced by the
+ones given (pip cannot override an exact pin of the project it installs, so the project itself
+goes in with ``--no-deps``), then runs, with ``ETJ_UNTESTED_VERSIONS=1`` (the worker's refusal
+of untested versions becomes a warning):
 
 1. ``python -m app.compat.upstream``: every registered patch with the hash of the upstream source
    it was written against and the hash now (:mod:`app.compat.upstream`); fails naming each patch
-   whose upstream changed or is gone;
-2. the unit and agent tiers, ``pytest -m "unit or agent"``.
+   whose upstream changed or is gone, and each module of app.compat that no longer imports (each
+   imported on its own, not through ``app/compat/__init__.py``, so one does not hide the rest);
+2. the unit and agent tiers, ``pytest tests/unit tests/agent -m "unit or agent"``.
 
 It exits 1 when either failed (both always run), 2 when the release does not install.
 ``python -m app.compat.release_check [--venv DIR] [--no-tiers] 'REQUIREMENT …'``.
@@ -30,10 +32,23 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 TIERS = "unit or agent"
+#: what the unit and agent tiers import (the batch extra: pyarrow, for the archive's tests)
+EXTRAS = ("test", "batch")
+#: ``python -m app.compat.upstream``, but without running ``app/compat/__init__.py`` first (it
+#: imports every patch module, so one that no longer imports would hide all the others): each
+#: module is imported on its own, and one that fails is reported by name with its error
+HASH_CHECK = """\
+import sys, types, pathlib, app
+package = types.ModuleType("app.compat")
+package.__path__ = [str(pathlib.Path(app.__file__).parent / "compat")]
+sys.modules["app.compat"] = package
+from app.compat.upstream import main
+sys.exit(main([]))
+"""
 
 
 def requirements(overrides: list[str], pyproject: Path = ROOT / "pyproject.toml",
-                 extras: tuple[str, ...] = ("test",)) -> list[str]:
+                 extras: tuple[str, ...] = EXTRAS) -> list[str]:
     """The project's dependencies and ``extras``, each named in ``overrides`` replaced by it."""
     project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
     wanted = {canonicalize_name(Requirement(r).name): r for r in overrides}
@@ -44,8 +59,8 @@ def requirements(overrides: list[str], pyproject: Path = ROOT / "pyproject.toml"
     return kept + list(wanted.values())
 
 
-def _run(cmd: list[str], env: dict[str, str] | None = None) -> int:
-    print("+ " + " ".join(cmd), flush=True)
+def _run(cmd: list[str], env: dict[str, str] | None = None, shown: str | None = None) -> int:
+    print("+ " + (shown or " ".join(cmd)), flush=True)
     return subprocess.call(cmd, cwd=ROOT, env=env)
 
 
@@ -75,11 +90,12 @@ def main(argv: list[str]) -> int:
         return 2
     env = {**os.environ, "ETJ_UNTESTED_VERSIONS": "1"}
     env.pop("PYTHONPATH", None)  # the scratch venv's packages, not another's
-    hashes = _run([python, "-m", "app.compat.upstream"], env)
+    hashes = _run([python, "-c", HASH_CHECK], env, f"{python} -m app.compat.upstream")
     tiers = None if args.no_tiers else _run(
-        [python, "-m", "pytest", "-m", TIERS, "-q", "-p", "no:cacheprovider"], env)
+        [python, "-m", "pytest", "tests/unit", "tests/agent", "-m", TIERS, "-q",
+         "-p", "no:cacheprovider"], env)
     print(f"\ncompat-check {' '.join(overrides)}: upstream of the patches "
-          f"{'unchanged' if hashes == 0 else 'CHANGED (see above)'}; unit and agent tiers "
+          f"{'unchanged' if hashes == 0 else 'CHANGED or BROKEN (see above)'}; unit and agent tiers "
           f"{'not run' if tiers is None else 'passed' if tiers == 0 else 'FAILED'}")
     return 1 if hashes or tiers else 0
 

@@ -17,7 +17,7 @@ import textwrap
 import pytest
 from aiokafka.consumer.fetcher import FetchResult
 
-from app.compat import patches_doc, upstream
+from app.compat import patches_doc, release_check, upstream
 from app.compat.upstream import (Change, changed, doc_problems, missing_tests, parse_doc,
                                  replaces, unregistered, upstream_hash, upstream_source)
 
@@ -240,6 +240,15 @@ def test_the_page_describes_a_registered_patch(scratch_registry):
     assert "**Monkeypatches**" in page
     assert "- **Remove when**: aiokafka reports the offsets it reads past." in page
     assert "## Moving to a new release" in page and "make compat-check" in page
+
+
+def test_compat_check_replaces_only_the_pins_it_is_given():
+    reqs = release_check.requirements(["aiokafka==0.13.0", "Faust_Streaming>=0.11"])
+    assert "aiokafka==0.13.0" in reqs and "aiokafka==0.14.0" not in reqs
+    assert "Faust_Streaming>=0.11" in reqs and "faust-streaming==0.15.3" not in reqs
+    assert any(r.startswith("pytest") for r in reqs)  # the test extra
+    assert any(r.startswith("pyarrow") for r in reqs)  # the batch extra (the archive's tests)
+    assert any(r.startswith("orjson") for r in reqs)  # the other pins, as they are
 
 
 # -- the checks an upgrade relies on ----------------------------------------------------------
