@@ -17,12 +17,14 @@ sha256 of the target's source in the release the patch was written against::
     class EtjRecovery(Recovery): ...        # a class that copies several upstream methods
 
 The decorator returns the object unchanged (stack it under ``property``/``ServiceTask`` or over
-them, and stack it more than once if you like). The hash is of the target's source text as the
-installed package has it (decorators, comments and docstring included, dedented, line ends
-normalised), read from the source file, so a patch already installed in the process does not
-hide it. :func:`changed` recomputes every hash: a unit test
-(``tests/unit/test_upstream.py``) and ``make compat-check`` fail naming each patch whose upstream
-changed or is gone.
+them, and stack it more than once if you like). In etj it refuses a function made inside another
+(``install()``'s closures): that would be registered only once ``install()`` ran.
+
+The hash is of the target's source text as the installed package has it (decorators, comments
+and docstring included, dedented, line ends normalised), read from the source file, so a patch
+already installed in the process does not hide it. :func:`changed` recomputes every hash: a unit
+test (``tests/unit/test_upstream.py``) and ``make compat-check`` fail naming each patch whose
+upstream changed or is gone.
 
 Each registered patch's docstring has a fixed form (:func:`parse_doc`; the docs page
 ``docs/contributing/patches.md`` is generated from it by :mod:`app.compat.patches_doc`)::
@@ -31,7 +33,7 @@ Each registered patch's docstring has a fixed form (:func:`parse_doc`; the docs 
 
     Upstream: what the replaced code does (faust-streaming 0.15.3), one paragraph.
     Symptom: what that did here, one paragraph.
-    Test: tests/unit/test_log_gaps.py::test_a_marker_is_noted (one or more path::function).
+    Test: tests/unit/test_log_gaps.py::test_skipped_ranges (one or more path::function).
     Remove when: the upstream change that makes the patch unneeded.
 
 The command line::
@@ -152,6 +154,10 @@ def replaces(*targets: Any) -> Callable[[T], T]:
         fn = _function_of(obj)
         module = getattr(fn, "__module__", None) or "?"
         qualname = getattr(fn, "__qualname__", None) or repr(fn)
+        if "<locals>" in qualname and module.startswith("app."):
+            # registered only once install() ran: the registry (and the page) would depend on it
+            raise TypeError(f"replaces: {module}:{qualname} is made inside a function; register "
+                            "a module-level function (or a method of a module-level class)")
         for target, recorded in pairs:
             patch = Patch(obj, module, qualname, target, recorded)
             _REGISTRY[:] = [p for p in _REGISTRY  # decorated again (a reload): the newest counts

@@ -124,6 +124,16 @@ def test_the_decorator_refuses_a_malformed_target_or_hash(args):
         replaces(*args)
 
 
+def test_a_patch_made_inside_a_function_of_app_is_refused(scratch_registry):
+    def highwaters(self, partitions):
+        pass
+
+    highwaters.__module__ = "app.compat.end_offsets"  # as if made by its install()
+    with pytest.raises(TypeError, match="module-level"):
+        replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._highwaters",
+                 "0123456789ab")(highwaters)
+
+
 def test_changed_names_a_patch_whose_upstream_is_not_what_it_recorded(scratch_registry):
     @replaces(GETALL, "000000000000")
     def stale_getall(self, max_records=None):
