@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test test-fast bench docs docs-images venv clean
+.PHONY: run test test-fast compat-check bench docs docs-images venv clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,16 @@ test: venv $(CHROMIUM)
 ## test-fast: the unit and agent tiers only (no broker, no Spark, no browser): under a minute
 test-fast: venv
 	$(PY) -m pytest -m "unit or agent" -q
+
+## compat-check: try another faust-streaming/aiokafka release, e.g. VERSION="aiokafka==0.13.0"
+## (a pip requirement list): installs etj with it in a scratch venv ($(COMPAT_VENV)), then checks
+## the upstream source each patch was written against (python -m app.compat.upstream) and runs
+## the unit and agent tiers (docs/contributing/patches.md)
+COMPAT_VENV ?= .venv-compat
+compat-check:
+	@test -n '$(VERSION)' || { echo 'usage: make compat-check VERSION="aiokafka==0.13.0"'; exit 2; }
+	@$(MAKE) --no-print-directory venv
+	$(PY) -m app.compat.release_check --venv '$(COMPAT_VENV)' '$(VERSION)'
 
 ## bench: benchmarks (print figures, write bench/results/latest.json)
 bench: venv
@@ -48,4 +58,4 @@ $(CHROMIUM):
 	  || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .hypothesis
+	rm -rf $(VENV) $(COMPAT_VENV) var .pytest_cache .hypothesis

@@ -176,6 +176,10 @@ class Settings(BaseSettings):
         description="How long a fetch may wait at the broker; 100 for the local tansu broker "
         "(it holds fetches for the full wait), unset = Faust's 1500.",
     )
+    untested_versions: bool = Field(
+        False, description="Start with a faust-streaming or aiokafka other than the ones the "
+        "patches of app/compat were tested with, logging a warning instead of refusing: for "
+        "trying a release (`make compat-check` sets it), never in production.")
     session_timeout_s: float = Field(10.0, gt=0, description="Consumer group session timeout.")
     heartbeat_interval_s: float = Field(1.0, gt=0, description="Consumer heartbeat interval.")
     rebalance_timeout_s: float = Field(10.0, gt=0, description="Consumer rebalance timeout.")

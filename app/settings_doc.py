@@ -44,7 +44,9 @@ CHART_MANAGED = {"datadir": "`persistence.mountPath`", "web_port": "`web.port`",
                  "kafka_sasl_password_file": "`kafka.sasl.secretName`",
                  "kafka_sasl_password": "`extraEnv` (from a Secret)",
                  "views_token_file": "`web.auth.secretName`",
-                 "views_token": "`extraEnv` (from a Secret)"}
+                 "views_token": "`extraEnv` (from a Secret)",
+                 # a trial of another Faust or aiokafka release, never a deployment's
+                 "untested_versions": "not in the chart"}
 
 #: the page's sections, in reading order; a setting in none of them lands in "Other"
 GROUPS: list[tuple[str, str, list[str]]] = [
@@ -73,6 +75,10 @@ GROUPS: list[tuple[str, str, list[str]]] = [
       "end_offsets_by_fetch", "consumer_fetch_max_wait_ms",
       "stall_check_s", "session_timeout_s", "heartbeat_interval_s", "rebalance_timeout_s",
       "commit_interval_s", "stop_drain_s"]),
+    ("Another Faust or aiokafka", "The patches of `app/compat` are tested with exact "
+     "versions; the worker refuses others: "
+     "[moving to a new release](../contributing/patches.md#moving-to-a-new-release).",
+     ["untested_versions"]),
     ("Security", "TLS and SASL to Kafka, and the token of the state views: "
      "[security](security.md). A secret comes from its `_FILE` (a mounted Secret) or, else, "
      "from its variable.",

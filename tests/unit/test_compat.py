@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from app.compat import versions
 from app.compat.versions import TESTED, UntestedVersion, check_versions
 
 APP = Path(__file__).resolve().parents[2] / "app"
@@ -28,6 +29,21 @@ def test_an_untested_version_is_refused_naming_both_libraries():
 def test_a_missing_library_is_refused():
     with pytest.raises(UntestedVersion, match="aiokafka is not installed"):
         check_versions({"faust-streaming": "0.15.3"})
+
+
+def test_untested_versions_turns_the_refusal_into_a_warning(monkeypatch, caplog):
+    """ETJ_UNTESTED_VERSIONS=1 (make compat-check) lets the installed versions be others."""
+    monkeypatch.setattr(versions, "version", lambda dist: "0.0.1")
+    monkeypatch.delenv("ETJ_UNTESTED_VERSIONS", raising=False)
+    with pytest.raises(UntestedVersion):
+        check_versions()
+    monkeypatch.setenv("ETJ_UNTESTED_VERSIONS", "1")
+    with caplog.at_level("WARNING", logger="app.compat.versions"):
+        check_versions()
+    assert "ETJ_UNTESTED_VERSIONS is set: starting anyway" in caplog.text
+    assert "aiokafka 0.0.1 is installed" in caplog.text
+    with pytest.raises(UntestedVersion):  # versions given (the tests): the setting is not read
+        check_versions({"faust-streaming": "0.16.0", "aiokafka": "0.13.1"})
 
 
 def test_pyproject_pins_exactly_the_tested_versions():
