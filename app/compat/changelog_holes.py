@@ -6,19 +6,8 @@ recovery loop (``Recovery._slurp_changelogs``, replaced by :mod:`app.compat.reco
 applies whatever record comes next and moves the offset to it, so a record the consumer fetched
 and never handed over leaves a hole that nothing reads again. Faust's consumer does drop fetched
 records: ``Consumer.getmany`` skips the records of a partition that is paused when it hands
-them out, and aiokafka has already moved its position past them. The way it bit here: Faust
-hands the consumer thread its *live* set of active partitions, and aiokafka's
-``Fetcher.fetched_records`` reads an empty set as "every partition". During a rebalance every
-partition is paused (the set is empty), so a fetch waiting then returns the records of a new
-standby partition that recovery has just seeked to its start and not yet resumed (it awaits the
-standby high waters in between); Faust drops them as records of a paused partition, and the
-standby goes on from aiokafka's position. Traced with per-record logs in the 2-minute chaos test
-(which failed in CI on 2026-11-26 and in 2 of its first 4 local runs that day): a standby seeked
-to offset 0 of a partition, offsets 0..56 dropped 0.14 s later, the first record applied 57; or
-a graceful restart's standby that applied 64..73 of a partition it had started at 0, persisted
-73, and whose next process took the partition over as active "with nothing to recover": movies
-lost their first version, 207 ratings were never answered and 197 answered wrong, for good (the
-rows it wrote back made the changelog wrong too).
+them out, and aiokafka has already moved its position past them (the incident:
+findings.md, "A standby that skipped the start of its changelog").
 
 Here every record is checked against the last one applied of its partition. A jump is fine where the
 log itself holds no records (aiokafka read past them: compaction, transaction markers, noted by

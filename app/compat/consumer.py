@@ -2,7 +2,8 @@
 committed by range. Registered as the transport's ``Consumer`` class (``EtjApp._new_transport``),
 Faust's extension point for a driver's consumer, not a patch of Faust's class.
 
-Upstream (faust-streaming 0.15.3, ``faust.transport.consumer.Consumer``):
+How, against upstream (faust-streaming 0.15.3, ``faust.transport.consumer.Consumer``; what
+it fixes and when it can go: :class:`EtjConsumer`):
 
 - ``_drain_messages`` turns every fetched record into a ``ConsumerMessage`` and awaits the
   conductor's callback for it (its lock, flow control, the producer buffer, an event and a queue
@@ -24,10 +25,6 @@ Upstream (faust-streaming 0.15.3, ``faust.transport.consumer.Consumer``):
   and the partition is read again from the end of the last batch (:meth:`_follows`). A batch
   fetched in an older group generation is dropped: the rebalance seeks every partition it keeps
   to its committed offset, so those records come again.
-
-Tests: tests/unit/test_consumer_handover.py (routing, pause/resume, the follow rule, ranges
-and commits); every broker test reads its inputs through it. Remove when Faust hands an agent
-a partition's records in batches and commits by range (it does not in 0.15.3).
 """
 
 from __future__ import annotations
@@ -46,6 +43,7 @@ from app.compat import log_gaps
 from app.compat.consumer_thread import EtjConsumerThread
 from app.compat.eager_delivery import resume, step
 from app.compat.producer import EtjProducer
+from app.compat.upstream import replaces
 from app.inbox import Batch, Inbox
 
 __all__ = ["EtjConsumer", "EtjTransport", "extend", "follows"]
@@ -74,8 +72,38 @@ def extend(tp: Any, acked: int | None, first: int, end: int) -> int:
     return max(acked, end)
 
 
+@replaces(("faust.transport.consumer:ThreadDelegateConsumer.__init__", "eb97deeb86ee"),
+          ("faust.transport.drivers.aiokafka:Consumer._new_consumer_thread", "8fd0d41b1514"),
+          ("faust.transport.consumer:Consumer._drain_messages", "8f35dd7a1114"),
+          ("faust.transport.consumer:Consumer._filter_tps_with_pending_acks", "cccdca32d241"),
+          ("faust.transport.consumer:Consumer._new_offset", "2b29afe4dd9a"),
+          ("faust.transport.consumer:Consumer.on_partitions_revoked", "652177e770ee"),
+          ("faust.transport.consumer:Consumer.on_partitions_assigned", "c07feb1175f7"))
 class EtjConsumer(aiokafka_driver.Consumer):
-    """Faust's aiokafka consumer; input partitions handed over in batches (module doc)."""
+    """Input records go to their agent a fetch at a time, and offsets are committed by range.
+
+    Upstream: ``Consumer._drain_messages`` turns every fetched record into a
+    ``ConsumerMessage`` and awaits the conductor's callback for it (a lock, flow control, the
+    producer buffer, an event and a queue put per record), and the stream hands it to the
+    agent one loop turn each; offsets are acked per message and the commit takes the first run
+    of consecutive acked offsets, treating a missing offset at the head as a log gap
+    (faust-streaming#606: it commits past a record still being processed).
+
+    Symptom: 8,039 records/s a worker with producer batching, where Quix Streams did 40,008/s
+    on the same broker (the per-record path, docs/contributing/performance-log.md); and
+    records committed that were never handled (findings.md).
+
+    Here (module doc): the records of an input partition go to its loop's inbox one batch per
+    fetch (``_drain_messages``), a loop acks a range once the broker has its outputs
+    (:meth:`ack_range`, ``_new_offset``, ``_filter_tps_with_pending_acks``), a batch that does
+    not follow the last one is read again, and a rebalance forgets what was handed over
+    (``on_partitions_revoked``/``_assigned``). The thread is etj's
+    (``_new_consumer_thread``: :mod:`app.compat.consumer_thread`).
+
+    Test: tests/unit/test_consumer_handover.py::test_a_batch_that_skips_records_is_not_handed_over_and_they_are_read_again
+
+    Remove when: Faust hands an agent a partition's records in batches and commits by range.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         #: input topic -> the inbox of the loop that reads it

@@ -1,21 +1,13 @@
-"""aiokafka notes the offsets the log does not hold, so that a hand-over and a commit may pass
-those offsets — and only those — without a record.
+"""aiokafka's fetcher (``aiokafka.consumer.fetcher.FetchResult``): the offsets the log does not
+hold are noted, so that a hand-over and a commit may pass those offsets — and only those —
+without a record.
 
-Why: a jump between two records of a partition is either a gap in the log (a transaction
-marker, a compacted record, an aborted transaction) or records that were read and never handed
-over. Faust took every jump for a gap (``Consumer._add_gap``): chaos run 21 lost 202 ratings
-that way (the offsets after 11877 of a ratings partition were read past, counted as a gap and
-committed; no error, answers missing for good).
-
-aiokafka knows the difference: the offsets a fetch result moved past without returning a
-record (``FetchResult.getall``: from the result's next offset before to its next offset after,
-minus the offsets returned) are exactly the offsets the log does not hand out. Those are noted
-per partition (:func:`skipped_within`). The hand-over (:mod:`app.compat.consumer`) accepts a
-batch that starts after the last one only across noted offsets, and an acked range extends the
-commit only across them; every other jump is read again.
-
-Upstream: aiokafka 0.14.0 (``FetchResult.getall``, ``PartitionRecords.next_fetch_offset``).
-Tests: tests/unit/test_log_gaps.py. Remove when aiokafka reports the offsets it reads past.
+A jump between two records of a partition is either a gap in the log (a transaction marker, a
+compacted record, an aborted transaction) or records that were read and never handed over;
+aiokafka knows which, and :func:`getall` (a monkeypatch: see its docstring) notes it per
+partition (:func:`skipped_within`). The hand-over (:mod:`app.compat.consumer`) accepts a batch
+that starts after the last one only across noted offsets, and an acked range extends the commit
+only across them; every other jump is read again.
 """
 
 from __future__ import annotations
@@ -27,6 +19,8 @@ from typing import Any
 
 from aiokafka.consumer.fetcher import FetchResult
 from intervaltree import IntervalTree
+
+from app.compat.upstream import replaces
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +75,27 @@ def forget_before(tp: Any, offset: int | None) -> None:
                 del _skipped[tp]
 
 
+@replaces("aiokafka.consumer.fetcher:FetchResult.getall", "b638929de343")
 def getall(self: FetchResult, max_records: int | None = None) -> list[Any]:
-    """aiokafka's ``FetchResult.getall``, noting the offsets it moved past with no record."""
+    """aiokafka's ``FetchResult.getall``, noting the offsets it moved past with no record.
+
+    Upstream: aiokafka reads past offsets the log does not hold (transaction markers, compacted
+    or aborted records) without saying so, and Faust took every jump between two records of a
+    partition for such a gap (``Consumer._add_gap``).
+
+    Symptom: chaos run 21 lost 202 ratings: offsets after 11877 of a ratings partition were read
+    past, counted as a gap and committed; no error, answers missing for good.
+
+    Here the offsets a fetch result moved past without returning a record (from its next
+    offset before to its next offset after, minus those returned) are noted per partition
+    (:func:`skipped_within`); the hand-over and the commit pass only those. A real
+    monkeypatch: aiokafka's fetcher builds its ``FetchResult`` objects itself, no hook names
+    the class.
+
+    Test: tests/unit/test_log_gaps.py::test_a_fetch_notes_the_offsets_the_log_does_not_hold
+
+    Remove when: aiokafka reports the offsets it reads past.
+    """
     records = self._partition_records
     start = records.next_fetch_offset if records is not None else None
     out = _original_getall(self, max_records)

@@ -41,8 +41,12 @@ module owns every aiokafka contact) and quix-streams' (it wraps its client and p
 **one package owns every patch**: `app/compat/`. Nothing else in etj reaches into Faust's or
 aiokafka's private parts.
 
-- **One call installs them all**: `compat.install(app)`, from `app/main.py`, before the worker
-  starts.
+- **Subclasses first, monkeypatches last**: where Faust offers an extension point (the
+  transport's `Consumer` and `Producer` classes, the consumer's thread class, the app's
+  `TableManager`, `Topic` and `Table` settings), etj's change is a subclass registered there and
+  upstream's class is left as it is (`app/faust_app.py` names them). The few changes no
+  extension point reaches are real monkeypatches, listed below, installed by one call:
+  `compat.install(app)`, from `app/main.py`, before the worker starts.
 - **An untested version is refused**: the patches read and replace private attributes, so a new
   release can void a guarantee without a word. `app/compat/versions.py` holds the exact versions
   they were tested with (faust-streaming 0.15.3, aiokafka 0.14.0); outside that range the worker
@@ -87,9 +91,12 @@ Then:
 
 ## Adding or changing a patch
 
-A patch lives in the module of `app/compat/` for the part of upstream it changes, and is
-installed by that module's `install()`, which `compat.install(app)` calls (nothing outside
-`app/compat` assigns to Faust's or aiokafka's attributes: `tests/unit/test_compat.py`).
+A patch lives in the module of `app/compat/` for the part of upstream it changes (one module
+per part: the consumer, its thread, recovery, the table manager, the producer path, the
+stores; that module is the only place its upstream class is changed). Prefer a subclass at one
+of Faust's extension points; a monkeypatch is installed by its module's `install()`, which
+`compat.install(app)` calls. Nothing outside `app/compat` assigns to, or reads a private
+attribute of, Faust, aiokafka or mode (`tests/unit/test_compat.py`).
 
 - Decorate every function, method or class that replaces or copies upstream code with
   `@replaces(target, hash)` from `app.compat.upstream`: a module-level function assigned onto an
@@ -149,12 +156,19 @@ def _cell(text: str) -> str:
 
 
 def kind(patch: Patch) -> str:
-    """``override``: a method of (or) a subclass of an upstream class, defined in app/compat;
-    ``monkeypatch``: anything else (a function assigned onto an upstream class)."""
+    """``override``: a method of (or) a subclass of an upstream class, defined in app/compat, or
+    a module function such a subclass wraps (``ServiceTask(f)``); ``monkeypatch``: anything else
+    (a function assigned onto an upstream class)."""
     module = sys.modules.get(patch.module)
     owner = getattr(module, patch.qualname.split(".")[0], None)
     if inspect.isclass(owner) and any(upstream._upstream_module(b) for b in owner.__mro__[1:]):
         return "override"
+    for cls in vars(module).values():  # a function a subclass wraps: ServiceTask(f), property(f)
+        if inspect.isclass(cls) and cls.__module__ == patch.module \
+                and any(upstream._upstream_module(b) for b in cls.__mro__[1:]) \
+                and any((getattr(v, "fun", None) or getattr(v, "fget", None)) is owner
+                        for v in vars(cls).values()):
+            return "override"
     return "monkeypatch"
 
 
@@ -174,7 +188,10 @@ def _file(module: str) -> str:
 
 def page() -> str:
     """The whole of ``docs/contributing/patches.md``."""
-    patches = [p for p in upstream.registry() if p.module.startswith("app.compat.")]
+    # by module name (import order varies with what ran first); within a module, the order
+    # its decorators ran in, which is the file's
+    patches = sorted((p for p in upstream.registry() if p.module.startswith("app.compat.")),
+                     key=lambda p: p.module)
     by_module: dict[str, dict[str, list[Patch]]] = {}
     for p in patches:
         by_module.setdefault(p.module, {}).setdefault(p.qualname, []).append(p)

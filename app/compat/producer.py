@@ -24,6 +24,8 @@ from faust.topics import Topic
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.transport.producer import ProducerBuffer
 
+from app.compat.upstream import replaces
+
 __all__ = ["EtjProducer", "EtjProducerBuffer", "EtjTopic", "InvalidRecordError",
            "aiokafka_producer", "describe_producer", "register_broker_errors",
            "request_limits", "send_alone_batch", "topic_partitions", "track_every_topic",
@@ -65,7 +67,20 @@ def track_every_topic(producer: aiokafka.AIOKafkaProducer) -> aiokafka.AIOKafkaP
 class EtjProducer(aiokafka_driver.Producer):
     """Faust's aiokafka producer with etj's delivery timeout, topic tracking and buffer."""
 
+    @replaces("faust.transport.producer:Producer.__init__", "ed712f88acbc")
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """The producer's buffer is etj's (:class:`EtjProducerBuffer`).
+
+        Upstream: ``Producer.__init__`` creates Faust's ``ProducerBuffer``; no setting names
+        its class.
+
+        Symptom: Faust's buffer reads a setting through the registry for every record
+        (:class:`EtjProducerBuffer` says what that cost).
+
+        Test: tests/broker/test_delivery.py::test_the_worker_app_has_both_halves_installed
+
+        Remove when: :class:`EtjProducerBuffer` goes.
+        """
         super().__init__(*args, **kwargs)
         threaded = getattr(self.buffer, "threaded_producer", None)
         self.buffer = EtjProducerBuffer(loop=self.loop, beacon=self.beacon)
@@ -74,6 +89,7 @@ class EtjProducer(aiokafka_driver.Producer):
         self.buffer.app = self.app
 
     @property
+    @replaces("faust.transport.drivers.aiokafka:Producer._producer_type", "1125698750a3")
     def _producer_type(self) -> Callable[..., aiokafka.AIOKafkaProducer]:  # type: ignore[override]
         """aiokafka producers whose batches outlive a request timeout, and whose client keeps
         the leaders of every topic sent to.
@@ -111,8 +127,28 @@ class EtjProducer(aiokafka_driver.Producer):
             aiokafka.AIOKafkaProducer(**kw), delivery_timeout_s))
 
 
+@replaces(("faust.transport.producer:ProducerBuffer.size", "4cf1044f773f"),
+          ("faust.transport.producer:ProducerBuffer.put", "7716c9c980a0"))
 class EtjProducerBuffer(ProducerBuffer):
-    """Faust's producer buffer, reading ``producer_threaded`` once."""
+    """The producer buffer reads Faust's ``producer_threaded`` setting once, not on every
+    record.
+
+    Upstream: ``ProducerBuffer.size`` and ``put`` read ``self.app.conf.producer_threaded``
+    each time, through the settings registry's ``__getattribute__`` and a ``Param``
+    descriptor. The conductor awaits ``wait_until_ebb()``, which reads ``size``, before it
+    hands on every fetched record, and ``put`` runs for every message sent.
+
+    Symptom: ``wait_until_ebb`` was 14 % of the main thread of a 1M-key RocksDB replay
+    (py-spy ``--native``; 10 % in the settings lookup alone), and replay is bound by that
+    thread.
+
+    Here: the same two members, the setting read on first use and kept (it is fixed when the
+    app is configured, before the producer exists).
+
+    Test: tests/unit/test_producer_buffer.py::test_unthreaded_messages_wait_in_pending_and_the_setting_is_read_once
+
+    Remove when: Faust's buffer stops reading the setting per record.
+    """
 
     _etj_threaded: bool | None = None
 
@@ -124,32 +160,14 @@ class EtjProducerBuffer(ProducerBuffer):
 
     @property
     def size(self) -> int:  # type: ignore[override]
-        """The producer buffer reads Faust's ``producer_threaded`` setting once, not on every
-        record.
-
-        Upstream: ``ProducerBuffer.size`` and ``put`` read ``self.app.conf.producer_threaded``
-        each time, through the settings registry's ``__getattribute__`` and a ``Param``
-        descriptor. The conductor awaits ``wait_until_ebb()``, which reads ``size``, before it
-        hands on every fetched record, and ``put`` runs for every message sent.
-
-        Symptom: ``wait_until_ebb`` was 14 % of the main thread of a 1M-key RocksDB replay
-        (py-spy ``--native``; 10 % in the settings lookup alone), and replay is bound by that
-        thread.
-
-        Here: the same two members, the setting read on first use and kept (it is fixed when
-        the app is configured, before the producer exists).
-
-        Test: tests/unit/test_producer_buffer.py::test_unthreaded_messages_wait_in_pending_and_the_setting_is_read_once
-
-        Remove when: Faust's buffer stops reading the setting per record.
-        """
+        """Upstream's: messages waiting to be produced (the setting read once)."""
         if self._threaded():
             return len(self.queue._queue) if self.queue else 0  # type: ignore[attr-defined]
         return len(self.pending._queue)  # type: ignore[attr-defined]
 
     def put(self, fut: Any) -> None:
         """Upstream's: add a message to the buffer (the threaded producer's queue, if
-        threaded); the setting read once (:attr:`size`)."""
+        threaded); the setting read once."""
         if self._threaded():
             threaded_producer = self.threaded_producer
             if not self.queue:
@@ -162,6 +180,7 @@ class EtjProducerBuffer(ProducerBuffer):
 class EtjTopic(Topic):
     """Faust's topic, failing stop when a send through it fails."""
 
+    @replaces("faust.topics:Topic.publish_message", "5233ad2ac1e5")
     async def publish_message(self, fut: Any, wait: bool = False) -> Any:
         """A send that fails ends the worker before another offset is committed.
 

@@ -19,6 +19,8 @@ from mode.services import ServiceTask
 
 from app.compat.changelog_holes import Holes
 
+from app.compat.upstream import replaces
+
 __all__ = ["EtjRecovery", "slurp_changelogs"]
 
 log = logging.getLogger("faust.tables.recovery")
@@ -37,6 +39,7 @@ async def _already_seeked() -> None:
     return None
 
 
+@replaces("faust.tables.recovery:Recovery._slurp_changelogs", "7e3120dad754")
 async def slurp_changelogs(self: Recovery) -> None:
     """Recovery applies changelog records in batches, not one loop turn each, and never past a
     hole.
@@ -209,6 +212,7 @@ class EtjRecovery(Recovery):
     #: ``ServiceTask`` attributes, the subclass's replacing upstream's)
     _slurp_changelogs = ServiceTask(slurp_changelogs)
 
+    @replaces("faust.tables.recovery:Recovery.on_recovery_completed", "895e7c415a4d")
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         """Input partitions are seeked to their committed offsets *before* they are resumed.
 
@@ -237,6 +241,7 @@ class EtjRecovery(Recovery):
         finally:
             consumer.__dict__.pop("perform_seek", None)
 
+    @replaces("faust.tables.recovery:Recovery._seek_offsets", "d76d5a8f46fa")
     async def _seek_offsets(self, consumer: Any, tps: Any, offsets: Any, title: str) -> None:
         """A changelog partition with nothing applied yet is read from its start, not refused.
 

@@ -17,6 +17,8 @@ from typing import Any
 import rocksdict
 from faust.stores.rocksdb import RocksDBOptions
 
+from app.compat.upstream import replaces
+
 __all__ = ["SharedBudgetOptions", "configure", "shared", "usage"]
 
 #: (block cache, write buffer manager) of this process, once installed
@@ -44,6 +46,7 @@ def usage() -> dict[str, int]:
 class SharedBudgetOptions(RocksDBOptions):
     """Faust's RocksDB options, with the worker's shared cache and write buffer manager."""
 
+    @replaces("faust.stores.rocksdb:RocksDBOptions.as_options", "844b0de36bc6")
     def as_options(self) -> Any:
         """Every RocksDB database of the process shares one block cache and one memtable
         budget, instead of one of each per table partition.

@@ -48,6 +48,7 @@ from sortedcontainers import SortedDict
 from yarl import URL
 
 from app.compat.rocksdb_memory import SharedBudgetOptions
+from app.compat.upstream import replaces
 from app.keys import prefix_end
 
 __all__ = ["RangeTable", "SortedMemoryStore", "StoreIO", "committed_offset", "estimated_keys",
@@ -59,7 +60,23 @@ class SortedMemoryStore(MemoryStore):
     keys starting with one of the table's ``point_prefixes`` are kept unsorted
     (:class:`SplitSortedDict`)."""
 
+    @replaces("faust.stores.memory:Store.__post_init__", "4f62b7b15f39")
     def __post_init__(self) -> None:
+        """The memory store's mapping keeps its keys sorted.
+
+        Upstream: Faust's memory store keeps a table in a plain ``dict``: a range of keys can
+        only be found by walking every key.
+
+        Symptom: the car join reads one zone's cars by key range; a walk over every car per
+        reading grows with the whole table.
+
+        Here the mapping is a ``SortedDict`` (or :class:`SplitSortedDict`, which leaves point
+        keys unsorted); every dict operation Faust makes still works.
+
+        Test: tests/unit/test_range_scan.py::test_memory_scan_never_walks_the_whole_table
+
+        Remove when: Faust's stores offer ordered range scans.
+        """
         super().__post_init__()
         self.data = SortedDict()
 
@@ -206,14 +223,43 @@ class EtjTable(faust.Table):
     """Faust's table (the app's ``Table`` setting), its RocksDB stores sharing the worker's
     memory budgets."""
 
+    @replaces("faust.tables.base:Collection._new_store_by_url", "28b01ee9bcc6")
     def _new_store_by_url(self, url: str | URL) -> StoreT:
+        """A table's RocksDB store uses the worker's shared memory budgets.
+
+        Upstream: ``Collection._new_store_by_url`` builds the store, which builds Faust's
+        ``RocksDBOptions``; no setting names the options class.
+
+        Symptom: one block cache and one set of memtables per table partition: a worker's
+        memory grew with the partitions it took over (:mod:`app.compat.rocksdb_memory`).
+
+        Test: tests/unit/test_rocksdb_memory.py::test_every_rocksdb_store_of_etjs_tables_uses_the_shared_budgets
+
+        Remove when: :class:`~app.compat.rocksdb_memory.SharedBudgetOptions` goes.
+        """
         return share_budgets(super()._new_store_by_url(url))
 
 
 class RangeTable(EtjTable):
     """A table whose store can answer :func:`iter_range` (``memory://`` or ``rocksdb://``)."""
 
+    @replaces("faust.tables.base:Collection._new_store_by_url", "28b01ee9bcc6")
     def _new_store_by_url(self, url: str | URL) -> StoreT:
+        """A range table's store can scan a key range, in key order.
+
+        Upstream: ``Collection._new_store_by_url`` builds whatever store the URL names.
+
+        Symptom: a store that cannot scan in key order (Faust's memory store, a store of
+        another kind) would make the car join walk every key, or fail at the first scan.
+
+        Here ``memory://`` gets :class:`SortedMemoryStore` (with the table's point and group
+        keys split out), ``rocksdb://`` Faust's store (RocksDB is ordered), and anything else is
+        refused when the table is declared; the RocksDB store shares the worker's budgets.
+
+        Test: tests/unit/test_range_scan.py::test_each_store_gets_its_range_capable_class
+
+        Remove when: Faust's stores offer ordered range scans.
+        """
         cls: Any = stores.by_url(url)
         if cls is MemoryStore:
             cls = SortedMemoryStore

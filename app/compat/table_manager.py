@@ -17,6 +17,8 @@ from faust.types import TP
 
 from app.compat.recovery import EtjRecovery
 
+from app.compat.upstream import replaces
+
 __all__ = ["EtjTableManager"]
 
 log = logging.getLogger(__name__)
@@ -26,12 +28,26 @@ class EtjTableManager(TableManager):
     """Faust's table manager with etj's recovery and two changes (module doc)."""
 
     @property
+    @replaces("faust.tables.manager:TableManager.recovery", "9e5e10447444")
     def recovery(self) -> EtjRecovery:  # type: ignore[override]
-        """Upstream's property, with etj's recovery class."""
+        """The table manager's recovery is etj's (:class:`~app.compat.recovery.EtjRecovery`).
+
+        Upstream: the ``recovery`` property creates Faust's ``Recovery`` on first use; no
+        setting names its class.
+
+        Symptom: without it none of etj's recovery changes run: recovery one record per loop
+        turn, a standby's missing offset crashing it, inputs resumed before they are seeked.
+
+        Test: tests/unit/test_table_start.py::test_the_worker_app_uses_etj_table_manager
+
+        Remove when: :mod:`app.compat.recovery` is empty, or Faust takes a recovery class
+        setting.
+        """
         if self._recovery is None:
             self._recovery = EtjRecovery(self.app, self, beacon=self.beacon, loop=self.loop)
         return self._recovery  # type: ignore[return-value]
 
+    @replaces("faust.tables.manager:TableManager.on_start", "b82e759be50c")
     async def on_start(self) -> None:
         """The table manager starts without Faust's fixed one-second sleep.
 
@@ -55,6 +71,7 @@ class EtjTableManager(TableManager):
             await self._update_channels()
             await self.recovery.start()
 
+    @replaces("faust.tables.manager:TableManager.on_rebalance", "fc9b70e03994")
     async def on_rebalance(self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP],
                            generation_id: int = 0) -> None:
         """Snapshots are installed before the stores open their newly assigned partitions.

@@ -531,6 +531,10 @@ def unregistered(exempt: dict[str, str] | None = None) -> list[str]:
                 name = f"{info.name}:{cls.__qualname__}.{attr}"
                 if name in by_name or attr in class_targets or name in exempt:
                     continue
+                wrapped = getattr(value, "fun", None) or getattr(value, "fget", None)
+                if wrapped is not None and getattr(wrapped, "__module__", None) == info.name \
+                        and f"{info.name}:{wrapped.__qualname__}" in by_name:
+                    continue  # ServiceTask(f) / property(f) of a registered module function
                 base = next(b for b in bases if attr in _definitions(b))
                 out.append(f"{where} {cls.__qualname__}.{attr} overrides "
                            f"{base.__module__}:{base.__qualname__}.{attr}: not registered")

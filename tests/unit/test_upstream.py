@@ -297,7 +297,6 @@ def test_the_registration_check_sees_assignments_and_overrides(monkeypatch):
     assert any(" overrides " in line for line in found), found
 
 
-@pytest.mark.xfail(strict=True, reason="registration lands with the regrouping")
 def test_every_compat_patch_is_registered():
     """Every ``UpstreamClass.attr = …`` in app/compat (of an attribute upstream defines) and every
     override of an upstream method by a subclass in app/compat carries ``@replaces``."""
