@@ -12,7 +12,7 @@ the same producer setting; twice: the producer's default batching, then one-reco
   recommendation), the outputs read as they come by a reader that stamps their arrival (tansu
   under-reports end offsets of batches: done is counted from what is read, not end offsets).
 - Exactness: each one's final answer per recommendation (etj: its highest revision; Quix: its
-  one output) against ``tests.oracle.exact_mood_joins`` (brute force, shares no code).
+  one output) against ``tests.oracle.exact_mood_answer`` (brute force, shares no code).
 
 Quix Streams runs in its own venv (``var/bench/quix-venv``, created on first use with
 ``pip install quixstreams==3.28.*``), so its confluent-kafka and rocksdict never meet etj's pins.
@@ -35,6 +35,7 @@ from typing import Any
 
 from bench.kafka_io import OutputWatch, Got, create_topics
 from bench.throughput import load_inputs, workload
+from tests.oracle import exact_mood_answer, mood_answer
 from bench.workers import (LOCAL_SETTINGS, Names, batched, bench_broker, new_names,
                            reading_from, start_worker, stats, workdir)
 
@@ -82,20 +83,8 @@ def quix_python() -> tuple[Path, str]:
     return py, subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def exact_answers(data: list[tuple[str, str, dict]]) -> dict[str, tuple[Any, ...]]:
-    """join id -> the oracle's answer (tests/oracle.py)."""
-    from tests.oracle import Mood, Recommendation, exact_mood_joins
-
-    moods = [Mood(v["name"], v["mood"], v["event_time"]) for k, _, v in data if k == "mood"]
-    recs = [Recommendation(v["consultant"], v["recommendation"], v["event_time"], v.get("id"))
-            for k, _, v in data if k == "event"]
-    return exact_mood_joins(moods, recs)
-
-
 def exact_share(outputs: list[Got], exact: dict[str, tuple[Any, ...]]) -> float:
     """Share of recommendations whose final output (highest revision) is the oracle's."""
-    from tests.oracle import mood_answer
-
     final: dict[str, dict[str, Any]] = {}
     for o in outputs:
         r = o.json()
@@ -180,7 +169,7 @@ def run(records: int = 30_000, consultants: int = 100, seed: int = 1, partitions
     """Both engines under each producer setting, one broker, one backlog."""
     py, version = quix_python()
     data = workload(records, consultants, seed)
-    exact = exact_answers(data)
+    exact = exact_mood_answer(data)
     recs = len(exact)
     per: dict[str, dict[str, Any]] = {}
     with bench_broker() as broker, workdir() as folder:
