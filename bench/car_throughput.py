@@ -17,8 +17,9 @@ import json
 import statistics
 from typing import Any
 
-from bench.kafka_io import create_topics, jbytes, produce_bulk
-from bench.workers import batched, bench_broker, new_names, time_to_last_output, workdir
+from tests.kafka_io import create_topics, jbytes, produce_bulk
+from bench.workers import bench_broker, new_names, time_to_last_output, workdir
+from tests.harness import batched
 
 START_MS = 1_790_000_000_000
 

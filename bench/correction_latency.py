@@ -23,8 +23,9 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from app.settings import Settings
-from bench.kafka_io import assign_all, create_topics, jbytes
+from tests.kafka_io import assign_all, create_topics, jbytes
 from bench.workers import bench_broker, new_names, start_worker, workdir
+from tests.harness import LOCAL_SETTINGS
 
 GOAL_P99_MS = 100.0
 GOAL_OVERHEAD_MS = 15.0  # the worker's p99 minus the raw pipe's, same run
@@ -163,8 +164,6 @@ async def pipe_latencies(bootstrap: str, names: Any, records: int, chains: int,
 
 
 def one_pipe_run(records: int, chains: int) -> list[float]:
-    from bench.workers import LOCAL_SETTINGS
-
     with bench_broker() as broker:
         return asyncio.run(pipe_latencies(broker.bootstrap, new_names(broker), records, chains,
                                           LOCAL_SETTINGS["consumer_fetch_max_wait_ms"]))

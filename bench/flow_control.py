@@ -28,7 +28,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from bench.kafka_io import create_topics, jbytes, partition_of, produce_bulk, read_topics
+from tests.kafka_io import create_topics, jbytes, partition_of, produce_bulk, read_topics
 from bench.workers import (bench_broker, new_names, records_in, start_worker, wait_stats,
                            workdir)
 

@@ -29,7 +29,8 @@ from typing import Any
 
 from bench.peer_quix import exact_share
 from bench.throughput import START_MS, load_inputs
-from bench.workers import batched, bench_broker, new_names, time_to_last_output, workdir
+from bench.workers import bench_broker, new_names, time_to_last_output, workdir
+from tests.harness import batched
 
 MOOD_RATIO = 0.1
 STEP_MS = 20

@@ -33,11 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.kafka_io import OutputWatch, Got, create_topics
+from tests.kafka_io import OutputWatch, Got, create_topics
 from bench.throughput import load_inputs, workload
 from tests.oracle import exact_mood_answer, mood_answer
-from bench.workers import (LOCAL_SETTINGS, Names, batched, bench_broker, new_names,
-                           reading_from, start_worker, stats, workdir)
+from bench.workers import bench_broker, new_names, reading_from, start_worker, stats, workdir
+from tests.harness import LOCAL_SETTINGS, Names, batched
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "var" / "bench" / "quix-venv"

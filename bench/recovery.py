@@ -26,7 +26,7 @@ import statistics
 import time
 from typing import Any, Iterator
 
-from bench.kafka_io import Out, create_topics, jbytes, partitions_of, produce_bulk
+from tests.kafka_io import Out, create_topics, jbytes, partitions_of, produce_bulk
 from bench.workers import DEFAULT_SESSION, bench_broker, new_names, start_worker, stats, workdir
 
 GOAL_S = 30.0

@@ -22,9 +22,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.kafka_io import create_topics
+from tests.kafka_io import create_topics
 from bench.throughput import load_inputs, workload
-from bench.workers import batched, bench_broker, new_names, time_to_last_output, workdir
+from bench.workers import bench_broker, new_names, time_to_last_output, workdir
+from tests.harness import batched
 
 GOAL = 1.7
 

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from app.snapshots import Snapshots
-from bench.kafka_io import create_topics, produce_bulk
+from tests.kafka_io import create_topics, produce_bulk
 from bench.recovery import TABLE, changelog_records
-from bench.workers import (DEFAULT_SESSION, Names, bench_broker, new_names, start_worker, stats,
-                           workdir)
+from bench.workers import DEFAULT_SESSION, bench_broker, new_names, start_worker, stats, workdir
+from tests.harness import Names
 
 GOAL_S = 30.0
 GOAL_SPEEDUP = 10.0

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from bench.kafka_io import create_topics, jbytes, produce_bulk, read_topics
+from tests.kafka_io import create_topics, jbytes, produce_bulk, read_topics
 from bench.workers import bench_broker, new_names, start_worker, wait_stats, workdir
 
 GOAL = 1.2

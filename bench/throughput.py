@@ -32,10 +32,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from bench.kafka_io import (assign_all, create_topics, jbytes, list_topics, produce_bulk,
+from tests.kafka_io import (assign_all, create_topics, jbytes, list_topics, produce_bulk,
                             topic_sizes)
-from bench.workers import (batched, bench_broker, new_names, reading_from, time_to_last_output,
-                           workdir)
+from bench.workers import bench_broker, new_names, time_to_last_output, workdir
+from tests.harness import batched
 
 GOAL = 0.8  # worker ÷ pipe, one-record batches both
 BATCHED_GOAL, BATCHED_GOAL_RPS = 0.5, 40_000  # the same, default batching both

@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from app.logic.car_join import CarPollution, newest_per_car
-from bench.chaos_traffic import RETENTION_MS
+from tests.chaos.traffic import RETENTION_MS
 from tests.faults import (Sent, answers, check_counts, check_revision_log, exact_counts,
                           fates_of, settled_mood_history, uncommitted)
 from tests.harness import Names, Worker, bootstrap
@@ -212,7 +212,7 @@ def car_web_view_wrong(workers: list[Worker], want: dict[int, CarPollution],
 
 async def verdict(names: Names, workers: list[Worker], sent: list[Sent],
                   want: dict[str, Any], outs: dict[str, Any]) -> dict[str, Any]:
-    """Every figure of the run's end state (see bench.chaos)."""
+    """Every figure of the run's end state (see tests.chaos)."""
     got = latest(outs)
     missing, wrong, detail = 0, 0, {}
     examples: dict[str, Any] = {}
