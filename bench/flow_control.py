@@ -20,17 +20,18 @@ flow control).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import time
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from bench.kafka_io import create_topics, jbytes, partition_of, produce_bulk, read_topics
+from bench.harness import Bench, Figure
 from bench.workers import (bench_broker, new_names, records_in, start_worker, wait_stats,
                            workdir)
+from tests.kafka_io import create_topics, jbytes, partition_of, produce_bulk, read_topics
+from tests.oracle import Mood, Recommendation
+from tests.replay import MoodReplay
 
 START_MS = 1_790_000_000_000
 PARTITIONS = 4
@@ -51,9 +52,6 @@ def simulate(ordered: list[Record], retention_ms: int,
              partitions: int = PARTITIONS) -> dict[str, int]:
     """Corrections and late records the join rules give when records come in this order
     (stream time per partition, records older than it minus the retention are late)."""
-    from tests.oracle import Mood, Recommendation
-    from tests.replay import MoodReplay
-
     replay = MoodReplay()  # the engine's own rules and layout
     clocks: dict[int, int] = {}
     corrections = late = 0
@@ -163,13 +161,27 @@ def run(records: int = 1_000, seed: int = 7, retention_ms: int = 120_000) -> dic
             "live": live, "backlog": backlog, "backlog_without_flow_control": unordered}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--records", type=int, default=1_000)
-    a = p.parse_args(argv)
-    print(json.dumps(run(a.records), indent=2))
-    return 0
+#: corrections and late records, the same records three ways (no goals: the references are
+#: in the result, ``expected_*``)
+FIGURES = (Figure("corrections_live", note="records sent one by one, in arrival order"),
+           Figure("corrections_backlog", note="a backlog, with flow control"),
+           Figure("late_live"), Figure("late_backlog"),
+           Figure("corrections_backlog_without_flow_control"),
+           Figure("late_backlog_without_flow_control"))
 
+
+def report(f: dict[str, Any]) -> str:
+    return (f"flow control ({f['records']} records, retention {f['retention_s']:g} s): live "
+            f"{f['corrections_live']} corrections / {f['late_live']} late (rules in arrival "
+            f"order: {f['expected_live']}); backlog {f['corrections_backlog']} / "
+            f"{f['late_backlog']} (event-time merge: {f['expected_event_time_merge']}); backlog "
+            f"without flow control {f.get('corrections_backlog_without_flow_control')} / "
+            f"{f.get('late_backlog_without_flow_control')}")
+
+
+BENCH = Bench("flow_control", run, FIGURES, report=report,
+              suite=lambda quick, runs: {"records": 300 if quick else 600,
+                                         "retention_ms": 60_000})
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCH.main())

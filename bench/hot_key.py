@@ -22,14 +22,28 @@ is itself held to the oracle in every run, on every tenth recommendation
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 from typing import Any
 
+from bench.harness import Bench, Figure, Results
 from bench.peer_quix import exact_share
 from bench.throughput import START_MS, load_inputs
-from bench.workers import batched, bench_broker, new_names, time_to_last_output, workdir
+from bench.workers import bench_broker, new_names, time_to_last_output, workdir
+from tests.harness import batched
+
+
+def hot_key_ratio(results: Results) -> float | None:
+    """The hot key's rate ÷ ``bench.throughput``'s default-batching rate (same machine, same
+    run): what one key carrying every join costs against keys spread over 1,000 consultants."""
+    hot = (results.get("hot_key") or {}).get("hot_key_rps")
+    spread = (results.get("throughput") or {}).get("worker_batched_rate")
+    return round(hot / spread, 3) if hot and spread else None
+
+
+RPS = Figure("hot_key_rps", unit="records/s", note="default batching")
+EXACT = Figure("hot_key_exact_share", "exact_share", 1.0, "==",
+               note="final answers equal to the oracle's")
+RATIO = Figure("hot_key_ratio", hot_key_ratio, 0.8, note="÷ throughput_batched_rps")
 
 MOOD_RATIO = 0.1
 STEP_MS = 20
@@ -109,13 +123,9 @@ def run(recommendations: int = 100_000, seed: int = 1, partitions: int = 4) -> d
             "batching": "default"}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--recommendations", type=int, default=100_000)
-    a = p.parse_args(argv)
-    print(json.dumps(run(a.recommendations), indent=2))
-    return 0
-
+BENCH = Bench("hot_key", run, (RPS, EXACT, RATIO),
+              # one consultant with 100,000 recommendations in retention, default batching
+              suite=lambda quick, runs: {"recommendations": 20_000 if quick else 100_000})
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCH.main())

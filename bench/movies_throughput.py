@@ -12,16 +12,18 @@ one-record producer batches (tansu, see bench.throughput).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import random
-import statistics
 from typing import Any
 
-from bench.kafka_io import create_topics, jbytes, produce_bulk
-from bench.workers import batched, bench_broker, new_names, time_to_last_output, workdir
+from bench.harness import Bench, Figure, each_run, medians
+from bench.workers import bench_broker, new_names, time_to_last_output, workdir
+from tests.harness import batched
+from tests.kafka_io import create_topics, jbytes, produce_bulk
 
+RPS = Figure("movies_throughput_rps", unit="records/s", note="one-record batches")
+BATCHED_RPS = Figure("movies_throughput_batched_rps", goal=20_000, unit="records/s",
+                     note="default batching")
 START_MS = 1_790_000_000_000
 DAY = 86_400_000
 
@@ -83,22 +85,22 @@ def run(records: int = 10_000, runs: int = 3, seed: int = 1, partitions: int = 4
                      for i in range(runs)] if batched_records else [])
     return {"name": "movies_throughput", "records": records, "runs": runs,
             "partitions": partitions, "batched_records": batched_records,
-            "movies_throughput_rps": round(statistics.median(r["rate"] for r in results)),
-            "movies_throughput_batched_rps": (round(statistics.median(r["rate"] for r in batched_runs))
-                                   if batched_runs else None),
-            "each_run": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
-                         for r in results + batched_runs]}
+            "movies_throughput_rps": round(medians(results)["rate"]),
+            "movies_throughput_batched_rps": (
+                round(medians(batched_runs)["rate"]) if batched_runs else None),
+            "each_run": each_run(results + batched_runs)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--records", type=int, default=10_000)
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--batched-records", type=int, default=100_000)
-    a = p.parse_args(argv)
-    print(json.dumps(run(a.records, a.runs, batched_records=a.batched_records), indent=2))
-    return 0
+def report(m: dict[str, Any]) -> str:
+    return (f"movies join ({m['records']:,} records, one-record batches): "
+            f"{m['movies_throughput_rps']}/s")
 
+
+BENCH = Bench(
+    "movies_throughput", run, (RPS, BATCHED_RPS), report=report,
+    # the median of 2 (single runs ranged within ~15 %); the batched rates are goals
+    suite=lambda quick, runs: {"records": 3_000 if quick else 10_000, "runs": min(runs, 2),
+                               "batched_records": 20_000 if quick else 100_000})
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCH.main())

@@ -12,7 +12,7 @@ the same producer setting; twice: the producer's default batching, then one-reco
   recommendation), the outputs read as they come by a reader that stamps their arrival (tansu
   under-reports end offsets of batches: done is counted from what is read, not end offsets).
 - Exactness: each one's final answer per recommendation (etj: its highest revision; Quix: its
-  one output) against ``tests.oracle.exact_mood_joins`` (brute force, shares no code).
+  one output) against ``tests.oracle.exact_mood_answer`` (brute force, shares no code).
 
 Quix Streams runs in its own venv (``var/bench/quix-venv``, created on first use with
 ``pip install quixstreams==3.28.*``), so its confluent-kafka and rocksdict never meet etj's pins.
@@ -22,7 +22,6 @@ Quix Streams runs in its own venv (``var/bench/quix-venv``, created on first use
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -33,10 +32,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.kafka_io import OutputWatch, Got, create_topics
+from bench.harness import Bench, Figure
 from bench.throughput import load_inputs, workload
-from bench.workers import (LOCAL_SETTINGS, Names, batched, bench_broker, new_names,
-                           reading_from, start_worker, stats, workdir)
+from bench.workers import bench_broker, new_names, reading_from, start_worker, stats, workdir
+from tests.harness import LOCAL_SETTINGS, Names, batched
+from tests.kafka_io import Got, OutputWatch, create_topics
+from tests.oracle import exact_mood_answer, mood_answer
+
+RATIO = Figure("peer_quix_ratio", "ratio", 1.0,
+               note="etj's rate ÷ Quix Streams', default batching both")
+EXACT_ETJ = Figure("exact_share_etj", goal=1.0, direction="==",
+                   note="final answers equal to the oracle's")
+EXACT_QUIX = Figure("exact_share_quix", note="the same for Quix (no corrections)")
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "var" / "bench" / "quix-venv"
@@ -82,20 +89,8 @@ def quix_python() -> tuple[Path, str]:
     return py, subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def exact_answers(data: list[tuple[str, str, dict]]) -> dict[str, tuple[Any, ...]]:
-    """join id -> the oracle's answer (tests/oracle.py)."""
-    from tests.oracle import Mood, Recommendation, exact_mood_joins
-
-    moods = [Mood(v["name"], v["mood"], v["event_time"]) for k, _, v in data if k == "mood"]
-    recs = [Recommendation(v["consultant"], v["recommendation"], v["event_time"], v.get("id"))
-            for k, _, v in data if k == "event"]
-    return exact_mood_joins(moods, recs)
-
-
 def exact_share(outputs: list[Got], exact: dict[str, tuple[Any, ...]]) -> float:
     """Share of recommendations whose final output (highest revision) is the oracle's."""
-    from tests.oracle import mood_answer
-
     final: dict[str, dict[str, Any]] = {}
     for o in outputs:
         r = o.json()
@@ -180,7 +175,7 @@ def run(records: int = 30_000, consultants: int = 100, seed: int = 1, partitions
     """Both engines under each producer setting, one broker, one backlog."""
     py, version = quix_python()
     data = workload(records, consultants, seed)
-    exact = exact_answers(data)
+    exact = exact_mood_answer(data)
     recs = len(exact)
     per: dict[str, dict[str, Any]] = {}
     with bench_broker() as broker, workdir() as folder:
@@ -210,16 +205,19 @@ def run(records: int = 30_000, consultants: int = 100, seed: int = 1, partitions
             "per_setting": per, "differences": DIFFERENCES}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--records", type=int, default=30_000)
-    p.add_argument("--consultants", type=int, default=100)
-    p.add_argument("--settings", default=",".join(SETTINGS))
-    a = p.parse_args(argv)
-    print(json.dumps(run(a.records, a.consultants,
-                         settings=tuple(a.settings.split(","))), indent=2))
-    return 0
+def report(pq: dict[str, Any]) -> str:
+    each = "; ".join(f"{k}: etj {v['etj_rps']}/s, quix {v['quix_rps']}/s, ratio {v['ratio']}"
+                     for k, v in pq["per_setting"].items())
+    return (f"peer quix ({pq['records']:,} records, quixstreams {pq['quixstreams']}; "
+            f"peer_quix_ratio under {pq['ratio_setting']} batching): {each}; exact share etj "
+            f"{pq['exact_share_etj']}, quix {pq['exact_share_quix']}")
 
+
+BENCH = Bench(
+    "peer_quix", run, (RATIO, EXACT_ETJ, EXACT_QUIX), report=report,
+    # one broker, one backlog, etj then Quix with the producer's default batching (the
+    # ratio's setting; python -m bench.peer_quix also runs both with one-record batches)
+    suite=lambda quick, runs: {"records": 5_000 if quick else 30_000, "settings": ("default",)})
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCH.main())

@@ -20,28 +20,19 @@ import asyncio
 import collections
 import json
 import re
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.throughput import load_inputs, workload
-from bench.workers import (batched, bench_broker, new_names, records_in, start_worker,
-                           workdir)
+from bench.workers import bench_broker, new_names, records_in, start_worker, workdir
+from tests.harness import batched, pyspy
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: ["--nonblocking"] samples without pausing the worker (faster, but some stacks come out cut);
 #: empty: py-spy pauses it for each sample (slower, whole stacks)
 NONBLOCKING: list[str] = []
-
-
-def pyspy() -> str:
-    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(exe).exists():
-        raise RuntimeError("py-spy is not installed (pip install py-spy)")
-    return exe
 
 
 def record(pid: int, seconds: float, raw: Path) -> None:
@@ -132,7 +123,7 @@ def profile_recovery(keys: int = 300_000, seconds: float = 15.0,
                      tag: str = "recovery") -> dict[str, Any]:
     """py-spy on a worker that replays a ``keys``-key mood-history changelog (bench.recovery's)
     from its start: where recovery spends its time."""
-    from bench.kafka_io import create_topics, produce_bulk
+    from tests.kafka_io import create_topics, produce_bulk
     from bench.recovery import TABLE, changelog_records
 
     RESULTS.mkdir(parents=True, exist_ok=True)

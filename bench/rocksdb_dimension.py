@@ -19,14 +19,14 @@ cost in Faust's RocksDB store (``ETJ_STORE_URL=rocksdb://``):
 
 Figures per million are extrapolated linearly from the sizes measured (printed as such). Nothing
 here asserts a timing; ``measure()`` returns the figures.
+
+``python -m bench.rocksdb_dimension [--movies N] [--e2e-movies N]`` (not part of ``make bench``).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
 import random
 import shutil
 import sys
@@ -36,12 +36,16 @@ from pathlib import Path
 from typing import Any
 
 import rocksdict
-from aiokafka.partitioner import DefaultPartitioner
 from faust.stores.rocksdb import RocksDBOptions
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness import Bench  # noqa: E402  (after the path)
+from tests.kafka_io import partition_of  # noqa: E402
 
 PARTITIONS = 4
 T0 = 1_790_000_000_000
-_partitioner = DefaultPartitioner()
 
 
 _WORDS = ["".join(random.Random(w).choices("abcdefghijklmnopqrstuvwxyz", k=3 + w % 7))
@@ -62,11 +66,6 @@ def movie_row(i: int) -> tuple[str, bytes, bytes]:
     key = json.dumps(movie_id).encode()  # the table's JSON key serializer
     value = json.dumps([[T0 - (i % 10_000) * 86_400_000, title]]).encode()
     return movie_id, key, value
-
-
-def partition_of(movie_id: str) -> int:
-    parts = list(range(PARTITIONS))
-    return int(_partitioner(movie_id.encode(), parts, parts))
 
 
 def rss_bytes() -> int:
@@ -110,7 +109,7 @@ def measure_store(movies: int, folder: Path, batch: int = 1000, reads: int = 20_
     start = time.perf_counter()
     for i in range(movies):
         movie_id, key, value = movie_row(i)
-        batches[partition_of(movie_id)].put(key, value)
+        batches[partition_of(movie_id.encode(), PARTITIONS)].put(key, value)
         pending += 1
         if pending == batch:  # a recovery buffer's worth: one write per partition
             for p, wb in enumerate(batches):
@@ -140,7 +139,7 @@ def measure_store(movies: int, folder: Path, batch: int = 1000, reads: int = 20_
     found = 0
     for _ in range(reads):
         movie_id, key, _ = movie_row(rng.randrange(movies))
-        found += dbs[partition_of(movie_id)].get(key) is not None
+        found += dbs[partition_of(movie_id.encode(), PARTITIONS)].get(key) is not None
     read_s = time.perf_counter() - start
     mem_read = rocksdb_memory(dbs)
     rss_read = rss_bytes()
@@ -297,21 +296,7 @@ def report(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--movies", type=int, default=1_000_000,
-                        help="rows for the store part (1,000,000: ~30 s on 2 busy cores)")
-    parser.add_argument("--e2e-movies", type=int, default=20_000,
-                        help="movies for the end-to-end part (0: skip it)")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
-    args = parser.parse_args(argv)
-    os.environ.setdefault("ETJ_PRODUCER_MAX_BATCH_SIZE", "1")
-    figures = measure(args.movies, args.e2e_movies)
-    print(report(figures))
-    if args.json:
-        print(json.dumps(figures, indent=2))
-
+BENCH = Bench("rocksdb_dimension", measure, report=report)
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    main()
+    raise SystemExit(BENCH.main())

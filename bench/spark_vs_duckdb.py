@@ -25,13 +25,12 @@ The Spark session is sized for the machine (:func:`bench_conf`): all cores, the 
 half the memory (local mode: the driver is the executor), shuffle partitions a few per core
 (adaptive execution coalesces the small ones), no UI.
 
-``python -m bench.spark_vs_duckdb`` prints the figures; :func:`run` returns them for
-``python -m bench``. Needs the ``batch`` and ``bench`` extras.
+``python -m bench.spark_vs_duckdb [--methods window,asof-join] [--scale 10] [--runs 3]``
+prints the figures. Needs the ``batch`` and ``bench`` extras.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -44,8 +43,13 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-GOAL_RATIO = 2.0
-GOAL_SCALING = 12.0
+from bench.harness import Bench, Figure  # noqa: E402  (after the path)
+
+RATIO = Figure("spark_vs_duckdb_ratio", "ratio", 2, "<=",
+               note="Spark ÷ DuckDB, the as-of join on 2M x 200k")
+SCALING = Figure("spark_scaling_ratio", "scaling_ratio", 12, "<=",
+                 note="Spark on 10x the data ÷ on 1x (linear: 10)")
+METHOD = Figure("spark_method", "method", note="the fastest as-of method timed")
 RUNS = 3  # timed runs per engine after a warm-up; the best one counts
 #: what ``make bench`` times: "window" was the fastest in every full run (4.6 s against
 #: "asof-join"'s 9.1 s at 2M x 200k, 2026-11-25); timing both took ~45 s more
@@ -239,11 +243,11 @@ def time_duckdb(moods_path: str, recs_path: str, runs: int = RUNS,
 
 
 def run(recommendations: int = 2_000_000, moods: int = 200_000, consultants: int = 1_000,
-        seed: int = 1, scale: int = 10, methods: tuple[str, ...] | None = None,
+        seed: int = 1, scale: int = 10, methods: tuple[str, ...] = (),
         runs: int = RUNS, large_duckdb: bool = True) -> dict[str, Any]:
     """Both engines on the same data, then Spark on ``scale`` x the data; figures as a dict.
 
-    ``scale`` 0 or 1: no scaling run. ``methods``: the as-of methods to time (default: all);
+    ``scale`` 0 or 1: no scaling run. ``methods``: the as-of methods to time (none: all);
     the fastest at the base size is reported and used for the scaling run. ``large_duckdb``:
     DuckDB on the large data too (``duckdb_scaling_ratio``, context for Spark's; ~17 s).
     """
@@ -281,7 +285,7 @@ def run(recommendations: int = 2_000_000, moods: int = 200_000, consultants: int
             "spark_s_per_method": {k: round(v, 3) for k, v in per_method.items()},
             "spark_cold_s": round(cold_s, 3), "spark_s": round(spark_s, 3),
             "duckdb_s": round(duck_s, 3), "ratio": round(spark_s / duck_s, 2),
-            "goal_ratio": GOAL_RATIO, "goal_met": spark_s / duck_s <= GOAL_RATIO,
+            "goal_ratio": RATIO.goal, "goal_met": RATIO.met(spark_s / duck_s),
             "spark_conf": {k: v for k, v in timer.conf.items()
                            if k not in ("spark.local.dir", "spark.eventLog.dir")},
             "spark_stages": timer.stage_times(best_label[method]),
@@ -301,8 +305,8 @@ def run(recommendations: int = 2_000_000, moods: int = 200_000, consultants: int
                 "scaling_ratio": round(large_s / spark_s, 2),
                 "duckdb_scaling_ratio": (None if big_duck_s is None
                                          else round(big_duck_s / duck_s, 2)),
-                "goal_scaling": GOAL_SCALING,
-                "scaling_goal_met": large_s / spark_s <= GOAL_SCALING,
+                "goal_scaling": SCALING.goal,
+                "scaling_goal_met": SCALING.met(large_s / spark_s),
                 "large_spark_stages": timer.stage_times("large"),
             })
         return out
@@ -312,42 +316,33 @@ def run(recommendations: int = 2_000_000, moods: int = 200_000, consultants: int
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--recommendations", type=int, default=2_000_000)
-    p.add_argument("--moods", type=int, default=200_000)
-    p.add_argument("--consultants", type=int, default=1_000)
-    p.add_argument("--scale", type=int, default=10, help="the scaling run's factor (0: none)")
-    p.add_argument("--method", action="append", help="as-of method(s) to time (default: all)")
-    p.add_argument("--runs", type=int, default=RUNS)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    a = p.parse_args(argv)
-    r = run(a.recommendations, a.moods, a.consultants, a.seed, a.scale,
-            tuple(a.method) if a.method else None, a.runs)
-    if a.json:
-        print(json.dumps(r))
-        return 0
-    print(f"as-of join, {r['recommendations']:,} recommendations x {r['moods']:,} moods "
-          f"({r['consultants']:,} consultants), {r['joined']:,} joined; same answer in both")
-    for method, s in r["spark_s_per_method"].items():
-        print(f"  PySpark, method {method:<10} {s:7.2f} s warm")
-    print(f"  PySpark cold (JVM start)     {r['spark_cold_s']:7.2f} s")
-    print(f"  DuckDB ASOF JOIN             {r['duckdb_s']:7.2f} s")
-    print(f"  ratio Spark/DuckDB           {r['ratio']:7.2f}  (method {r['method']}; goal <= "
-          f"{GOAL_RATIO:g}: {'met' if r['goal_met'] else 'NOT met'})")
-    print("  stages of the best run (Spark UI):", ", ".join(
-        f"{st['does']} {st['s']} s/{st['tasks']} tasks" for st in r["spark_stages"]))
-    if "scaling_ratio" in r:
-        print(f"  {r['scale']}x the data ({r['large_recommendations']:,} x {r['large_moods']:,}): "
-              f"Spark {r['large_spark_s']:.2f} s, DuckDB {r['large_duckdb_s']:.2f} s")
-        print(f"  scaling Spark                {r['scaling_ratio']:7.2f}  (goal <= "
-              f"{GOAL_SCALING:g}: {'met' if r['scaling_goal_met'] else 'NOT met'}; "
-              f"DuckDB {r['duckdb_scaling_ratio']})")
-        print("  stages of the large run:", ", ".join(
-            f"{st['does']} {st['s']} s/{st['tasks']} tasks" for st in r["large_spark_stages"]))
-    return 0
+def stages(label: str, of: list[dict[str, Any]]) -> str:
+    return f"  {label} (Spark UI): " + ", ".join(f"{st['does']} {st['s']} s/{st['tasks']} tasks"
+                                                  for st in of)
 
+
+def report(r: dict[str, Any]) -> str:
+    line = (f"spark vs duckdb ({r['recommendations']:,} x {r['moods']:,}, {r['joined']:,} joined, "
+            f"the same answer in both): Spark {r['spark_s']} s warm (method {r['method']}; per "
+            f"method {r['spark_s_per_method']}; cold, with the JVM's start, {r['spark_cold_s']} "
+            f"s), DuckDB {r['duckdb_s']} s")
+    if "scale" in r:
+        line += f"; {r['scale']}x the data: Spark {r['large_spark_s']} s" + (
+            f", DuckDB {r['large_duckdb_s']} s" if r.get("large_duckdb_s") is not None else "")
+    lines = [line, stages("stages of the best run", r["spark_stages"])]
+    if "large_spark_stages" in r:
+        lines.append(stages("stages of the large run", r["large_spark_stages"]))
+    return "\n".join(lines)
+
+
+BENCH = Bench(
+    "spark_vs_duckdb", run, (RATIO, SCALING, METHOD), report=report,
+    # 2M x 200k against DuckDB, then 10x the data on Spark (spark_scaling_ratio); the method
+    # that has always been fastest only, and DuckDB not on the large data (its own scaling,
+    # context only: python -m bench.spark_vs_duckdb times every method and both engines)
+    suite=lambda quick, runs: {
+        **({"recommendations": 200_000, "moods": 20_000, "consultants": 100, "runs": 1}
+           if quick else {}), "methods": BENCH_METHODS, "large_duckdb": False})
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(BENCH.main())

@@ -12,18 +12,18 @@ the horizon. Bounded state means a ratio near 1, whatever the history.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from bench.kafka_io import create_topics, jbytes, produce_bulk, read_topics
+from bench.harness import Bench, Figure
 from bench.workers import bench_broker, new_names, start_worker, wait_stats, workdir
+from tests.kafka_io import create_topics, jbytes, produce_bulk, read_topics
 
-GOAL = 1.2
+RATIO = Figure("state_growth_ratio", "ratio", 1.2, "<=",
+               note="state bytes after 10x the events ÷ after 1x, same retention")
 START_MS = 1_790_000_000_000
 
 
@@ -115,17 +115,11 @@ def run(records: int = 1_000, retention_ms: int = 50_000, consultants: int = 100
             "changelog_records_10x": last["changelog_records"],
             "late_records_10x": last["late"], "dead_letters_10x": last["dead_letters"],
             "tables_1x": first["tables"], "tables_10x": last["tables"],
-            "ratio": round(ratio, 3), "goal": GOAL, "goal_met": ratio <= GOAL}
+            "ratio": round(ratio, 3), "goal": RATIO.goal, "goal_met": RATIO.met(ratio)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--records", type=int, default=1_000)
-    p.add_argument("--retention-ms", type=int, default=50_000)
-    a = p.parse_args(argv)
-    print(json.dumps(run(a.records, a.retention_ms), indent=2))
-    return 0
-
+BENCH = Bench("state_growth", run, (RATIO,),
+              suite=lambda quick, runs: {"records": 500 if quick else 1_000})
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCH.main())

@@ -23,22 +23,27 @@ The inputs are loaded with batching (``produce_bulk``) for every run; loading is
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import statistics
 import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from bench.kafka_io import (assign_all, create_topics, jbytes, list_topics, produce_bulk,
+from bench.harness import Bench, Figure, each_run, medians
+from bench.workers import bench_broker, new_names, time_to_last_output, workdir
+from tests.harness import batched
+from tests.kafka_io import (assign_all, create_topics, jbytes, list_topics, produce_bulk,
                             topic_sizes)
-from bench.workers import (batched, bench_broker, new_names, reading_from, time_to_last_output,
-                           workdir)
 
-GOAL = 0.8  # worker ÷ pipe, one-record batches both
-BATCHED_GOAL, BATCHED_GOAL_RPS = 0.5, 40_000  # the same, default batching both
+RATIO = Figure("throughput_ratio", "ratio", 0.8,
+               note="worker ÷ raw pipe, one-record batches both")
+RPS = Figure("throughput_rps", "worker_rate", unit="records/s", note="one-record batches")
+BATCHED_RPS = Figure("throughput_batched_rps", "worker_batched_rate", 40_000, unit="records/s",
+                     note="default batching")
+BATCHED_RATIO = Figure("throughput_batched_ratio", "batched_ratio", 0.5,
+                       note="worker ÷ raw pipe, default batching both")
+SENDS = Figure("sends_per_record", goal=2, direction="<=",
+               note="records the worker wrote ÷ read, one-record batches (at the broker)")
 START_MS = 1_790_000_000_000
 
 
@@ -169,37 +174,40 @@ def run(records: int = 10_000, runs: int = 3, consultants: int = 1_000, seed: in
     """Median figures over ``runs`` runs (each on a fresh broker)."""
     results = [one_run(records, consultants, seed + i, partitions, batched_records)
                for i in range(runs)]
-    med = {k: statistics.median(r[k] for r in results) for k in results[0]
-           if not isinstance(results[0][k], dict)}
+    med = medians(results)
     return {"name": "throughput", "records": records, "batched_records": batched_records,
             "consultants": consultants, "partitions": partitions, "runs": runs,
             "worker_rate": round(med["worker_rate"]), "pipe_rate": round(med["pipe_rate"]),
             "pipe_default_batching_rate": round(med["pipe_default_batching_rate"]),
             "ratio": round(med["ratio"], 3),
-            "goal": GOAL, "goal_met": med["ratio"] >= GOAL,
+            "goal": RATIO.goal, "goal_met": RATIO.met(med["ratio"]),
             # both sides with the producer's default batching (the worker: no
             # ETJ_PRODUCER_MAX_BATCH_SIZE; the pipe: aiokafka's defaults)
             "worker_batched_rate": round(med["worker_batched_rate"]),
             "batched_ratio": round(med["batched_ratio"], 3),
-            "batched_goal": BATCHED_GOAL, "batched_goal_rps": BATCHED_GOAL_RPS,
+            "batched_goal": BATCHED_RATIO.goal, "batched_goal_rps": BATCHED_RPS.goal,
             # from the one-record-batch run (exact end offsets)
             "sends_per_record": round(med["sends_per_record"], 3),
             "sends_by_topic": results[0]["sends_by_topic"],
-            "each_run": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
-                         for r in results]}
+            "each_run": each_run(results)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--records", type=int, default=10_000)
-    p.add_argument("--batched-records", type=int, default=100_000)
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--consultants", type=int, default=1_000)
-    a = p.parse_args(argv)
-    print(json.dumps(run(a.records, a.runs, a.consultants,
-                         batched_records=a.batched_records), indent=2))
-    return 0
+def report(t: dict[str, Any]) -> str:
+    out = (f"throughput, one-record batches both: worker {t['worker_rate']}/s ÷ raw pipe "
+           f"{t['pipe_rate']}/s = {t['ratio']}")
+    if "worker_batched_rate" in t:
+        out += (f"\nthroughput, default batching both: worker {t['worker_batched_rate']}/s ÷ "
+                f"pipe {t['pipe_default_batching_rate']}/s = {t['batched_ratio']}; sends per "
+                f"record {t['sends_per_record']} (one-record run, counted at the broker)")
+    return out
 
+
+BENCH = Bench(
+    "throughput", run, (RATIO, RPS, BATCHED_RPS, BATCHED_RATIO, SENDS), report=report,
+    # one-record batches on 10,000 records; default batching on 100,000 (a worker at tens of
+    # thousands of records a second needs seconds of backlog to be timed)
+    suite=lambda quick, runs: {"records": 3_000 if quick else 10_000, "runs": runs,
+                               "batched_records": 20_000 if quick else 100_000})
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCH.main())

@@ -22,11 +22,8 @@ from typing import Any, Callable, Iterator
 
 from app.local_broker import LocalBroker
 from app.settings import Settings
-from tests.harness import Names, Worker, make_names
-
-__all__ = ["Names", "Worker", "batched", "bench_broker", "machine", "new_names",
-           "reading_from", "start_worker", "stats", "time_to_last_output", "wait_stats",
-           "workdir"]
+from tests.harness import LOCAL_SETTINGS, Names, Worker, make_names
+from tests.kafka_io import read_topics
 
 
 @contextmanager
@@ -55,10 +52,6 @@ def workdir() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-#: settings of the local set-up besides the harness's (batches of one, 1 s revisit ticks):
-#: tansu holds every empty fetch for its full wait, see app.compat.fetch_wait
-LOCAL_SETTINGS = {"consumer_fetch_max_wait_ms": 100}
-
 #: tansu holds the JoinGroup of a group's first member for about half the session timeout
 #: (a bare aiokafka consumer: 10 s -> joined in 5.1 s, 4 s -> 2.1 s, 2 s -> 1.1 s), so with the
 #: worker's default of 10 s every start waits 5 s. A benchmark whose figure leaves start-up out
@@ -70,7 +63,8 @@ DEFAULT_SESSION = {"session_timeout_s": Settings.model_fields["session_timeout_s
 
 
 def new_names(broker: LocalBroker, **overrides: Any) -> Names:
-    """Isolated app id and topic names (+ settings overrides) for one run; a quick group join
+    """Isolated app id and topic names (+ settings overrides) for one run, with the local
+    set-up's settings (:data:`tests.harness.LOCAL_SETTINGS`) and a quick group join
     (:data:`QUICK_JOIN`) unless ``overrides`` say otherwise."""
     return make_names(broker.url, **{**LOCAL_SETTINGS, **QUICK_JOIN, **overrides})
 
@@ -104,15 +98,6 @@ def wait_stats(worker: Worker, predicate: Any, timeout_s: float, every_s: float 
             raise RuntimeError(f"worker exited {worker.proc.returncode}:\n{worker.log()[-3000:]}")
         time.sleep(every_s)
     raise TimeoutError(f"worker stats never satisfied the condition; last: {stats(worker)}")
-
-
-def batched(names: Names) -> Names:
-    """The same names with the producer's default batching (``ETJ_PRODUCER_MAX_BATCH_SIZE``
-    unset): how a worker runs on a real Kafka. Changelog end offsets on tansu are then inexact
-    (recovery is not exact), which a throughput run does not need; ``bench.chaos --batching``
-    adds ``ETJ_END_OFFSETS_BY_FETCH=true``, which makes it exact (app.compat.end_offsets)."""
-    return Names(names.prefix, {k: v for k, v in names.env.items()
-                                if k != "ETJ_PRODUCER_MAX_BATCH_SIZE"})
 
 
 def reading_from(names: Names, source: Names, *fields: str) -> Names:
@@ -190,8 +175,6 @@ def time_to_last_output(names: Names, folder: Path, inputs: list[str], expected:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"workers consumed {every} of {expected} in {timeout_s} s")
             time.sleep(0.05)
-        from bench.kafka_io import read_topics
-
         outs = asyncio.run(read_topics(bootstrap, outputs, until=lambda got: False,
                                        timeout_s=60, idle_s=1.5))
         final = [stats(w) for w in ws]

@@ -11,13 +11,12 @@ Both stores etj supports are measured through Faust's own store classes: ``memor
 the sorted index of :mod:`app.range_scan`) and ``rocksdb://`` (rocksdict, flushed to SST files).
 The zone under test sits in the middle of the key space, with other zones on both sides.
 
-``python bench/zone_fanout.py`` (or ``python -m bench.zone_fanout``) prints the figures;
-:func:`run` returns them for a ``python -m bench`` runner. Goal: ratio <= 1.5 on both stores.
+``python bench/zone_fanout.py [--small N] [--large N] [--zone-size N] [--repeats N]`` (or
+``python -m bench.zone_fanout``) prints the figures. Goal: ratio <= 1.5 on both stores.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import sys
@@ -29,7 +28,10 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-GOAL_RATIO = 1.5
+from bench.harness import Bench, Figure  # noqa: E402  (after the path)
+
+RATIO = Figure("zone_fanout_ratio", "ratio", 1.5, "<=",
+               note="a 100-car zone's update, 1M ÷ 1k cars in other zones (worst store)")
 ZONE = 500_000  # the zone under test; other zones lie below and above it
 PARTITION = 0
 START_MS = 1_790_000_000_000
@@ -146,34 +148,25 @@ def run(small: int = 1_000, large: int = 1_000_000, zone_size: int = 100, per_zo
         "name": "zone_fanout",
         "other_cars": [small, large], "zone_size": zone_size,
         "stores": stores, "ratio": worst,
-        "goal_ratio": GOAL_RATIO, "goal_met": worst <= GOAL_RATIO,
+        "goal_ratio": RATIO.goal, "goal_met": RATIO.met(worst),
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--small", type=int, default=1_000, help="cars in other zones, small case")
-    p.add_argument("--large", type=int, default=1_000_000, help="cars in other zones, large")
-    p.add_argument("--zone-size", type=int, default=100, help="cars in the updated zone")
-    p.add_argument("--repeats", type=int, default=50, help="zone updates per timing round")
-    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    args = p.parse_args(argv)
-    res = run(args.small, args.large, args.zone_size, repeats=args.repeats)
-    if args.json:
-        print(json.dumps(res))
-        return 0
-    print(f"zone update, {res['zone_size']} cars in the zone; cars in other zones: "
-          f"{args.small:,} vs {args.large:,}")
+def report(res: dict[str, Any]) -> str:
+    small, large = res["other_cars"]
+    lines = [f"zone update, {res['zone_size']} cars in the zone; cars in other zones: "
+             f"{small:,} vs {large:,}"]
     for store, r in res["stores"].items():
         small_us, large_us = r["cost_us"].values()
         extra = (f"   (a full-table scan: ratio {r['full_scan_ratio']})"
                  if "full_scan_ratio" in r else "")
-        print(f"  {store:<8} {small_us:>8.1f} us vs {large_us:>8.1f} us   ratio "
-              f"{r['ratio']:.3f}{extra}")
-    print(f"ratio {res['ratio']:.3f} (worst store); goal <= {GOAL_RATIO}: "
-          f"{'met' if res['goal_met'] else 'NOT met'}")
-    return 0
+        lines.append(f"  {store:<8} {small_us:>8.1f} us vs {large_us:>8.1f} us   ratio "
+                     f"{r['ratio']:.3f}{extra}")
+    return "\n".join(lines)
 
+
+BENCH = Bench("zone_fanout", run, (RATIO,), report=report,
+              suite=lambda quick, runs: {"large": 100_000, "repeats": 20} if quick else {})
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(BENCH.main())

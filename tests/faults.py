@@ -17,10 +17,9 @@ from typing import Any, Iterable
 from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.commands.sample_traffic import Record
 from app.consumers.mood_counts import MoodCounts, counts_of_answers, fold
 from tests.harness import Names, Worker, bootstrap, encode, latest_by_id, read_all
-from tests.oracle import Mood, Recommendation, exact_mood_joins, mood_answer
+from tests.oracle import Recommendation, exact_mood_answer, mood_answer
 
 Position = tuple[str, int, int]  # (topic, partition, offset) of an input record
 
@@ -64,16 +63,7 @@ async def send(names: Names, records: Iterable[tuple[str, Any, Any]], pace_s: fl
     return out
 
 
-# --- the exact answer ------------------------------------------------------------------------
-
-def exact_answer(records: Iterable[Record]) -> dict[str, tuple[Any, ...]]:
-    """join id -> answer, from the brute-force oracle over the *valid* input records."""
-    records = list(records)
-    moods = [Mood(v["name"], v["mood"], v["event_time"]) for k, _, v in records if k == "mood"]
-    recs = [Recommendation(v["consultant"], v["recommendation"], v["event_time"], v.get("id"))
-            for k, _, v in records if k == "event"]
-    return exact_mood_joins(moods, recs)
-
+# --- answers (the exact ones: tests.oracle) ---------------------------------------------------
 
 def answers(revisions: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
     """join id -> answer of its latest revision (the consumer rule of the revision log)."""
@@ -336,7 +326,7 @@ async def uncommitted(names: Names, sent: Iterable[Sent], timeout_s: float = 20.
 
 
 async def settle_and_check(names, records, sent, workers, timeout_s=150):
-    expected = exact_answer(records)
+    expected = exact_mood_answer(records)
     revs = await wait_converged(names, expected, timeout_s=timeout_s)
     if answers(revs) != expected:
         print(await diagnose(names, workers))

@@ -82,6 +82,21 @@ def make_names(broker_url: str, **overrides: Any) -> Names:
     return Names(prefix, env)
 
 
+#: what the benchmarks and the chaos run add to these names (``make_names(url,
+#: **LOCAL_SETTINGS)``): tansu holds every empty fetch for its full wait (app.compat.fetch_wait),
+#: so a worker that waits less sees its next record sooner; the tests keep the default
+LOCAL_SETTINGS = {"consumer_fetch_max_wait_ms": 100}
+
+
+def batched(names: Names) -> Names:
+    """The same names with the producer's default batching (``ETJ_PRODUCER_MAX_BATCH_SIZE``
+    unset): how a worker runs on a real Kafka. Changelog end offsets on tansu are then inexact
+    (recovery is not exact), which a throughput run does not need; the chaos run's batching
+    adds ``ETJ_END_OFFSETS_BY_FETCH=true``, which makes it exact (app.compat.end_offsets)."""
+    return Names(names.prefix, {k: v for k, v in names.env.items()
+                                if k != "ETJ_PRODUCER_MAX_BATCH_SIZE"})
+
+
 @dataclass
 class Worker:
     """A ``faust -A app.main worker`` child process."""
@@ -194,6 +209,17 @@ class Worker:
     def wait_exit(self, timeout_s: float = 60.0) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout=timeout_s)
+
+
+def pyspy() -> str:
+    """The py-spy executable (the ``bench`` extra), to look into a running worker: the chaos run
+    dumps a stuck one's stacks, ``bench.profile_worker`` samples a busy one."""
+    import shutil
+
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(exe).exists():
+        raise RuntimeError("py-spy is not installed (pip install py-spy)")
+    return exe
 
 
 def bootstrap(names: Names) -> str:

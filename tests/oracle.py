@@ -20,13 +20,25 @@ The rules (docs: Concepts → event time; Joins):
   (event_time, to_zone_id, fuel_level) and takes that zone's greatest reading by (event_time,
   pollution_level); a consumer keeps, per car, its greatest output by (car_event_time, zone_id,
   fuel_level, then the reading, none below any).
+
+Each join also has its answer over records *as sent* (``(kind, key, wire value)``, the shape of
+``sample-traffic`` and of every broker test): :func:`exact_mood_answer`,
+:func:`exact_car_answer`, :func:`exact_movie_answer`, which the broker tests and the chaos run
+compare the outputs with. They only read the records into the rules above (the movies one
+through the spec's own record parsing: which fields a rating copies is the spec's, the rule is
+this module's).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, Iterable
+
+from app.commands.sample_traffic import Record
+from app.logic.car_join import CarPollution  # the output record's type only
+from tests.harness import latest_by_id
 
 #: what a consumer compares in a mood revision (everything but the bookkeeping fields)
 MOOD_ANSWER_FIELDS = ("id", "consultant", "event_time", "recommendation", "mood",
@@ -106,6 +118,16 @@ def exact_mood_joins(moods: Iterable[Mood], recs: Iterable[Recommendation],
     return out
 
 
+def exact_mood_answer(records: Iterable[Record]) -> dict[str, tuple[Any, ...]]:
+    """The mood join over records as sent (kinds ``mood`` and ``event``, valid ones):
+    :func:`exact_mood_joins`."""
+    records = list(records)
+    moods = [Mood(v["name"], v["mood"], v["event_time"]) for k, _, v in records if k == "mood"]
+    recs = [Recommendation(v["consultant"], v["recommendation"], v["event_time"], v.get("id"))
+            for k, _, v in records if k == "event"]
+    return exact_mood_joins(moods, recs)
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """An event of any spec as :func:`exact_answer` reads it (its join id already chosen)."""
@@ -148,6 +170,44 @@ def exact_answer(rules: Any, versions: Iterable[tuple[str, list[Any]]],
         out[e.id] = (e.id, e.key, e.event_time, tuple(e.payload),
                      None if best is None else tuple(best[1:]), None if best is None else best[0])
     return out
+
+
+# --- the movies join (app/joins/catalog.py: a spec) --------------------------------------------
+
+#: what a consumer compares in a rated-movie revision (everything but the bookkeeping fields)
+MOVIE_ANSWER_FIELDS = ("id", "movie_id", "user_id", "rating", "event_time", "title",
+                       "movie_event_time")
+
+
+def exact_movie_answer(records: Iterable[Record]) -> dict[str, dict[str, Any]]:
+    """The movies join over records as sent (kinds ``movie`` and ``rating``): the wire record
+    it must end on per rating id (latest revision, fields as sent), by :func:`exact_answer`."""
+    from app.joins.catalog import movie_spec
+    from app.joins.spec import resolve
+    from app.records import parse
+    from app.settings import Settings
+
+    spec = resolve(movie_spec(Settings()))
+    versions, events = [], []
+    for kind, key, value in records:
+        raw = json.dumps(value).encode()
+        if kind == "movie":
+            versions.append((key, spec.version_of(parse(spec.dimension.model, key.encode(), raw))))
+        else:
+            events.append(spec.event_of(parse(spec.events.model, key.encode(), raw)))
+    out = {}
+    for jid, (_, key, t, (user, stars), answer, answer_time) in exact_answer(
+            spec.rules, versions, events).items():
+        out[jid] = {"id": jid, "movie_id": key, "user_id": user, "rating": stars,
+                    "event_time": t, "title": answer[0], "movie_event_time": answer_time}
+    return out
+
+
+def movie_answers(revisions: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What a consumer of the rated movies keeps (the latest revision per rating id), in the
+    shape of :func:`exact_movie_answer`."""
+    return {jid: {k: r[k] for k in MOVIE_ANSWER_FIELDS}
+            for jid, r in latest_by_id(revisions).items()}
 
 
 # --- the car join (docs/joins/car-zone.md) ----------------------------------------------------
@@ -197,3 +257,13 @@ def newest_car_outputs(outputs: Iterable[dict[str, Any]]) -> dict[int, tuple[Any
         if o["car_id"] not in best or order(o) >= order(best[o["car_id"]]):
             best[o["car_id"]] = o
     return {car: car_answer(o) for car, o in best.items()}
+
+
+def exact_car_answer(records: Iterable[Record]) -> dict[int, CarPollution]:
+    """The car join over records as sent (kinds ``car`` and ``zone``): car id -> the output a
+    consumer must end on (:func:`exact_car_view`), as the record it reads back."""
+    records = list(records)
+    view = exact_car_view([v for k, _, v in records if k == "car"],
+                          [v for k, _, v in records if k == "zone"])
+    return {car: CarPollution.from_wire(dict(zip(CAR_ANSWER_FIELDS, answer)))
+            for car, answer in view.items()}

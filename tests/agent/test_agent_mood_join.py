@@ -119,7 +119,7 @@ async def test_the_door_dead_letters_a_wrong_partition_and_a_record_from_the_fut
     state nor moves stream time, and what comes after joins as if they had not come."""
     from app import metrics
     from app.faust_app import app
-    from bench.kafka_io import partitions_of
+    from tests.kafka_io import partitions_of
 
     monkeypatch.setattr(app.consumer, "topic_partitions", lambda topic: 4, raising=False)
     [p] = partitions_of([b"ann"], 4)

@@ -15,14 +15,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
 from app.commands.sample_traffic import Record, sample_cars_and_zones
-from app.logic.car_join import (
-    CarArrival,
-    CarPollution,
-    ZoneReading,
-    exact_car_view,
-    newest_per_car,
-)
+from app.logic.car_join import CarPollution, newest_per_car
 from tests.harness import Names, bootstrap, create_topic, encode, make_names, read_all, wait_for
+from tests.oracle import exact_car_answer
 
 START = 1_790_000_000_000
 
@@ -61,14 +56,6 @@ def move(op: str, zone_id: int, car_id: int, to_zone: int, fuel: float, t: int) 
     """A record of the internal moves topic, as the car side would send it."""
     return ("move", str(zone_id), {"op": op, "zone_id": zone_id, "car_id": car_id,
                                    "to_zone_id": to_zone, "fuel_level": fuel, "event_time": t})
-
-
-def exact(records: list[Record]) -> dict[int, CarPollution]:
-    return exact_car_view(
-        [CarArrival(v["car_id"], v["to_zone_id"], v["fuel_level"], v["event_time"])
-         for k, _, v in records if k == "car"],
-        [ZoneReading(v["zone_id"], v["pollution_level"], v["event_time"])
-         for k, _, v in records if k == "zone"])
 
 
 async def outputs_of(names: Names) -> list[CarPollution]:
@@ -143,7 +130,7 @@ async def test_paced_out_of_order_cars_and_zones_converge_on_rocksdb(names, work
     # arrivals of the same car
     records = sample_cars_and_zones(seed=3, count=3000, start_ms=START, cars=200, zones=20,
                                     late_ratio=0.1, late_delay_ms=300_000)
-    expected = exact(records)
+    expected = exact_car_answer(records)
     assert len(expected) == 200
     worker_factory(names, store_url="rocksdb://").wait_ready()
 
@@ -168,7 +155,7 @@ async def test_a_backlog_gives_the_same_car_view_as_the_same_records_live(broker
     The backlog goes through the zone side's event-time flow control (app.agents.durable)."""
     records = sample_cars_and_zones(seed=5, count=1500, start_ms=START, cars=100, zones=10,
                                     late_ratio=0.1, late_delay_ms=300_000)
-    expected = exact(records)
+    expected = exact_car_answer(records)
     backlog, live = make_names(broker.url), make_names(broker.url)
     await send_in_order(backlog, records)
     worker_factory(backlog, name="backlog").wait_ready()
@@ -189,10 +176,11 @@ async def test_restart_recovers_the_memory_range_index_from_the_changelog(names,
                                                                           worker_factory):
     records = sample_cars_and_zones(seed=8, count=900, start_ms=START, cars=120, zones=12,
                                     late_ratio=0.1)
-    expected = exact(records)
+    expected = exact_car_answer(records)
     w = worker_factory(names, name="first", store_url="memory://").wait_ready()
     await send_in_order(names, records[:500], pause_every=50, pause_s=0.1)
-    await wait_for(lambda: converged(names, exact(records[:500])), timeout_s=60, every_s=2)
+    await wait_for(lambda: converged(names, exact_car_answer(records[:500])), timeout_s=60,
+                   every_s=2)
     assert w.stop() == 0
     stopped = time.monotonic()
 
@@ -308,7 +296,7 @@ async def test_malformed_car_records_go_to_dead_letters_and_worker_goes_on(names
     for phrase in ("not valid JSON", "disagrees", "greater than or equal to 0", "valid number",
                    "empty value"):
         assert phrase in reasons
-    expected = exact([car(1, 4, 0.5, 10), zone(4, 3.0, 5)])
+    expected = exact_car_answer([car(1, 4, 0.5, 10), zone(4, 3.0, 5)])
     assert await wait_for(lambda: converged(names, expected), timeout_s=60)
 
 

@@ -10,8 +10,9 @@ backlog loses records to the late topic — which shows the scenario needs it.
 from __future__ import annotations
 
 from app.commands.sample_traffic import sample_moods_and_events
-from tests.faults import answers, diff, exact_answer, fates_of, send, wait_converged
+from tests.faults import answers, diff, fates_of, send, wait_converged
 from tests.harness import make_names, read_all, wait_for
+from tests.oracle import exact_mood_answer
 
 START = 1_790_000_000_000
 
@@ -25,7 +26,7 @@ async def test_a_backlog_of_both_inputs_is_joined_in_event_time_order(broker, wo
     records = backlog()
     await send(names, records)
     worker_factory(names).wait_ready()
-    expected = exact_answer(records)
+    expected = exact_mood_answer(records)
     revs = await wait_converged(names, expected, timeout_s=120)
     assert answers(revs) == expected, diff(answers(revs), expected)
     fates = await fates_of(names)

@@ -6,8 +6,9 @@ import asyncio
 from typing import Any
 
 from app.commands.sample_traffic import Record, sample_moods_and_events
-from tests.faults import answers, diff, exact_answer, revisions_of
+from tests.faults import answers, diff, revisions_of
 from tests.harness import Names, create_topic, latest_by_id, produce, read_all, wait_for
+from tests.oracle import exact_mood_answer
 
 START = 1_790_000_000_000
 
@@ -28,7 +29,7 @@ async def converged(names: Names, expected: dict[str, tuple[Any, ...]]) -> list[
 
 async def test_paced_out_of_order_emits_corrections_and_converges(names, worker_factory):
     records = sample_moods_and_events(seed=7, count=150, start_ms=START, late_ratio=0.3)
-    expected = exact_answer(records)
+    expected = exact_mood_answer(records)
     worker_factory(names).wait_ready()
 
     await send_paced(names, records, pace_s=0.02)
@@ -48,7 +49,7 @@ async def test_paced_out_of_order_emits_corrections_and_converges(names, worker_
 
 async def test_restart_mid_stream_recovers_state_and_converges(names, worker_factory):
     records = sample_moods_and_events(seed=11, count=160, start_ms=START, late_ratio=0.3)
-    expected = exact_answer(records)
+    expected = exact_mood_answer(records)
     w = worker_factory(names, name="first").wait_ready()
     await send_paced(names, records[:80], pace_s=0.02)
     await asyncio.sleep(2)
@@ -69,7 +70,7 @@ async def test_restart_mid_stream_recovers_state_and_converges(names, worker_fac
 async def test_two_workers_share_partitions_and_converge(names, worker_factory):
     records = sample_moods_and_events(seed=5, count=160, start_ms=START, late_ratio=0.3,
                                       consultants=tuple(f"c{i}" for i in range(12)))
-    expected = exact_answer(records)
+    expected = exact_mood_answer(records)
     a = worker_factory(names, name="a").wait_ready()
     b = worker_factory(names, name="b").wait_ready()
     a.wait_ready(count=2, timeout_s=60)  # a rebalanced when b joined

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
-from app.joins.catalog import movie_spec
-from app.joins.spec import resolve
-from tests.oracle import exact_answer
-from app.records import parse
-from app.settings import Settings
-from tests.harness import Names, latest_by_id, produce, read_all, wait_for
+from tests.harness import Names, produce, read_all, wait_for
+from tests.oracle import exact_movie_answer, movie_answers
 
 DAY = 86_400_000
 T = 1_790_000_000_000
-SPEC = resolve(movie_spec(Settings()))
 
 
 def movie(movie_id: str, title: str, t: int) -> tuple[str, str, dict[str, Any]]:
@@ -36,35 +30,13 @@ async def send(names: Names, records: list[tuple[str, str, dict[str, Any]]],
         await asyncio.sleep(pace_s)
 
 
-def exact(records: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """The wire records the join must end on: latest revision per rating id (fields as sent)."""
-    versions, events = [], []
-    for kind, key, value in records:
-        raw = json.dumps(value).encode()
-        if kind == "movie":
-            versions.append((key, SPEC.version_of(parse(SPEC.dimension.model, key.encode(), raw))))
-        else:
-            events.append(SPEC.event_of(parse(SPEC.events.model, key.encode(), raw)))
-    out = {}
-    for jid, (_, key, t, (user, stars), answer, answer_time) in exact_answer(
-            SPEC.rules, versions, events).items():
-        out[jid] = {"id": jid, "movie_id": key, "user_id": user, "rating": stars,
-                    "event_time": t, "title": answer[0], "movie_event_time": answer_time}
-    return out
-
-
-def answers(revisions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    keep = ("id", "movie_id", "user_id", "rating", "event_time", "title", "movie_event_time")
-    return {jid: {k: r[k] for k in keep} for jid, r in latest_by_id(revisions).items()}
-
-
 async def revisions_of(names: Names) -> list[dict[str, Any]]:
     return [v for _, v in await read_all(names, names.rated_movies_topic, idle_s=1.5)]
 
 
 async def converged(names: Names, expected: dict[str, Any]) -> list[dict[str, Any]]:
     revs = await revisions_of(names)
-    return revs if answers(revs) == expected else []
+    return revs if movie_answers(revs) == expected else []
 
 
 async def counters(w: Any, **at_least: int) -> dict[str, Any]:
@@ -91,7 +63,7 @@ async def test_ratings_wait_for_their_movie_are_corrected_windowed_and_counted(n
     # the topics are read independently: see both ratings held before their movies are sent
     assert await wait_for(lambda: counters(w, held=2), timeout_s=60), "ratings not held"
     await send(names, joined[2:])
-    expected = exact(joined)
+    expected = exact_movie_answer(joined)
     assert set(expected) == {"r1", "r2", "r3"}
     revs = await wait_for(lambda: converged(names, expected), timeout_s=90)
     assert revs, f"never converged on {expected}"
@@ -133,6 +105,6 @@ async def test_a_held_rating_survives_a_crash_and_is_released_after_it(names, wo
     records = [rating("h1", "m5", T), rating("h2", "m6", T), movie("m5", "Heat", T - DAY),
                movie("m6", "Ran", T + DAY)]
     await send(names, records[2:])
-    revs = await wait_for(lambda: converged(names, exact(records)), timeout_s=90)
+    revs = await wait_for(lambda: converged(names, exact_movie_answer(records)), timeout_s=90)
     assert revs, "a held rating was lost across the crash"
     assert {(r["id"], r["title"]) for r in revs} == {("h1", "Heat"), ("h2", "Ran")}

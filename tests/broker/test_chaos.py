@@ -1,4 +1,4 @@
-"""The chaos run (bench/chaos.py), short: all three joins under steady out-of-order traffic
+"""The chaos run (tests/chaos/), short: all three joins under steady out-of-order traffic
 while a worker is killed -9, restarted gracefully, joined by a new one, and the broker stops
 answering; at the end every answer is exact, every input record accounted for, revision
 numbers have no gaps, and no worker process grew its memory by more than 30 % beyond what its
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from bench.chaos import MEMORY_BROKER_KINDS, run
+from tests.chaos import MEMORY_BROKER_KINDS, run
 
 
 def test_two_minutes_of_faults_every_join_exact_nothing_lost(tmp_path):

@@ -8,9 +8,10 @@ from typing import Any
 
 from app.commands.sample_traffic import sample_moods_and_events
 from tests.faults import (answers, check_accounting, check_counts, check_revision_log, diff,
-                          exact_answer, fates_of, settled_mood_history, revisions_of, send,
-                          wait_converged, worker_metrics)
+                          fates_of, settled_mood_history, revisions_of, send, wait_converged,
+                          worker_metrics)
 from tests.harness import Worker, wait_for
+from tests.oracle import exact_mood_answer
 
 START = 1_790_000_000_000
 CONSULTANTS = tuple(f"c{i}" for i in range(8))
@@ -36,7 +37,7 @@ async def test_every_record_twice_then_the_whole_batch_again_adds_nothing(names,
                                                                           worker_factory):
     records = sample_moods_and_events(seed=31, count=150, start_ms=START, late_ratio=0.3,
                                       consultants=CONSULTANTS)
-    expected = exact_answer(records)
+    expected = exact_mood_answer(records)
     w = worker_factory(names).wait_ready()
 
     # 1. a producer that retries everything: each record twice in a row

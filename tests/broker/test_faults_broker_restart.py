@@ -23,9 +23,9 @@ import pytest
 from app.commands.sample_traffic import sample_moods_and_events
 from app.local_broker import wait_until_ready
 from tests.faults import (answers, check_accounting, check_counts, check_revision_log, diagnose,
-                          diff, exact_answer, fates_of, send, settled_mood_history,
-                          wait_converged)
+                          diff, fates_of, send, settled_mood_history, wait_converged)
 from tests.harness import S3Broker, make_names
+from tests.oracle import exact_mood_answer
 
 START = 1_790_000_000_000
 CONSULTANTS = tuple(f"c{i}" for i in range(8))
@@ -71,13 +71,13 @@ async def test_broker_restart_mid_stream_worker_reconnects_and_is_exact(durable_
     names = make_names(durable_broker.url)
     records = sample_moods_and_events(seed=41, count=160, start_ms=START, late_ratio=0.3,
                                       consultants=CONSULTANTS)
-    expected = exact_answer(records)
+    expected = exact_mood_answer(records)
     w = worker_factory(names).wait_ready()
 
     # 1. half the traffic, then the broker dies (kill -9) while the worker runs
     sent = await send(names, records[:80], pace_s=0.02)
-    before = answers(await wait_converged(names, exact_answer(records[:80]), timeout_s=90))
-    assert before == exact_answer(records[:80]), diff(before, exact_answer(records[:80]))
+    before = answers(await wait_converged(names, exact_mood_answer(records[:80]), timeout_s=90))
+    assert before == exact_mood_answer(records[:80]), diff(before, exact_mood_answer(records[:80]))
     await asyncio.to_thread(restart, durable_broker)
 
     # 2. what the broker stored survived: the records and revisions sent before the restart

@@ -12,10 +12,10 @@ import asyncio
 import random
 
 from app.commands.sample_traffic import sample_moods_and_events
-from app.logic.car_join import (CarArrival, CarPollution, ZoneReading, exact_car_view,
-                                newest_per_car)
+from app.logic.car_join import CarPollution, newest_per_car
 from tests.faults import diff, fates_of, processed, send, settle_and_check, wait_processed
 from tests.harness import read_all, wait_for
+from tests.oracle import exact_car_answer
 
 START = 1_790_000_000_000
 CONSULTANTS = tuple(f"c{i}" for i in range(12))
@@ -113,11 +113,7 @@ async def car_view(names) -> dict[int, CarPollution]:
 
 async def test_kill_9_mid_stream_then_restart_is_exact_for_the_car_join(names, worker_factory):
     records = cars_and_zones(seed=5, count=200)
-    expected = exact_car_view(
-        [CarArrival(v["car_id"], v["to_zone_id"], v["fuel_level"], v["event_time"])
-         for k, _, v in records if k == "car"],
-        [ZoneReading(v["zone_id"], v["pollution_level"], v["event_time"])
-         for k, _, v in records if k == "zone"])
+    expected = exact_car_answer(records)
     topics = {"car": names.car_arrivals_topic, "zone": names.zones_topic}
     first = worker_factory(names, name="first").wait_ready()
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from app.copartition import fetch_partition_counts
 from app.joins.spec import resolve
-from bench.kafka_io import partitions_of
+from tests.kafka_io import partitions_of
 from tests.docs.pages import README, block
 from tests.faults import worker_metrics
 from tests.harness import (Names, create_topic, latest_by_id, produce, read_all, wait_for)

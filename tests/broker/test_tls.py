@@ -19,8 +19,9 @@ from aiokafka.structs import TopicPartition
 from app.commands.sample_traffic import Record, sample_moods_and_events
 from app.kafka_security import aiokafka_auth
 from app.settings import Settings
-from tests.faults import answers, diff, exact_answer
+from tests.faults import answers, diff
 from tests.harness import Names, encode, make_names
+from tests.oracle import exact_mood_answer
 from tests.tls_proxy import Certs, TlsBroker, make_certs
 
 START = 1_790_000_000_000
@@ -98,7 +99,7 @@ async def test_a_worker_joins_through_tls_with_a_client_certificate_and_is_exact
     auth = client_auth(env)
     assert auth["security_protocol"] == "SSL" and auth["ssl_context"] is not None
     records = sample_moods_and_events(seed=31, count=120, start_ms=START, late_ratio=0.3)
-    expected = exact_answer(records)
+    expected = exact_mood_answer(records)
 
     w = worker_factory(names, name="tls", **env).wait_ready(timeout_s=90)
     await send(names, auth, records)

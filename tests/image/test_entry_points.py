@@ -9,11 +9,11 @@ import asyncio
 import json
 
 from app.snapshots import Snapshots
-from tests.faults import answers, exact_answer, wait_converged
+from tests.faults import answers, wait_converged
 from tests.harness import read_all
 from tests.image.checks import car_view_is_exact, wait_snapshots
 from tests.image.containers import tool_args
-from tests.oracle import mood_answer
+from tests.oracle import exact_mood_answer, mood_answer
 
 COUNT = 160  # records of sample-traffic: moods and recommendations, car arrivals and readings
 
@@ -39,7 +39,7 @@ async def test_sample_traffic_join_latest_and_snapshots_run_from_the_image(
 
     # 2. the worker's answer to it is exact (the oracle over what the topics hold)
     moods = [r for r in sent if r[0] in ("mood", "event")]
-    expected = exact_answer(moods)
+    expected = exact_mood_answer(moods)
     revs = await wait_converged(names, expected)
     assert answers(revs) == expected
     await car_view_is_exact(names, [r for r in sent if r[0] in ("car", "zone")])

@@ -1,5 +1,5 @@
 """app.admission: the door every parsed input record passes (Kafka's partitioner, records from
-the future), checked against an independent murmur2 (bench.kafka_io, numpy) and the CRC32
+the future), checked against an independent murmur2 (tests.kafka_io, numpy) and the CRC32
 partitioner librdkafka producers use by default."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections import namedtuple
 import pytest
 
 from app.admission import check_partition, check_record, door
-from bench.kafka_io import partitions_of
+from tests.kafka_io import partitions_of
 
 Record = namedtuple("Record", "key partition timestamp")
 NOW = 1_800_000_000_000

@@ -1,4 +1,4 @@
-"""bench.kafka_io.partitions_of: Kafka's murmur2 partitioner in numpy gives every key the
+"""tests.kafka_io.partitions_of: Kafka's murmur2 partitioner in numpy gives every key the
 partition aiokafka gives it (the bench loads changelogs into the partitions a worker reads)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from bench.kafka_io import partition_of, partitions_of
+from tests.kafka_io import partition_of, partitions_of
 
 
 @pytest.mark.parametrize("partitions", [1, 4, 7, 12])

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.profile_worker import pyspy
-from tests.harness import Names, Worker
+from tests.harness import Names, Worker, pyspy
 
 
 @dataclass

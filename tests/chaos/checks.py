@@ -1,10 +1,9 @@
 """The chaos run's verdict, once traffic stopped and the workers converged: counted, not
 asserted, so one figure per property comes out of a long run whatever else went wrong.
 
-The exact answers come from the oracles the broker tests use: :mod:`tests.oracle` for the mood
-join (through :func:`tests.faults.exact_answer`), the movies test's ``exact`` (the spec-generic
-oracle over parsed records) and :func:`app.logic.car_join.exact_car_view` (through the car
-test's ``exact``).
+The exact answers come from the oracles the broker tests use, :mod:`tests.oracle`'s answers
+over records as sent: :func:`~tests.oracle.exact_mood_answer`,
+:func:`~tests.oracle.exact_car_answer`, :func:`~tests.oracle.exact_movie_answer`.
 """
 
 from __future__ import annotations
@@ -18,13 +17,12 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from app.logic.car_join import CarPollution, newest_per_car
-from bench.chaos_traffic import RETENTION_MS
-from tests.broker import test_broker_car_join as car_test
-from tests.broker import test_broker_movies as movies_test
-from tests.faults import (Sent, answers, check_counts, check_revision_log, exact_answer,
-                          exact_counts, fates_of, settled_mood_history, uncommitted)
+from tests.chaos.traffic import RETENTION_MS
+from tests.faults import (Sent, answers, check_counts, check_revision_log, exact_counts,
+                          fates_of, settled_mood_history, uncommitted)
 from tests.harness import Names, Worker, bootstrap
-from tests.oracle import Recommendation
+from tests.oracle import (Recommendation, exact_car_answer, exact_mood_answer,
+                          exact_movie_answer, movie_answers)
 
 MOOD_KINDS, CAR_KINDS, MOVIE_KINDS = ("mood", "event"), ("car", "zone"), ("movie", "rating")
 
@@ -34,8 +32,8 @@ def expected(sent: list[Sent]) -> dict[str, Any]:
     def of(kinds: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
         return [(s.kind, s.key, s.value) for s in sent if s.kind in kinds]
 
-    return {"mood": exact_answer(of(MOOD_KINDS)), "car": car_test.exact(of(CAR_KINDS)),
-            "movies": movies_test.exact(of(MOVIE_KINDS))}
+    return {"mood": exact_mood_answer(of(MOOD_KINDS)), "car": exact_car_answer(of(CAR_KINDS)),
+            "movies": exact_movie_answer(of(MOVIE_KINDS))}
 
 
 class Outputs:
@@ -80,7 +78,7 @@ class Outputs:
 def latest(outs: dict[str, Any]) -> dict[str, Any]:
     """What each join's consumer rule keeps."""
     return {"mood": answers(outs["mood"]), "car": newest_per_car(outs["car"]),
-            "movies": movies_test.answers(outs["movies"])}
+            "movies": movie_answers(outs["movies"])}
 
 
 async def wait_converged(names: Names, want: dict[str, Any], timeout_s: float,
@@ -214,7 +212,7 @@ def car_web_view_wrong(workers: list[Worker], want: dict[int, CarPollution],
 
 async def verdict(names: Names, workers: list[Worker], sent: list[Sent],
                   want: dict[str, Any], outs: dict[str, Any]) -> dict[str, Any]:
-    """Every figure of the run's end state (see bench.chaos)."""
+    """Every figure of the run's end state (see tests.chaos)."""
     got = latest(outs)
     missing, wrong, detail = 0, 0, {}
     examples: dict[str, Any] = {}
