@@ -77,7 +77,7 @@ def build_table(store: str, datadir: Path, zone_size: int, other_cars: int,
 
 def zone_update(table: Any, level: float, t: int) -> int:
     """One zone reading, as the zone agent handles it; returns the number of outputs."""
-    from app.agents.car_join import cars_in_zone
+    from app.joins.car_state import cars_in_zone
     from app.logic.car_join import ZoneReading, apply_reading
 
     _, outputs = apply_reading(None, ZoneReading(ZONE, level, t),

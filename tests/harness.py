@@ -83,7 +83,7 @@ def make_names(broker_url: str, **overrides: Any) -> Names:
 
 
 #: what the benchmarks and the chaos run add to these names (``make_names(url,
-#: **LOCAL_SETTINGS)``): tansu holds every empty fetch for its full wait (app.compat.fetch_wait),
+#: **LOCAL_SETTINGS)``): tansu holds every empty fetch for its full wait (app.compat.consumer_thread, the fetch wait),
 #: so a worker that waits less sees its next record sooner; the tests keep the default
 LOCAL_SETTINGS = {"consumer_fetch_max_wait_ms": 100}
 
@@ -92,7 +92,7 @@ def batched(names: Names) -> Names:
     """The same names with the producer's default batching (``ETJ_PRODUCER_MAX_BATCH_SIZE``
     unset): how a worker runs on a real Kafka. Changelog end offsets on tansu are then inexact
     (recovery is not exact), which a throughput run does not need; the chaos run's batching
-    adds ``ETJ_END_OFFSETS_BY_FETCH=true``, which makes it exact (app.compat.end_offsets)."""
+    adds ``ETJ_END_OFFSETS_BY_FETCH=true``, which makes it exact (app.compat.consumer_thread, end offsets by Fetch)."""
     return Names(names.prefix, {k: v for k, v in names.env.items()
                                 if k != "ETJ_PRODUCER_MAX_BATCH_SIZE"})
 

@@ -24,7 +24,7 @@ ratings, out of order and partly late, ``rate`` records/s in all (the full run: 
 
 The workers' producers send one-record batches, as the bundled broker needed for exact
 recovery; with ``batching`` they use the producer's default batching, as on a real Kafka,
-and ``ETJ_END_OFFSETS_BY_FETCH=true`` (:mod:`app.compat.end_offsets`) keeps recovery exact.
+and ``ETJ_END_OFFSETS_BY_FETCH=true`` (:meth:`app.compat.consumer_thread.EtjConsumerThread._highwaters`) keeps recovery exact.
 
 Worker faults hit the slots in turn, last first. A worker that exits unasked is started again
 (``unasked_exits``), as its supervisor would. Then traffic stops, the workers converge, and
