@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from app import generated_files
 from app.joins.catalog import load_specs
 from app.joins.spec import JoinSpec, resolve_all
 from app.settings import Settings
@@ -214,23 +215,13 @@ def page() -> str:
             + _table(own))
 
 
-def stale() -> bool:
-    return not PAGE.exists() or PAGE.read_text(encoding="utf-8") != page()
-
-
 def main(argv: list[str]) -> int:
     if "--print" in argv:
         s = Settings()
         print(tables(s, load_specs(s)).lstrip("\n"))
         return 0
-    if "--check" in argv:
-        if stale():
-            print(f"stale: {PAGE.relative_to(ROOT)} (run `python -m app.topics_doc`)")
-            return 1
-        return 0
-    PAGE.write_text(page(), encoding="utf-8")
-    print(f"wrote {PAGE.relative_to(ROOT)}")
-    return 0
+    return generated_files.write_or_check(argv, lambda: {PAGE: page()},
+                                          "python -m app.topics_doc")
 
 
 if __name__ == "__main__":

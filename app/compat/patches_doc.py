@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app import generated_files
 from app.compat import upstream
 from app.compat.upstream import Patch, parse_doc
 
@@ -260,21 +261,11 @@ def generated() -> dict[Path, str]:
 
 def stale() -> list[Path]:
     """The generated files whose content differs from what the code gives."""
-    return [path for path, text in generated().items()
-            if not path.exists() or path.read_text(encoding="utf-8") != text]
+    return generated_files.stale(generated())
 
 
 def main(argv: list[str]) -> int:
-    if "--check" in argv:
-        old = stale()
-        for path in old:
-            print(f"stale: {path.relative_to(ROOT)} (run `python -m app.compat.patches_doc`)")
-        return 1 if old else 0
-    for path, text in generated().items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        print(f"wrote {path.relative_to(ROOT)}")
-    return 0
+    return generated_files.write_or_check(argv, generated, "python -m app.compat.patches_doc")
 
 
 if __name__ == "__main__":
