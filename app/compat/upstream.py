@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, TypeVar
 
 __all__ = ["replaces", "registry", "upstream_source", "upstream_hash", "changed", "Change",
-           "Patch", "parse_doc", "doc_problems", "unregistered", "load"]
+           "Patch", "parse_doc", "doc_problems", "unregistered", "load", "imported_upstream_names"]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the packages whose code the patches replace (top-level import names)
@@ -410,7 +410,9 @@ def patch_objects(patches: list[Patch] | None = None) -> dict[str, Any]:
 
 # -- what replaces upstream code but is not registered ---------------------------------------
 
-def _imported_upstream_names(tree: ast.Module) -> set[str]:
+def imported_upstream_names(tree: ast.Module) -> set[str]:
+    """Names a module binds to something imported from faust, aiokafka or mode (what an
+    assignment onto such a name would patch)."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in UPSTREAM \
@@ -480,7 +482,7 @@ def unregistered(exempt: dict[str, str] | None = None) -> list[str]:
             continue
         path = Path(module.__file__ or "")
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        imported = _imported_upstream_names(tree)
+        imported = imported_upstream_names(tree)
         functions = {n.name for n in tree.body
                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         where = f"app/compat/{path.name}"

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from app.compat import versions
+from app.compat.upstream import imported_upstream_names
 from app.compat.versions import TESTED, UntestedVersion, check_versions
 
 APP = Path(__file__).resolve().parents[2] / "app"
-THIRD_PARTY = ("faust", "aiokafka", "mode")
 
 
 def test_the_installed_versions_are_the_tested_ones():
@@ -52,25 +52,13 @@ def test_pyproject_pins_exactly_the_tested_versions():
         assert f'"{dist}{spec}"' in pyproject, f"pyproject.toml must pin {dist}{spec}"
 
 
-def _third_party_names(tree: ast.Module) -> set[str]:
-    """Names a module binds to something imported from Faust, aiokafka or mode."""
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in THIRD_PARTY:
-            names |= {a.asname or a.name for a in node.names}
-        elif isinstance(node, ast.Import):
-            names |= {(a.asname or a.name).split(".")[0] for a in node.names
-                      if a.name.split(".")[0] in THIRD_PARTY}
-    return names
-
-
 def test_only_app_compat_assigns_to_faust_or_aiokafka_attributes():
     offenders = []
     for path in sorted(APP.rglob("*.py")):
         if "compat" in path.relative_to(APP).parts:
             continue
         tree = ast.parse(path.read_text(), str(path))
-        imported = _third_party_names(tree)
+        imported = imported_upstream_names(tree)
         for node in ast.walk(tree):
             targets = (node.targets if isinstance(node, ast.Assign)
                        else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign))
@@ -87,7 +75,7 @@ def test_only_app_compat_assigns_to_faust_or_aiokafka_attributes():
 
 def test_the_check_catches_a_patch_outside_compat(tmp_path):
     tree = ast.parse("from faust.topics import Topic\nTopic.send = None\n")
-    assert "Topic" in _third_party_names(tree)
+    assert "Topic" in imported_upstream_names(tree)
 
 
 def _package_imports() -> dict[str, set[str]]:
