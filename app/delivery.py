@@ -14,8 +14,8 @@ Except for a poison pill: an OUTPUT record (a revision, a car move, a late recor
 broker refuses for a reason that will not change — over the producer's ``max_request_size``
 (``MessageSizeTooLargeError``, raised by ``send`` itself), over the topic's
 ``max.message.bytes`` (the same class, on the future), a batch over the segment size, a record
-that fails the broker's validation (``INVALID_RECORD``: :class:`app.compat.producer.InvalidRecordError`)
-or its checksum. Fail-stop would meet the same refusal after every restart, forever.
+that fails the broker's validation (``INVALID_RECORD``:
+:class:`app.compat.producer.InvalidRecordError`) or its checksum. Fail-stop would meet the same refusal after every restart, forever.
 :func:`send_direct` with ``refusable=True`` hands such a refusal to its caller instead
 (:func:`refused_for_good`): the durable loop confirms it by sending the record alone
 (:func:`send_alone`: a refusal of a whole producer batch must not condemn the other records in

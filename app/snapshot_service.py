@@ -233,8 +233,9 @@ class SnapshotService:
         for table in _rocksdb_tables(app):
             store = table.data
             topics = table.changelog_topic.topics
+            opened = open_partitions(store)
             for tp in assigned:
-                if (tp.topic in topics and tp in actives and tp.partition not in open_partitions(store)
+                if (tp.topic in topics and tp in actives and tp.partition not in opened
                         and not Path(store.partition_path(tp.partition)).exists()):
                     todo.append((table, tp))
         if not todo:

@@ -4,8 +4,8 @@
 Why: found by the kill -9 and restart tests. Around a rebalance the consumer can read past
 records it never hands over (a fetch cut by a generation change, a partition seeked
 meanwhile), and Faust's recovery can leave a partition paused. The hand-over refuses a batch
-that does not follow the last one (:meth:`app.compat.consumer.EtjConsumer._follows`), and the commit never passes an
-offset that was not handled; this guard covers what neither sees: the *last* records of a
+that does not follow the last one (:meth:`app.compat.consumer.EtjConsumer._follows`), and the
+commit never passes an offset that was not handled; this guard covers what neither sees: the *last* records of a
 partition read past with nothing after them to show the hole, and a partition left paused.
 
 Every ``ETJ_STALL_CHECK_S``, per assigned input partition, seen twice in a row:

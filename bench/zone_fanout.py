@@ -1,10 +1,10 @@
 """Zone-update cost with 1,000 vs 1,000,000 cars in *other* zones (same zone size).
 
 What a zone reading costs the zone side of the car join: the range scan of the zone's
-(zone_id, car_id) keys (:func:`app.agents.car_join.cars_in_zone`, the agent's own code), the
-join of every car with the reading (:func:`app.logic.car_join.apply_reading`) and the JSON of
-each output. Kafka I/O is left out: it is the same per output in both cases. A range scan costs
-O(log n + k), so the ratio stays near 1; a full-table scan would cost O(n) and the ratio would
+(zone_id, car_id) keys (:func:`app.joins.car_state.cars_in_zone`, what the agent reads
+through), the join of every car with the reading (:func:`app.logic.car_join.apply_reading`) and
+the JSON of each output. Kafka I/O is left out: it is the same per output in both cases. A
+range scan costs O(log n + k), so the ratio stays near 1; a full-table scan would cost O(n) and the ratio would
 be ~1,000 (the memory store's full-scan figure is printed for contrast).
 
 Both stores etj supports are measured through Faust's own store classes: ``memory://`` (with

@@ -43,7 +43,6 @@ from app.agents.durable import DurableLoop, Out, agent_body, dead_letter
 from app.compat.stores import StoreIO
 from app.faust_app import app, settings
 from app.joins.car_state import CarPositions, ZoneCars, ZonePollution
-from app.joins.car_state import cars_in_zone as cars_in_zone  # bench/zone_fanout.py times it
 from app.logic.car_join import (
     CarArrival,
     CarPollution,

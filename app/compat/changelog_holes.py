@@ -32,8 +32,8 @@ Upstream: faust-streaming 0.15.3 (``Recovery._slurp_changelogs``, ``Consumer.get
 Tests: tests/unit/test_changelog_holes.py (the rule), tests/unit/test_batch_restore.py (the
 recovery loop refuses a record after a hole and applies the re-read); the 2-minute chaos test.
 Remove when Faust's consumer hands every fetched record to recovery, or seeks back what it drops
-(:mod:`app.compat.consumer_thread` removes the drop found here; a partition paused between aiokafka's
-hand-over and Faust's can still lose records).
+(:mod:`app.compat.consumer_thread` removes the drop found here; a partition paused between
+aiokafka's hand-over and Faust's can still lose records).
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ log = logging.getLogger(__name__)
 def follows(tp: Any, expected: int | None, first: int) -> bool:
     """Does a batch of ``tp`` starting at ``first`` follow a hand-over that ended at
     ``expected`` (None: nothing to follow)? It does when it starts there or before (a part read
-    again after a seek back), or after offsets the log does not hold (:mod:`app.compat.log_gaps`)."""
+    again after a seek back), or after offsets the log does not hold
+    (:mod:`app.compat.log_gaps`)."""
     if expected is None or first <= expected:
         return True
     absent = log_gaps.skipped_within(tp, expected, first)
@@ -118,7 +119,8 @@ class EtjConsumer(aiokafka_driver.Consumer):
         super().__init__(*args, **kwargs)
 
     def _new_consumer_thread(self) -> EtjConsumerThread:
-        """Faust's hook for a driver's consumer thread: etj's (:mod:`app.compat.consumer_thread`)."""
+        """Faust's hook for a driver's consumer thread: etj's
+        (:mod:`app.compat.consumer_thread`)."""
         return EtjConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     # --- routing ---------------------------------------------------------------------------

@@ -93,7 +93,8 @@ async def fetched_ends(client: Any, listed: Mapping[Any, int]) -> dict[Any, int]
 class EtjConsumerThread(AIOKafkaConsumerThread):
     """Faust's consumer thread with etj's four changes (module doc)."""
 
-    @replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._create_worker_consumer", "c179c0bdb975")
+    @replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._create_worker_consumer",
+              "c179c0bdb975")
     def _create_worker_consumer(self, transport: Any) -> Any:
         """How long the worker's consumer lets the broker hold a fetch is a setting
         (``ETJ_CONSUMER_FETCH_MAX_WAIT_MS``).
@@ -119,7 +120,8 @@ class EtjConsumerThread(AIOKafkaConsumerThread):
             consumer._fetch_max_wait_ms = wait_ms  # read by the fetcher created in start()
         return consumer
 
-    @replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._fetch_records", "9e7369fc572d")
+    @replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._fetch_records",
+              "9e7369fc572d")
     async def _fetch_records(self, consumer: Any, active_partitions: Any,
                              timeout: float | None = None,
                              max_records: int | None = None) -> Any:
@@ -154,7 +156,8 @@ class EtjConsumerThread(AIOKafkaConsumerThread):
         return await AIOKafkaConsumerThread._fetch_records(
             self, consumer, active_partitions, timeout=timeout, max_records=max_records)
 
-    @replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._highwaters", "829699ec62b7")
+    @replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._highwaters",
+              "829699ec62b7")
     async def _highwaters(self, partitions: Any) -> Mapping[Any, int]:
         """End offsets from a Fetch as well as ListOffsets (``ETJ_END_OFFSETS_BY_FETCH``).
 
@@ -185,7 +188,8 @@ class EtjConsumerThread(AIOKafkaConsumerThread):
             return listed
         return await fetched_ends(self._ensure_consumer()._client, listed)
 
-    @replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread.seek_to_committed", "43907fc11636")
+    @replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread.seek_to_committed",
+              "43907fc11636")
     async def seek_to_committed(self) -> dict[Any, Any]:
         """A partition with no committed offset is read from its start, not from wherever its
         fetch position was.

@@ -19,7 +19,6 @@ import inspect
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 from app import generated_files
 from app.compat import upstream

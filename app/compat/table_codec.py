@@ -3,8 +3,8 @@ Faust's serializer registry (what it fixes: :class:`TableSchema`).
 
 Here: etj's tables hold plain JSON (the row layouts of :mod:`app.joins.state` and
 :mod:`app.joins.car_state`) under JSON or raw-byte keys, never a Faust model, so
-:class:`TableSchema` decodes a ``json`` key or value with ``orjson.loads`` and passes a ``raw`` one through; anything else (a model type, another codec)
-goes to Faust as before. A row that does not parse raises Faust's own ``KeyDecodeError`` /
+:class:`TableSchema` decodes a ``json`` key or value with ``orjson.loads`` and passes a ``raw``
+one through; anything else (a model type, another codec) goes to Faust as before. A row that does not parse raises Faust's own ``KeyDecodeError`` /
 ``ValueDecodeError``, as before. Writing is unchanged (Faust's ``json`` codec is orjson too).
 A RocksDB store (``ETJ_STORE_URL=rocksdb://``) writes a changelog record's bytes as they are
 (``Store.apply_changelog_batch`` puts ``message.key`` / ``message.value`` and ignores the decoded

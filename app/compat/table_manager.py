@@ -10,7 +10,6 @@ Faust's extension point for it, so upstream's class is left as it is.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from faust.tables.manager import TableManager
 from faust.types import TP
