@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from app.batch_send import partition_for
+from app.partitioner import partition_for
 from app.logic.future import from_the_future, kafka_timestamp, refusal_reason
 
 __all__ = ["check_partition", "check_record", "door", "wrong_partition_reason"]

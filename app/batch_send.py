@@ -35,11 +35,9 @@ from murmurhash2 import murmurhash2
 
 from app import delivery
 from app.compat.producer import aiokafka_producer, request_limits, topic_partitions
+from app.partitioner import SEED
 
-__all__ = ["Sent", "partition_for", "send_records"]
-
-#: Kafka's murmur2 seed (the Java client's, aiokafka's)
-_SEED = 0x9747B28C
+__all__ = ["Sent", "send_records"]
 
 #: (topic, partition or None for the key's, key, value) of one record to produce
 Record = tuple[str, "int | None", "bytes | None", "bytes | None"]
@@ -51,11 +49,6 @@ Record = tuple[str, "int | None", "bytes | None", "bytes | None"]
 #: librdkafka's default batch is 1 MB; this stays under the broker's default
 #: ``message.max.bytes`` (1 MB) with room for the batch header.
 BATCH_BYTES = 512 * 1024
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner gives ``key`` in a topic of ``partitions``."""
-    return (murmurhash2(key, _SEED) & 0x7FFFFFFF) % partitions
 
 
 @dataclass(slots=True)
@@ -109,7 +102,7 @@ async def send_records(app: Any, records: Sequence[Record], *, refusable: bool =
             n = counts.get(topic)
             if n is None:
                 n = counts[topic] = await _partitions(producer, topic)
-            partition = (murmurhash2(key, _SEED) & 0x7FFFFFFF) % n if key is not None \
+            partition = (murmurhash2(key, SEED) & 0x7FFFFFFF) % n if key is not None \
                 else random.randrange(n)
         size = (0 if key is None else len(key)) + (0 if value is None else len(value))
         if size > max_request:

@@ -52,13 +52,16 @@ from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 
 from app.compat.stores import open_partitions
-from app.snapshots import Manifest, SnapshotError, Snapshots, fingerprint, read_offset, refusal
+from app.snapshots import (BootstrapMarker, Manifest, SnapshotError, Snapshots, fingerprint,
+                           read_offset, refusal)
 
 __all__ = ["SnapshotService", "install", "restoring", "service_of", "table_fingerprint"]
 
 log = logging.getLogger(__name__)
 
 WORKDIR = ".etj-snapshots"  # under Faust's tabledir: same filesystem, so checkpoints hard-link
+BOOTSTRAP_POLL_S = 2.0  # how often a worker looks whether a bootstrap job it waits for is done
+BOOTSTRAP_SAY_S = 30.0  # how often it says it still waits
 
 #: id(app) -> its snapshot service
 _services: dict[int, "SnapshotService"] = {}
@@ -225,22 +228,60 @@ class SnapshotService:
             log.warning("snapshot %s of %s not used: %s", m.id, where, reason)
         log.warning("no usable snapshot of %s: full replay of its changelog", where)
 
+    async def _wait_for_bootstrap(self, tables: list[Any]) -> None:
+        """A table a bootstrap job (``python -m app.batch bootstrap``) is building, or left half
+        built, is not read until the job is done: its snapshots are not all there and its
+        changelog is still being written (:class:`app.snapshots.BootstrapMarker`)."""
+        loop = asyncio.get_running_loop()
+        for table in tables:
+            topic = table.changelog_topic.get_topic_name()
+            began, said = time.monotonic(), 0.0
+            while True:
+                try:
+                    marker = await loop.run_in_executor(None, self.snapshots.bootstrap, topic)
+                    why = None if marker is None or marker.state == "done" else (
+                        f"bootstrap job {marker.job} {marker.state}"
+                        + (f" ({marker.error})" if marker.error else ""))
+                except Exception as exc:  # an unreachable store: wait for it, say so
+                    why = f"its bootstrap marker is unreadable ({exc!r})"
+                if why is None:
+                    break
+                now = time.monotonic()
+                if not said or now - said >= BOOTSTRAP_SAY_S:
+                    said = now
+                    log.warning("table %s: %s; waited %.0f s, waiting until it is done before "
+                                "reading the table (a failed job: run it again, "
+                                "docs/operating/bootstrap.md)", topic, why, now - began)
+                await asyncio.sleep(BOOTSTRAP_POLL_S)
+            if said:
+                log.info("table %s: its bootstrap is done (waited %.0f s)", topic,
+                         time.monotonic() - began)
+
     async def restore(self, assigned: Iterable[TP]) -> None:
-        """Install snapshots of the assigned active partitions this worker has no state for."""
+        """Install snapshots of the assigned active partitions this worker has no state for;
+        first wait for any bootstrap job building one of the assigned tables."""
         app = self.app
         actives = app.assignor.assigned_actives()
-        todo = []
+        assigned = list(assigned)
+        todo, touched = [], []
         for table in _rocksdb_tables(app):
             store = table.data
             topics = table.changelog_topic.topics
             opened = open_partitions(store)
+            if any(tp.topic in topics for tp in assigned):
+                touched.append(table)
             for tp in assigned:
                 if (tp.topic in topics and tp in actives and tp.partition not in opened
                         and not Path(store.partition_path(tp.partition)).exists()):
                     todo.append((table, tp))
+        global _restoring
+        _restoring += 1
+        try:
+            await self._wait_for_bootstrap(touched)
+        finally:
+            _restoring -= 1
         if not todo:
             return
-        global _restoring
         _restoring += 1
         try:
             tps = [tp for _, tp in todo]

@@ -13,6 +13,8 @@ Layout in the store (``ETJ_SNAPSHOT_URL``, ``file:///path`` or ``s3://bucket/pre
     <changelog topic>/<partition>/<offset, 20 digits>-<created ms>/manifest.json
     <changelog topic>/<partition>/<offset, 20 digits>-<created ms>/<checkpoint files>
 
+    <changelog topic>/bootstrap.json            (a table built by ``app.batch bootstrap``)
+
 Snapshot ids sort by offset. The manifest is written last, so a snapshot without one (an
 upload cut short) is never listed, and is deleted by the next prune. The manifest says the
 table, partition, offset, a fingerprint of the table's layout, the creation time and every
@@ -32,8 +34,8 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol
 from urllib.parse import urlparse
 
-__all__ = ["FORMAT", "Manifest", "SnapshotError", "Snapshots", "fingerprint", "open_store",
-           "refusal"]
+__all__ = ["FORMAT", "BootstrapMarker", "Manifest", "SnapshotError", "Snapshots", "fingerprint",
+           "open_store", "refusal"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,10 @@ MANIFEST = "manifest.json"
 
 class SnapshotError(Exception):
     """A snapshot that cannot be used: missing, unreadable, corrupt or of another layout."""
+
+
+class MissingObject(SnapshotError):
+    """The store has no object under the key (as opposed to a store that did not answer)."""
 
 
 def fingerprint(**layout: Any) -> str:
@@ -87,6 +93,38 @@ class Manifest:
         return cls(table=str(d["table"]), partition=int(d["partition"]), offset=int(d["offset"]),
                    fingerprint=str(d["fingerprint"]), created_ms=int(d["created_ms"]),
                    files=dict(d["files"]), format=int(d.get("format", 0)))
+
+
+@dataclass(frozen=True)
+class BootstrapMarker:
+    """A table's first state, built by ``python -m app.batch bootstrap``
+    (:mod:`app.batch.bootstrap`): ``running`` from before its first changelog row is written
+    until every partition's snapshot is uploaded, then ``done``; ``failed`` when the job
+    stopped on an error. A worker installs no snapshot of the table and replays none of its
+    changelog while it is not ``done`` (:meth:`app.snapshot_service.SnapshotService.restore`
+    waits): nothing a worker reads is half written."""
+
+    table: str  # the changelog topic
+    job: str
+    state: str  # running | done | failed
+    started_ms: int
+    inputs: list[str] = field(default_factory=list)
+    finished_ms: int | None = None
+    offsets: dict[str, int] = field(default_factory=dict)  # partition -> last changelog offset
+    keys: int = 0
+    error: str | None = None
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "BootstrapMarker":
+        d = json.loads(data)
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+    @staticmethod
+    def key(table: str) -> str:
+        return f"{table}/bootstrap.json"
 
 
 def snapshot_id(offset: int, created_ms: int) -> str:
@@ -150,7 +188,7 @@ class FileStore:
         try:
             shutil.copyfile(self._path(key), local)
         except FileNotFoundError as exc:
-            raise SnapshotError(f"missing object {key}") from exc
+            raise MissingObject(f"missing object {key}") from exc
 
     def put_bytes(self, key: str, data: bytes) -> None:
         dest = self._path(key)
@@ -163,7 +201,7 @@ class FileStore:
         try:
             return self._path(key).read_bytes()
         except FileNotFoundError as exc:
-            raise SnapshotError(f"missing object {key}") from exc
+            raise MissingObject(f"missing object {key}") from exc
 
     def list(self, prefix: str) -> list[tuple[str, int]]:
         base = self._path(prefix) if prefix else self.root
@@ -219,7 +257,9 @@ class S3Store:
         try:
             return self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"].read()
         except ClientError as exc:
-            raise SnapshotError(f"cannot read object {key}: {exc}") from exc
+            code = exc.response.get("Error", {}).get("Code")
+            kind = MissingObject if code in ("NoSuchKey", "404") else SnapshotError
+            raise kind(f"cannot read object {key}: {exc}") from exc
 
     def list(self, prefix: str) -> list[tuple[str, int]]:
         out = []
@@ -312,6 +352,17 @@ class Snapshots:
             self.store.delete([k for k in keys if k.endswith("/" + MANIFEST)])
             self.store.delete([k for k in keys if not k.endswith("/" + MANIFEST)])
         return doomed
+
+    def bootstrap(self, table: str) -> BootstrapMarker | None:
+        """The bootstrap marker of ``table`` (None: the table was never bootstrapped)."""
+        try:
+            data = self.store.get_bytes(BootstrapMarker.key(table))
+        except MissingObject:
+            return None
+        return BootstrapMarker.from_json(data)
+
+    def mark_bootstrap(self, marker: BootstrapMarker) -> None:
+        self.store.put_bytes(BootstrapMarker.key(marker.table), marker.to_json())
 
     def download(self, m: Manifest, dest: Path) -> None:
         """Every file of ``m`` into the new folder ``dest``, each checked against the manifest

@@ -1,4 +1,4 @@
-"""Command line of the batch twin: ``python -m app.batch {exact,reconcile,backfill} ...``.
+"""Command line of the batch twin: ``python -m app.batch {exact,reconcile,backfill,bootstrap}``.
 
 The same file runs under spark-submit (``spark-submit app/batch/__main__.py exact ...``): the
 master then comes from spark-submit, otherwise it is ``local[*]`` (or ``--master``). Every
@@ -11,7 +11,11 @@ the built-in ``moods`` and ``movies`` and every spec of ``ETJ_JOINS_FILE`` or
 ``--moods``/``--events`` are the mood join's inputs, as before (``--moods`` is also the
 ``--dimension`` of ``--join moods``). ``--cars``/``--zones`` are the car view's.
 
-Exit codes: 0 ok (reconcile: converged); 1 reconcile found a difference; 2 bad usage.
+``bootstrap --join NAME --dimension CATALOGUE...`` writes the join's dimension table as the
+workers' starting state (:mod:`app.batch.bootstrap`, docs/operating/bootstrap.md).
+
+Exit codes: 0 ok (reconcile: converged); 1 reconcile found a difference, or bootstrap refused
+to run (the message says why); 2 bad usage.
 """
 
 from __future__ import annotations
@@ -120,6 +124,18 @@ def _parser() -> argparse.ArgumentParser:
     bf.add_argument("--topic", help="output topic (default: the join's output)")
     bf.add_argument("--ledger", help="JSON lines of what backfills published: read as part "
                     "of the output log, appended after each publish")
+
+    bs = sub.add_parser("bootstrap", parents=[common],
+                        help="build a join's dimension table from a catalogue (Parquet or topic "
+                        "archives) as the workers' starting state: changelog rows and snapshots")
+    bs.add_argument("--snapshot-url", help="where the workers read snapshots (default: "
+                    "ETJ_SNAPSHOT_URL)")
+    bs.add_argument("--broker", help="broker URL (default: ETJ_BROKER_URL)")
+    bs.add_argument("--wait-group-s", type=float, default=60.0, metavar="S",
+                    help="how long to wait for the join's consumer group to have no member "
+                    "(default 60: a stopped worker stays a member until its session times out)")
+    bs.add_argument("--workdir", help="executors' local folder for the databases being built "
+                    "(default: the system's temporary folder)")
     return p
 
 
@@ -314,7 +330,41 @@ def run_backfill(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec |
     return 0
 
 
-JOBS = {"exact": run_exact, "reconcile": run_reconcile, "backfill": run_backfill}
+def run_bootstrap(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec | None,
+                  scope: jobs.Scope) -> int:
+    from app.batch.bootstrap import BootstrapError, bootstrap, target_of
+
+    if spec is None or args.join is None or not args.dimension:
+        raise SystemExit("bootstrap: give --join NAME and --dimension CATALOGUE (Parquet, or "
+                         "archives of the dimension topic)")
+    if args.events:
+        raise SystemExit("bootstrap: --events is not read (only the dimension is loaded)")
+    settings = _settings(args)
+    url = args.snapshot_url or settings.snapshot_url
+    if not url:
+        raise SystemExit("bootstrap: give --snapshot-url or set ETJ_SNAPSHOT_URL (where the "
+                         "workers read snapshots)")
+    try:
+        target = target_of(spec, settings, url, args.broker or settings.broker_url)
+        out = bootstrap(spark, _steps(spark, args), spec, args.dimension, scope, target,
+                        settings.app_id, args.wait_group_s, args.workdir)
+    except BootstrapError as exc:
+        print(f"bootstrap refused: {exc}", file=sys.stderr, flush=True)
+        return 1
+    _say_refused({"dimension": out.refused})
+    for s in out.partitions:
+        print(f"  {out.changelog}[{s.partition}]: {s.keys:,} keys, offsets {s.first_offset}.."
+              f"{s.last_offset}, snapshot {s.snapshot_bytes:,} bytes (changelog "
+              f"{s.changelog_s:.1f} s, database {s.database_s:.1f} s, upload {s.upload_s:.1f} s)",
+              flush=True)
+    print(f"bootstrap {out.job}: {out.keys:,} keys of {spec.name} in {len(out.partitions)} "
+          f"partition(s), {out.snapshot_bytes:,} snapshot bytes, {out.seconds:.1f} s; workers "
+          f"start from it (snapshots in {url})", flush=True)
+    return 0
+
+
+JOBS = {"exact": run_exact, "reconcile": run_reconcile, "backfill": run_backfill,
+        "bootstrap": run_bootstrap}
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

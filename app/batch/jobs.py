@@ -80,7 +80,7 @@ class Inputs:
         return {name: df.count() for name, df in self.refused.items()}
 
 
-def _admit(spark: SparkSession, paths: Paths, kind: A.ArchiveKind, time: str, scope: Scope,
+def admit_input(spark: SparkSession, paths: Paths, kind: A.ArchiveKind, time: str, scope: Scope,
            role: Role | None) -> tuple[DataFrame, DataFrame]:
     """One input read, split by the future rule, both parts cut to what the range needs
     (``role`` None: no range applies)."""
@@ -96,8 +96,8 @@ def read_join_inputs(spark: SparkSession, spec: JoinSpec, events: Paths, dimensi
     """Extract and admit: the archives read as the spec's records, records from the future set
     apart, and only what the range needs kept."""
     kinds = spec_kinds(spec)
-    sides = {"events": _admit(spark, events, kinds.events, spec.events.time, scope, "events"),
-             "dimension": _admit(spark, dimension, kinds.dimension, spec.dimension.time, scope,
+    sides = {"events": admit_input(spark, events, kinds.events, spec.events.time, scope, "events"),
+             "dimension": admit_input(spark, dimension, kinds.dimension, spec.dimension.time, scope,
                                  dimension_role(spec))}
     return Inputs({k: v[0] for k, v in sides.items()}, {k: v[1] for k, v in sides.items()})
 
@@ -112,8 +112,8 @@ def exact_join(spark: SparkSession, spec: JoinSpec, events: Paths, dimension: Pa
 def read_car_inputs(spark: SparkSession, cars: Paths, zones: Paths, scope: Scope) -> Inputs:
     """The car view's inputs, records from the future set apart (the car view is the view of
     now: no event-time range applies)."""
-    sides = {"car arrivals": _admit(spark, cars, A.CARS, "event_time", scope, None),
-             "zones": _admit(spark, zones, A.ZONES, "event_time", scope, None)}
+    sides = {"car arrivals": admit_input(spark, cars, A.CARS, "event_time", scope, None),
+             "zones": admit_input(spark, zones, A.ZONES, "event_time", scope, None)}
     return Inputs({k: v[0] for k, v in sides.items()}, {k: v[1] for k, v in sides.items()})
 
 

@@ -1,0 +1,202 @@
+"""One table partition's starting state, written by one Spark task of ``app.batch bootstrap``
+(:mod:`app.batch.bootstrap`): the rows onto the table's changelog partition, then the same rows
+as a RocksDB database, uploaded as the partition's snapshot at the last offset written.
+
+No Spark and no Faust here: executors run it. What it must agree on with the worker:
+
+- **rows**: a dimension table row is Faust's ``json`` codec (orjson) of the key (a string) and of
+  its versions ``[[event_time, *copied values], ...]``, sorted (:mod:`app.joins.state`): the
+  bytes a worker writes for the same versions (tests/unit/test_bootstrap.py holds them to a
+  worker's table);
+- **database**: a RocksDB database in raw mode, as Faust's store opens it, holding those rows and
+  Faust's offset row (``Store.offset_key`` = the last changelog offset of the rows), so that a
+  worker installing the snapshot replays only what the changelog holds after it
+  (:mod:`app.snapshot_service`);
+- **changelog**: the same rows, in key order, on the same partition: a worker that starts
+  without the snapshot (a standby, a deleted or refused snapshot) replays them and ends with the
+  same rows. The records are sent in batches, the last one alone: a broker that reports the
+  first offset of the newest batch + 1 as the end of a partition (tansu, docs/contributing/
+  findings.md#a-table-that-recovered-short) then still reports the true end. The offsets the
+  broker gives the batches must follow each other with nothing in between: a record another
+  producer wrote among them (a worker that ignored the job's marker) fails the task, since the
+  snapshot would then not hold it.
+
+The database is built as one sorted SST file ingested into an empty database (RocksDB's bulk
+load: no memtable, no compaction), and uploaded with :meth:`app.snapshots.Snapshots.upload`
+(every file, then the manifest: a task that dies half way leaves nothing a worker lists).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import orjson
+
+__all__ = ["Target", "PartitionState", "history_rows", "write_partition"]
+
+#: Faust's RocksDB store keeps the partition's changelog offset under this key
+#: (``faust.stores.rocksdb.Store.offset_key``; checked by tests/unit/test_bootstrap.py)
+OFFSET_KEY = b"__faust\0offset__"
+#: records per produce batch at most (and :data:`BATCH_BYTES`); batches in flight at most
+BATCH_RECORDS = 20_000
+BATCH_BYTES = 900 * 1024
+IN_FLIGHT = 8
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one table's starting state goes, as the worker reads it; picklable (sent to the
+    executors)."""
+
+    changelog: str  # the table's changelog topic
+    partitions: int
+    fingerprint: str  # app.snapshot_service.table_fingerprint of the worker's table
+    snapshot_url: str
+    bootstrap_servers: str
+    settings: Any  # app.settings.Settings: the executors' Kafka security (aiokafka_auth)
+    max_row_bytes: int  # the producer's request limit: a bigger row can never be sent
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """What one task wrote: the partition, its keys, the changelog offsets of its rows, the
+    snapshot's bytes and how long each part took."""
+
+    partition: int
+    keys: int
+    first_offset: int
+    last_offset: int
+    snapshot_bytes: int
+    changelog_s: float
+    database_s: float
+    upload_s: float
+
+
+def history_rows(versions: Iterable[Sequence[Any]]) -> list[tuple[bytes, bytes]]:
+    """``(key, event_time, *copied values)`` tuples, any order, duplicates allowed -> the
+    dimension table's rows ``(json key, json [[event_time, *values], ...])``, sorted by key
+    bytes; each key's versions sorted, a version given twice kept once (as
+    :func:`app.logic.event_join.insert_version` does)."""
+    by_key: dict[str, set[tuple[Any, ...]]] = {}
+    for key, *version in versions:
+        by_key.setdefault(key, set()).add(tuple(version))
+    rows = [(orjson.dumps(key), orjson.dumps(sorted(vs))) for key, vs in by_key.items()]
+    rows.sort(key=lambda r: r[0])
+    return rows
+
+
+class RowTooBig(ValueError):
+    """A key's versions do not fit in one produce request."""
+
+
+async def _produce(target: Target, partition: int, rows: Sequence[tuple[bytes, bytes]],
+                   ) -> tuple[int, int]:
+    """Send ``rows`` to the changelog partition; (first, last) offset the broker gave them."""
+    from aiokafka import AIOKafkaProducer
+
+    from app.kafka_security import aiokafka_auth
+
+    producer = AIOKafkaProducer(bootstrap_servers=target.bootstrap_servers, acks="all",
+                                max_batch_size=BATCH_BYTES + 64 * 1024,
+                                max_request_size=max(target.max_row_bytes, BATCH_BYTES) + 65536,
+                                **aiokafka_auth(target.settings))
+    await producer.start()
+    try:
+        pending: list[tuple[Any, int]] = []
+        first = expected = None
+
+        async def settle(fut: Any, count: int) -> None:
+            nonlocal first, expected
+            base = (await fut).offset
+            if expected is not None and base != expected:
+                raise RuntimeError(
+                    f"changelog {target.changelog}[{partition}]: a batch the job sent got offset "
+                    f"{base}, the one before ended at {expected - 1}: another producer wrote to "
+                    "the partition while the job ran (a worker of the join running?). Nothing "
+                    "was installed; stop the writer and run the job again")
+            first = base if first is None else first
+            expected = base + count
+
+        def build(chunk: Sequence[tuple[bytes, bytes]]) -> Any:
+            batch = producer.create_batch()
+            for k, v in chunk:
+                if len(k) + len(v) > target.max_row_bytes:
+                    raise RowTooBig(f"key {k[:80]!r}: its versions take {len(v):,} bytes, over "
+                                    f"the request limit ({target.max_row_bytes:,}); raise "
+                                    "ETJ_PRODUCER_MAX_REQUEST_BYTES (and the broker's "
+                                    "message.max.bytes) or keep fewer versions per key")
+                if batch.append(key=k, value=v, timestamp=None) is None:
+                    raise RowTooBig(f"key {k[:80]!r} does not fit in a produce batch")
+            return batch
+
+        chunks: list[Sequence[tuple[bytes, bytes]]] = []
+        start, size = 0, 0
+        body = rows[:-1]
+        for i, (k, v) in enumerate(body):
+            size += len(k) + len(v) + 32
+            if i + 1 - start >= BATCH_RECORDS or size >= BATCH_BYTES:
+                chunks.append(body[start:i + 1])
+                start, size = i + 1, 0
+        if start < len(body):
+            chunks.append(body[start:])
+        chunks.append(rows[-1:])  # the last row alone (module docstring)
+        for chunk in chunks:
+            pending.append((await producer.send_batch(build(chunk), target.changelog,
+                                                      partition=partition), len(chunk)))
+            if len(pending) >= IN_FLIGHT:
+                await settle(*pending.pop(0))
+        for fut, count in pending:
+            await settle(fut, count)
+        assert first is not None and expected is not None
+        return first, expected - 1
+    finally:
+        await producer.stop()
+
+
+def _database(folder: Path, rows: Sequence[tuple[bytes, bytes]], offset: int) -> None:
+    """A RocksDB database at ``folder`` holding ``rows`` (sorted by key) and Faust's offset
+    row: one SST file, ingested."""
+    import rocksdict
+
+    opts = rocksdict.Options(raw_mode=True)
+    sst = folder.with_name(folder.name + ".sst")
+    writer = rocksdict.SstFileWriter(opts)
+    writer.open(str(sst))
+    for k, v in rows:
+        writer[k] = v
+    writer.finish()
+    db = rocksdict.Rdict(str(folder), opts)
+    try:
+        db.ingest_external_file([str(sst)])
+        db[OFFSET_KEY] = str(offset).encode()
+        db.flush()
+    finally:
+        db.close()
+        sst.unlink(missing_ok=True)
+
+
+def write_partition(target: Target, partition: int, rows: Sequence[tuple[bytes, bytes]],
+                    workdir: str | None = None) -> PartitionState:
+    """The changelog rows, then the database, then its snapshot (module docstring)."""
+    from app.snapshots import Snapshots
+
+    t0 = time.monotonic()
+    first, last = asyncio.run(_produce(target, partition, rows))
+    t1 = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix=f"etj-bootstrap-{partition}-", dir=workdir))
+    try:
+        folder = tmp / "db"
+        _database(folder, rows, last)
+        t2 = time.monotonic()
+        m = Snapshots(target.snapshot_url).upload(folder, target.changelog, partition, last,
+                                                  target.fingerprint)
+        t3 = time.monotonic()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return PartitionState(partition, len(rows), first, last, m.size, t1 - t0, t2 - t1, t3 - t2)
