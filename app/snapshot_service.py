@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 WORKDIR = ".etj-snapshots"  # under Faust's tabledir: same filesystem, so checkpoints hard-link
 BOOTSTRAP_POLL_S = 2.0  # how often a worker looks whether a bootstrap job it waits for is done
 BOOTSTRAP_SAY_S = 30.0  # how often it says it still waits
+#: how long a marker that cannot be read (the store does not answer) holds the worker back: an
+#: unreachable store must not stop the join, as snapshots that cannot be listed do not
+BOOTSTRAP_UNREADABLE_S = 60.0
 
 #: id(app) -> its snapshot service
 _services: dict[int, "SnapshotService"] = {}
@@ -111,6 +114,9 @@ class SnapshotService:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="etj-snapshot")
         self.uploaded: dict[TP, int] = {}  # the offset of each partition's last snapshot
         self.busy = False
+        #: tables whose bootstrap is done, or that have none: a job refuses to start while the
+        #: join's group has a member, so this worker need not ask again
+        self.not_bootstrapping: set[str] = set()
 
     @property
     def workdir(self) -> Path:
@@ -235,6 +241,8 @@ class SnapshotService:
         loop = asyncio.get_running_loop()
         for table in tables:
             topic = table.changelog_topic.get_topic_name()
+            if topic in self.not_bootstrapping:
+                continue
             began, said = time.monotonic(), 0.0
             while True:
                 try:
@@ -242,9 +250,15 @@ class SnapshotService:
                     why = None if marker is None or marker.state == "done" else (
                         f"bootstrap job {marker.job} {marker.state}"
                         + (f" ({marker.error})" if marker.error else ""))
-                except Exception as exc:  # an unreachable store: wait for it, say so
+                except Exception as exc:  # an unreachable store: wait a while, say so
                     why = f"its bootstrap marker is unreadable ({exc!r})"
+                    if time.monotonic() - began >= BOOTSTRAP_UNREADABLE_S:
+                        log.warning("table %s: %s for %.0f s: reading the table without "
+                                    "knowing whether a bootstrap job is writing it", topic, why,
+                                    time.monotonic() - began)
+                        break
                 if why is None:
+                    self.not_bootstrapping.add(topic)
                     break
                 now = time.monotonic()
                 if not said or now - said >= BOOTSTRAP_SAY_S:

@@ -27,7 +27,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 #: the benchmarks of ``make bench``, in the order they run (each module's ``BENCH``)
 SUITE = ("throughput", "car_throughput", "movies_throughput", "hot_key", "peer_quix",
          "scale_workers", "correction_latency", "state_growth", "recovery", "flow_control",
-         "zone_fanout", "spark_vs_duckdb", "snapshot_restore", "chaos")
+         "zone_fanout", "spark_vs_duckdb", "snapshot_restore", "bootstrap", "chaos")
 
 
 def suite() -> dict[str, Bench]:

@@ -237,6 +237,20 @@ def read_archive(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveK
     return out
 
 
+def count_records(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveKind) -> int:
+    """How many records the archives hold, valid or not (a JSON line that does not parse
+    counts as one): with what :func:`read_archive` keeps, how many it dropped as invalid."""
+    if isinstance(paths, str):
+        paths = [paths]
+    total = 0
+    for path in paths:
+        if _is_parquet(path):
+            total += _read_parquet(spark, path, kind).count()
+        else:
+            total += spark.read.text(path).where(F.trim("value") != "").count()
+    return total
+
+
 def _unwrap(df: DataFrame, kind: ArchiveKind, keep: Sequence[str] = ()) -> DataFrame:
     """An etj-late envelope carries the record under ``record``: prefer it when present."""
     return df.select(*[F.when(F.col("record").isNotNull(), F.col(f"record.{n}"))

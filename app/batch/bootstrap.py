@@ -44,6 +44,7 @@ from typing import Any, Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from app.batch.archives import count_records
 from app.batch.jobs import Scope, admit_input, spec_kinds
 from app.batch.session import Steps
 from app.batch.state_files import PartitionState, Target, history_rows, write_partition
@@ -52,8 +53,9 @@ from app.snapshots import BootstrapMarker, Snapshots
 
 __all__ = ["BootstrapError", "Outcome", "bootstrap", "target_of"]
 
-RESULT_SCHEMA = ("partition int, keys long, first_offset long, last_offset long, "
-                 "snapshot_bytes long, changelog_s double, database_s double, upload_s double")
+RESULT_SCHEMA = ("partition int, records long, keys long, first_offset long, "
+                 "last_offset long, changelog_bytes long, snapshot_bytes long, "
+                 "changelog_s double, database_s double, upload_s double")
 
 
 class BootstrapError(RuntimeError):
@@ -68,6 +70,7 @@ class Outcome:
     changelog: str
     partitions: list[PartitionState]
     refused: int  # catalogue records refused as from the future
+    invalid: int  # catalogue records not loaded: a field missing, of another type, out of range
     seconds: float
 
     @property
@@ -77,6 +80,10 @@ class Outcome:
     @property
     def snapshot_bytes(self) -> int:
         return sum(p.snapshot_bytes for p in self.partitions)
+
+    @property
+    def changelog_bytes(self) -> int:
+        return sum(p.changelog_bytes for p in self.partitions)
 
 
 def target_of(spec: JoinSpec, settings: Any, snapshot_url: str, broker_url: str) -> Target:
@@ -217,25 +224,32 @@ def _partition_of(partitions: int):  # type: ignore[no-untyped-def]
     return F.pandas_udf(partition_of, "int")  # type: ignore[call-overload]
 
 
-def _write_group(target: Target, columns: list[str], workdir: str | None, pdf: Any) -> Any:
+def _write_group(target: Target, columns: list[str], kinds: list[str], workdir: str | None,
+                 pdf: Any) -> Any:
     """One partition's records (a pandas frame) -> its state written; one result row."""
     import pandas as pd
 
     partition = int(pdf["_p"].iloc[0])
-    rows = history_rows(zip(*(pdf[c].tolist() for c in columns)))
-    return pd.DataFrame([asdict(write_partition(target, partition, rows, workdir))])
+    rows = history_rows(zip(*(pdf[c].tolist() for c in columns)), kinds)
+    return pd.DataFrame([asdict(write_partition(target, partition, rows, len(pdf), workdir))])
 
 
 def build(spark: SparkSession, spec: JoinSpec, paths: Sequence[str], scope: Scope,
           target: Target, workdir: str | None = None) -> tuple[DataFrame, DataFrame]:
-    """(one result row per partition written, the records refused as from the future): lazy."""
-    records, refused = admit_input(spark, paths, spec_kinds(spec).dimension, spec.dimension.time,
-                              scope, None)
+    """(one result row per partition written, the records refused as from the future): lazy.
+    One shuffle: the records go to their partition's group as they are; each group's executor
+    gathers a key's versions (:func:`app.batch.state_files.history_rows`)."""
+    from app.joins.columns import model_columns
+
+    records, refused = admit_input(spark, paths, spec_kinds(spec).dimension,
+                                   spec.dimension.time, scope, None)
     d = spec.dimension
     columns = [d.key, d.time, *d.copy]
+    kind_of = {c.name: c.kind for c in model_columns(d.model)}
+    kinds = ["int", *(kind_of[f] for f in d.copy)]
     keyed = records.select(*columns).withColumn("_p", _partition_of(target.partitions)(d.key))
-    written = keyed.groupBy("_p").applyInPandas(partial(_write_group, target, columns, workdir),
-                                                schema=RESULT_SCHEMA)
+    written = keyed.groupBy("_p").applyInPandas(
+        partial(_write_group, target, columns, kinds, workdir), schema=RESULT_SCHEMA)
     return written, refused
 
 
@@ -259,11 +273,14 @@ def bootstrap(spark: SparkSession, steps: Steps, spec: JoinSpec, paths: Sequence
             states = sorted((PartitionState(**r.asDict()) for r in written.collect()),
                             key=lambda s: s.partition)
             n_refused = refused.count()
+            n_invalid = (count_records(spark, paths, spec_kinds(spec).dimension)
+                         - n_refused - sum(s.records for s in states))
     except BaseException as exc:
         snaps.mark_bootstrap(BootstrapMarker(target.changelog, job, "failed", started, inputs,
                                              error=f"{type(exc).__name__}: {exc}"[:2000]))
         raise
-    outcome = Outcome(job, target.changelog, states, n_refused, time.monotonic() - t0)
+    outcome = Outcome(job, target.changelog, states, n_refused, n_invalid,
+                      time.monotonic() - t0)
     snaps.mark_bootstrap(BootstrapMarker(
         target.changelog, job, "done", started, inputs, finished_ms=int(time.time() * 1000),
         offsets={str(s.partition): s.last_offset for s in states}, keys=outcome.keys))

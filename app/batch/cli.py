@@ -351,15 +351,27 @@ def run_bootstrap(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec 
     except BootstrapError as exc:
         print(f"bootstrap refused: {exc}", file=sys.stderr, flush=True)
         return 1
+    except Exception as exc:  # a task failed: the marker says so, workers keep waiting
+        reason = str(exc).strip().splitlines()
+        print(f"bootstrap failed: {reason[-1] if reason else repr(exc)}\nWorkers of the join "
+              "wait (nothing half written is read); run the same command again "
+              "(docs/operating/bootstrap.md#if-the-job-fails-half-way)", file=sys.stderr,
+              flush=True)
+        return 1
     _say_refused({"dimension": out.refused})
+    if out.invalid:
+        print(f"not loaded: {out.invalid:,} invalid record(s) of the catalogue (a field missing, "
+              "of another type or out of range: what a worker dead-letters)", flush=True)
     for s in out.partitions:
         print(f"  {out.changelog}[{s.partition}]: {s.keys:,} keys, offsets {s.first_offset}.."
-              f"{s.last_offset}, snapshot {s.snapshot_bytes:,} bytes (changelog "
+              f"{s.last_offset} ({s.changelog_bytes:,} bytes), snapshot "
+              f"{s.snapshot_bytes:,} bytes (changelog "
               f"{s.changelog_s:.1f} s, database {s.database_s:.1f} s, upload {s.upload_s:.1f} s)",
               flush=True)
     print(f"bootstrap {out.job}: {out.keys:,} keys of {spec.name} in {len(out.partitions)} "
-          f"partition(s), {out.snapshot_bytes:,} snapshot bytes, {out.seconds:.1f} s; workers "
-          f"start from it (snapshots in {url})", flush=True)
+          f"partition(s), {out.changelog_bytes:,} changelog bytes, {out.snapshot_bytes:,} "
+          f"snapshot bytes, {out.seconds:.1f} s; workers start from it (snapshots in {url})",
+          flush=True)
     return 0
 
 

@@ -80,8 +80,8 @@ class Inputs:
         return {name: df.count() for name, df in self.refused.items()}
 
 
-def admit_input(spark: SparkSession, paths: Paths, kind: A.ArchiveKind, time: str, scope: Scope,
-           role: Role | None) -> tuple[DataFrame, DataFrame]:
+def admit_input(spark: SparkSession, paths: Paths, kind: A.ArchiveKind, time: str,
+                scope: Scope, role: Role | None) -> tuple[DataFrame, DataFrame]:
     """One input read, split by the future rule, both parts cut to what the range needs
     (``role`` None: no range applies)."""
     a = admit(A.read_archive(spark, paths, kind), time, scope.now_ms, scope.max_future_ms)

@@ -90,8 +90,10 @@ class StandaloneCluster:
             return None
 
     def submit(self, args: Sequence[str], conf: dict[str, str] | None = None,
-               timeout_s: float = 180.0) -> subprocess.CompletedProcess[str]:
-        """``spark-submit --master spark://... app/batch/__main__.py ARGS`` (client mode)."""
+               timeout_s: float = 180.0, env: dict[str, str] | None = None,
+               ) -> subprocess.CompletedProcess[str]:
+        """``spark-submit --master spark://... app/batch/__main__.py ARGS`` (client mode);
+        ``env``: more variables for the driver (the bootstrap job's ``ETJ_*`` settings)."""
         root = Path(__file__).resolve().parents[2]
         settings = {"spark.executor.memory": "512m", "spark.executor.cores": "1",
                     "spark.cores.max": str(self.workers * self.cores_per_worker),
@@ -101,7 +103,7 @@ class StandaloneCluster:
                "--deploy-mode", "client"]  # the app name is the job's (etj-reconcile, ...)
         for k, v in settings.items():
             cmd += ["--conf", f"{k}={v}"]
-        env = {**spark_env(self.folder),
+        env = {**spark_env(self.folder), **(env or {}),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(root),
                                                            os.environ.get("PYTHONPATH")]))}
         return subprocess.run([*cmd, str(root / "app" / "batch" / "__main__.py"), *args],

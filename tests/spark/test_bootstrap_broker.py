@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -183,3 +184,78 @@ def _restored(log: str, topic: str) -> list[str]:
 
 def _dimension(datadir: Path) -> dict[int, dict[bytes, bytes]]:
     return {p: rows for (table, p), rows in dump_tables(datadir).items() if table == TABLE}
+
+
+async def test_a_job_that_fails_half_way_keeps_workers_waiting_until_a_rerun_finishes(
+        names, worker_factory, tmp_path):
+    """A running worker makes the job refuse; a key too big for a produce request fails the job
+    half way (some partitions written, one not): a worker started then waits, not ready; the
+    job run again on the same path, the catalogue fixed, finishes; the worker starts from the
+    snapshots, its table equals a changelog-only replay row for row (the rows the failed
+    attempt wrote included), and the ratings join exactly."""
+    url = f"file://{tmp_path}/snapshots"
+    names.env.update({"ETJ_STORE_URL": "rocksdb://", "ETJ_SNAPSHOT_URL": url,
+                      "ETJ_BUILTIN_JOINS": "movies", "ETJ_PARTITIONS": str(PARTITIONS),
+                      "ETJ_SNAPSHOT_INTERVAL_S": "3600", "ETJ_SESSION_TIMEOUT_S": "4"})
+    for topic in (names.movies_topic, names.ratings_topic):
+        await create_topic(names, topic, PARTITIONS)
+    cat = catalogue(400, seed=3)
+    big = [movie("m-big", f"Cut {i} " + "x" * 60, T - (500 - i) * DAY) for i in range(200)]
+    gone = [movie("m-gone", "Only in the first attempt", T - 90 * DAY)]
+    parquet = write_parquet(tmp_path / "catalogue.parquet", cat + big + gone)
+    small = {"ETJ_PRODUCER_MAX_REQUEST_BYTES": "8000"}  # m-big's 200 versions do not fit
+
+    # 1. a worker of the join is running: refused, nothing written
+    running = worker_factory(names, name="early").wait_ready()
+    refused = start_job(names, url, parquet)
+    out, err = await asyncio.to_thread(refused.communicate, timeout=300)
+    assert refused.returncode == 1 and "member(s): stop the join's workers first" in err, err
+    assert marker_state(url, names) is None
+    assert running.stop() == 0
+    shutil.rmtree(tmp_path / "early-data")
+
+    # 2. the job fails half way on m-big's partition
+    job = subprocess.Popen(start_job(names, url, parquet).args,
+                           env={**job_env(names, url), **small}, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    out, err = await asyncio.to_thread(job.communicate, timeout=300)
+    assert job.returncode == 1 and "bootstrap failed" in err and "m-big" in err, err[-3000:]
+    assert marker_state(url, names) == "failed"
+
+    # 3. a worker started now waits, not ready, and says why
+    w = worker_factory(names, name="first")
+
+    async def says_failed() -> bool:
+        return "bootstrap job" in w.log() and "failed" in w.log()
+
+    assert await wait_for(says_failed, timeout_s=60), w.log()[-3000:]
+    assert w.get("/ready/")[0] == 503
+
+    # 4. run again on the same path (m-big cut to 3 versions, m-gone out): done, the worker goes
+    parquet = write_parquet(tmp_path / "catalogue.parquet", cat + big[:3])
+    again = start_job(names, url, parquet)
+    out, err = await asyncio.to_thread(again.communicate, timeout=300)
+    assert again.returncode == 0, err[-3000:]
+    assert marker_state(url, names) == "done"
+    w.wait_ready(timeout_s=120)
+    ratings = [rating(f"r{i}", f"m{i % 400}" if i % 5 else "m-big", T + i * 1000)
+               for i in range(120)]
+    for kind, key, value in ratings:
+        await produce(names, names.ratings_topic, [(key, value)])
+    expected = exact_movie_answer(cat + big[:3] + ratings)
+
+    async def converged() -> dict[str, Any] | None:
+        got = movie_answers([v for _, v in await read_all(names, names.rated_movies_topic,
+                                                          idle_s=1.5)])
+        return got if got == expected else None
+
+    assert await wait_for(converged, timeout_s=120, every_s=2), "ratings not on the exact answer"
+    assert w.stop() == 0
+
+    # 5. the changelog alone gives the same table (the failed attempt's rows included)
+    second = worker_factory(names, name="second", snapshot_url="")
+    second.wait_ready(timeout_s=120)
+    assert second.stop() == 0
+    first_rows = _dimension(tmp_path / "first-data")
+    assert first_rows == _dimension(tmp_path / "second-data")
+    assert any(b'"m-big"' in rows for rows in first_rows.values())

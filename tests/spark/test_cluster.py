@@ -87,3 +87,57 @@ def test_reconcile_and_backfill_on_a_standalone_cluster_equal_local(
     exact = exact_mood_joins([*moods, Mood("a", "zen", 0)], recs)
     ends_on = {i: mood_answer(r) for i, r in latest_by_id([*log, *sent]).items()}
     assert ends_on == exact  # a consumer of log + corrections ends on the exact answer
+
+
+def test_bootstrap_on_a_standalone_cluster_writes_every_partition_from_the_executors(
+        cluster, names: Names, tmp_path):
+    """``bootstrap`` sent to the cluster: each partition's snapshot (built and uploaded by an
+    executor) and changelog hold exactly the rows of the catalogue's keys Kafka's default
+    partitioner puts there, as a worker writes them; the snapshot's offset is its last row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import rocksdict
+
+    from app.batch.state_files import OFFSET_KEY, history_rows
+    from app.partitioner import partition_for
+    from app.snapshots import Snapshots
+    from tests.broker.test_snapshots import read_changelog
+
+    partitions = 3
+    records = [(f"film-{i}", 1_700_000_000_000 - i * 86_400_000, f"Title \"{i}\"")
+               for i in range(600)] + [("film-7", 1_600_000_000_000, "Older cut")]
+    catalogue = tmp_path / "movies.parquet"
+    pq.write_table(pa.table({"movie_id": [r[0] for r in records],
+                             "event_time": pa.array([r[1] for r in records], pa.int64()),
+                             "title": [r[2] for r in records]}), catalogue)
+    url = f"file://{tmp_path}/snapshots"
+    env = {**names.env, "ETJ_STORE_URL": "rocksdb://", "ETJ_SNAPSHOT_URL": url,
+           "ETJ_BUILTIN_JOINS": "movies", "ETJ_PARTITIONS": str(partitions)}
+    done = cluster.submit(["bootstrap", "--join", "movies", "--dimension", str(catalogue),
+                           "--wait-group-s", "5", *ARGS], env=env)
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    assert "600 keys of movies" in done.stdout, done.stdout  # film-7: two versions, one key
+    apps = (cluster.state() or {}).get("completedapps", [])
+    assert any(a["name"] == "etj-bootstrap" for a in apps), apps
+    assert cluster.executor_logs(), "no executor ever started on a worker"
+
+    topic = f"{names.env['ETJ_APP_ID']}-movies-dimension-changelog"
+    log = asyncio.run(read_changelog(names, topic))
+    snaps = Snapshots(url)
+    for p in range(partitions):
+        want = dict(history_rows([r for r in records if partition_for(r[0].encode(),
+                                                                      partitions) == p],
+                                 ["int", "str"]))
+        assert want and {k: v for _, k, v in log[p]} == want
+        (m,) = snaps.list(topic, p)
+        assert m.offset == log[p][-1][0]
+        snaps.download(m, tmp_path / f"p{p}")
+        db = rocksdict.Rdict(str(tmp_path / f"p{p}"), rocksdict.Options(raw_mode=True),
+                             access_type=rocksdict.AccessType.read_only())
+        try:
+            held = dict(db.items())
+        finally:
+            db.close()
+        assert held.pop(OFFSET_KEY) == str(m.offset).encode()
+        assert held == want
+    assert snaps.bootstrap(topic).state == "done"
