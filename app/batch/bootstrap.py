@@ -12,7 +12,8 @@ The job, in order (each step is what makes the next safe):
 1. **Checks**: the join is one the workers run with ``rocksdb://``; the table's changelog holds
    no row (the first load), or only the rows of an earlier attempt of this job on the same
    inputs; the join's consumer group has no member (workers running now would write rows the
-   snapshots do not hold). The dimension topic, if it exists, has the join's partition count.
+   snapshots do not hold), unless an earlier attempt's marker is there (its members joined
+   after it, and wait). The dimension topic, if it exists, has the join's partition count.
 2. **Marker** ``running`` in the snapshot store (:class:`app.snapshots.BootstrapMarker`): a
    worker that starts now waits, ready 503, until it is ``done``.
 3. **Spark**: the catalogue read and validated as the batch twin reads the dimension topic's
@@ -38,7 +39,6 @@ import asyncio
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from functools import partial
 from typing import Any, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
@@ -126,9 +126,9 @@ async def _broker_state(target: Target, group: str, topics: Sequence[str],
     await admin.start()
     try:
         described = await admin.describe_consumer_groups([group])
-        members = sum(len(g[4] if isinstance(g, tuple) else g.members)
-                      for r in described for g in r.groups
-                      if (g[0] if isinstance(g, tuple) else g.error_code) == 0)
+        # DescribeGroups v0-v5: (error_code, group_id, state, protocol_type, protocol,
+        # members, ...); an unknown group answers with no member
+        members = sum(len(g[5]) for r in described for g in r.groups if g[0] == 0)
     finally:
         await admin.close()
     consumer = AIOKafkaConsumer(bootstrap_servers=target.bootstrap_servers,
@@ -187,6 +187,10 @@ def check(target: Target, spec: JoinSpec, snaps: Snapshots, inputs: Sequence[str
         members, ends = asyncio.run(_broker_state(target, group, [target.changelog,
                                                                   spec.dimension.topic]))
         if not members:
+            break
+        if marker is not None:  # they joined after the marker: they wait for it, reading nothing
+            steps.say(f"consumer group {group!r} has {members} member(s) waiting for the "
+                      f"unfinished bootstrap {marker.job}")
             break
         if time.monotonic() >= deadline:
             raise BootstrapError(
@@ -248,8 +252,10 @@ def build(spark: SparkSession, spec: JoinSpec, paths: Sequence[str], scope: Scop
     kind_of = {c.name: c.kind for c in model_columns(d.model)}
     kinds = ["int", *(kind_of[f] for f in d.copy)]
     keyed = records.select(*columns).withColumn("_p", _partition_of(target.partitions)(d.key))
-    written = keyed.groupBy("_p").applyInPandas(
-        partial(_write_group, target, columns, kinds, workdir), schema=RESULT_SCHEMA)
+    def write(pdf: Any) -> Any:  # a function, not a partial: Spark reads its type hints
+        return _write_group(target, columns, kinds, workdir, pdf)
+
+    written = keyed.groupBy("_p").applyInPandas(write, schema=RESULT_SCHEMA)
     return written, refused
 
 

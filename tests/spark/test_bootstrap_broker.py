@@ -83,11 +83,12 @@ def job_env(names: Names, url: str) -> dict[str, str]:
             "ETJ_BUILTIN_JOINS": "movies", "ETJ_PARTITIONS": str(PARTITIONS)}
 
 
-def start_job(names: Names, url: str, parquet: str, *extra: str) -> subprocess.Popen[str]:
+def start_job(names: Names, url: str, parquet: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "app.batch", "bootstrap", "--join", "movies", "--dimension",
-         parquet, "--no-progress", "--master", "local[2]", "--wait-group-s", "5", *extra],
-        env=job_env(names, url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         parquet, "--no-progress", "--master", "local[2]", "--wait-group-s", "5"],
+        env={**job_env(names, url), **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
 
 
 async def send_paced(names: Names, records: list[tuple[str, str, dict[str, Any]]],
@@ -215,9 +216,7 @@ async def test_a_job_that_fails_half_way_keeps_workers_waiting_until_a_rerun_fin
     shutil.rmtree(tmp_path / "early-data")
 
     # 2. the job fails half way on m-big's partition
-    job = subprocess.Popen(start_job(names, url, parquet).args,
-                           env={**job_env(names, url), **small}, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+    job = start_job(names, url, parquet, **small)
     out, err = await asyncio.to_thread(job.communicate, timeout=300)
     assert job.returncode == 1 and "bootstrap failed" in err and "m-big" in err, err[-3000:]
     assert marker_state(url, names) == "failed"

@@ -111,8 +111,10 @@ async def test_a_worker_waits_while_the_bootstrap_is_running_or_failed(tmp_path,
     snaps = Snapshots(f"file://{tmp_path}")
     service = SnapshotService(SimpleNamespace(conf=SimpleNamespace(tabledir=tmp_path)), snaps, 1)
     table = SimpleNamespace(changelog_topic=SimpleNamespace(get_topic_name=lambda: "t-cl"))
+    plain = SimpleNamespace(changelog_topic=SimpleNamespace(get_topic_name=lambda: "other-cl"))
 
-    await asyncio.wait_for(service._wait_for_bootstrap([table]), 1)  # never bootstrapped
+    await asyncio.wait_for(service._wait_for_bootstrap([plain]), 1)  # never bootstrapped
+    assert service.not_bootstrapping == {"other-cl"}  # not asked again (a job then refuses)
     snaps.mark_bootstrap(BootstrapMarker("t-cl", "j", "running", 1, ["a"]))
     caplog.set_level(logging.WARNING)
     waiting = asyncio.create_task(service._wait_for_bootstrap([table]))
@@ -124,6 +126,7 @@ async def test_a_worker_waits_while_the_bootstrap_is_running_or_failed(tmp_path,
     snaps.mark_bootstrap(BootstrapMarker("t-cl", "j", "done", 1, ["a"], 2))
     await asyncio.wait_for(waiting, 2)
     assert "bootstrap job j running" in caplog.text
+    assert service.not_bootstrapping == {"other-cl", "t-cl"}
 
 
 async def test_a_store_that_does_not_answer_holds_the_worker_back_a_while_only(
