@@ -47,13 +47,13 @@ from pyspark.sql import functions as F
 from app.batch.archives import count_records
 from app.batch.jobs import Scope, admit_input, spec_kinds
 from app.batch.session import Steps
-from app.batch.state_files import PartitionState, Target, history_rows, write_partition
+from app.batch.state_files import PartitionState, Target, arrow_rows, write_partition
 from app.joins.spec import JoinSpec
 from app.snapshots import BootstrapMarker, Snapshots
 
 __all__ = ["BootstrapError", "Outcome", "bootstrap", "target_of"]
 
-RESULT_SCHEMA = ("partition int, records long, keys long, first_offset long, "
+RESULT_SCHEMA = ("partition long, records long, keys long, first_offset long, "
                  "last_offset long, changelog_bytes long, snapshot_bytes long, "
                  "changelog_s double, database_s double, upload_s double")
 
@@ -215,34 +215,48 @@ def check(target: Target, spec: JoinSpec, snaps: Snapshots, inputs: Sequence[str
 # --- the Spark part ---------------------------------------------------------------------------
 
 def _partition_of(partitions: int):  # type: ignore[no-untyped-def]
-    """A column: the partition Kafka's default partitioner gives the key's UTF-8 bytes."""
-    import pandas as pd
+    """A column: the partition Kafka's default partitioner gives the key's UTF-8 bytes. An Arrow
+    UDF (Spark 4.1+), else a pandas one (Spark 3.5); the annotations are set by hand because
+    this module's are strings."""
 
-    def partition_of(keys):  # type: ignore[no-untyped-def]
+    def placed(keys: list[str]) -> list[int]:
         from app.partitioner import partition_for
 
-        return pd.Series([partition_for(k.encode(), partitions) for k in keys], dtype="int32")
+        return [partition_for(k.encode(), partitions) for k in keys]
 
-    # Series -> Series: a scalar pandas UDF (real types: this module's annotations are strings)
-    partition_of.__annotations__ = {"keys": pd.Series, "return": pd.Series}
-    return F.pandas_udf(partition_of, "int")  # type: ignore[call-overload]
+    if hasattr(F, "arrow_udf"):
+        import pyarrow as pa
+
+        def by_arrow(keys):  # type: ignore[no-untyped-def]
+            return pa.array(placed(keys.to_pylist()), pa.int32())
+
+        by_arrow.__annotations__ = {"keys": pa.Array, "return": pa.Array}
+        return F.arrow_udf(by_arrow, "int")
+    import pandas as pd
+
+    def by_pandas(keys):  # type: ignore[no-untyped-def]
+        return pd.Series(placed(keys.tolist()), dtype="int32")
+
+    by_pandas.__annotations__ = {"keys": pd.Series, "return": pd.Series}
+    return F.pandas_udf(by_pandas, "int")  # type: ignore[call-overload]
 
 
 def _write_group(target: Target, columns: list[str], kinds: list[str], workdir: str | None,
-                 pdf: Any) -> Any:
-    """One partition's records (a pandas frame) -> its state written; one result row."""
-    import pandas as pd
+                 table: Any) -> Any:
+    """One partition's records (an Arrow table) -> its state written; one result row."""
+    import pyarrow as pa
 
-    partition = int(pdf["_p"].iloc[0])
-    rows = history_rows(zip(*(pdf[c].tolist() for c in columns)), kinds)
-    return pd.DataFrame([asdict(write_partition(target, partition, rows, len(pdf), workdir))])
+    partition = table.column("_p")[0].as_py()
+    rows = arrow_rows(table, columns, kinds)
+    state = write_partition(target, partition, rows, table.num_rows, workdir)
+    return pa.Table.from_pylist([asdict(state)])
 
 
 def build(spark: SparkSession, spec: JoinSpec, paths: Sequence[str], scope: Scope,
           target: Target, workdir: str | None = None) -> tuple[DataFrame, DataFrame]:
     """(one result row per partition written, the records refused as from the future): lazy.
     One shuffle: the records go to their partition's group as they are; each group's executor
-    gathers a key's versions (:func:`app.batch.state_files.history_rows`)."""
+    gathers a key's versions (:func:`app.batch.state_files.arrow_rows`)."""
     from app.joins.columns import model_columns
 
     records, refused = admit_input(spark, paths, spec_kinds(spec).dimension,
@@ -252,10 +266,19 @@ def build(spark: SparkSession, spec: JoinSpec, paths: Sequence[str], scope: Scop
     kind_of = {c.name: c.kind for c in model_columns(d.model)}
     kinds = ["int", *(kind_of[f] for f in d.copy)]
     keyed = records.select(*columns).withColumn("_p", _partition_of(target.partitions)(d.key))
-    def write(pdf: Any) -> Any:  # a function, not a partial: Spark reads its type hints
-        return _write_group(target, columns, kinds, workdir, pdf)
+    def write(table: Any) -> Any:  # a function, not a partial: Spark reads its type hints
+        return _write_group(target, columns, kinds, workdir, table)
 
-    written = keyed.groupBy("_p").applyInPandas(write, schema=RESULT_SCHEMA)
+    grouped = keyed.groupBy("_p")
+    if hasattr(grouped, "applyInArrow"):  # Spark 4.0+: the group reaches the executor as Arrow
+        written = grouped.applyInArrow(write, schema=RESULT_SCHEMA)
+    else:  # Spark 3.5: as a pandas frame
+        def write_pandas(pdf: Any) -> Any:
+            import pyarrow as pa
+
+            return write(pa.Table.from_pandas(pdf, preserve_index=False)).to_pandas()
+
+        written = grouped.applyInPandas(write_pandas, schema=RESULT_SCHEMA)
     return written, refused
 
 

@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import orjson
 
-__all__ = ["Target", "PartitionState", "history_rows", "write_partition"]
+__all__ = ["Target", "PartitionState", "arrow_rows", "history_rows", "write_partition"]
 
 #: Faust's RocksDB store keeps the partition's changelog offset under this key
 #: (``faust.stores.rocksdb.Store.offset_key``; checked by tests/unit/test_bootstrap.py)
@@ -127,6 +127,49 @@ def history_rows(records: Iterable[Sequence[Any]], kinds: Sequence[str],
             last = version
     if versions:
         rows.append((_json_str(key).encode(), f"[{','.join(versions)}]".encode()))
+    rows.sort(key=lambda r: r[0])  # JSON bytes order differs from the keys' where escaped
+    return rows
+
+
+def arrow_rows(table: Any, columns: Sequence[str], kinds: Sequence[str],
+               ) -> list[tuple[bytes, bytes]]:
+    """:func:`history_rows` of an Arrow table whose ``columns`` are the key, the event time and
+    the copied values: the same rows, the common case written by Arrow's compute kernels
+    (vectorized: a key with one version and no character JSON escapes, of int and string
+    fields), the rest (a key's several versions, escapes, floats, booleans) by
+    :func:`history_rows`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def pylist(t: Any) -> list[Any]:
+        return list(zip(*(t.column(c).to_pylist() for c in columns)))
+
+    if table.num_rows == 0 or any(k not in ("int", "str") for k in kinds):
+        return history_rows(pylist(table), kinds)
+    t = table.sort_by([(c, "ascending") for c in columns])
+    keys = t.column(columns[0]).combine_chunks()
+    n = t.num_rows
+    same = pc.equal(keys.slice(0, n - 1), keys.slice(1)) if n > 1 else pa.array([], pa.bool_())
+    no = pa.array([False])
+    slow = pc.or_(pa.concat_arrays([no, same]), pa.concat_arrays([same, no]))  # key repeats
+    texts = [columns[0], *(c for c, k in zip(columns[1:], kinds) if k == "str")]
+    for c in texts:
+        slow = pc.or_(slow, pc.match_substring_regex(t.column(c), _ESCAPED.pattern))
+    fast, rest = t.filter(pc.invert(slow)), t.filter(slow)
+
+    def text(col: Any) -> Any:
+        return pc.binary_join_element_wise(pa.scalar('"'), col, pa.scalar('"'), "")
+
+    parts: list[Any] = [pa.scalar("[[")]
+    for i, (c, k) in enumerate(zip(columns[1:], kinds)):
+        if i:
+            parts.append(pa.scalar(","))
+        parts.append(pc.cast(fast.column(c), pa.string()) if k == "int" else text(fast.column(c)))
+    parts.append(pa.scalar("]]"))
+    key_json = pc.cast(text(fast.column(columns[0])), pa.binary()).to_pylist()
+    value_json = pc.cast(pc.binary_join_element_wise(*parts, ""), pa.binary()).to_pylist()
+    rows = list(zip(key_json, value_json))
+    rows += history_rows(pylist(rest), kinds)
     rows.sort(key=lambda r: r[0])  # JSON bytes order differs from the keys' where escaped
     return rows
 
