@@ -106,7 +106,9 @@ def target_of(spec: JoinSpec, settings: Any, snapshot_url: str, broker_url: str)
     return Target(changelog=table.changelog_topic.get_topic_name(), partitions=partitions,
                   fingerprint=table_fingerprint(table, partitions), snapshot_url=snapshot_url,
                   bootstrap_servers=bootstrap_servers(broker_url), settings=settings,
-                  max_row_bytes=settings.producer_max_request_bytes or 1_048_576)
+                  # the worker's own limit (Faust's default 1,000,000): a row the job writes, the
+                  # worker can write again when a version is added
+                  max_row_bytes=settings.producer_max_request_bytes or 1_000_000)
 
 
 # --- checks on the broker ---------------------------------------------------------------------
