@@ -52,8 +52,7 @@ from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 
 from app.compat.stores import open_partitions
-from app.snapshots import (BootstrapMarker, Manifest, SnapshotError, Snapshots, fingerprint,
-                           read_offset, refusal)
+from app.snapshots import Manifest, SnapshotError, Snapshots, fingerprint, read_offset, refusal
 
 __all__ = ["SnapshotService", "install", "restoring", "service_of", "table_fingerprint"]
 
@@ -259,6 +258,9 @@ class SnapshotService:
                         break
                 if why is None:
                     self.not_bootstrapping.add(topic)
+                    if said:
+                        log.info("table %s: its bootstrap is done (waited %.0f s)", topic,
+                                 time.monotonic() - began)
                     break
                 now = time.monotonic()
                 if not said or now - said >= BOOTSTRAP_SAY_S:
@@ -267,9 +269,6 @@ class SnapshotService:
                                 "reading the table (a failed job: run it again, "
                                 "docs/operating/bootstrap.md)", topic, why, now - began)
                 await asyncio.sleep(BOOTSTRAP_POLL_S)
-            if said:
-                log.info("table %s: its bootstrap is done (waited %.0f s)", topic,
-                         time.monotonic() - began)
 
     async def restore(self, assigned: Iterable[TP]) -> None:
         """Install snapshots of the assigned active partitions this worker has no state for;
@@ -292,12 +291,8 @@ class SnapshotService:
         _restoring += 1
         try:
             await self._wait_for_bootstrap(touched)
-        finally:
-            _restoring -= 1
-        if not todo:
-            return
-        _restoring += 1
-        try:
+            if not todo:
+                return
             tps = [tp for _, tp in todo]
             try:
                 earliest = await asyncio.wait_for(app.consumer.earliest_offsets(*tps), 30)

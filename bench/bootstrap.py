@@ -35,6 +35,7 @@ from typing import Any, Iterator
 from bench.harness import Bench, Figure
 from bench.workers import (DEFAULT_SESSION, bench_broker, new_names, records_in, start_worker,
                            stats, wait_stats, workdir)
+from tests.chaos.fleet import vm_rss_kb
 from tests.harness import batched
 from tests.kafka_io import create_topics, jbytes, produce_bulk
 
@@ -150,12 +151,8 @@ def broker_rss_mb(broker: Any) -> int | None:
     """The local broker's resident memory (tansu keeps every record in memory); None for
     ``ETJ_BOOTSTRAP``'s."""
     proc = getattr(broker, "proc", None)
-    try:
-        status = Path(f"/proc/{proc.pid}/status").read_text() if proc else ""
-    except OSError:
-        return None
-    m = re.search(r"VmRSS:\s+(\d+) kB", status)
-    return int(m.group(1)) // 1024 if m else None
+    kb = vm_rss_kb(proc.pid) if proc is not None else None
+    return None if kb is None else kb // 1024
 
 
 def run(keys: int = 5_000_000, partitions: int = 4, replay: bool = True) -> dict[str, Any]:

@@ -268,6 +268,7 @@ def build(spark: SparkSession, spec: JoinSpec, paths: Sequence[str], scope: Scop
     kind_of = {c.name: c.kind for c in model_columns(d.model)}
     kinds = ["int", *(kind_of[f] for f in d.copy)]
     keyed = records.select(*columns).withColumn("_p", _partition_of(target.partitions)(d.key))
+
     def write(table: Any) -> Any:  # a function, not a partial: Spark reads its type hints
         return _write_group(target, columns, kinds, workdir, table)
 

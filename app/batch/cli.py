@@ -351,12 +351,12 @@ def run_bootstrap(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec 
     except BootstrapError as exc:
         print(f"bootstrap refused: {exc}", file=sys.stderr, flush=True)
         return 1
-    except Exception as exc:  # a task failed: the marker says so, workers keep waiting
+    except Exception as exc:  # e.g. a task failed: its marker says so, workers keep waiting
         reason = str(exc).strip().splitlines()
-        print(f"bootstrap failed: {reason[-1] if reason else repr(exc)}\nWorkers of the join "
-              "wait (nothing half written is read); run the same command again "
-              "(docs/operating/bootstrap.md#if-the-job-fails-half-way)", file=sys.stderr,
-              flush=True)
+        print(f"bootstrap failed: {reason[-1] if reason else repr(exc)}\nIf its marker was "
+              "written, workers of the join wait (nothing half written is read); run the same "
+              "command again (docs/operating/bootstrap.md#if-the-job-fails-half-way)",
+              file=sys.stderr, flush=True)
         return 1
     _say_refused({"dimension": out.refused})
     if out.invalid:

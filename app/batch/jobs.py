@@ -96,9 +96,10 @@ def read_join_inputs(spark: SparkSession, spec: JoinSpec, events: Paths, dimensi
     """Extract and admit: the archives read as the spec's records, records from the future set
     apart, and only what the range needs kept."""
     kinds = spec_kinds(spec)
-    sides = {"events": admit_input(spark, events, kinds.events, spec.events.time, scope, "events"),
-             "dimension": admit_input(spark, dimension, kinds.dimension, spec.dimension.time, scope,
-                                 dimension_role(spec))}
+    sides = {"events": admit_input(spark, events, kinds.events, spec.events.time, scope,
+                                   "events"),
+             "dimension": admit_input(spark, dimension, kinds.dimension, spec.dimension.time,
+                                      scope, dimension_role(spec))}
     return Inputs({k: v[0] for k, v in sides.items()}, {k: v[1] for k, v in sides.items()})
 
 
