@@ -16,16 +16,18 @@ venv: $(VENV)/.installed
 
 ## run: local broker + worker (web on 6066) + sample traffic + a live view of the revisions
 run: venv
-	$(PY) -m app.run_local
+	@$(PY) -m app.run_local
 
 ## test: the whole suite, broker tests included (a local broker is started by the tests; the
-## image tier installs Debian's docker.io and debootstrap when absent and starts dockerd)
+## image tier installs Debian's docker.io and debootstrap when absent and starts dockerd);
+## ARGS="tests/broker/test_views.py -x" passes pytest arguments (a file, -k, -x)
+ARGS ?=
 test: venv $(CHROMIUM)
-	$(PY) -m pytest
+	$(PY) -m pytest $(ARGS)
 
-## test-fast: the unit and agent tiers only (no broker, no Spark, no browser): under a minute
+## test-fast: the unit and agent tiers only (no broker, no Spark, no browser): ~25 s
 test-fast: venv
-	$(PY) -m pytest -m "unit or agent" -q
+	$(PY) -m pytest -m "unit or agent" -q $(ARGS)
 
 ## compat-check: try another faust-streaming/aiokafka release, e.g. VERSION="aiokafka==0.13.0"
 ## (a pip requirement list): installs etj with it in a scratch venv ($(COMPAT_VENV)), then checks
@@ -37,9 +39,10 @@ compat-check:
 	@$(MAKE) --no-print-directory venv
 	$(PY) -m app.compat.release_check --venv '$(COMPAT_VENV)' '$(VERSION)'
 
-## bench: benchmarks (print figures, write bench/results/latest.json)
+## bench: benchmarks (print figures, write bench/results/latest.json);
+## ARGS="--quick --only throughput" passes options to python -m bench
 bench: venv
-	$(PY) -m bench
+	$(PY) -m bench $(ARGS)
 
 ## docs: serve the documentation site on http://127.0.0.1:8000/ (rebuilt on every save)
 docs: venv

@@ -55,6 +55,24 @@ def client_auth() -> dict[str, Any]:
     return aiokafka_auth(Settings())
 
 
+async def listening(bootstrap: str, deadline: float) -> Exception | None:
+    """Wait, silently, until the first host of ``bootstrap`` accepts a TCP connection (or the
+    deadline passes: the error then). A Kafka client tried before logs ``Unable connect to
+    ...: [Errno 111]`` at every attempt: what ``make run`` printed first, before its broker
+    was up."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    while True:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 3)
+        except (OSError, asyncio.TimeoutError) as exc:
+            if time.monotonic() > deadline:
+                return exc
+            await asyncio.sleep(0.1)
+        else:
+            writer.close()
+            return None
+
+
 async def wait_until_ready(bootstrap: str, timeout_s: float = 30.0,
                            auth: Mapping[str, Any] | None = None) -> None:
     """Wait until the broker answers a metadata request (listening is not enough).
@@ -69,7 +87,7 @@ async def wait_until_ready(bootstrap: str, timeout_s: float = 30.0,
 
         await check_tls(Settings(), bootstrap)
     deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
+    last: Exception | None = await listening(bootstrap, deadline)
     while time.monotonic() < deadline:
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=3000,
                                     **(auth or {}))

@@ -22,12 +22,14 @@ from typing import Any
 
 from bench.harness import Bench, goals, table
 from bench.workers import machine
+from tests.leftovers import whole_run
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: the benchmarks of ``make bench``, in the order they run (each module's ``BENCH``)
 SUITE = ("throughput", "car_throughput", "movies_throughput", "hot_key", "peer_quix",
          "scale_workers", "correction_latency", "state_growth", "recovery", "flow_control",
-         "zone_fanout", "spark_vs_duckdb", "snapshot_restore", "bootstrap", "chaos")
+         "zone_fanout", "spark_vs_duckdb", "snapshot_restore", "bootstrap", "image_start",
+         "chaos")
 
 
 def suite() -> dict[str, Bench]:
@@ -35,6 +37,11 @@ def suite() -> dict[str, Bench]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with whole_run("make bench"):  # SIGTERM or Ctrl-C: nothing of it left running
+        return run_suite(argv)
+
+
+def run_suite(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes, one run each")
     p.add_argument("--only", default="", help="comma-separated benchmark names")

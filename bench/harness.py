@@ -21,6 +21,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from tests.leftovers import whole_run
+
 #: every benchmark's result by its name, as ``python -m bench`` collects them
 Results = dict[str, Any]
 
@@ -99,7 +101,8 @@ class Bench:
         p.add_argument("--json", action="store_true", help="print the result as JSON only")
         args = vars(p.parse_args(argv))
         only_json = args.pop("json")
-        result = self.run(**args)
+        with whole_run(f"python -m bench.{self.name}"):
+            result = self.run(**args)
         if only_json:
             print(json.dumps(result, default=str))
         else:

@@ -3,21 +3,51 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from app.local_broker import LocalBroker
+from tests import leftovers
 from tests.harness import Names, Stopped, Worker, make_names
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+# no property fails for taking more than 200 ms an example (hypothesis' default deadline): on
+# shared cores that is a speed goal, and a flake
+hypothesis_settings.register_profile("etj", deadline=None)
+hypothesis_settings.load_profile("etj")
+
+#: where a failed end-to-end test leaves the logs of what it started (.gitignore names it)
+EVIDENCE = Path(__file__).resolve().parents[1] / "test-evidence"
+#: the tiers whose tests start processes: a failure there keeps their logs
+END_TO_END = ("broker", "spark", "browser", "image", "docs")
+#: the session broker's log (a failed test keeps its tail)
+SESSION_LOGS: list[Path] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """This run's mark on every process it starts, and SIGTERM stops it as Ctrl-C does: the
+    fixtures' teardowns run either way (tests/leftovers.py)."""
+    leftovers.mark_this_run()
+    leftovers.interrupt_on_sigterm()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """After every teardown: whatever this run started and still runs is killed and named."""
+    leftovers.say_reaped(leftovers.reap(), "the tests")
 
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     """A real Kafka-protocol broker on 127.0.0.1 (or ETJ_BOOTSTRAP's), for the whole session."""
     b = LocalBroker(log_dir=tmp_path_factory.mktemp("broker")).start()
+    SESSION_LOGS.append(b.log_path)
     yield b
     b.stop()
 
@@ -64,11 +94,48 @@ def exits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return codes
 
 
+def evidence_dir(item: pytest.Item) -> Path:
+    """``test-evidence/<test id>``: where a failed test's logs are kept."""
+    return EVIDENCE / re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[:180]
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
     rep = yield
     setattr(item, "rep_" + rep.when, rep)
+    end_to_end = any(item.get_closest_marker(t) for t in END_TO_END)
+    if end_to_end and rep.failed and rep.when == "call" and hasattr(rep.longrepr, "addsection"):
+        rep.longrepr.addsection("evidence", f"the logs of every process this test started "
+                                f"are kept in {evidence_dir(item)}")
+    call_rep = getattr(item, "rep_call", None)
+    if end_to_end and rep.when == "teardown" and call_rep is not None and call_rep.failed:
+        keep_evidence(item)
     return rep
+
+
+def keep_evidence(item: pytest.Item) -> None:
+    """After the teardown (the logs are whole): every log under the test's temporary folder
+    (workers, containers, brokers, moto, Spark; not the workers' state) and the tail of the
+    session broker's log. Before, a failed chaos run's folder was gone by the time anyone
+    looked: pytest keeps the temporary folders of the last three sessions only."""
+    out = evidence_dir(item)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    tmp = item.funcargs.get("tmp_path") if hasattr(item, "funcargs") else None
+    if isinstance(tmp, Path) and tmp.exists():
+        for path in tmp.rglob("*"):
+            parts = path.relative_to(tmp).parts
+            if path.is_file() and path.suffix in (".log", ".out", ".txt", ".json") \
+                    and not any(p.endswith("-data") for p in parts[:-1]) \
+                    and path.stat().st_size < 200_000_000:  # a worker's datadir: RocksDB
+                target = out / path.relative_to(tmp)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+    for log in SESSION_LOGS:
+        if log.exists():
+            with log.open("rb") as f:
+                f.seek(max(0, log.stat().st_size - 20_000_000))
+                (out / f"session-{log.name}").write_bytes(f.read())
 
 
 #: test folder -> its tier's marker (registered in pyproject.toml, --strict-markers)

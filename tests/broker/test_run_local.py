@@ -8,12 +8,14 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from app.local_broker import free_port
 from tests.harness import Names
+from tests.leftovers import PROBE, wait_gone
 
 #: lines of the `watch` command (app/commands/sample_traffic.py), not the banner
 JOINED = re.compile(r"rev 1 \[arrival\] joined mood=")
@@ -50,8 +52,9 @@ def wait_for_a_correction(proc: subprocess.Popen[bytes], out: Path,
 def test_make_run_shows_revisions_and_corrections_then_stops_everything(
         tmp_path: Path, names: Names) -> None:
     port = free_port()
+    probe = uuid.uuid4().hex
     env = {**os.environ, **names.env, "ETJ_WEB_PORT": str(port),
-           "ETJ_DATADIR": str(tmp_path / "state")}
+           "ETJ_DATADIR": str(tmp_path / "state"), PROBE: probe}
     env.pop("ETJ_BROKER_URL")  # run_local sets it from the broker it starts or is given
     with make_run(env, tmp_path) as (proc, out):
         text = wait_for_a_correction(proc, out)
@@ -59,7 +62,10 @@ def test_make_run_shows_revisions_and_corrections_then_stops_everything(
         assert JOINED.search(text), text[-3000:]
         assert CORRECTION.search(text), text[-3000:]
         assert CAR.search(text), text[-3000:]
-    assert "stopped." in out.read_text()
-    # nothing left behind: no process of this run's session is alive
-    left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout
-    assert left.strip() == "", f"processes left running: {left}"
+    text = out.read_text()
+    assert "stopped." in text
+    # nothing left behind: no process that inherited this run's probe is alive (the children
+    # have sessions of their own, so the probe, not the session, finds them)
+    assert wait_gone(probe) == {}
+    # quiet: nothing before the broker is up, no rows of -INT- from the children
+    assert "Unable connect" not in text and "-INT-" not in text, text[:3000]

@@ -13,12 +13,8 @@ import pytest
 
 from tests.harness import Names, S3Broker
 from tests.image import base_image, project_image
-from tests.image.containers import Container, new_volume
+from tests.image.containers import Container, new_volume, start_container
 from tests.image.engine import Engine
-from tests.image.pod import PodSpec, chart_values, pod_spec
-
-#: the chart's `snapshots.credentialsSecret`, as the test's "cluster" holds it
-S3_SECRET = "etj-s3"
 
 
 @pytest.fixture(scope="package")
@@ -76,19 +72,6 @@ def snapshot_store(s3: dict[str, str], monkeypatch: pytest.MonkeyPatch,
     return lambda names: f"s3://{s3['bucket']}/{names.prefix}/snapshots"
 
 
-def spec_for(env: dict[str, str], s3: dict[str, str] | None, pod: str, **values: Any,
-             ) -> PodSpec:
-    """The chart's pod ``pod`` given this test's settings ``env`` as chart values (and
-    snapshots in ``s3``, if given)."""
-    extra: dict[str, Any] = dict(values)
-    secrets = {}
-    if s3 is not None:
-        extra["snapshots"] = {"credentialsSecret": S3_SECRET, "endpointUrl": s3["endpoint"],
-                              "region": "us-east-1"}
-        secrets[S3_SECRET] = {k: v for k, v in s3.items() if k.startswith("AWS_")}
-    return pod_spec(chart_values(env, **extra), pod_name=pod, secrets=secrets)
-
-
 @pytest.fixture
 def containers(engine: Engine, image: Image, tmp_path: Path, request: pytest.FixtureRequest,
                ) -> Iterator[Callable[..., Container]]:
@@ -108,14 +91,8 @@ def containers(engine: Engine, image: Image, tmp_path: Path, request: pytest.Fix
             volume = new_volume(engine, f"{names.prefix}-{pod}-{len(volumes)}")
             volumes.append(volume)
         n = sum(1 for c in started if c.pod == pod)
-        # the bundled broker holds a fetch for its whole wait (docs/operating/settings.md):
-        # its documented local value, as on Kafka, which answers a fetch as soon as it can
-        settings = {"consumer_fetch_max_wait_ms": 100, **settings}
-        env = {**names.env, **{"ETJ_" + k.upper(): str(v) for k, v in settings.items()}}
-        c = Container(env={}, workdir=tmp_path, name=f"{names.prefix}-{pod}-{n}",
-                      engine=engine, image=image.tag, spec=spec_for(env, s3, pod),
-                      volume=volume, pod=pod)
-        started.append(c.start())
+        c = start_container(engine, image.tag, names, pod, tmp_path, volume, s3, n, **settings)
+        started.append(c)
         return c
 
     yield start

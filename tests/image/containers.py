@@ -21,9 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.harness import Worker
+from tests.harness import Names, Worker
 from tests.image.engine import LABEL, Engine
-from tests.image.pod import PodSpec
+from tests.image.pod import PodSpec, chart_values, pod_spec
+
+#: the chart's `snapshots.credentialsSecret`, as the test's "cluster" holds it
+S3_SECRET = "etj-s3"
 
 
 def docker_memory(quantity: str) -> str:
@@ -186,3 +189,31 @@ def new_volume(engine: Engine, name: str) -> str:
     engine.run("volume", "create", "--label", f"{LABEL}=1", name)
     return name
 
+
+
+def spec_for(env: dict[str, str], s3: dict[str, str] | None, pod: str, **values: Any,
+             ) -> PodSpec:
+    """The chart's pod ``pod`` given this test's settings ``env`` as chart values (and
+    snapshots in ``s3``, if given)."""
+    extra: dict[str, Any] = dict(values)
+    secrets = {}
+    if s3 is not None:
+        extra["snapshots"] = {"credentialsSecret": S3_SECRET, "endpointUrl": s3["endpoint"],
+                              "region": "us-east-1"}
+        secrets[S3_SECRET] = {k: v for k, v in s3.items() if k.startswith("AWS_")}
+    return pod_spec(chart_values(env, **extra), pod_name=pod, secrets=secrets)
+
+
+def start_container(engine: Engine, image: str, names: Names, pod: str, workdir: Path,
+                    volume: str, s3: dict[str, str] | None = None, n: int = 0,
+                    **settings: Any) -> Container:
+    """Start the ``n``-th container playing ``pod`` (the tier's ``containers`` fixture and
+    ``bench.image_start``): the test's names and ``settings`` (``session_timeout_s=4`` ->
+    ``ETJ_SESSION_TIMEOUT_S``) reach it as chart values."""
+    # the bundled broker holds a fetch for its whole wait (docs/operating/settings.md): its
+    # documented local value, as on Kafka, which answers a fetch as soon as it can
+    settings = {"consumer_fetch_max_wait_ms": 100, **settings}
+    env = {**names.env, **{"ETJ_" + k.upper(): str(v) for k, v in settings.items()}}
+    c = Container(env={}, workdir=workdir, name=f"{names.prefix}-{pod}-{n}", engine=engine,
+                  image=image, spec=spec_for(env, s3, pod), volume=volume, pod=pod)
+    return c.start()

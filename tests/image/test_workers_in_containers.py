@@ -112,7 +112,8 @@ async def test_containers_join_exactly_survive_docker_kill_and_restore_from_snap
     for w in (a, b2):
         assert w.wait_healthy(timeout_s=90) > 0
 
-    # 7. docker stop (SIGTERM) of etj-0: exit 0 within the chart's grace period. Traffic goes
+    # 7. docker stop (SIGTERM) of etj-0: exit 0 within the chart's grace period (a contract:
+    # before the SIGKILL; 2.2-3.9 s measured against 15 s, a margin of over 3x). Traffic goes
     # on, etj-1 alone handles it (exact); etj-0 again on its volume keeps its RocksDB state (a
     # clean stop: nothing discarded, nothing from a snapshot) and replays only what etj-1
     # wrote meanwhile
