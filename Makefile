@@ -21,9 +21,12 @@ run: venv
 ## test: the whole suite, broker tests included (a local broker is started by the tests; the
 ## image tier installs Debian's docker.io and debootstrap when absent and starts dockerd);
 ## ARGS="tests/broker/test_views.py -x" passes pytest arguments (a file, -k, -x)
+## TEST_JOBS: pytest-xdist workers (most end-to-end tests wait on workers and the broker, so two
+## run side by side on 2 cores; docs/contributing/tests.md#the-budget)
 ARGS ?=
+TEST_JOBS ?= 2
 test: venv $(CHROMIUM)
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup $(ARGS)
 
 ## test-fast: the unit and agent tiers only (no broker, no Spark, no browser): ~25 s
 test-fast: venv

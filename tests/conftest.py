@@ -31,16 +31,26 @@ END_TO_END = ("broker", "spark", "browser", "image", "docs")
 SESSION_LOGS: list[Path] = []
 
 
+def xdist_worker() -> bool:
+    """This process is one of pytest-xdist's workers (``make test`` runs two)."""
+    return "PYTEST_XDIST_WORKER" in os.environ
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """This run's mark on every process it starts, and SIGTERM stops it as Ctrl-C does: the
-    fixtures' teardowns run either way (tests/leftovers.py)."""
-    leftovers.mark_this_run()
+    fixtures' teardowns run either way (tests/leftovers.py). xdist's workers keep the mark of
+    the run that started them: a worker stopped before its teardown leaves processes that the
+    run's own reap, at its very end, then finds."""
+    if not xdist_worker():
+        leftovers.mark_this_run()
     leftovers.interrupt_on_sigterm()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """After every teardown: whatever this run started and still runs is killed and named."""
-    leftovers.say_reaped(leftovers.reap(), "the tests")
+    """After every teardown: whatever this run started and still runs is killed and named
+    (by the run itself, not by one of its xdist workers: the other's would be killed too)."""
+    if not xdist_worker():
+        leftovers.say_reaped(leftovers.reap(), "the tests")
 
 
 @pytest.fixture(scope="session")
@@ -140,6 +150,9 @@ def keep_evidence(item: pytest.Item) -> None:
 
 #: test folder -> its tier's marker (registered in pyproject.toml, --strict-markers)
 TIERS = ("unit", "agent", "broker", "spark", "browser", "docs", "deploy", "image")
+#: tiers whose tests share a resource made once for all of them, so one xdist worker runs them
+#: all (``--dist loadgroup``): the image tier's Docker engine and image
+ONE_WORKER = ("image",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -151,3 +164,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             raise pytest.UsageError(f"{item.nodeid}: a test lives in one of the tier folders "
                                     f"{', '.join(TIERS)}")
         item.add_marker(tier)
+        if tier in ONE_WORKER:
+            item.add_marker(pytest.mark.xdist_group(tier))

@@ -93,13 +93,16 @@ def wait_gone(probe: str, timeout_s: float = 30.0) -> dict[int, str]:
     return left
 
 
-def reap(mark: str | None = None) -> dict[int, str]:
-    """Kill every process that still carries this run's mark; what was killed (pid ->
-    command line), for the run to say."""
+def reap(mark: str | None = None, grace_s: float = 10.0) -> dict[int, str]:
+    """Kill every process that still carries this run's mark after ``grace_s`` (a Spark
+    session's JVM exits by itself once the Python process that started it has gone, a moment
+    later); what was killed (pid -> command line), for the run to say."""
     mark = mark or os.environ.get(MARK)
     if not mark:
         return {}
-    left = carrying(MARK, mark)
+    deadline = time.monotonic() + grace_s
+    while (left := carrying(MARK, mark)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
