@@ -29,31 +29,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from app.partitioner import partition_for
+from app.kafka.copartition import check_partition
+from app.kafka.partitioner import partition_for
 from app.logic.future import from_the_future, kafka_timestamp, refusal_reason
 
-__all__ = ["check_partition", "check_record", "door", "wrong_partition_reason"]
-
-
-def wrong_partition_reason(key: bytes, partition: int, expected: int, partitions: int) -> str:
-    return (f"key {key[:60]!r} is in partition {partition}, but Kafka's default partitioner "
-            f"(murmur2) puts it in partition {expected} of {partitions}: the producer uses "
-            "another partitioner (librdkafka's default, consistent_random, hashes with CRC32), "
-            "so this key's records may be split across partitions and joined wrong; set "
-            "partitioner=murmur2_random on that producer (confluent-kafka, Go, .NET), or "
-            "ETJ_CHECK_PARTITIONER=false if every input of the join is partitioned the same "
-            "other way")
-
-
-def check_partition(key: bytes | None, partition: int, partitions: int | None) -> str | None:
-    """Why a record is in the wrong partition for its key (None: it is not, or no key or
-    partition count to tell by)."""
-    if key is None or not partitions:
-        return None
-    expected = partition_for(key, partitions)
-    if expected == partition:
-        return None
-    return wrong_partition_reason(key, partition, expected, partitions)
+__all__ = ["check_record", "door"]
 
 
 def check_record(record: Any, event_time: int, partitions: int | None, now_ms: int,

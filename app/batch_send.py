@@ -35,7 +35,7 @@ from murmurhash2 import murmurhash2
 
 from app import delivery
 from app.compat.producer import aiokafka_producer, request_limits, topic_partitions
-from app.partitioner import SEED
+from app.kafka.partitioner import SEED
 
 __all__ = ["Sent", "send_records"]
 

@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from faust.types.auth import CredentialsT
 
 from app import local_state
-from app.copartition import bootstrap_servers, check_copartitioning, warn_of_partitioners
-from app.kafka_security import aiokafka_auth, broker_credentials, check_tls
+from app.kafka.connection import bootstrap_servers
+from app.kafka.copartition import check_copartitioning, warn_of_partitioners
+from app.kafka.security import aiokafka_auth, check_tls
 from app.settings import Settings, get_settings
 from app.web_auth import web_application_options
 
@@ -21,10 +23,10 @@ class EtjApp(faust.App):
 
     etj: Settings
     #: (name, topics, partition count) of the topic groups that must be co-partitioned
-    #: (declared by app.topology, checked at start: app.copartition)
+    #: (declared by app.topology, checked at start: app.kafka.copartition)
     copartitioned: list[tuple[str, tuple[str, ...], int]]
     #: input topics others produce to (declared by app.topology): their partitioner is
-    #: sampled at start (app.copartition.warn_of_partitioners)
+    #: sampled at start (app.kafka.copartition.warn_of_partitioners)
     produced_by_others: list[str]
     #: the internal topics (declared by app.topology), created at start if missing
     internal_topics: list
@@ -118,6 +120,20 @@ async def _wait_logged(loop: Any, timeout: float | None, logger: Any, app: EtjAp
                        time.monotonic() - began, loop.join, app.describe_loops())
 
 
+def broker_credentials(s: Settings) -> CredentialsT | None:
+    """Faust's ``broker_credentials`` for these settings (None: plaintext, no SASL): made from
+    :func:`app.kafka.security.aiokafka_auth`, the mapping every other client of etj takes."""
+    auth = aiokafka_auth(s)
+    if "sasl_mechanism" in auth:
+        return faust.SASLCredentials(username=auth["sasl_plain_username"],
+                                     password=auth["sasl_plain_password"],
+                                     mechanism=auth["sasl_mechanism"],
+                                     ssl_context=auth["ssl_context"])
+    if auth.get("ssl_context") is not None:
+        return faust.SSLCredentials(auth["ssl_context"])
+    return None
+
+
 def create_app(settings: Settings) -> EtjApp:
     """Build the app from settings (tests build their own with other settings)."""
     extra = {}
@@ -125,7 +141,7 @@ def create_app(settings: Settings) -> EtjApp:
         extra["producer_max_batch_size"] = settings.producer_max_batch_size
     if settings.producer_max_request_bytes is not None:
         extra["producer_max_request_size"] = settings.producer_max_request_bytes
-    credentials = broker_credentials(settings)  # TLS / SASL (app.kafka_security)
+    credentials = broker_credentials(settings)  # TLS / SASL (app.kafka.security)
     if credentials is not None:
         extra["broker_credentials"] = credentials
     web_options = web_application_options(settings)  # the views' bearer token (app.web_auth)

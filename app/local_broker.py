@@ -6,7 +6,7 @@ broker restart loses everything).
 Your own Kafka instead (docs/getting-started.md#your-own-kafka): when ``ETJ_BOOTSTRAP`` names
 an existing broker (``host:port`` or ``kafka://host:port``, comma-separated), nothing is started
 and that broker is used, with the worker's own TLS and SASL settings (``ETJ_KAFKA_*``,
-:mod:`app.kafka_security`): the wait for it below, ``make run``'s worker and tools, and the
+:mod:`app.kafka.security`): the wait for it below, ``make run``'s worker and tools, and the
 test suite's workers and clients all connect the same way. So the same suite runs against Apache
 Kafka, Redpanda or a managed Kafka.
 
@@ -48,8 +48,8 @@ def tansu_binary() -> str:
 
 def client_auth() -> dict[str, Any]:
     """TLS/SASL keyword arguments of a Kafka client, from the ``ETJ_KAFKA_*`` settings in the
-    environment: what the worker would use (:func:`app.kafka_security.aiokafka_auth`)."""
-    from app.kafka_security import aiokafka_auth
+    environment: what the worker would use (:func:`app.kafka.security.aiokafka_auth`)."""
+    from app.kafka.security import aiokafka_auth
     from app.settings import Settings
 
     return aiokafka_auth(Settings())
@@ -60,11 +60,11 @@ async def wait_until_ready(bootstrap: str, timeout_s: float = 30.0,
     """Wait until the broker answers a metadata request (listening is not enough).
 
     ``auth``: the client's TLS/SASL arguments (:func:`client_auth`); a broker whose TLS
-    certificate is not trusted is said at once (:func:`app.kafka_security.check_tls`), not
+    certificate is not trusted is said at once (:func:`app.kafka.security.check_tls`), not
     after ``timeout_s`` of "Unable to bootstrap".
     """
     if auth and auth.get("ssl_context") is not None:
-        from app.kafka_security import check_tls
+        from app.kafka.security import check_tls
         from app.settings import Settings
 
         await check_tls(Settings(), bootstrap)

@@ -35,7 +35,7 @@ from app.joins.spec import JoinSpec
 from app.joins.state import JoinsTable
 from app.range_scan import range_table
 
-#: (name, topics, partition count) of topics that must be co-partitioned (app.copartition)
+#: (name, topics, partition count) of topics that must be co-partitioned (app.kafka.copartition)
 CopartitionGroup = tuple[str, tuple[str, ...], int]
 
 _raw = dict(key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
@@ -183,13 +183,13 @@ running: list[JoinTopology | CarJoinTopology] = [*joins.values(),
 
 def copartition_groups() -> list[CopartitionGroup]:
     """(name, topics, partition count) of each group of topics that must be co-partitioned
-    (checked at start: app.copartition). Each join's own count: a spec's ``partitions``, else
+    (checked at start: app.kafka.copartition). Each join's own count: a spec's ``partitions``, else
     ETJ_PARTITIONS."""
     return [group for j in running for group in j.copartition_groups]
 
 
 app.copartitioned = copartition_groups()
-#: the topics others produce to: their partitioner is sampled at start (app.copartition)
+#: the topics others produce to: their partitioner is sampled at start (app.kafka.copartition)
 app.produced_by_others = [t for j in running for t in j.produced_by_others]
 #: the worker's own topics (ticks, car moves): created at start with their join's partition
 #: count, before the consumer's subscription could have a broker auto-create them with its own

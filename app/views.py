@@ -35,7 +35,7 @@ from yarl import URL
 
 from app import metrics, topology
 from app.agents.event_join import engines
-from app.partitioner import partition_for
+from app.kafka.partitioner import partition_for
 from app.compat import rocksdb_memory
 from app.snapshot_service import restoring
 from app.compat.stores import estimated_keys

@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
-from app.kafka_security import read_secret
+from app.kafka.security import read_secret
 from app.settings import Settings
 
 #: paths answered without the token (exact), and prefixes (static assets of the timeline)

@@ -27,8 +27,8 @@ from typing import Any, Iterable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from app.copartition import bootstrap_servers
-from app.kafka_security import aiokafka_auth
+from app.kafka.connection import bootstrap_servers
+from app.kafka.security import aiokafka_auth
 from app.local_broker import EXISTING_BROKER_ENV, LocalBroker, free_port
 from app.settings import Settings
 
@@ -54,7 +54,7 @@ class Names:
 
     def client_auth(self) -> dict[str, Any]:
         """TLS/SASL keyword arguments of a client of this test's broker: the worker's own
-        mapping (app.kafka_security) of the ``ETJ_KAFKA_*`` settings in :attr:`env`."""
+        mapping (app.kafka.security) of the ``ETJ_KAFKA_*`` settings in :attr:`env`."""
         values = {k[4:].lower(): v for k, v in self.env.items() if k.startswith(SECURITY_PREFIX)}
         # only these values: the test process's environment may be another broker's
         return aiokafka_auth(Settings(_env_prefix="ETJ_TEST_NO_ENV_", **values))

@@ -184,7 +184,7 @@ async def _produce(target: Target, partition: int, rows: Sequence[tuple[bytes, b
     offset the broker gave them."""
     from aiokafka import AIOKafkaProducer
 
-    from app.kafka_security import aiokafka_auth
+    from app.kafka.security import aiokafka_auth
 
     producer = AIOKafkaProducer(bootstrap_servers=target.bootstrap_servers, acks="all",
                                 max_batch_size=BATCH_BYTES + 64 * 1024,
@@ -250,7 +250,7 @@ async def _existing(target: Target, partition: int) -> tuple[dict[bytes, bytes |
     from aiokafka import AIOKafkaConsumer
     from aiokafka.structs import TopicPartition
 
-    from app.kafka_security import aiokafka_auth
+    from app.kafka.security import aiokafka_auth
 
     tp = TopicPartition(target.changelog, partition)
     consumer = AIOKafkaConsumer(bootstrap_servers=target.bootstrap_servers,

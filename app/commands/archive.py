@@ -50,11 +50,11 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 from faust.cli import argument, option
 
-from app.copartition import bootstrap_servers
+from app.kafka.connection import bootstrap_servers
 from app.faust_app import app, settings
 from app.joins.catalog import batch_specs, load_specs, topic_roles
 from app.joins.columns import model_columns, output_columns
-from app.kafka_security import aiokafka_auth
+from app.kafka.security import aiokafka_auth
 from app.logic.event_range import EventRange, Role, needs, parse_time
 from app.logic.future import kafka_timestamp
 from app.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse

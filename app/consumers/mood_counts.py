@@ -89,7 +89,7 @@ async def read_counts(bootstrap: str, topic: str, idle_s: float = 2.0,
 
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from app.kafka_security import aiokafka_auth
+    from app.kafka.security import aiokafka_auth
     from app.settings import get_settings
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
@@ -114,7 +114,7 @@ async def read_counts(bootstrap: str, topic: str, idle_s: float = 2.0,
 
 
 def main() -> None:
-    from app.copartition import bootstrap_servers
+    from app.kafka.connection import bootstrap_servers
     from app.settings import get_settings
 
     s = get_settings()

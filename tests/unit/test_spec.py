@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.copartition import CopartitionError, check_groups
+from app.kafka.copartition import CopartitionError, check_groups
 from app.joins.catalog import load_specs, mood_spec, movie_spec, read_joins_file
 from app.joins.spec import SpecError, copartition_groups, resolve, resolve_all
 from app.logic.event_join import Revision

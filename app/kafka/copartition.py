@@ -8,7 +8,7 @@ broker's metadata before it starts consuming and stops with a message that names
 Equal counts are not enough: both sides must put a key in the same partition. A sample of each
 input partition is checked at start (:func:`warn_of_partitioners`) so that a producer with
 another partitioner is named in the log before the first record reaches a join; every record
-is checked again at the door (:mod:`app.admission`).
+is checked again at the door (:mod:`app.admission`, by :func:`check_partition`).
 """
 
 from __future__ import annotations
@@ -19,22 +19,15 @@ from typing import Any, Iterable, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from app.kafka.connection import bootstrap_servers
+from app.kafka.partitioner import partition_for
+
 
 log = logging.getLogger(__name__)
 
 
 class CopartitionError(RuntimeError):
     """Joined topics exist with partition counts that cannot be joined."""
-
-
-def bootstrap_servers(broker_url: str) -> str:
-    """``kafka://h1:9092;kafka://h2:9092`` (Faust form) -> ``h1:9092,h2:9092`` (aiokafka form)."""
-    hosts = []
-    for part in broker_url.replace(";", ",").split(","):
-        part = part.strip()
-        if part:
-            hosts.append(part.split("://", 1)[-1].rstrip("/"))
-    return ",".join(hosts)
 
 
 #: a co-partition group: its name (a join, or the car join's side), its topics, and the
@@ -74,7 +67,7 @@ async def fetch_partition_counts(broker_url: str, topics: Iterable[str],
                                  auth: Mapping[str, Any] | None = None) -> dict[str, int]:
     """Partition count of each of ``topics`` that exists (metadata only, creates nothing).
 
-    ``auth``: TLS/SASL keyword arguments of the client (:func:`app.kafka_security.aiokafka_auth`).
+    ``auth``: TLS/SASL keyword arguments of the client (:func:`app.kafka.security.aiokafka_auth`).
     """
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers(broker_url),
                                 enable_auto_commit=False, **(auth or {}))
@@ -99,7 +92,30 @@ async def check_copartitioning(broker_url: str, groups: list[Group],
     check_groups(counts, groups)
 
 
-# --- the partitioner, sampled at start ---------------------------------------------------------
+# --- the partitioner: each record at the door, a sample at start ---------------------------------
+
+def wrong_partition_reason(key: bytes, partition: int, expected: int, partitions: int) -> str:
+    """What a dead letter, or the start-up sample's log line, says of a key in the wrong
+    partition."""
+    return (f"key {key[:60]!r} is in partition {partition}, but Kafka's default partitioner "
+            f"(murmur2) puts it in partition {expected} of {partitions}: the producer uses "
+            "another partitioner (librdkafka's default, consistent_random, hashes with CRC32), "
+            "so this key's records may be split across partitions and joined wrong; set "
+            "partitioner=murmur2_random on that producer (confluent-kafka, Go, .NET), or "
+            "ETJ_CHECK_PARTITIONER=false if every input of the join is partitioned the same "
+            "other way")
+
+
+def check_partition(key: bytes | None, partition: int, partitions: int | None) -> str | None:
+    """Why a record is in the wrong partition for its key (None: it is not, or no key or
+    partition count to tell by)."""
+    if key is None or not partitions:
+        return None
+    expected = partition_for(key, partitions)
+    if expected == partition:
+        return None
+    return wrong_partition_reason(key, partition, expected, partitions)
+
 
 #: records read from the end of each input partition at start
 SAMPLE_PER_PARTITION = 20
@@ -111,12 +127,10 @@ async def sample_partitioner(broker_url: str, topics: Iterable[str],
                              timeout_s: float = 10.0) -> dict[str, tuple[int, int, str]]:
     """Read the last ``per_partition`` records of each partition of ``topics`` and check each
     keyed one is where Kafka's default partitioner (murmur2) puts its key
-    (:func:`app.admission.check_partition`). Returns topic -> (records in the wrong partition,
+    (:func:`check_partition`). Returns topic -> (records in the wrong partition,
     records sampled, the first one's reason) for the topics with any: a producer with another
     partitioner (librdkafka's CRC32 default) named before the join answers wrong. Without a
     group, reads only; a partition not read within ``timeout_s`` is sampled as far as it got."""
-    from app.admission import check_partition
-
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers(broker_url),
                                 enable_auto_commit=False, **(auth or {}))
     await consumer.start()

@@ -1,9 +1,11 @@
 """How the worker authenticates to Kafka (TLS, SASL), from settings, in one place.
 
-Faust's own clients take :func:`broker_credentials` (``broker_credentials=`` of the app); every
-other Kafka client etj opens (the co-partition check, the tools under ``app/commands``, the
-batch twin's publisher) takes :func:`aiokafka_auth`, which Faust's own mapping
-(``credentials_to_aiokafka_auth``) derives from the same credentials, so the two cannot differ.
+Every Kafka client etj opens itself (the co-partition check, the tools under ``app/commands``,
+the batch twin's publisher and the bootstrap's executors) takes :func:`aiokafka_auth`; Faust's
+own clients take ``broker_credentials`` (:func:`app.faust_app.broker_credentials`), made from
+that same mapping, so the two cannot differ (``credentials_to_aiokafka_auth``, Faust's mapping
+back, gives it again: tests/unit/test_kafka_security.py). No Faust import: the bootstrap's
+Spark executors run it, and they have no Faust.
 
 Secrets come from files (a mounted Kubernetes Secret) or, when no file is named, from the
 environment; a file's trailing newline is not part of the secret. Docs:
@@ -17,15 +19,12 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-import faust
-from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
-from faust.types.auth import CredentialsT
 from pydantic import SecretStr
 
 from app.settings import Settings
 
-__all__ = ["KafkaSecurityError", "aiokafka_auth", "broker_credentials", "check_tls",
-           "read_secret", "ssl_context", "tls_enabled"]
+__all__ = ["KafkaSecurityError", "aiokafka_auth", "check_tls", "read_secret", "ssl_context",
+           "tls_enabled"]
 
 
 class KafkaSecurityError(RuntimeError):
@@ -68,8 +67,10 @@ def ssl_context(s: Settings) -> ssl.SSLContext | None:
     return ctx
 
 
-def broker_credentials(s: Settings) -> CredentialsT | None:
-    """Faust's ``broker_credentials`` for these settings (None: plaintext, no SASL)."""
+def aiokafka_auth(s: Settings) -> dict[str, Any]:
+    """Keyword arguments of ``AIOKafkaConsumer``/``Producer``/``AdminClient`` for these settings:
+    ``security_protocol`` and, as needed, ``ssl_context`` and ``sasl_*`` (what Faust's
+    ``credentials_to_aiokafka_auth`` gives for the app's ``broker_credentials``)."""
     ctx = ssl_context(s)
     if s.kafka_sasl_mechanism:
         password = read_secret(s.kafka_sasl_password_file, s.kafka_sasl_password)
@@ -77,17 +78,13 @@ def broker_credentials(s: Settings) -> CredentialsT | None:
             raise KafkaSecurityError(
                 f"SASL {s.kafka_sasl_mechanism} needs ETJ_KAFKA_SASL_USERNAME and a password "
                 "(ETJ_KAFKA_SASL_PASSWORD_FILE or ETJ_KAFKA_SASL_PASSWORD)")
-        return faust.SASLCredentials(username=s.kafka_sasl_username, password=password,
-                                     mechanism=s.kafka_sasl_mechanism, ssl_context=ctx)
+        return {"security_protocol": "SASL_SSL" if ctx is not None else "SASL_PLAINTEXT",
+                "sasl_mechanism": s.kafka_sasl_mechanism,
+                "sasl_plain_username": s.kafka_sasl_username,
+                "sasl_plain_password": password, "ssl_context": ctx}
     if ctx is not None:
-        return faust.SSLCredentials(ctx)
-    return None
-
-
-def aiokafka_auth(s: Settings) -> dict[str, Any]:
-    """Keyword arguments of ``AIOKafkaConsumer``/``Producer``/``AdminClient`` for these settings:
-    ``security_protocol`` and, as needed, ``ssl_context`` and ``sasl_*`` (Faust's mapping)."""
-    return dict(credentials_to_aiokafka_auth(broker_credentials(s)))
+        return {"security_protocol": "SSL", "ssl_context": ctx}
+    return {"security_protocol": "PLAINTEXT"}
 
 
 async def check_tls(s: Settings, bootstrap: str, timeout_s: float = 10.0) -> None:
