@@ -3,7 +3,7 @@
 key: (zone_id, car_id) -> 16 bytes = u64be(zone_id + 2**63) ++ u64be(car_id + 2**63)
 
 Each id is a signed 64-bit integer (the whole int64 range; the wire contract only lets ids
->= 0 in, see :mod:`app.records`). Adding 2**63 is the sign-bit flip of two's complement: it maps
+>= 0 in, see :mod:`app.inputs.records`). Adding 2**63 is the sign-bit flip of two's complement: it maps
 [-2**63, 2**63) onto [0, 2**64) monotonically, and fixed-width big-endian bytes of unsigned
 integers compare like the integers. Both halves have the same width, so comparing two keys byte
 by byte compares zone ids first and car ids second: the cars of one zone are one contiguous run

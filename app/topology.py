@@ -13,7 +13,7 @@ output topics; revisit ticks (app.timers) come back in through each join's own t
   zone id; three tables (:mod:`app.joins.car_state`).
 - Each of them says what it adds to the worker's lists (co-partitioned groups, topics others
   produce to, internal topics, ticks topics), which are made from :data:`running`.
-- Every agent's inputs are read as raw bytes: validation happens in :mod:`app.records`, so a bad
+- Every agent's inputs are read as raw bytes: validation happens in :mod:`app.inputs.records`, so a bad
   record becomes a dead letter instead of a codec exception inside Faust.
 
 Importing this module declares everything on the app; nothing else calls ``app.topic`` or

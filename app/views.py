@@ -44,7 +44,7 @@ from app.joins import car_state
 from app.joins.keys import join_range, split_join_key
 from app.logic.car_join import ZoneReading, join
 from app.range_scan import scan
-from app.records import MAX_ID
+from app.inputs.records import MAX_ID
 from app.topology import owned_partitions
 from app.web_auth import peer_headers
 

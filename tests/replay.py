@@ -16,7 +16,7 @@ from app.joins.spec import resolve
 from app.joins.keys import join_range, split_join_key
 from app.joins.state import JoinState
 from app.overlay import MemoryIO, Overlay
-from app.records import MoodIn, RecommendationIn
+from app.inputs.records import MoodIn, RecommendationIn
 from app.settings import Settings
 from tests.oracle import Mood, Recommendation
 

@@ -54,7 +54,7 @@ from app.logic.car_join import (
     apply_reading,
 )
 from app.overlay import Overlay
-from app.records import CarArrivalIn, CarMoveIn, InvalidRecord, ZoneIn, compile_parser
+from app.inputs.records import CarArrivalIn, CarMoveIn, InvalidRecord, ZoneIn, compile_parser
 
 #: the car join's topics and tables (app.main imports this module only when the worker runs it)
 CARS = topology.cars

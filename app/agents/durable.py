@@ -3,11 +3,11 @@ order by event time -> handle -> changelog durable -> outputs durable -> ack the
 
 Per turn of :meth:`DurableLoop.run`:
 
-1. take every batch the fetch loop left in the loop's inbox (:mod:`app.inbox`): one per input
+1. take every batch the fetch loop left in the loop's inbox (:mod:`app.inputs.inbox`): one per input
    partition per fetch; a batch of an older group generation is dropped (the rebalance seeks its
    partition back to the committed offset) — :mod:`app.agents.intake`;
-2. parse each record (:func:`app.records.compile_parser`; a record that does not parse goes to
-   the dead letters with its reason) and queue it in flow control (:mod:`app.flow_control`),
+2. parse each record (:func:`app.inputs.records.compile_parser`; a record that does not parse goes to
+   the dead letters with its reason) and queue it in flow control (:mod:`app.inputs.flow_control`),
    which releases a partition's records of several inputs in event-time order — a whole batch
    at once, its lag known from the batch's high water — :mod:`app.agents.intake`;
 3. handle what is released, record by record, through the engine's rules; state is read and
@@ -47,7 +47,7 @@ from app.agents.intake import Intake
 from app.agents.pipeline import DEAD_LETTERS, DeliveryPipeline
 from app.batch_send import Sent
 from app.faust_app import app
-from app.inbox import Batch
+from app.inputs.inbox import Batch
 from app.overlay import Overlay
 
 __all__ = ["DurableLoop", "Engine", "Out", "dead_letter", "loops"]

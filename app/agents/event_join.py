@@ -33,7 +33,7 @@ from app.faust_app import app, settings
 from app.joins.state import JoinState
 from app.logic.event_join import Revision
 from app.overlay import Overlay
-from app.records import InvalidRecord, as_dict, compile_parser
+from app.inputs.records import InvalidRecord, as_dict, compile_parser
 from app.topology import JoinTopology, joins
 
 __all__ = ["JoinEngine", "engines"]

@@ -1,7 +1,7 @@
 """A loop's way in (steps 1 and 2 of :mod:`app.agents.durable`): the batches its inbox holds,
 parsed and through the door, into flow control, and the records flow control lets go this turn.
 
-Every input but the ticks goes through flow control (:mod:`app.flow_control`), which knows from
+Every input but the ticks goes through flow control (:mod:`app.inputs.flow_control`), which knows from
 each batch's high water whether an input lags, and holds a partition's records until its other
 inputs catch up in event time. What it holds is bounded twice: a turn lets go of at most
 :attr:`Intake.max_batch` records, and a partition holding too many stops being fetched until it
@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from faust.types import TP
 
 from app import metrics
-from app.admission import door
+from app.inputs.admission import door
 from app.compat.stores import committed_offset
 from app.faust_app import app, settings
-from app.flow_control import EventTimeMerge
-from app.inbox import Batch, Inbox
-from app.records import InvalidRecord
+from app.inputs.flow_control import EventTimeMerge
+from app.inputs.inbox import Batch, Inbox
+from app.inputs.records import InvalidRecord
 
 if TYPE_CHECKING:
     from app.agents.durable import Engine
@@ -153,7 +153,7 @@ def lag(topic: str, partition: int, next_offset: int | None) -> bool:
 
 def parse_batch(join: str, parse: Parse, b: Batch) -> list[tuple[int, int, Any]]:
     """``(event_time, offset, (topic, record, parsed))`` of a batch, for flow control:
-    parsed, then through the door (:mod:`app.admission`: Kafka's partitioner, records from
+    parsed, then through the door (:mod:`app.inputs.admission`: Kafka's partitioner, records from
     the future); a record refused goes first, to the dead letters, and never moves stream
     time."""
     topic = b.topic

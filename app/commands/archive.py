@@ -57,7 +57,7 @@ from app.joins.columns import model_columns, output_columns
 from app.kafka.security import aiokafka_auth
 from app.logic.event_range import EventRange, Role, needs, parse_time
 from app.logic.future import kafka_timestamp
-from app.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse
+from app.inputs.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse
 
 
 @dataclass

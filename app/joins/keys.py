@@ -15,7 +15,7 @@ expiry X ++ u32be(partition) ++ u64be(bucket) ++ u32be(len(key)) ++ key   -> 1
        is one range, and an event writes its bucket's row only once per key and bucket
 
 The length prefix keeps a key from being a prefix of another (``"ab"`` vs ``"abc"``). Event times
-are >= 0 (app.records), so plain unsigned big-endian bytes sort like the numbers. Rows of the
+are >= 0 (app.inputs.records), so plain unsigned big-endian bytes sort like the numbers. Rows of the
 layout before this one began with the length prefix (a ``0x00`` byte): :func:`is_join_row`
 tells them apart.
 """

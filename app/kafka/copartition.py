@@ -8,7 +8,7 @@ broker's metadata before it starts consuming and stops with a message that names
 Equal counts are not enough: both sides must put a key in the same partition. A sample of each
 input partition is checked at start (:func:`warn_of_partitioners`) so that a producer with
 another partitioner is named in the log before the first record reaches a join; every record
-is checked again at the door (:mod:`app.admission`, by :func:`check_partition`).
+is checked again at the door (:mod:`app.inputs.admission`, by :func:`check_partition`).
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ async def warn_of_partitioners(broker_url: str, topics: Iterable[str],
                                auth: Mapping[str, Any] | None = None) -> dict[str, tuple]:
     """:func:`sample_partitioner`, each topic with records in the wrong partition logged as an
     ERROR that names the producer fix (the records themselves are dead-lettered as they come:
-    app.admission). A broker that cannot be sampled is a warning, not a refusal to start."""
+    app.inputs.admission). A broker that cannot be sampled is a warning, not a refusal to start."""
     try:
         wrong = await sample_partitioner(broker_url, topics, auth)
     except Exception as exc:  # the start goes on: every record is still checked at the door

@@ -26,7 +26,7 @@ from app.agents.event_join import JoinEngine, engines
 from app.batch_send import Sent as Delivery
 from app import delivery
 from app.faust_app import app
-from app.inbox import Batch
+from app.inputs.inbox import Batch
 from app.joins.keys import join_range, split_join_key
 from app.range_scan import scan
 

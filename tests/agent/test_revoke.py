@@ -21,7 +21,7 @@ from unittest import mock
 from app.agents import pipeline
 from app.agents.event_join import engines
 from app.faust_app import app
-from app.inbox import Batch
+from app.inputs.inbox import Batch
 from tests.agent.conftest import Record
 
 T = 1_790_000_000_000

@@ -23,7 +23,7 @@ input partitions, and by waiting for an input it knows still has records in the 
 Live traffic never waits: an input with no lag has nothing to wait for. Pure (no Faust): the
 engine gives it a ``lag`` function and a clock, and acks only what it releases and handled.
 
-Records come a fetch at a time (:mod:`app.inbox`): :meth:`EventTimeMerge.offer_batch` queues a
+Records come a fetch at a time (:mod:`app.inputs.inbox`): :meth:`EventTimeMerge.offer_batch` queues a
 partition's whole batch with the high water its fetch saw, so whether an input lags is known
 from its last batch (one comparison), and ``lag`` is asked only about an input that has
 delivered nothing since the last reset.
