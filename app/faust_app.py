@@ -9,7 +9,7 @@ from typing import Any
 import faust
 from faust.types.auth import CredentialsT
 
-from app import local_state
+from app.state import crash_marker
 from app.kafka.connection import bootstrap_servers
 from app.kafka.copartition import check_copartitioning, warn_of_partitioners
 from app.kafka.security import aiokafka_auth, check_tls
@@ -33,6 +33,9 @@ class EtjApp(faust.App):
     #: every agent loop (app.agents.durable.DurableLoop): each registers itself once; the app
     #: asks them to let go of what waits, waits for what they have in flight, describes them
     loops: list
+    #: the table snapshots' service (app.state.snapshot_service.install): etj's table manager
+    #: restores a newly assigned partition through it first; None: snapshots are off
+    table_snapshots: Any = None
 
     def _new_transport(self) -> Any:
         """Faust's aiokafka transport with etj's consumer (:mod:`app.compat.consumer`: input
@@ -89,7 +92,7 @@ class EtjApp(faust.App):
         s = self.etj
         s.datadir.mkdir(parents=True, exist_ok=True)
         if s.local_tables:  # before Faust opens any table partition
-            local_state.claim(Path(self.conf.tabledir))
+            crash_marker.claim(Path(self.conf.tabledir))
         await super().on_first_start()
         await check_tls(s, bootstrap_servers(s.broker_url))  # a refused certificate, said plainly
         await check_copartitioning(s.broker_url, self.copartitioned, aiokafka_auth(s))
@@ -103,7 +106,7 @@ class EtjApp(faust.App):
         """After every service stopped (agents, producer, consumer, tables)."""
         await super().on_shutdown()
         if self.etj.local_tables:
-            local_state.release(Path(self.conf.tabledir),
+            crash_marker.release(Path(self.conf.tabledir),
                                 clean=all(loop.settled() for loop in self.loops))
 
 

@@ -6,7 +6,9 @@ aiokafka the guarantees rest on (:mod:`app.compat`), the fail-stop sensor, the s
 and the snapshots' timers.
 """
 
-from app import compat, delivery, event_loop, garbage_collection, snapshot_service, stall_guard
+from app import compat, delivery, event_loop, garbage_collection, stall_guard
+
+from app.state import snapshot_service
 from app.faust_app import app
 
 compat.install(app)  # first: refuse an untested Faust/aiokafka before anything is declared

@@ -248,7 +248,7 @@ class Settings(BaseSettings):
     @property
     def local_tables(self) -> bool:
         """Are the tables kept on the worker's disk (``rocksdb://``), not in memory? Snapshots
-        and the crash rule (app.local_state) apply only then."""
+        and the crash rule (app.state.crash_marker) apply only then."""
         return str(self.store_url).startswith("rocksdb:")
 
 

@@ -33,7 +33,7 @@ from app.joins.car_state import CAR_POSITIONS, ZONE_CARS, ZONE_POLLUTION, ZoneCa
 from app.joins.catalog import load_specs
 from app.joins.spec import JoinSpec
 from app.joins.state import JoinsTable
-from app.range_scan import range_table
+from app.state.range_scan import range_table
 
 #: (name, topics, partition count) of topics that must be co-partitioned (app.kafka.copartition)
 CopartitionGroup = tuple[str, tuple[str, ...], int]

@@ -37,13 +37,13 @@ from app import metrics, topology
 from app.agents.event_join import engines
 from app.kafka.partitioner import partition_for
 from app.compat import rocksdb_memory
-from app.snapshot_service import restoring
+from app.state.snapshot_service import restoring
 from app.compat.stores import estimated_keys
 from app.faust_app import app, settings
 from app.joins import car_state
 from app.joins.keys import join_range, split_join_key
 from app.logic.car_join import ZoneReading, join
-from app.range_scan import scan
+from app.state.range_scan import scan
 from app.inputs.records import MAX_ID
 from app.topology import owned_partitions
 from app.web_auth import peer_headers
@@ -79,7 +79,7 @@ Handler = Callable[..., Awaitable[Response]]
 
 def recovery_state() -> dict[str, Any]:
     """Whether this worker's tables are recovered (first assignment done, none in progress;
-    snapshots being installed count as recovering: app.snapshot_service)."""
+    snapshots being installed count as recovering: app.state.snapshot_service)."""
     recovery = app.tables.recovery
     recovered_once = recovery.completed.is_set()
     recovering = bool(app.in_recovery) or restoring()

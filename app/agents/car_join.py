@@ -7,7 +7,7 @@ etj-zones + car moves + car ticks (key zone id, co-partitioned) -> ``join_zone_p
 
 The zone side reads both of its inputs in ONE agent, so per worker one sequential loop owns a
 zone's reading and its cars. A reading finds the zone's cars by a range scan over the zone-cars
-store (:mod:`app.range_scan`): its cost depends on the zone's size, not on the table's.
+store (:mod:`app.state.range_scan`): its cost depends on the zone's size, not on the table's.
 
 The rules live in :mod:`app.logic.car_join`, the tables' keys and rows in
 :mod:`app.joins.car_state`; this module loads/stores state through it and returns what the rules
@@ -53,7 +53,7 @@ from app.logic.car_join import (
     apply_del,
     apply_reading,
 )
-from app.overlay import Overlay
+from app.state.overlay import Overlay
 from app.inputs.records import CarArrivalIn, CarMoveIn, InvalidRecord, ZoneIn, compile_parser
 
 #: the car join's topics and tables (app.main imports this module only when the worker runs it)

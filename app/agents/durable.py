@@ -11,7 +11,7 @@ Per turn of :meth:`DurableLoop.run`:
    which releases a partition's records of several inputs in event-time order — a whole batch
    at once, its lag known from the batch's high water — :mod:`app.agents.intake`;
 3. handle what is released, record by record, through the engine's rules; state is read and
-   written in the batch's overlays (:mod:`app.overlay`), outputs are collected. A bug on one
+   written in the batch's overlays (:mod:`app.state.overlay`), outputs are collected. A bug on one
    record dead-letters that record (``internal error``), never kills the worker — here,
    :meth:`DurableLoop.handle`;
 4. flush the overlays: each changed row encoded once, written to the store, and handed to the
@@ -48,7 +48,7 @@ from app.agents.pipeline import DEAD_LETTERS, DeliveryPipeline
 from app.batch_send import Sent
 from app.faust_app import app
 from app.inputs.inbox import Batch
-from app.overlay import Overlay
+from app.state.overlay import Overlay
 
 __all__ = ["DurableLoop", "Engine", "Out", "dead_letter", "loops"]
 
@@ -199,7 +199,7 @@ class DurableLoop:
         return dropped
 
     def settled(self) -> bool:
-        """Was everything this loop handled delivered? (app.local_state keeps the local state
+        """Was everything this loop handled delivered? (app.state.crash_marker keeps the local state
         only then)"""
         return self.pipeline.in_flight == 0 and not any(ov.pending for ov in self.engine.overlays)
 

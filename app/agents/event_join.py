@@ -32,7 +32,7 @@ from app.compat.stores import StoreIO, committed_offset
 from app.faust_app import app, settings
 from app.joins.state import JoinState
 from app.logic.event_join import Revision
-from app.overlay import Overlay
+from app.state.overlay import Overlay
 from app.inputs.records import InvalidRecord, as_dict, compile_parser
 from app.topology import JoinTopology, joins
 

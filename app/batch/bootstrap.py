@@ -14,7 +14,7 @@ The job, in order (each step is what makes the next safe):
    inputs; the join's consumer group has no member (workers running now would write rows the
    snapshots do not hold), unless an earlier attempt's marker is there (its members joined
    after it, and wait). The dimension topic, if it exists, has the join's partition count.
-2. **Marker** ``running`` in the snapshot store (:class:`app.snapshots.BootstrapMarker`): a
+2. **Marker** ``running`` in the snapshot store (:class:`app.state.snapshot_store.BootstrapMarker`): a
    worker that starts now waits, ready 503, until it is ``done``.
 3. **Spark**: the catalogue read and validated as the batch twin reads the dimension topic's
    archives (records from the future refused and counted), each key placed in the partition
@@ -49,7 +49,7 @@ from app.batch.jobs import Scope, admit_input, spec_kinds
 from app.batch.session import Steps
 from app.batch.state_files import PartitionState, Target, arrow_rows, write_partition
 from app.joins.spec import JoinSpec
-from app.snapshots import BootstrapMarker, Snapshots
+from app.state.snapshot_store import BootstrapMarker, Snapshots
 
 __all__ = ["BootstrapError", "Outcome", "bootstrap", "target_of"]
 
@@ -90,7 +90,7 @@ def target_of(spec: JoinSpec, settings: Any, snapshot_url: str, broker_url: str)
     """Where the workers read ``spec``'s dimension table from: the worker's own table
     declaration (:mod:`app.topology`) gives its changelog topic and snapshot fingerprint."""
     from app.kafka.connection import bootstrap_servers
-    from app.snapshot_service import table_fingerprint
+    from app.state.snapshot_service import table_fingerprint
     from app.topology import joins
 
     if not settings.local_tables:

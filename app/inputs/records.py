@@ -133,7 +133,7 @@ def parse(model: type[M], key: bytes | None, value: bytes | None) -> M:
 
 
 # --- car join (docs/joins/topics.md: etj-car-arrivals, etj-zones, internal car moves) ---------------------
-#: ids are non-negative signed 64-bit integers: a Java/Spark ``long`` holds them, and app.keys
+#: ids are non-negative signed 64-bit integers: a Java/Spark ``long`` holds them, and app.state.ordered_keys
 #: encodes them (it supports the whole int64 range; the wire contract keeps negatives out).
 MAX_ID = 2**63 - 1
 

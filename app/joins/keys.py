@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from app.keys import prefix_end
+from app.state.ordered_keys import prefix_end
 
 __all__ = ["BUCKET_MS", "ID", "JOIN", "bucket", "key_group", "expiry_key", "expiry_range", "id_key",
            "is_join_row", "join_key", "join_range", "split_expiry_key", "split_join_key"]

@@ -28,7 +28,7 @@ from app import delivery
 from app.faust_app import app
 from app.inputs.inbox import Batch
 from app.joins.keys import join_range, split_join_key
-from app.range_scan import scan
+from app.state.range_scan import scan
 
 #: what the consumer hands a loop: aiokafka's ConsumerRecord, the fields the loop reads
 Record = namedtuple("Record", "topic partition offset key value timestamp")
@@ -36,7 +36,7 @@ Record = namedtuple("Record", "topic partition offset key value timestamp")
 
 class Sent(list):
     """(topic, key, value) of every output send, in order; ``changelog``: the same for every
-    changelog row a loop's overlays hand to the producer (app.overlay)."""
+    changelog row a loop's overlays hand to the producer (app.state.overlay)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -16,7 +16,7 @@ Why: a worker with an empty disk replays every changelog from offset 0, one reco
 
 - **writing**: every ``ETJ_SNAPSHOT_INTERVAL_S`` a timer takes a RocksDB checkpoint (hard links,
   local, milliseconds) of each active partition whose offset moved, reading the offset row in the
-  same synchronous step, then uploads it on a thread (:mod:`app.snapshots`); the join never
+  same synchronous step, then uploads it on a thread (:mod:`app.state.snapshot_store`); the join never
   waits for the upload. A checkpoint holds what the store holds: the values of every changelog
   record up to its offset, and possibly a few writes whose changelog records were not yet
   acknowledged. The replay after the offset rewrites those keys with what the changelog says,
@@ -52,7 +52,7 @@ from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 
 from app.compat.stores import open_partitions
-from app.snapshots import Manifest, SnapshotError, Snapshots, fingerprint, read_offset, refusal
+from app.state.snapshot_store import Manifest, SnapshotError, Snapshots, fingerprint, read_offset, refusal
 
 __all__ = ["SnapshotService", "install", "restoring", "service_of", "table_fingerprint"]
 
@@ -65,14 +65,13 @@ BOOTSTRAP_SAY_S = 30.0  # how often it says it still waits
 #: unreachable store must not stop the join, as snapshots that cannot be listed do not
 BOOTSTRAP_UNREADABLE_S = 60.0
 
-#: id(app) -> its snapshot service
-_services: dict[int, "SnapshotService"] = {}
 _restoring = 0
 
 
 def service_of(app: Any) -> "SnapshotService | None":
-    """``app``'s snapshot service (None: snapshots are off)."""
-    return _services.get(id(app))
+    """``app``'s snapshot service (None: snapshots are off): its ``table_snapshots``, which
+    :func:`install` sets and etj's table manager reads (it imports nothing of this module)."""
+    return getattr(app, "table_snapshots", None)
 
 
 def restoring() -> bool:
@@ -236,7 +235,7 @@ class SnapshotService:
     async def _wait_for_bootstrap(self, tables: list[Any]) -> None:
         """A table a bootstrap job (``python -m app.batch bootstrap``) is building, or left half
         built, is not read until the job is done: its snapshots are not all there and its
-        changelog is still being written (:class:`app.snapshots.BootstrapMarker`)."""
+        changelog is still being written (:class:`app.state.snapshot_store.BootstrapMarker`)."""
         loop = asyncio.get_running_loop()
         for table in tables:
             topic = table.changelog_topic.get_topic_name()
@@ -317,8 +316,8 @@ def install(app: Any) -> None:
         log.warning("ETJ_SNAPSHOT_URL is set but the store is %s: snapshots need rocksdb://",
                     settings.store_url)
         return
-    service = _services[id(app)] = SnapshotService(app, Snapshots(settings.snapshot_url),
-                                                   settings.snapshot_keep)
+    service = app.table_snapshots = SnapshotService(app, Snapshots(settings.snapshot_url),
+                                                    settings.snapshot_keep)
     shutil.rmtree(service.workdir, ignore_errors=True)  # checkpoints left by a killed worker
 
     async def write_snapshots() -> None:

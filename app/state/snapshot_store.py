@@ -6,7 +6,7 @@ Faust's own changelog offset inside it (``Store.offset_key``): installed where F
 partition, Faust replays only the changelog records after that offset. This module knows
 nothing of Faust: it names, uploads, lists, prunes, downloads and checks snapshots; what reaches
 into Faust (taking the checkpoint, installing it before Faust opens the partition) is
-:mod:`app.snapshot_service`. Operating them: docs/operating/snapshots.md.
+:mod:`app.state.snapshot_service`. Operating them: docs/operating/snapshots.md.
 
 Layout in the store (``ETJ_SNAPSHOT_URL``, ``file:///path`` or ``s3://bucket/prefix``)::
 
@@ -101,7 +101,7 @@ class BootstrapMarker:
     (:mod:`app.batch.bootstrap`): ``running`` from before its first changelog row is written
     until every partition's snapshot is uploaded, then ``done``; ``failed`` when the job
     stopped on an error. A worker installs no snapshot of the table and replays none of its
-    changelog while it is not ``done`` (:meth:`app.snapshot_service.SnapshotService.restore`
+    changelog while it is not ``done`` (:meth:`app.state.snapshot_service.SnapshotService.restore`
     waits): nothing a worker reads is half written."""
 
     table: str  # the changelog topic

@@ -1,7 +1,7 @@
 """A worker trusts the RocksDB state on its disk after a clean stop only.
 
 Why: etj writes a table row to the local store during a batch and its changelog row at the
-batch's end (:mod:`app.overlay`). A worker killed (kill -9, OOM, a lost node) between the two
+batch's end (:mod:`app.state.overlay`). A worker killed (kill -9, OOM, a lost node) between the two
 leaves a local store *ahead* of its changelogs: rows of records whose batch never reached the
 broker. Restarted on the same volume, Faust replays only the changelog after each table
 partition's persisted offset, so some keys get their older changelog value back and others keep
@@ -15,7 +15,7 @@ So, as Kafka Streams does under exactly-once (a task's state is wiped after an u
 shutdown), a marker file in the table directory says a worker runs on it: :func:`claim` writes
 it at start, :func:`release` removes it at a clean stop (every batch delivered, no row pending).
 A worker that finds the marker at start deletes the table partitions' databases; Faust then
-recovers them from the changelogs, or from snapshots (:mod:`app.snapshot_service`), as
+recovers them from the changelogs, or from snapshots (:mod:`app.state.snapshot_service`), as
 for a new pod. The price is that recovery after a crash; a graceful stop (a rolling update)
 keeps its state.
 

@@ -1,7 +1,7 @@
 """Ordered range scans over a table: what the car join's zone index and the per-join layout use.
 
 Faust has no public range-scan API; the store access lives in :mod:`app.compat.stores`. Keys
-are ``bytes`` whose byte order is the order to scan by (:mod:`app.keys`).
+are ``bytes`` whose byte order is the order to scan by (:mod:`app.state.ordered_keys`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from faust.exceptions import ImproperlyConfigured
 from faust.types import AppT
 
 from app.compat.stores import RangeTable, SortedMemoryStore, iter_range
-from app.keys import prefix_end
+from app.state.ordered_keys import prefix_end
 
 __all__ = ["RangeTable", "SortedMemoryStore", "range_table", "scan", "scan_prefix"]
 
