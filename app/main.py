@@ -6,7 +6,9 @@ aiokafka the guarantees rest on (:mod:`app.compat`), the fail-stop sensor, the s
 and the snapshots' timers.
 """
 
-from app import compat, delivery, event_loop, garbage_collection, stall_guard
+from app import compat, delivery, garbage_collection, stall_guard
+
+from app import runtime as event_loop
 
 from app.state import snapshot_service
 from app.faust_app import app

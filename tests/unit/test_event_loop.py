@@ -1,11 +1,11 @@
-"""The worker's event loop comes from ``ETJ_EVENT_LOOP`` (app.event_loop): Faust 0.15.3 parses
+"""The worker's event loop comes from ``ETJ_EVENT_LOOP`` (app.runtime): Faust 0.15.3 parses
 ``faust -L`` and ignores it, so without this the worker would run on asyncio's loop."""
 
 import asyncio
 
 import pytest
 
-from app import event_loop
+from app import runtime as event_loop
 from app.settings import Settings
 
 
