@@ -6,19 +6,16 @@ aiokafka the guarantees rest on (:mod:`app.compat`), the fail-stop sensor, the s
 and the snapshots' timers.
 """
 
-from app import compat, delivery, garbage_collection, stall_guard
-
-from app import runtime as event_loop
-
-from app.state import snapshot_service
+from app import compat, delivery, runtime, stall_guard
 from app.faust_app import app
+from app.state import snapshot_service
 
 compat.install(app)  # first: refuse an untested Faust/aiokafka before anything is declared
 delivery.install(app)  # a send that failed after the producer gave up: fail-stop
 stall_guard.install(app, app.etj.stall_check_s)  # timer: inputs read past, never handed over
 snapshot_service.install(app)  # ETJ_SNAPSHOT_URL: snapshots written on a timer, restored
-event_loop.use(app.etj)  # before `faust worker` makes its loop (Faust ignores its own -L)
-garbage_collection.use()  # fewer collections: a table of a million rows is long-lived
+runtime.use_event_loop(app.etj)  # before `faust worker` makes its loop (Faust ignores its own -L)
+runtime.use_gc_thresholds()  # fewer collections: a table of a million rows is long-lived
 from app import topology  # noqa: F401  (topics -> tables, for every join spec and the car join)
 from app.agents import event_join  # noqa: F401  (agents: one per join spec)
 if topology.cars:  # ETJ_BUILTIN_JOINS
