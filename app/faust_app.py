@@ -62,7 +62,7 @@ class EtjApp(faust.App):
         record it delivered to an agent must be acked. Here what the loops have not handled
         (their inboxes, flow control) is let go — not acked, so read again from the committed
         offsets — and only the batches in flight are awaited: on a rebalance until they are
-        delivered (each ends, or the worker fails stop: ``app.delivery``), on a stop at
+        delivered (each ends, or the worker fails stop: ``app.outputs.delivery``), on a stop at
         most ``ETJ_STOP_DRAIN_S`` (what is not delivered by then stays uncommitted, as after
         a crash). Then what is acked is committed."""
         began = time.monotonic()

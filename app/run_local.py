@@ -1,7 +1,7 @@
 """``make run``: a local broker, one worker, sample traffic and a live view of the revisions.
 
 Everything runs as child processes of this one; Ctrl-C stops them all (by PID, in reverse order).
-A worker that fail-stops (exit 75: a record it could not deliver, app.delivery) is started again,
+A worker that fail-stops (exit 75: a record it could not deliver, app.outputs.delivery) is started again,
 as Kubernetes would; any other exit stops everything.
 With ``ETJ_BOOTSTRAP`` set, an existing Kafka is used instead of the bundled broker, with the
 ``ETJ_KAFKA_*`` TLS/SASL settings (docs/getting-started.md#your-own-kafka): the worker and the
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from app.delivery import EXIT_CODE as FAIL_STOP
+from app.runtime import EXIT_CODE as FAIL_STOP
 from app.local_broker import EXISTING_BROKER_ENV, LocalBroker
 from app.settings import Settings
 
@@ -41,7 +41,7 @@ def main() -> None:
         # tansu under-reports end offsets; batches of one make changelog recovery exact (docs/contributing/tests.md)
         env.setdefault("ETJ_PRODUCER_MAX_BATCH_SIZE", "1")
         # ... and a produce request left unanswered is re-sent after 10 s instead of Faust's
-        # 20 min (Faust reads PRODUCER_REQUEST_TIMEOUT from the environment; app.delivery)
+        # 20 min (Faust reads PRODUCER_REQUEST_TIMEOUT from the environment; app.outputs.delivery)
         env.setdefault("PRODUCER_REQUEST_TIMEOUT", "10")
     faust = [sys.executable, "-m", "faust", "-A", "app.main"]
     Path("var").mkdir(exist_ok=True)

@@ -1,5 +1,5 @@
 """The process the worker runs in: its event loop and its garbage collector, set by
-:mod:`app.main` before ``faust worker`` makes its loop.
+:mod:`app.main` before ``faust worker`` makes its loop, and how it ends when a record is lost.
 
 **The event loop** (:func:`use_event_loop`): uvloop unless ``ETJ_EVENT_LOOP=asyncio``.
 
@@ -31,18 +31,31 @@ Measured (2 cores, ``bench.recovery``'s 1M-key changelog, process start to ready
 the default thresholds, 23.5 s with these, 22.4 s with the collector off; ``bench.throughput``
 1-5 % more records/s (two runs each, interleaved). The collector stays on: a worker runs for
 weeks.
+
+**Fail-stop** (:func:`fail_stop`): a record the worker produced and the broker did not take ends
+the process at once with :data:`EXIT_CODE`, committing nothing more; the supervisor starts it
+again and the records after the last commit are read again. Why, and which refusals a send
+hands back instead: :mod:`app.outputs.delivery`. It is here, below both, because the sends
+through Faust's topics (:mod:`app.compat.producer`) and the hot path's
+(:mod:`app.outputs.delivery`, which imports that module) end the process alike.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import logging
+import os
+import sys
+from typing import Any, Callable
 
 import uvloop
 
 from app.settings import Settings
 
-__all__ = ["GC_THRESHOLDS", "use_event_loop", "use_gc_thresholds"]
+__all__ = ["EXIT_CODE", "GC_THRESHOLDS", "fail_stop", "use_event_loop", "use_gc_thresholds"]
+
+log = logging.getLogger(__name__)
 
 #: (generation 0 allocations, generation 0 runs per generation 1 run, generation 1 runs per
 #: generation 2 run); CPython's default is (700, 10, 10)
@@ -61,3 +74,21 @@ def use_gc_thresholds() -> tuple[int, int, int]:
     """Set the collector's thresholds to :data:`GC_THRESHOLDS`; the ones in force after."""
     gc.set_threshold(*GC_THRESHOLDS)
     return gc.get_threshold()
+
+
+#: exit status of a worker that stopped because a record could not be delivered (EX_TEMPFAIL)
+EXIT_CODE = 75
+
+#: how the process ends; a parameter so that unit tests can watch it instead of exiting
+_exit: Callable[[int], Any] = os._exit
+
+
+def fail_stop(reason: str) -> None:
+    """End the worker now, committing nothing more: records since the last commit are re-read."""
+    log.critical("fail-stop: %s; exiting (%d) without committing offsets, the records after the "
+                 "last commit are read again on restart", reason, EXIT_CODE)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _exit(EXIT_CODE)

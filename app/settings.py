@@ -168,7 +168,7 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a produced record may wait for the broker: a request unanswered "
         "after Faust's PRODUCER_REQUEST_TIMEOUT is sent again until then; past it the worker "
-        "exits without committing (fail-stop; see app/delivery.py).",
+        "exits without committing (fail-stop; see app/outputs/delivery.py).",
     )
     consumer_fetch_max_wait_ms: int | None = Field(
         None,

@@ -52,7 +52,7 @@ def worker_factory(tmp_path: Path, request: pytest.FixtureRequest,
 @pytest.fixture
 def exits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The exit codes a fail-stop asked for; the patched exit raises :class:`Stopped`."""
-    from app import delivery
+    from app import runtime
 
     codes: list[int] = []
 
@@ -60,7 +60,7 @@ def exits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         codes.append(code)
         raise Stopped(code)
 
-    monkeypatch.setattr(delivery, "_exit", exit_)
+    monkeypatch.setattr(runtime, "_exit", exit_)
     return codes
 
 

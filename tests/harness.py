@@ -74,7 +74,7 @@ def make_names(broker_url: str, **overrides: Any) -> Names:
     env = {"ETJ_BROKER_URL": broker_url, "ETJ_APP_ID": f"{prefix}-etj", **security_env(broker_url),
            "ETJ_PRODUCER_MAX_BATCH_SIZE": "1", "ETJ_REVISIT_INTERVAL_S": "1",
            # a produce request left unanswered is re-sent after 10 s, not Faust's 20 min
-           # (app.delivery keeps the batch itself until ETJ_PRODUCER_DELIVERY_TIMEOUT_S)
+           # (app.outputs.delivery keeps the batch itself until ETJ_PRODUCER_DELIVERY_TIMEOUT_S)
            "PRODUCER_REQUEST_TIMEOUT": "10"}
     for name in TOPIC_FIELDS:
         env["ETJ_" + name.upper()] = f"{prefix}-{Settings.model_fields[name].default}"
@@ -437,4 +437,4 @@ class S3Broker(Pausable):
 
 class Stopped(Exception):
     """What the ``exits`` fixture's patched exit raises instead of ending the test process
-    (app.delivery.fail_stop)."""
+    (app.outputs.delivery.fail_stop)."""

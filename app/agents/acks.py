@@ -21,8 +21,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from app import metrics, sinks
-from app import delivery
+from app import metrics
+from app.outputs import delivery, sinks
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ Per turn of :meth:`DurableLoop.run`:
    record dead-letters that record (``internal error``), never kills the worker — here,
    :meth:`DurableLoop.handle`;
 4. flush the overlays: each changed row encoded once, written to the store, and handed to the
-   producer as one changelog row per key (:mod:`app.batch_send`) — :mod:`app.agents.pipeline`;
+   producer as one changelog row per key (:mod:`app.outputs.producer_batches`) — :mod:`app.agents.pipeline`;
 5. hand the batch to the delivery: it waits until the broker has the changelog rows (state
    first: no output outruns its changelog), sends the outputs, and once the broker has them,
    acks each input partition's handled range (:meth:`app.compat.consumer.EtjConsumer.ack_range`);
@@ -28,7 +28,7 @@ A crash between the changelog and the outputs leaves outputs in state that never
 topic; the record was not acked, so it comes again and the engine re-emits what it touched
 (:mod:`app.joins.state`). Poison pills (an output refused for good) dead-letter their input
 record (:mod:`app.agents.acks`); changelog rows and every transient error fail stop
-(:mod:`app.delivery`).
+(:mod:`app.outputs.delivery`).
 
 A rebalance and a stop wait for the batches in flight and nothing else (``EtjApp``): what waits
 in the inbox or in flow control is dropped unacked and read again.
@@ -45,7 +45,7 @@ from app import awaiting
 from app.agents.acks import AckedRuns, Out, Source, dead_letter
 from app.agents.intake import Intake
 from app.agents.pipeline import DEAD_LETTERS, DeliveryPipeline
-from app.batch_send import Sent
+from app.outputs.producer_batches import Sent
 from app.faust_app import app
 from app.inputs.inbox import Batch
 from app.state.overlay import Overlay

@@ -26,7 +26,8 @@ from typing import Any
 import orjson
 from faust.types import TP
 
-from app import metrics, sinks
+from app import metrics
+from app.outputs import sinks
 from app.agents.durable import DurableLoop, Out, agent_body, dead_letter
 from app.compat.stores import StoreIO, committed_offset
 from app.faust_app import app, settings

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from faust.types import TP
 
 from app.agents.acks import AckedRuns, dead_letter_refused
-from app.batch_send import send_records
+from app.outputs.producer_batches import send_records
 from app.compat.stores import StoreIO
 from app.faust_app import app, settings
 

@@ -1,7 +1,7 @@
 """Kafka's default partitioner: where a producer of the Java client (and aiokafka, and Faust)
 puts a keyed record. The worker checks its inputs against it (each record at the door,
 :mod:`app.inputs.admission`, and a sample of each input at start: :mod:`app.kafka.copartition`), sends
-with it (:mod:`app.batch_send`), and the bootstrap job places each catalogue key where the live
+with it (:mod:`app.outputs.producer_batches`), and the bootstrap job places each catalogue key where the live
 records of that key go (:mod:`app.batch.bootstrap`). No Faust import: Spark executors run it.
 """
 

@@ -33,9 +33,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
-import sys
-from typing import Any, Callable
+from typing import Any
 
 from aiokafka.errors import (CorruptRecordException, KafkaError, MessageSizeTooLargeError,
                              RecordListTooLargeError)
@@ -43,28 +41,12 @@ from faust.exceptions import ProducerSendError
 from faust.sensors import Sensor
 
 from app.compat.producer import InvalidRecordError, aiokafka_producer, send_alone_batch
+from app.runtime import EXIT_CODE, fail_stop
 
 __all__ = ["EXIT_CODE", "FailStopOnSendError", "REFUSED_FOR_GOOD", "fail_stop", "install",
-           "refused_for_good", "send_alone", "send_direct"]
+           "refused_for_good", "row_hint", "send_alone", "send_direct", "watch"]
 
 log = logging.getLogger(__name__)
-
-#: exit status of a worker that stopped because a record could not be delivered (EX_TEMPFAIL)
-EXIT_CODE = 75
-
-#: how the process ends; a parameter so that unit tests can watch it instead of exiting
-_exit: Callable[[int], Any] = os._exit
-
-
-def fail_stop(reason: str) -> None:
-    """End the worker now, committing nothing more: records since the last commit are re-read."""
-    log.critical("fail-stop: %s; exiting (%d) without committing offsets, the records after the "
-                 "last commit are read again on restart", reason, EXIT_CODE)
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    _exit(EXIT_CODE)
 
 
 class FailStopOnSendError(Sensor):
@@ -113,14 +95,23 @@ async def send_direct(app: Any, topic: str, key: bytes | None, value: bytes | No
     except (ProducerSendError, KafkaError) as exc:
         if refusable and refused_for_good(exc):
             return _failed(exc.__cause__ if isinstance(exc, ProducerSendError) else exc)
-        fail_stop(f"sending to {topic} failed: {exc!r}{_row_hint(topic, exc)}")
+        fail_stop(f"sending to {topic} failed: {exc!r}{row_hint(topic, exc)}")
         raise
-    fut.add_done_callback(_fail_stop_unless_refused if refusable
-                          else functools.partial(_fail_stop_on_error, topic))
+    watch(fut, topic, refusable=refusable)
     return fut
 
 
-def _row_hint(topic: str, exc: BaseException) -> str:
+def watch(fut: Any, topic: str, *, refusable: bool = False) -> None:
+    """Fail stop when the delivery future ``fut`` of a send to ``topic`` fails, unless
+    ``refusable`` and the broker refused the record for good (:func:`refused_for_good`: the
+    caller awaits ``fut`` and deals with the record). Every send of the hot path is watched so,
+    one record at a time (:func:`send_direct`, :func:`send_alone`) or a batch builder at a time
+    (:mod:`app.outputs.producer_batches`)."""
+    fut.add_done_callback(_fail_stop_unless_refused if refusable
+                          else functools.partial(_fail_stop_on_error, topic))
+
+
+def row_hint(topic: str, exc: BaseException) -> str:
     """What to do when the refused record is a table row (the worker fails stop on it after
     every restart until someone acts): empty for any other refusal."""
     if not (topic.endswith("-changelog") and refused_for_good(exc)):
@@ -146,7 +137,7 @@ async def send_alone(app: Any, topic: str, key: bytes | None, value: bytes | Non
     except KafkaError as exc:
         fail_stop(f"sending to {topic} failed: {exc!r}")
         raise
-    fut.add_done_callback(_fail_stop_unless_refused)
+    watch(fut, topic, refusable=True)
     return fut
 
 
@@ -161,7 +152,7 @@ def _fail_stop_on_error(topic: str, fut: Any) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         exc = fut.exception()
         fail_stop(f"a produced record was not delivered to {topic}: {exc!r}"
-                  f"{_row_hint(topic, exc)}")
+                  f"{row_hint(topic, exc)}")
 
 
 def _fail_stop_unless_refused(fut: Any) -> None:

@@ -14,9 +14,9 @@ Partitioning is Kafka's default, as aiokafka's ``send`` does it: murmur2 of the 
 tests/unit/test_batch_send.py) modulo the topic's partition count; a record without a key goes
 to a random available partition.
 
-Failures keep the fail-stop rule of :mod:`app.delivery`: any record the broker does not
+Failures keep the fail-stop rule of :mod:`app.outputs.delivery`: any record the broker does not
 take ends the worker, committing nothing more — except, for outputs (``refusable``), a refusal
-of the record itself (:func:`~app.delivery.refused_for_good`), which is handed back so
+of the record itself (:func:`~app.outputs.delivery.refused_for_good`), which is handed back so
 the loop can dead-letter the input that made it. A record over the producer's
 ``max_request_size`` is refused before it is appended (``send`` would have refused it too).
 """
@@ -24,7 +24,6 @@ the loop can dead-letter the input that made it. A record over the producer's
 from __future__ import annotations
 
 import asyncio
-import functools
 import random
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -33,7 +32,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from aiokafka.producer.message_accumulator import BatchBuilder
 from murmurhash2 import murmurhash2
 
-from app import delivery
+from app.outputs import delivery
 from app.compat.producer import aiokafka_producer, request_limits, topic_partitions
 from app.kafka.partitioner import SEED
 
@@ -112,7 +111,7 @@ async def send_records(app: Any, records: Sequence[Record], *, refusable: bool =
                 f"configuration")
             if not refusable:
                 delivery.fail_stop(f"sending to {topic} failed: {exc!r}"
-                                   f"{delivery._row_hint(topic, exc)}")
+                                   f"{delivery.row_hint(topic, exc)}")
                 raise exc
             sent.refused.append((i, exc))
             continue
@@ -162,15 +161,7 @@ async def _send(app: Any, producer: Any, sent: Sent, topic: str, partition: int,
     except KafkaError as exc:
         delivery.fail_stop(f"sending to {topic} failed: {exc!r}")
         raise
-    fut.add_done_callback(delivery._fail_stop_unless_refused if refusable
-                          else functools.partial(delivery._fail_stop_on_error, topic))
+    delivery.watch(fut, topic, refusable=refusable)
     if on_sent is not None:
         on_sent(topic, partition, len(indices), fut)
     sent.futures.append((fut, indices))
-
-
-def failed(exc: BaseException) -> asyncio.Future:
-    """A future that failed already (tests; a refusal found before sending)."""
-    fut = asyncio.get_running_loop().create_future()
-    fut.set_exception(exc)
-    return fut
