@@ -30,7 +30,7 @@ class EtjApp(faust.App):
     produced_by_others: list[str]
     #: the internal topics (declared by app.topology), created at start if missing
     internal_topics: list
-    #: every agent loop (app.agents.durable.DurableLoop): each registers itself once; the app
+    #: every agent loop (app.loop.durable.DurableLoop): each registers itself once; the app
     #: asks them to let go of what waits, waits for what they have in flight, describes them
     loops: list
     #: the table snapshots' service (app.state.snapshot_service.install): etj's table manager

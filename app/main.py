@@ -6,7 +6,8 @@ aiokafka the guarantees rest on (:mod:`app.compat`), the fail-stop sensor, the s
 and the snapshots' timers.
 """
 
-from app import compat, runtime, stall_guard
+from app import compat, runtime
+from app.loop import stall_guard
 from app.outputs import delivery
 from app.faust_app import app
 from app.state import snapshot_service

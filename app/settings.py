@@ -114,7 +114,7 @@ class Settings(BaseSettings):
     )
     stall_check_s: float = Field(
         5.0, gt=0, description="Seconds between checks for an input partition whose fetched "
-        "records never reached its agent (read again from the first unhandled; see app/stall_guard.py)."
+        "records never reached its agent (read again from the first unhandled; see app/loop/stall_guard.py)."
     )
     joins_file: Path | None = Field(
         None, description="JSON file of join specs (see docs/joins/declarative.md): with it, a "

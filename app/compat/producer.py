@@ -255,7 +255,7 @@ async def send_alone_batch(producer: aiokafka.AIOKafkaProducer, topic: str, key:
 
 
 def describe_producer(app: Any) -> str:
-    """The producer's state for a stall's log line (:mod:`app.awaiting`): the nodes with a
+    """The producer's state for a stall's log line (:mod:`app.loop.awaiting`): the nodes with a
     request in flight (aiokafka sends one request per node at a time), the partitions muted
     meanwhile, the batches waiting and the oldest one's age. A loop that waits in aiokafka's
     ``wait_drain`` waits for these."""

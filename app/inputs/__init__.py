@@ -12,6 +12,6 @@ In the order a record meets them:
 - :mod:`app.inputs.flow_control` — a partition's inputs released in event-time order, a batch
   at a time.
 
-The loop that drives them is :mod:`app.agents.intake`. No Faust import in ``records``: the batch
+The loop that drives them is :mod:`app.loop.intake`. No Faust import in ``records``: the batch
 twin and the tools parse with it too.
 """

@@ -8,7 +8,7 @@ task whatever the fetch returned and order it there (docs/contributing/performan
 Here the fetch loop (:mod:`app.compat.consumer`) puts each partition's records of one fetch
 into the inbox of the agent that reads that topic, as they came from aiokafka, with the
 partition's high water at that fetch (what flow control needs to know whether an input lags);
-the agent's loop (:mod:`app.agents.durable`) takes every batch waiting at once.
+the agent's loop (:mod:`app.loop.durable`) takes every batch waiting at once.
 
 Back pressure: past :attr:`Inbox.max_records` records waiting for one partition, the fetch
 loop stops fetching that partition (Faust's own "buffer full" state) until the agent has taken

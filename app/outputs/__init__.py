@@ -10,5 +10,5 @@ In the order a batch's records meet them:
   (:func:`app.runtime.fail_stop`), unless the broker refused an output for good, which is
   handed back so the loop dead-letters its input.
 
-The loop that hands batches over and acknowledges their inputs is :mod:`app.agents.pipeline`.
+The loop that hands batches over and acknowledges their inputs is :mod:`app.loop.pipeline`.
 """

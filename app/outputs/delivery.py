@@ -80,7 +80,7 @@ async def send_direct(app: Any, topic: str, key: bytes | None, value: bytes | No
                       partition: int | None = None, *, refusable: bool = False) -> Any:
     """Hand serialized bytes straight to Faust's producer (aiokafka); the delivery future.
 
-    The hot path's sends (a batch's changelog rows and outputs, :mod:`app.agents.durable`)
+    The hot path's sends (a batch's changelog rows and outputs, :mod:`app.loop.durable`)
     skip Faust's ``Topic.send`` -> ``FutureMessage`` -> ``publish_message`` layers, which cost
     more than the aiokafka send itself; partitioning (``partition=None``: aiokafka's, as Faust
     leaves it) and the fail-stop are the same: a send refused now, or a future that fails later,

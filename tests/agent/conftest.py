@@ -20,8 +20,8 @@ from unittest import mock
 
 import pytest
 
-from app.agents import pipeline
-from app.agents.durable import DurableLoop, loops
+from app.loop import pipeline
+from app.loop.durable import DurableLoop, loops
 from app.agents.event_join import JoinEngine, engines
 from app.outputs.producer_batches import Sent as Delivery
 from app.outputs import delivery

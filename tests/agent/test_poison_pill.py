@@ -1,5 +1,5 @@
 """An output the broker refuses for good: its input record goes to the dead letters, the agent
-goes on (app.agents.durable, app.outputs.delivery). The broker's refusal is simulated here, on
+goes on (app.loop.durable, app.outputs.delivery). The broker's refusal is simulated here, on
 the future of the send as a broker gives it; tests/broker/test_poison_pill.py has a real one."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from unittest import mock
 import pytest
 from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 
-from app.agents import pipeline
-from app.agents.durable import loops
+from app.loop import pipeline
+from app.loop.durable import loops
 from app.outputs.producer_batches import Sent as Delivery
 from app import runtime
 from app.outputs import delivery

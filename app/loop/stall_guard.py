@@ -15,7 +15,7 @@ Every ``ETJ_STALL_CHECK_S``, per assigned input partition, seen twice in a row:
   seek back to that offset.
 A partition whose agent holds records (in its inbox, in flow control, in flight) is not stalled:
 a slow agent is not helped by reading its records again; it is logged with what every agent is
-doing (:mod:`app.awaiting`).
+doing (:mod:`app.loop.awaiting`).
 
 What it makes up for: faust-streaming 0.15.3 (``Fetcher`` dropping a cut fetch, ``Recovery``
 leaving a partition paused). It reads the consumer through etj's consumer class only. Tests:
@@ -31,7 +31,7 @@ import logging
 import time
 from typing import Any
 
-from app import awaiting
+from app.loop import awaiting
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ _suspects: dict[Any, tuple[Any, ...]] = {}
 #: the longest a check waits for the consumer's position of one partition (aiokafka's
 #: ``position`` waits, with no limit, for a partition whose position is being reset)
 POSITION_TIMEOUT_S = 5.0
-#: how often at most a stall logs what every agent is doing (app.awaiting)
+#: how often at most a stall logs what every agent is doing (app.loop.awaiting)
 DESCRIBE_EVERY_S = 60.0
 _described = [0.0]
 
@@ -96,7 +96,7 @@ async def check_stalls(app: Any) -> list[Any]:
         del _suspects[tp]
     now = time.monotonic()
     if fixed and now - _described[0] >= DESCRIBE_EVERY_S:
-        _described[0] = now  # an agent blocked somewhere says where (app.awaiting)
+        _described[0] = now  # an agent blocked somewhere says where (app.loop.awaiting)
         log.warning("stalled inputs %s; the agents:\n%s",
                     sorted(f"{tp.topic}[{tp.partition}]" for tp in fixed), awaiting.agents(app))
     return fixed

@@ -18,38 +18,15 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_right
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from app import metrics
+from app.loop.types import Out, Source
 from app.outputs import delivery, sinks
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AckedRuns", "Out", "Source", "dead_letter", "dead_letter_refused"]
-
-
-@dataclass(slots=True)
-class Out:
-    """A record to send once state is durable (topic by name; key and value as bytes)."""
-
-    topic: str
-    key: bytes | None
-    value: bytes
-    #: a repeat of an output made by an earlier record (re-emitted after a crash or a
-    #: rebalance): if the broker refuses it, the record that triggered the repeat is not to blame
-    again: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    """An input record a batch handled (what its dead letter carries)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
+__all__ = ["AckedRuns", "dead_letter", "dead_letter_refused"]
 
 
 def dead_letter(join: str, dead_letters: str, topic: str, partition: int, offset: int,

@@ -1,4 +1,4 @@
-"""A loop's way in (steps 1 and 2 of :mod:`app.agents.durable`): the batches its inbox holds,
+"""A loop's way in (steps 1 and 2 of :mod:`app.loop.durable`): the batches its inbox holds,
 parsed and through the door, into flow control, and the records flow control lets go this turn.
 
 Every input but the ticks goes through flow control (:mod:`app.inputs.flow_control`), which knows from
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from faust.types import TP
 
@@ -23,9 +23,6 @@ from app.faust_app import app, settings
 from app.inputs.flow_control import EventTimeMerge
 from app.inputs.inbox import Batch, Inbox
 from app.inputs.records import InvalidRecord
-
-if TYPE_CHECKING:
-    from app.agents.durable import Engine
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +39,7 @@ class Intake:
     #: records came as one fetch
     max_batch = 5_000
 
-    def __init__(self, engine: "Engine", topics: Sequence[str], merged: Sequence[str] = (),
+    def __init__(self, engine: Engine, topics: Sequence[str], merged: Sequence[str] = (),
                  ticks: str | None = None) -> None:
         self.engine = engine
         self.join = engine.join

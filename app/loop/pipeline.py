@@ -1,4 +1,4 @@
-"""A loop's way out (steps 4 and 5 of :mod:`app.agents.durable`): a handled batch's changed rows
+"""A loop's way out (steps 4 and 5 of :mod:`app.loop.durable`): a handled batch's changed rows
 to the store and the producer, then, batch by batch and in order, changelog durable -> outputs
 sent -> outputs durable -> each input partition's handled range acked.
 
@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from faust.types import TP
 
-from app.agents.acks import AckedRuns, dead_letter_refused
+from app.loop.acks import AckedRuns, dead_letter_refused
 from app.outputs.producer_batches import send_records
 from app.compat.stores import StoreIO
 from app.faust_app import app, settings
-
-if TYPE_CHECKING:
-    from app.agents.durable import Engine, Unit
 
 DEAD_LETTERS = settings.dead_letter_topic
 
@@ -34,14 +31,14 @@ class DeliveryPipeline:
     #: waits for the broker
     max_in_flight = 4
 
-    def __init__(self, engine: "Engine", acked: AckedRuns) -> None:
+    def __init__(self, engine: Engine, acked: AckedRuns) -> None:
         """``acked``: where the input records whose outputs the broker has are recorded."""
         self.engine = engine
         self.join = engine.join
         self.acked = acked
         self.in_flight = 0  # batches handed over, not yet delivered (tests wait for 0)
         #: clear while the loop handles a batch and hands it over
-        #: (:meth:`app.agents.durable.DurableLoop.run`)
+        #: (:meth:`app.loop.durable.DurableLoop.run`)
         self.idle = asyncio.Event()
         self.idle.set()
         self._stores: dict[str, StoreIO] = {ov.io.changelog: ov.io for ov in engine.overlays}
@@ -64,7 +61,7 @@ class DeliveryPipeline:
         self.queue = None
         self.tasks = {}
 
-    async def hand_over(self, unit: "Unit") -> None:
+    async def hand_over(self, unit: Unit) -> None:
         """The batch's changed rows to the store and, as changelog rows, to the producer;
         then the batch to :meth:`_deliver`."""
         assert self.queue is not None

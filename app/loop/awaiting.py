@@ -3,9 +3,9 @@
 Why: a worker whose agent stops handling records says nothing by itself — no traceback, the
 task is alive, only suspended on some await. ``Task.get_stack()`` gives the outer frame of a
 suspended coroutine only; the await that blocks is at the other end of the chain
-(``cr_await`` -> ... -> a future). The stall guard (:mod:`app.stall_guard`) and the
+(``cr_await`` -> ... -> a future). The stall guard (:mod:`app.loop.stall_guard`) and the
 rebalance wait (``EtjApp._consumer_wait_empty``) log it with each agent loop's state
-(:meth:`app.agents.durable.DurableLoop.describe`). Found necessary by the fourth 10-minute
+(:meth:`app.loop.durable.DurableLoop.describe`). Found necessary by the fourth 10-minute
 chaos run: a worker's agents stopped after a rebalance and its log said only "stalled".
 """
 

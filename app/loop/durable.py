@@ -5,29 +5,29 @@ Per turn of :meth:`DurableLoop.run`:
 
 1. take every batch the fetch loop left in the loop's inbox (:mod:`app.inputs.inbox`): one per input
    partition per fetch; a batch of an older group generation is dropped (the rebalance seeks its
-   partition back to the committed offset) — :mod:`app.agents.intake`;
+   partition back to the committed offset) — :mod:`app.loop.intake`;
 2. parse each record (:func:`app.inputs.records.compile_parser`; a record that does not parse goes to
    the dead letters with its reason) and queue it in flow control (:mod:`app.inputs.flow_control`),
    which releases a partition's records of several inputs in event-time order — a whole batch
-   at once, its lag known from the batch's high water — :mod:`app.agents.intake`;
+   at once, its lag known from the batch's high water — :mod:`app.loop.intake`;
 3. handle what is released, record by record, through the engine's rules; state is read and
    written in the batch's overlays (:mod:`app.state.overlay`), outputs are collected. A bug on one
    record dead-letters that record (``internal error``), never kills the worker — here,
    :meth:`DurableLoop.handle`;
 4. flush the overlays: each changed row encoded once, written to the store, and handed to the
-   producer as one changelog row per key (:mod:`app.outputs.producer_batches`) — :mod:`app.agents.pipeline`;
+   producer as one changelog row per key (:mod:`app.outputs.producer_batches`) — :mod:`app.loop.pipeline`;
 5. hand the batch to the delivery: it waits until the broker has the changelog rows (state
    first: no output outruns its changelog), sends the outputs, and once the broker has them,
    acks each input partition's handled range (:meth:`app.compat.consumer.EtjConsumer.ack_range`);
    the commit takes the end of the acked range, so no offset is committed past a record whose
    outputs are not durable. The loop handles the next batch meanwhile (at most
-   :attr:`app.agents.pipeline.DeliveryPipeline.max_in_flight` in flight) —
-   :mod:`app.agents.pipeline`.
+   :attr:`app.loop.pipeline.DeliveryPipeline.max_in_flight` in flight) —
+   :mod:`app.loop.pipeline`.
 
 A crash between the changelog and the outputs leaves outputs in state that never reached their
 topic; the record was not acked, so it comes again and the engine re-emits what it touched
 (:mod:`app.joins.state`). Poison pills (an output refused for good) dead-letter their input
-record (:mod:`app.agents.acks`); changelog rows and every transient error fail stop
+record (:mod:`app.loop.acks`); changelog rows and every transient error fail stop
 (:mod:`app.outputs.delivery`).
 
 A rebalance and a stop wait for the batches in flight and nothing else (``EtjApp``): what waits
@@ -38,19 +38,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
-from app import awaiting
-from app.agents.acks import AckedRuns, Out, Source, dead_letter
-from app.agents.intake import Intake
-from app.agents.pipeline import DEAD_LETTERS, DeliveryPipeline
-from app.outputs.producer_batches import Sent
 from app.faust_app import app
 from app.inputs.inbox import Batch
-from app.state.overlay import Overlay
+from app.loop import awaiting
+from app.loop.acks import AckedRuns, dead_letter
+from app.loop.intake import Intake
+from app.loop.pipeline import DEAD_LETTERS, DeliveryPipeline
+from app.loop.types import Engine, Source, Unit
 
-__all__ = ["DurableLoop", "Engine", "Out", "dead_letter", "loops"]
+__all__ = ["DurableLoop", "agent_body", "loops"]
 
 log = logging.getLogger(__name__)
 
@@ -58,45 +56,9 @@ log = logging.getLogger(__name__)
 loops: list["DurableLoop"] = []
 
 
-class Engine(Protocol):
-    """What a loop drives: the rules of one agent, over its tables' overlays."""
-
-    #: the metrics' ``join`` label
-    join: str
-    #: the overlays of the tables it writes (flushed by the loop at the end of each batch)
-    overlays: Sequence[Overlay]
-
-    def end_batch(self) -> None:
-        """The batch is handled: write what it kept aside for its end (before the flush)."""
-
-    def parse(self, topic: str, key: bytes | None, value: bytes | None) -> tuple[Any, int]:
-        """(the record, its event time); raises :class:`InvalidRecord`."""
-
-    def on_record(self, topic: str, partition: int, offset: int, key: bytes | None,
-                  value: bytes | None, parsed: Any) -> list[Out]:
-        """One input record (``parsed``: the record, or the :class:`InvalidRecord`)."""
-
-    def on_tick(self, partition: int, offset: int) -> list[Out]:
-        """One tick of the agent's ticks topic."""
-
-
-@dataclass(slots=True)
-class Unit:
-    """One handled batch on its way to the broker."""
-
-    generation: int
-    outs: list[Out] = field(default_factory=list)
-    sources: list[Source] = field(default_factory=list)
-    ends: list[int] = field(default_factory=list)  # len(outs) after each source
-    #: (topic, partition) -> [first, end) of the offsets handled
-    acks: dict[tuple[str, int], list[int]] = field(default_factory=dict)
-    changelog: Sent | None = None
-    sent: Sent | None = None
-
-
 class DurableLoop:
-    """One agent's loop (module docstring): its intake (:mod:`app.agents.intake`), the
-    handling, its delivery (:mod:`app.agents.pipeline`)."""
+    """One agent's loop (module docstring): its intake (:mod:`app.loop.intake`), the
+    handling, its delivery (:mod:`app.loop.pipeline`)."""
 
     def __init__(self, engine: Engine, topics: Sequence[str], merged: Sequence[str] = (),
                  ticks: str | None = None) -> None:
@@ -150,7 +112,7 @@ class DurableLoop:
 
     def handle(self, batches: Sequence[Batch]) -> Unit | None:
         """Parse ``batches`` into flow control, then handle what it lets go in event-time
-        order (:meth:`app.agents.intake.Intake.release`); the unit to deliver, or None when
+        order (:meth:`app.loop.intake.Intake.release`); the unit to deliver, or None when
         nothing was handled."""
         generation = app.consumer_generation_id
         unit = Unit(generation)
