@@ -4,7 +4,7 @@ Reads top to bottom in data order:
 
 - :mod:`app.batch.archives` — extract/load: topic archives (JSON lines, Parquet) in, tables out;
 - :mod:`app.batch.admission` — which archived records a run joins: records from the future
-  refused (:mod:`app.logic.future`), an event-time range (:mod:`app.logic.event_range`);
+  refused (:mod:`app.logic.future_records`), an event-time range (:mod:`app.logic.event_range`);
 - :mod:`app.batch.spec_joins` (any join spec; :mod:`app.batch.mood_joins` is the ``moods``
   one), :mod:`app.batch.car_view` — pure DataFrame transforms, the same join rules as the
   stream (:mod:`app.logic`);

@@ -211,7 +211,7 @@ def read_archive(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveK
     within the topic partition, which is where every revision of one join id is.
     ``_timestamp``: each record's Kafka timestamp when the archive kept it (JSON lines: a
     ``_timestamp`` field of the line; Parquet: a column), else null — what the rule on records
-    from the future (:mod:`app.logic.future`) holds event times against.
+    from the future (:mod:`app.logic.future_records`) holds event times against.
     """
     if isinstance(paths, str):
         paths = [paths]

@@ -11,7 +11,7 @@ time: it was partitioned as the join needs, and it is not from the future.
   (``partitioner=murmur2_random``), and is counted (``etj_refused_records{rule="partitioner"}``).
   ``ETJ_CHECK_PARTITIONER=false`` turns the check off for topics partitioned otherwise on
   purpose (every input of a join the same way). Its cost: one C murmur2 per record.
-- **Records from the future.** The rule of :mod:`app.logic.future` (shared with the batch twin):
+- **Records from the future.** The rule of :mod:`app.logic.future_records` (shared with the batch twin):
   an event time more than ``ETJ_MAX_FUTURE_MS`` ahead of min(the record's Kafka timestamp, the
   wall clock) is refused: a dead letter naming the skew, counted
   (``etj_refused_records{rule="future"}``), and it never moves stream time. Records of the past
@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from app.kafka.copartition import check_partition
 from app.kafka.partitioner import partition_for
-from app.logic.future import from_the_future, kafka_timestamp, refusal_reason
+from app.logic.future_records import from_the_future, kafka_timestamp, refusal_reason
 
 __all__ = ["check_record", "door"]
 
