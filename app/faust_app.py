@@ -14,7 +14,7 @@ from app.kafka.connection import bootstrap_servers
 from app.kafka.copartition import check_copartitioning, warn_of_partitioners
 from app.kafka.security import aiokafka_auth, check_tls
 from app.settings import Settings, get_settings
-from app.web_auth import web_application_options
+from app.web.auth import web_application_options
 
 
 class EtjApp(faust.App):
@@ -147,7 +147,7 @@ def create_app(settings: Settings) -> EtjApp:
     credentials = broker_credentials(settings)  # TLS / SASL (app.kafka.security)
     if credentials is not None:
         extra["broker_credentials"] = credentials
-    web_options = web_application_options(settings)  # the views' bearer token (app.web_auth)
+    web_options = web_application_options(settings)  # the views' bearer token (app.web.auth)
     if web_options:
         extra["web_application_options"] = web_options
     app = EtjApp(

@@ -27,8 +27,8 @@ from app.commands import sample_traffic  # noqa: F401  (tools)
 from app.commands import archive  # noqa: F401  (tools: a topic -> JSON lines, for app.batch)
 from app.commands import join_latest  # noqa: F401  (tools: join-latest NAME)
 from app.commands import snapshots  # noqa: F401  (tools: the table snapshots in a store)
-from app import views  # noqa: F401  (views: state, health, metrics over HTTP; GET /joins/)
+from app.web import views  # noqa: F401  (views: state, health, metrics over HTTP; GET /joins/)
 if "moods" in event_join.engines:  # the timeline draws the mood join (and the car join's zones)
-    from app import timeline  # noqa: F401  (the live timeline page, /timeline/)
+    from app.web import timeline  # noqa: F401  (the live timeline page, /timeline/)
 
 __all__ = ["app"]

@@ -1,6 +1,6 @@
 """The live timeline page: ``/timeline/`` (static HTML/JS/CSS shipped in the package).
 
-The page draws what the join holds from the JSON views of :mod:`app.views` (``/moods/…``,
+The page draws what the join holds from the JSON views of :mod:`app.web.views` (``/moods/…``,
 ``/joins/…``, ``/stats/``, ``/zones/…/cars/``), which answer from the worker owning a key, so
 the page works whichever worker serves it. This module adds only what those views lack:
 
@@ -29,9 +29,9 @@ from app.faust_app import app, settings
 from app.joins.car_state import reading_of, zone_car_rows
 from app.joins.keys import is_join_row, split_join_key
 from app.topology import owned_partitions
-from app.views import (FORWARDED, _ident, input_partition, mood_engine, mood_history,
-                       recent_joins, routed, served_by, zone_cars, zone_pollution)
-from app.web_auth import peer_headers
+from app.web.auth import peer_headers
+from app.web.views import (FORWARDED, input_partition, mood_engine, mood_history, recent_joins,
+                           routed, served_by, worker_ident, zone_cars, zone_pollution)
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +86,8 @@ def local_zones() -> list[dict[str, Any]]:
 
 def peer_urls() -> list[URL]:
     """Every worker of the group, per the latest assignment (this one included)."""
-    urls = {_ident(u): URL(str(u)) for u in app.router.tables_metadata()}
-    urls.setdefault(_ident(app.conf.canonical_url), URL(str(app.conf.canonical_url)))
+    urls = {worker_ident(u): URL(str(u)) for u in app.router.tables_metadata()}
+    urls.setdefault(worker_ident(app.conf.canonical_url), URL(str(app.conf.canonical_url)))
     return [urls[k] for k in sorted(urls)]
 
 
@@ -107,9 +107,9 @@ async def ask_peer(url: URL, path: str) -> dict[str, Any]:
 
 async def gather(path: str, local: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
     """The local answer of every worker: computed here for this one, asked of the others."""
-    here = _ident(app.conf.canonical_url)
+    here = worker_ident(app.conf.canonical_url)
     return list(await asyncio.gather(*(
-        _local(local) if _ident(url) == here else ask_peer(url, path) for url in peer_urls())))
+        _local(local) if worker_ident(url) == here else ask_peer(url, path) for url in peer_urls())))
 
 
 async def _local(local: Callable[[], dict[str, Any]]) -> dict[str, Any]:

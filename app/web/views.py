@@ -46,7 +46,7 @@ from app.logic.car_join import ZoneReading, join
 from app.state.range_scan import scan
 from app.inputs.records import MAX_ID
 from app.topology import owned_partitions
-from app.web_auth import peer_headers
+from app.web.auth import peer_headers
 
 #: the mood join's engine: /moods/ and /joins/{consultant}/ read its tables (when this worker
 #: runs it: ETJ_BUILTIN_JOINS; the car views likewise)
@@ -93,7 +93,9 @@ def input_partition(raw_key: str) -> int:
     return partition_for(raw_key.encode(), settings.partitions)
 
 
-def _ident(url: URL | str) -> tuple[str, int]:
+def worker_ident(url: URL | str) -> tuple[str, int]:
+    """(host, port) of a worker's URL: what tells two workers apart (this one, a key's owner,
+    the timeline's peers), whatever else their URLs say."""
     u = URL(str(url))
     return (u.host or "", int(u.port or 80))
 
@@ -130,8 +132,8 @@ def routed(table: Any, param: str,
                 return view.error(404, f"unknown {param} {text!r}: {exc}", **{param: text})
             partition = input_partition(str(key))
             owner = owner_of(table, partition)
-            here = _ident(app.conf.canonical_url)
-            if owner is not None and _ident(owner) != here and FORWARDED not in request.headers:
+            here = worker_ident(app.conf.canonical_url)
+            if owner is not None and worker_ident(owner) != here and FORWARDED not in request.headers:
                 return await forward(view, request, owner)
             state = recovery_state()
             if not state["ready"]:
@@ -308,8 +310,8 @@ async def car(view: View, request: Request, car_id: int, partition: int) -> Resp
     zone_id = arrival.to_zone_id
     zone_partition = input_partition(str(zone_id))
     owner = owner_of(zone_pollution, zone_partition)
-    here = _ident(app.conf.canonical_url)
-    if owner is None or _ident(owner) == here:
+    here = worker_ident(app.conf.canonical_url)
+    if owner is None or worker_ident(owner) == here:
         if not app.assignor.is_active(TP(zone_pollution.changelog_topic.get_topic_name(),
                                           zone_partition)):
             return view.error(503, f"no worker owns zone {zone_id}'s partition (rebalancing?)",

@@ -7,7 +7,7 @@ load need: ``/health/``, ``/ready/``, ``/metrics`` and the timeline page's shell
 paths included, is a JSON 401 without it, before any routing or table read.
 
 It is an aiohttp middleware, given to Faust through its ``web_application_options`` setting
-(no patch). A worker that forwards a request to the key's owner (:func:`app.views.forward`,
+(no patch). A worker that forwards a request to the key's owner (:func:`app.web.views.forward`,
 the timeline's peers) adds :func:`peer_headers`: the workers share the token.
 """
 
