@@ -19,7 +19,7 @@ BUILTIN_JOINS = frozenset({"moods", "movies", "cars"})
 
 
 class Settings(BaseSettings):
-    """etj configuration. ``python -m app.settings_doc`` generates docs/operating/settings.md
+    """etj configuration. ``python -m app.docgen.settings_doc`` generates docs/operating/settings.md
     and the chart's values schema from these fields and descriptions."""
 
     model_config = SettingsConfigDict(env_prefix="ETJ_", extra="ignore")

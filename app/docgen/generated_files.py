@@ -13,7 +13,7 @@ from typing import Callable
 
 __all__ = ["ROOT", "stale", "write_or_check"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def stale(files: dict[Path, str]) -> list[Path]:
