@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from app.local_broker import LocalBroker
+from app.dev.local_broker import LocalBroker
 from tests.harness import Names, Stopped, Worker, make_names
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

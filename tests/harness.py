@@ -29,7 +29,7 @@ from aiokafka.structs import TopicPartition
 
 from app.kafka.connection import bootstrap_servers
 from app.kafka.security import aiokafka_auth
-from app.local_broker import EXISTING_BROKER_ENV, LocalBroker, free_port
+from app.dev.local_broker import EXISTING_BROKER_ENV, LocalBroker, free_port
 from app.settings import Settings
 
 #: the settings that say how to reach a Kafka (TLS, SASL): a worker takes them from its Names
@@ -398,7 +398,7 @@ class S3Broker(Pausable):
                 time.sleep(0.3)
 
     def start(self) -> None:
-        from app.local_broker import tansu_binary, wait_until_ready
+        from app.dev.local_broker import tansu_binary, wait_until_ready
 
         listener = f"tcp://{self.bootstrap}"
         env = {**os.environ, "AWS_ACCESS_KEY_ID": "etj", "AWS_SECRET_ACCESS_KEY": "etj",

@@ -18,7 +18,7 @@ import pytest
 
 from app.commands.sample_traffic import sample_moods_and_events
 from app.outputs.delivery import EXIT_CODE
-from app.local_broker import LocalBroker
+from app.dev.local_broker import LocalBroker
 from tests.faults import send, settle_and_check, wait_processed
 from tests.harness import Names, PausableBroker, make_names
 

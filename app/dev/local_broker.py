@@ -10,7 +10,7 @@ and that broker is used, with the worker's own TLS and SASL settings (``ETJ_KAFK
 test suite's workers and clients all connect the same way. So the same suite runs against Apache
 Kafka, Redpanda or a managed Kafka.
 
-``python -m app.local_broker`` starts one in the foreground and prints its URL.
+``python -m app.dev.local_broker`` starts one in the foreground and prints its URL.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from app.runtime import EXIT_CODE as FAIL_STOP
-from app.local_broker import EXISTING_BROKER_ENV, LocalBroker
+from app.dev.local_broker import EXISTING_BROKER_ENV, LocalBroker
 from app.settings import Settings
 
 
