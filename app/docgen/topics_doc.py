@@ -194,7 +194,7 @@ them (a prefixed ACL on `<app id>-` covers the changelogs and the leader topic).
 
 Other clients need less: the batch twin's `archive` reads (`Read`, `Describe`; no group),
 `backfill` writes the join's output (`Write`, `Describe`), `join-latest`, `watch` and
-`app.consumers.mood_counts` read an output without a group. Output topics must not be compacted:
+`app.downstream.mood_counts` read an output without a group. Output topics must not be compacted:
 after a crash an older revision can be re-emitted after a newer one, and compaction would keep
 the older ([the revision log](../concepts/revision-log.md#what-a-consumer-must-expect)).
 Retention for the batch twin's ranges: [an event-time range](../batch/index.md#an-event-time-range).

@@ -18,7 +18,7 @@ re-emission of current revisions after a crash, replays of the whole topic):
 
 The fold is pure (``apply`` over dicts): :func:`read_counts` is only a thin Kafka reader.
 
-``python -m app.consumers.mood_counts`` prints the counts over the whole output topic as JSON.
+``python -m app.downstream.mood_counts`` prints the counts over the whole output topic as JSON.
 """
 
 from __future__ import annotations
