@@ -68,6 +68,10 @@ __all__ = ["replaces", "registry", "upstream_source", "upstream_hash", "changed"
            "upstream_module"]
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the package of the patches (this module's), found from here and not imported: it imports the
+#: patch modules, which import this one (an import cycle, when this module imported it back)
+PACKAGE = __name__.rpartition(".")[0]
+PACKAGE_PATH = [str(Path(__file__).resolve().parent)]
 #: the packages whose code the patches replace (top-level import names)
 UPSTREAM = ("faust", "aiokafka", "mode")
 #: the distributions the compat check names in its report
@@ -172,9 +176,7 @@ def replaces(*targets: Any) -> Callable[[T], T]:
 def load() -> dict[str, str]:
     """Import every module of :mod:`app.compat` (so their decorators ran); module -> the import
     error of those that do not import (with another release, say)."""
-    import app.compat as package  # noqa: PLC0415 - the package imports its modules itself
-
-    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+    for info in pkgutil.iter_modules(PACKAGE_PATH, PACKAGE + "."):
         if info.name in sys.modules or info.name in _IMPORT_ERRORS:
             continue
         try:
@@ -468,7 +470,6 @@ def unregistered(exempt: dict[str, str] | None = None) -> list[str]:
     """
     patches = registry()
     exempt = exempt or {}
-    import app.compat as package  # noqa: PLC0415
 
     places = []
     for patch in patches:
@@ -478,7 +479,7 @@ def unregistered(exempt: dict[str, str] | None = None) -> list[str]:
             continue
     by_name = {p.name for p in patches}
     out: list[str] = []
-    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+    for info in pkgutil.iter_modules(PACKAGE_PATH, PACKAGE + "."):
         module = sys.modules.get(info.name)
         if module is None or info.name == __name__:
             continue

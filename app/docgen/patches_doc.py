@@ -176,10 +176,8 @@ def compat_modules() -> list[str]:
     """The modules of app.compat the page describes, in name order (not the machinery)."""
     import pkgutil
 
-    import app.compat as package
-
-    return [info.name for info in pkgutil.iter_modules(package.__path__, package.__name__ + ".")
-            if info.name.rpartition(".")[2] not in MACHINERY]
+    modules = pkgutil.iter_modules(upstream.PACKAGE_PATH, upstream.PACKAGE + ".")
+    return [info.name for info in modules if info.name.rpartition(".")[2] not in MACHINERY]
 
 
 def _file(module: str) -> str:
