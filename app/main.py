@@ -2,14 +2,16 @@
 
 Importing this module registers the app in data-flow order: topics and tables (every join's,
 from the spec list) -> agents -> timers -> tools -> views; first the changes to Faust and
-aiokafka the guarantees rest on (:mod:`app.compat`), the fail-stop sensor, the stall guard's
-and the snapshots' timers.
+aiokafka the guarantees rest on (:mod:`app.compat`), the fail-stop sensor
+(:mod:`app.outputs.delivery`), the stall guard's (:mod:`app.loop.stall_guard`) and the
+snapshots' (:mod:`app.state.snapshot_service`) timers, and the process's event loop and
+collector (:mod:`app.runtime`).
 """
 
 from app import compat, runtime
+from app.faust_app import app
 from app.loop import stall_guard
 from app.outputs import delivery
-from app.faust_app import app
 from app.state import snapshot_service
 
 compat.install(app)  # first: refuse an untested Faust/aiokafka before anything is declared
