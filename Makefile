@@ -16,7 +16,7 @@ venv: $(VENV)/.installed
 
 ## run: local broker + worker (web on 6066) + sample traffic + a live view of the revisions
 run: venv
-	@$(PY) -m app.run_local
+	@$(PY) -m app.dev.run_local
 
 ## test: the whole suite, broker tests included (a local broker is started by the tests; the
 ## image tier installs Debian's docker.io and debootstrap when absent and starts dockerd);

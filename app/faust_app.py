@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from faust.types.auth import CredentialsT
 
-from app import local_state
-from app.copartition import bootstrap_servers, check_copartitioning, warn_of_partitioners
-from app.kafka_security import aiokafka_auth, broker_credentials, check_tls
+from app.state import crash_marker
+from app.kafka.connection import bootstrap_servers
+from app.kafka.copartition import check_copartitioning, warn_of_partitioners
+from app.kafka.security import aiokafka_auth, check_tls
 from app.settings import Settings, get_settings
-from app.web_auth import web_application_options
+from app.web.auth import web_application_options
 
 
 class EtjApp(faust.App):
@@ -21,16 +23,19 @@ class EtjApp(faust.App):
 
     etj: Settings
     #: (name, topics, partition count) of the topic groups that must be co-partitioned
-    #: (declared by app.topology, checked at start: app.copartition)
+    #: (declared by app.topology, checked at start: app.kafka.copartition)
     copartitioned: list[tuple[str, tuple[str, ...], int]]
     #: input topics others produce to (declared by app.topology): their partitioner is
-    #: sampled at start (app.copartition.warn_of_partitioners)
+    #: sampled at start (app.kafka.copartition.warn_of_partitioners)
     produced_by_others: list[str]
     #: the internal topics (declared by app.topology), created at start if missing
     internal_topics: list
-    #: every agent loop (app.agents.durable.DurableLoop): each registers itself once; the app
+    #: every agent loop (app.loop.durable.DurableLoop): each registers itself once; the app
     #: asks them to let go of what waits, waits for what they have in flight, describes them
     loops: list
+    #: the table snapshots' service (app.state.snapshot_service.install): etj's table manager
+    #: restores a newly assigned partition through it first; None: snapshots are off
+    table_snapshots: Any = None
 
     def _new_transport(self) -> Any:
         """Faust's aiokafka transport with etj's consumer (:mod:`app.compat.consumer`: input
@@ -57,7 +62,7 @@ class EtjApp(faust.App):
         record it delivered to an agent must be acked. Here what the loops have not handled
         (their inboxes, flow control) is let go — not acked, so read again from the committed
         offsets — and only the batches in flight are awaited: on a rebalance until they are
-        delivered (each ends, or the worker fails stop: ``app.delivery``), on a stop at
+        delivered (each ends, or the worker fails stop: ``app.outputs.delivery``), on a stop at
         most ``ETJ_STOP_DRAIN_S`` (what is not delivered by then stays uncommitted, as after
         a crash). Then what is acked is committed."""
         began = time.monotonic()
@@ -87,7 +92,7 @@ class EtjApp(faust.App):
         s = self.etj
         s.datadir.mkdir(parents=True, exist_ok=True)
         if s.local_tables:  # before Faust opens any table partition
-            local_state.claim(Path(self.conf.tabledir))
+            crash_marker.claim(Path(self.conf.tabledir))
         await super().on_first_start()
         await check_tls(s, bootstrap_servers(s.broker_url))  # a refused certificate, said plainly
         await check_copartitioning(s.broker_url, self.copartitioned, aiokafka_auth(s))
@@ -101,7 +106,7 @@ class EtjApp(faust.App):
         """After every service stopped (agents, producer, consumer, tables)."""
         await super().on_shutdown()
         if self.etj.local_tables:
-            local_state.release(Path(self.conf.tabledir),
+            crash_marker.release(Path(self.conf.tabledir),
                                 clean=all(loop.settled() for loop in self.loops))
 
 
@@ -118,6 +123,20 @@ async def _wait_logged(loop: Any, timeout: float | None, logger: Any, app: EtjAp
                        time.monotonic() - began, loop.join, app.describe_loops())
 
 
+def broker_credentials(s: Settings) -> CredentialsT | None:
+    """Faust's ``broker_credentials`` for these settings (None: plaintext, no SASL): made from
+    :func:`app.kafka.security.aiokafka_auth`, the mapping every other client of etj takes."""
+    auth = aiokafka_auth(s)
+    if "sasl_mechanism" in auth:
+        return faust.SASLCredentials(username=auth["sasl_plain_username"],
+                                     password=auth["sasl_plain_password"],
+                                     mechanism=auth["sasl_mechanism"],
+                                     ssl_context=auth["ssl_context"])
+    if auth.get("ssl_context") is not None:
+        return faust.SSLCredentials(auth["ssl_context"])
+    return None
+
+
 def create_app(settings: Settings) -> EtjApp:
     """Build the app from settings (tests build their own with other settings)."""
     extra = {}
@@ -125,10 +144,10 @@ def create_app(settings: Settings) -> EtjApp:
         extra["producer_max_batch_size"] = settings.producer_max_batch_size
     if settings.producer_max_request_bytes is not None:
         extra["producer_max_request_size"] = settings.producer_max_request_bytes
-    credentials = broker_credentials(settings)  # TLS / SASL (app.kafka_security)
+    credentials = broker_credentials(settings)  # TLS / SASL (app.kafka.security)
     if credentials is not None:
         extra["broker_credentials"] = credentials
-    web_options = web_application_options(settings)  # the views' bearer token (app.web_auth)
+    web_options = web_application_options(settings)  # the views' bearer token (app.web.auth)
     if web_options:
         extra["web_application_options"] = web_options
     app = EtjApp(

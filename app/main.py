@@ -2,19 +2,24 @@
 
 Importing this module registers the app in data-flow order: topics and tables (every join's,
 from the spec list) -> agents -> timers -> tools -> views; first the changes to Faust and
-aiokafka the guarantees rest on (:mod:`app.compat`), the fail-stop sensor, the stall guard's
-and the snapshots' timers.
+aiokafka the guarantees rest on (:mod:`app.compat`), the fail-stop sensor
+(:mod:`app.outputs.delivery`), the stall guard's (:mod:`app.loop.stall_guard`) and the
+snapshots' (:mod:`app.state.snapshot_service`) timers, and the process's event loop and
+collector (:mod:`app.runtime`).
 """
 
-from app import compat, delivery, event_loop, garbage_collection, snapshot_service, stall_guard
+from app import compat, runtime
 from app.faust_app import app
+from app.loop import stall_guard
+from app.outputs import delivery
+from app.state import snapshot_service
 
 compat.install(app)  # first: refuse an untested Faust/aiokafka before anything is declared
 delivery.install(app)  # a send that failed after the producer gave up: fail-stop
 stall_guard.install(app, app.etj.stall_check_s)  # timer: inputs read past, never handed over
 snapshot_service.install(app)  # ETJ_SNAPSHOT_URL: snapshots written on a timer, restored
-event_loop.use(app.etj)  # before `faust worker` makes its loop (Faust ignores its own -L)
-garbage_collection.use()  # fewer collections: a table of a million rows is long-lived
+runtime.use_event_loop(app.etj)  # before `faust worker` makes its loop (Faust ignores its own -L)
+runtime.use_gc_thresholds()  # fewer collections: a table of a million rows is long-lived
 from app import topology  # noqa: F401  (topics -> tables, for every join spec and the car join)
 from app.agents import event_join  # noqa: F401  (agents: one per join spec)
 if topology.cars:  # ETJ_BUILTIN_JOINS
@@ -24,8 +29,8 @@ from app.commands import sample_traffic  # noqa: F401  (tools)
 from app.commands import archive  # noqa: F401  (tools: a topic -> JSON lines, for app.batch)
 from app.commands import join_latest  # noqa: F401  (tools: join-latest NAME)
 from app.commands import snapshots  # noqa: F401  (tools: the table snapshots in a store)
-from app import views  # noqa: F401  (views: state, health, metrics over HTTP; GET /joins/)
+from app.web import views  # noqa: F401  (views: state, health, metrics over HTTP; GET /joins/)
 if "moods" in event_join.engines:  # the timeline draws the mood join (and the car join's zones)
-    from app import timeline  # noqa: F401  (the live timeline page, /timeline/)
+    from app.web import timeline  # noqa: F401  (the live timeline page, /timeline/)
 
 __all__ = ["app"]

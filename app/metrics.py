@@ -33,7 +33,7 @@ released = Counter("etj_join_released", "Held events emitted when their dimensio
 unmatched = Counter("etj_join_unmatched",
                     "Held events dropped at the horizon: their dimension never arrived", ["join"])
 
-# --- flow control (app.flow_control) ---
+# --- flow control (app.inputs.flow_control) ---
 flow_waiting = Gauge("etj_join_flow_waiting", "Records queued by flow control (waiting for the "
                      "other input to catch up in event time)", ["join"])
 flow_forced = Counter("etj_join_flow_forced", "Records let go by flow control before the lagging "

@@ -19,7 +19,7 @@ BUILTIN_JOINS = frozenset({"moods", "movies", "cars"})
 
 
 class Settings(BaseSettings):
-    """etj configuration. ``python -m app.settings_doc`` generates docs/operating/settings.md
+    """etj configuration. ``python -m app.docgen.settings_doc`` generates docs/operating/settings.md
     and the chart's values schema from these fields and descriptions."""
 
     model_config = SettingsConfigDict(env_prefix="ETJ_", extra="ignore")
@@ -114,7 +114,7 @@ class Settings(BaseSettings):
     )
     stall_check_s: float = Field(
         5.0, gt=0, description="Seconds between checks for an input partition whose fetched "
-        "records never reached its agent (read again from the first unhandled; see app/stall_guard.py)."
+        "records never reached its agent (read again from the first unhandled; see app/loop/stall_guard.py)."
     )
     joins_file: Path | None = Field(
         None, description="JSON file of join specs (see docs/joins/declarative.md): with it, a "
@@ -168,7 +168,7 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a produced record may wait for the broker: a request unanswered "
         "after Faust's PRODUCER_REQUEST_TIMEOUT is sent again until then; past it the worker "
-        "exits without committing (fail-stop; see app/delivery.py).",
+        "exits without committing (fail-stop; see app/outputs/delivery.py).",
     )
     consumer_fetch_max_wait_ms: int | None = Field(
         None,
@@ -248,7 +248,7 @@ class Settings(BaseSettings):
     @property
     def local_tables(self) -> bool:
         """Are the tables kept on the worker's disk (``rocksdb://``), not in memory? Snapshots
-        and the crash rule (app.local_state) apply only then."""
+        and the crash rule (app.state.crash_marker) apply only then."""
         return str(self.store_url).startswith("rocksdb:")
 
 

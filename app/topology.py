@@ -13,7 +13,7 @@ output topics; revisit ticks (app.timers) come back in through each join's own t
   zone id; three tables (:mod:`app.joins.car_state`).
 - Each of them says what it adds to the worker's lists (co-partitioned groups, topics others
   produce to, internal topics, ticks topics), which are made from :data:`running`.
-- Every agent's inputs are read as raw bytes: validation happens in :mod:`app.records`, so a bad
+- Every agent's inputs are read as raw bytes: validation happens in :mod:`app.inputs.records`, so a bad
   record becomes a dead letter instead of a codec exception inside Faust.
 
 Importing this module declares everything on the app; nothing else calls ``app.topic`` or
@@ -33,9 +33,9 @@ from app.joins.car_state import CAR_POSITIONS, ZONE_CARS, ZONE_POLLUTION, ZoneCa
 from app.joins.catalog import load_specs
 from app.joins.spec import JoinSpec
 from app.joins.state import JoinsTable
-from app.range_scan import range_table
+from app.state.range_scan import range_table
 
-#: (name, topics, partition count) of topics that must be co-partitioned (app.copartition)
+#: (name, topics, partition count) of topics that must be co-partitioned (app.kafka.copartition)
 CopartitionGroup = tuple[str, tuple[str, ...], int]
 
 _raw = dict(key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
@@ -183,13 +183,13 @@ running: list[JoinTopology | CarJoinTopology] = [*joins.values(),
 
 def copartition_groups() -> list[CopartitionGroup]:
     """(name, topics, partition count) of each group of topics that must be co-partitioned
-    (checked at start: app.copartition). Each join's own count: a spec's ``partitions``, else
+    (checked at start: app.kafka.copartition). Each join's own count: a spec's ``partitions``, else
     ETJ_PARTITIONS."""
     return [group for j in running for group in j.copartition_groups]
 
 
 app.copartitioned = copartition_groups()
-#: the topics others produce to: their partitioner is sampled at start (app.copartition)
+#: the topics others produce to: their partitioner is sampled at start (app.kafka.copartition)
 app.produced_by_others = [t for j in running for t in j.produced_by_others]
 #: the worker's own topics (ticks, car moves): created at start with their join's partition
 #: count, before the consumer's subscription could have a broker auto-create them with its own

@@ -6,7 +6,7 @@ arrivals, some moods very late), two ways:
   the one before (its ``records_in``), so the worker sees exactly the arrival order;
 - **backlog**: every record is in the broker before the worker starts (a replay, a backfill, a
   restart after downtime); the worker picks its own order — with flow control
-  (:mod:`app.flow_control`, the default) and without (``ETJ_FLOW_CONTROL=false``).
+  (:mod:`app.inputs.flow_control`, the default) and without (``ETJ_FLOW_CONTROL=false``).
 The scenario spans far more event time than the retention, so order matters twice: a late
 dimension costs a correction, and an input drained ahead of the other pushes stream time on until
 the other's records are *late* (dropped to the late topic). Printed with two references computed

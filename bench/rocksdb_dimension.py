@@ -164,7 +164,7 @@ def measure_end_to_end(movies: int, folder: Path) -> dict[str, Any]:
     """Part 2: recovery of the real changelog by real workers (see the module docstring)."""
     from aiokafka import AIOKafkaProducer
 
-    from app.local_broker import LocalBroker
+    from app.dev.local_broker import LocalBroker
     from tests.harness import Worker, make_names
 
     broker = LocalBroker(log_dir=folder / "broker").start()

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.snapshots import Snapshots
+from app.state.snapshot_store import Snapshots
 from bench.harness import Bench, Figure
 from bench.recovery import TABLE, changelog_records
 from bench.workers import DEFAULT_SESSION, bench_broker, new_names, start_worker, stats, workdir

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from app.local_broker import LocalBroker
+from app.dev.local_broker import LocalBroker
 from app.settings import Settings
 from tests.harness import LOCAL_SETTINGS, Names, Worker, make_names
 from tests.kafka_io import read_topics

@@ -8,7 +8,7 @@ range scan costs O(log n + k), so the ratio stays near 1; a full-table scan woul
 be ~1,000 (the memory store's full-scan figure is printed for contrast).
 
 Both stores etj supports are measured through Faust's own store classes: ``memory://`` (with
-the sorted index of :mod:`app.range_scan`) and ``rocksdb://`` (rocksdict, flushed to SST files).
+the sorted index of :mod:`app.state.range_scan`) and ``rocksdb://`` (rocksdict, flushed to SST files).
 The zone under test sits in the middle of the key space, with other zones on both sides.
 
 ``python bench/zone_fanout.py [--small N] [--large N] [--zone-size N] [--repeats N]`` (or
@@ -43,8 +43,8 @@ def build_table(store: str, datadir: Path, zone_size: int, other_cars: int,
     in other zones (``per_zone`` each, half of the zones below ZONE, half above)."""
     import faust
 
-    from app.keys import encode_zone_car
-    from app.range_scan import range_table
+    from app.state.ordered_keys import encode_zone_car
+    from app.state.range_scan import range_table
 
     app = faust.App(f"bench-fanout-{store}-{other_cars}", broker="kafka://127.0.0.1:1",
                     store=f"{store}://", datadir=str(datadir))
@@ -89,7 +89,7 @@ def zone_update(table: Any, level: float, t: int) -> int:
 
 def full_scan_update(table: Any) -> int:
     """What a zone update would cost without a range scan: every key of the table read."""
-    from app.keys import decode_zone_car
+    from app.state.ordered_keys import decode_zone_car
 
     return sum(1 for key in table.data.data if decode_zone_car(key)[0] == ZONE)
 

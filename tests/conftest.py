@@ -11,7 +11,7 @@ from typing import Callable, Iterator
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from app.local_broker import LocalBroker
+from app.dev.local_broker import LocalBroker
 from tests import leftovers
 from tests.harness import Names, Stopped, Worker, make_names
 
@@ -92,7 +92,7 @@ def worker_factory(tmp_path: Path, request: pytest.FixtureRequest,
 @pytest.fixture
 def exits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The exit codes a fail-stop asked for; the patched exit raises :class:`Stopped`."""
-    from app import delivery
+    from app import runtime
 
     codes: list[int] = []
 
@@ -100,7 +100,7 @@ def exits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         codes.append(code)
         raise Stopped(code)
 
-    monkeypatch.setattr(delivery, "_exit", exit_)
+    monkeypatch.setattr(runtime, "_exit", exit_)
     return codes
 
 

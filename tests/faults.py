@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.consumers.mood_counts import MoodCounts, counts_of_answers, fold
+from app.downstream.mood_counts import MoodCounts, counts_of_answers, fold
 from tests.harness import Names, Worker, bootstrap, encode, latest_by_id, read_all
 from tests.oracle import Recommendation, exact_mood_answer, mood_answer
 

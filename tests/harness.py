@@ -27,9 +27,9 @@ from typing import Any, Iterable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from app.copartition import bootstrap_servers
-from app.kafka_security import aiokafka_auth
-from app.local_broker import EXISTING_BROKER_ENV, LocalBroker, free_port
+from app.kafka.connection import bootstrap_servers
+from app.kafka.security import aiokafka_auth
+from app.dev.local_broker import EXISTING_BROKER_ENV, LocalBroker, free_port
 from app.settings import Settings
 
 #: the settings that say how to reach a Kafka (TLS, SASL): a worker takes them from its Names
@@ -54,7 +54,7 @@ class Names:
 
     def client_auth(self) -> dict[str, Any]:
         """TLS/SASL keyword arguments of a client of this test's broker: the worker's own
-        mapping (app.kafka_security) of the ``ETJ_KAFKA_*`` settings in :attr:`env`."""
+        mapping (app.kafka.security) of the ``ETJ_KAFKA_*`` settings in :attr:`env`."""
         values = {k[4:].lower(): v for k, v in self.env.items() if k.startswith(SECURITY_PREFIX)}
         # only these values: the test process's environment may be another broker's
         return aiokafka_auth(Settings(_env_prefix="ETJ_TEST_NO_ENV_", **values))
@@ -74,7 +74,7 @@ def make_names(broker_url: str, **overrides: Any) -> Names:
     env = {"ETJ_BROKER_URL": broker_url, "ETJ_APP_ID": f"{prefix}-etj", **security_env(broker_url),
            "ETJ_PRODUCER_MAX_BATCH_SIZE": "1", "ETJ_REVISIT_INTERVAL_S": "1",
            # a produce request left unanswered is re-sent after 10 s, not Faust's 20 min
-           # (app.delivery keeps the batch itself until ETJ_PRODUCER_DELIVERY_TIMEOUT_S)
+           # (app.outputs.delivery keeps the batch itself until ETJ_PRODUCER_DELIVERY_TIMEOUT_S)
            "PRODUCER_REQUEST_TIMEOUT": "10"}
     for name in TOPIC_FIELDS:
         env["ETJ_" + name.upper()] = f"{prefix}-{Settings.model_fields[name].default}"
@@ -398,7 +398,7 @@ class S3Broker(Pausable):
                 time.sleep(0.3)
 
     def start(self) -> None:
-        from app.local_broker import tansu_binary, wait_until_ready
+        from app.dev.local_broker import tansu_binary, wait_until_ready
 
         listener = f"tcp://{self.bootstrap}"
         env = {**os.environ, "AWS_ACCESS_KEY_ID": "etj", "AWS_SECRET_ACCESS_KEY": "etj",
@@ -437,4 +437,4 @@ class S3Broker(Pausable):
 
 class Stopped(Exception):
     """What the ``exits`` fixture's patched exit raises instead of ending the test process
-    (app.delivery.fail_stop)."""
+    (app.outputs.delivery.fail_stop)."""

@@ -1,6 +1,6 @@
 """Fast producing and reading for the benchmarks and the chaos run (aiokafka, no Faust), and the
 partitioner they load with: Kafka's murmur2, also in numpy (an implementation of its own, which
-the unit tests hold app.admission's door to).
+the unit tests hold app.inputs.admission's door to).
 
 The test harness sends one record per request, which is right for arrival-order scenarios and
 far too slow to load hundreds of thousands of records. Here records are sent in producer

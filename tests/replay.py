@@ -2,7 +2,7 @@
 
 Tests and benchmarks that need a *stream's* revision log (the retracting consumer, the batch
 twin's reconcile and backfill, the flow-control reference) replay records through the mood
-spec's :class:`app.joins.state.JoinState` over plain dicts (:class:`app.overlay.MemoryIO`) — the very code a worker runs
+spec's :class:`app.joins.state.JoinState` over plain dicts (:class:`app.state.overlay.MemoryIO`) — the very code a worker runs
 between its table reads and writes, with no broker. It is no oracle (that is
 :mod:`tests.oracle`): it is the engine, so what it answers is what the engine answers.
 """
@@ -15,8 +15,8 @@ from app.joins.catalog import mood_spec
 from app.joins.spec import resolve
 from app.joins.keys import join_range, split_join_key
 from app.joins.state import JoinState
-from app.overlay import MemoryIO, Overlay
-from app.records import MoodIn, RecommendationIn
+from app.state.overlay import MemoryIO, Overlay
+from app.inputs.records import MoodIn, RecommendationIn
 from app.settings import Settings
 from tests.oracle import Mood, Recommendation
 

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from app.local_broker import free_port, tansu_binary
+from app.dev.local_broker import free_port, tansu_binary
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ etj-zones + car moves + car ticks (key zone id, co-partitioned) -> ``join_zone_p
 
 The zone side reads both of its inputs in ONE agent, so per worker one sequential loop owns a
 zone's reading and its cars. A reading finds the zone's cars by a range scan over the zone-cars
-store (:mod:`app.range_scan`): its cost depends on the zone's size, not on the table's.
+store (:mod:`app.state.range_scan`): its cost depends on the zone's size, not on the table's.
 
 The rules live in :mod:`app.logic.car_join`, the tables' keys and rows in
 :mod:`app.joins.car_state`; this module loads/stores state through it and returns what the rules
-emit. Both agents run the durability protocol of every agent (:mod:`app.agents.durable`):
+emit. Both agents run the durability protocol of every agent (:mod:`app.loop.durable`):
 per batch, the changelog is flushed, then the outputs are sent, then the records acked; a crash
 in between loses outputs whose input is then re-consumed, and the rules answer a re-delivered
 record (equal to the stored one) with its outputs again, and the agents write its row again:
@@ -39,7 +39,9 @@ from typing import Any
 import orjson
 
 from app import metrics, topology
-from app.agents.durable import DurableLoop, Out, agent_body, dead_letter
+from app.loop.acks import dead_letter
+from app.loop.durable import DurableLoop, agent_body
+from app.loop.types import Out
 from app.compat.stores import StoreIO
 from app.faust_app import app, settings
 from app.joins.car_state import CarPositions, ZoneCars, ZonePollution
@@ -53,8 +55,8 @@ from app.logic.car_join import (
     apply_del,
     apply_reading,
 )
-from app.overlay import Overlay
-from app.records import CarArrivalIn, CarMoveIn, InvalidRecord, ZoneIn, compile_parser
+from app.state.overlay import Overlay
+from app.inputs.records import CarArrivalIn, CarMoveIn, InvalidRecord, ZoneIn, compile_parser
 
 #: the car join's topics and tables (app.main imports this module only when the worker runs it)
 CARS = topology.cars

@@ -9,7 +9,7 @@ sequential loop per join: the state of both sides is never touched by two corout
 and an inner-mode event waiting for its dimension cannot race the dimension's arrival. The join
 rules live in :mod:`app.logic.event_join`, the state layout in :mod:`app.joins.state`; this
 module validates, routes late records, keeps the stream clock and returns what they emit; the
-loop (:mod:`app.agents.durable`) makes it durable, a batch at a time: changelog -> outputs ->
+loop (:mod:`app.loop.durable`) makes it durable, a batch at a time: changelog -> outputs ->
 acks.
 
 State first: a crash between the changelog and the outputs leaves revisions in state that
@@ -26,14 +26,17 @@ from typing import Any
 import orjson
 from faust.types import TP
 
-from app import metrics, sinks
-from app.agents.durable import DurableLoop, Out, agent_body, dead_letter
+from app import metrics
+from app.outputs import sinks
+from app.loop.acks import dead_letter
+from app.loop.durable import DurableLoop, agent_body
+from app.loop.types import Out
 from app.compat.stores import StoreIO, committed_offset
 from app.faust_app import app, settings
 from app.joins.state import JoinState
 from app.logic.event_join import Revision
-from app.overlay import Overlay
-from app.records import InvalidRecord, as_dict, compile_parser
+from app.state.overlay import Overlay
+from app.inputs.records import InvalidRecord, as_dict, compile_parser
 from app.topology import JoinTopology, joins
 
 __all__ = ["JoinEngine", "engines"]
@@ -79,7 +82,7 @@ class JoinEngine:
     def delivered(self, partition: int, src: Any) -> bool:
         """Is the output of a revision made by input record ``src`` surely in the log? Yes once
         this process acked that record (the broker had its outputs:
-        :class:`~app.agents.acks.AckedRuns`) or its offset is committed (the only knowledge a
+        :class:`~app.loop.acks.AckedRuns`) or its offset is committed (the only knowledge a
         restarted worker has). A source of None (a row saved before sources were kept) counts
         as delivered."""
         if src is None:

@@ -1,6 +1,6 @@
 """Which archived input records a batch run joins: the rule on records from the future, then an
 event-time range. Pure DataFrame -> DataFrame transforms (no I/O), Spark's twins of
-:mod:`app.logic.future` and :mod:`app.logic.event_range`; the tests hold each to its pure rule.
+:mod:`app.logic.future_records` and :mod:`app.logic.event_range`; the tests hold each to its pure rule.
 
 The future rule needs each record's Kafka timestamp: the ``_timestamp`` column
 :func:`app.batch.archives.read_archive` gives (null when the archive did not keep it, or the
@@ -20,8 +20,8 @@ __all__ = ["Admitted", "reference_time", "from_the_future", "admit", "in_range"]
 
 
 def reference_time(timestamp: Column, now_ms: int) -> Column:
-    """:func:`app.logic.future.reference_time`: min(timestamp, now), now without one (a
-    negative timestamp is none, :func:`app.logic.future.kafka_timestamp`)."""
+    """:func:`app.logic.future_records.reference_time`: min(timestamp, now), now without one (a
+    negative timestamp is none, :func:`app.logic.future_records.kafka_timestamp`)."""
     now = F.lit(now_ms).cast("bigint")
     ts = F.when(timestamp >= 0, timestamp)
     return F.least(F.coalesce(ts, now), now)
@@ -29,7 +29,7 @@ def reference_time(timestamp: Column, now_ms: int) -> Column:
 
 def from_the_future(event_time: Column, timestamp: Column, now_ms: int,
                     tolerance_ms: int) -> Column:
-    """:func:`app.logic.future.from_the_future` as a column: true when the record is refused."""
+    """:func:`app.logic.future_records.from_the_future` as a column: true when the record is refused."""
     return event_time > reference_time(timestamp, now_ms) + F.lit(tolerance_ms).cast("bigint")
 
 

@@ -7,7 +7,7 @@ Records of the ``etj-late`` topic (``{"record": {...}, "horizon": ...}``) are un
 late topic's archive can be read as moods or as recommendations: each reader keeps the records
 that have its fields.
 
-Validation mirrors :mod:`app.records` as far as values allow (types strict, event times in
+Validation mirrors :mod:`app.inputs.records` as far as values allow (types strict, event times in
 range, non-empty strings); what JSON cannot express as the schema's type becomes null and the
 record is dropped, as the stream dead-letters it. The key check needs the record key, which an
 archive does not keep: the ``archive`` command checks it while archiving the input topics.
@@ -40,7 +40,7 @@ from pyspark.sql.types import (BooleanType, DoubleType, LongType, StringType, St
                                StructType)
 
 from app.joins.columns import Column as WireColumn
-from app.records import MAX_EVENT_TIME
+from app.inputs.records import MAX_EVENT_TIME
 
 #: columns an archive may have besides the record's fields: its offset in the topic partition
 #: and its Kafka timestamp (epoch ms; absent from archives written before it was kept)
@@ -54,7 +54,7 @@ class ArchiveKind:
     name: str
     ddl: str  # "name type, ..." in wire-contract field order; types: string, bigint, double
     required: tuple[str, ...]
-    #: (field, max length) of strings that must be non-empty (app.records' limits)
+    #: (field, max length) of strings that must be non-empty (app.inputs.records' limits)
     texts: tuple[tuple[str, int], ...] = ()
     #: the same for optional strings: null, or non-empty and not too long
     optional_texts: tuple[tuple[str, int], ...] = ()
@@ -211,7 +211,7 @@ def read_archive(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveK
     within the topic partition, which is where every revision of one join id is.
     ``_timestamp``: each record's Kafka timestamp when the archive kept it (JSON lines: a
     ``_timestamp`` field of the line; Parquet: a column), else null — what the rule on records
-    from the future (:mod:`app.logic.future`) holds event times against.
+    from the future (:mod:`app.logic.future_records`) holds event times against.
     """
     if isinstance(paths, str):
         paths = [paths]

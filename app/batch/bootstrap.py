@@ -14,11 +14,11 @@ The job, in order (each step is what makes the next safe):
    inputs; the join's consumer group has no member (workers running now would write rows the
    snapshots do not hold), unless an earlier attempt's marker is there (its members joined
    after it, and wait). The dimension topic, if it exists, has the join's partition count.
-2. **Marker** ``running`` in the snapshot store (:class:`app.snapshots.BootstrapMarker`): a
+2. **Marker** ``running`` in the snapshot store (:class:`app.state.snapshot_store.BootstrapMarker`): a
    worker that starts now waits, ready 503, until it is ``done``.
 3. **Spark**: the catalogue read and validated as the batch twin reads the dimension topic's
    archives (records from the future refused and counted), each key placed in the partition
-   Kafka's default partitioner gives its record key (:mod:`app.partitioner`: the partition its
+   Kafka's default partitioner gives its record key (:mod:`app.kafka.partitioner`: the partition its
    live records land in), one group per partition; each group's executor writes the rows to the
    changelog partition, builds the RocksDB database and uploads its snapshot
    (:mod:`app.batch.state_files`). Partitions are built in parallel, as many as the cluster has
@@ -49,7 +49,7 @@ from app.batch.jobs import Scope, admit_input, spec_kinds
 from app.batch.session import Steps
 from app.batch.state_files import PartitionState, Target, arrow_rows, write_partition
 from app.joins.spec import JoinSpec
-from app.snapshots import BootstrapMarker, Snapshots
+from app.state.snapshot_store import BootstrapMarker, Snapshots
 
 __all__ = ["BootstrapError", "Outcome", "bootstrap", "target_of"]
 
@@ -89,8 +89,8 @@ class Outcome:
 def target_of(spec: JoinSpec, settings: Any, snapshot_url: str, broker_url: str) -> Target:
     """Where the workers read ``spec``'s dimension table from: the worker's own table
     declaration (:mod:`app.topology`) gives its changelog topic and snapshot fingerprint."""
-    from app.copartition import bootstrap_servers
-    from app.snapshot_service import table_fingerprint
+    from app.kafka.connection import bootstrap_servers
+    from app.state.snapshot_service import table_fingerprint
     from app.topology import joins
 
     if not settings.local_tables:
@@ -121,7 +121,7 @@ async def _broker_state(target: Target, group: str, topics: Sequence[str],
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.structs import TopicPartition
 
-    from app.kafka_security import aiokafka_auth
+    from app.kafka.security import aiokafka_auth
 
     auth = aiokafka_auth(target.settings)
     admin = AIOKafkaAdminClient(bootstrap_servers=target.bootstrap_servers, **auth)
@@ -154,7 +154,7 @@ async def _create_changelog(target: Target) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
 
-    from app.kafka_security import aiokafka_auth
+    from app.kafka.security import aiokafka_auth
 
     admin = AIOKafkaAdminClient(bootstrap_servers=target.bootstrap_servers,
                                 **aiokafka_auth(target.settings))
@@ -222,7 +222,7 @@ def _partition_of(partitions: int):  # type: ignore[no-untyped-def]
     this module's are strings."""
 
     def placed(keys: list[str]) -> list[int]:
-        from app.partitioner import partition_for
+        from app.kafka.partitioner import partition_for
 
         return [partition_for(k.encode(), partitions) for k in keys]
 

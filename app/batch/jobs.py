@@ -7,7 +7,7 @@
   is known; the command line publishes them (see :mod:`app.batch.publish`).
 
 Every job first admits its inputs as the stream does (:mod:`app.batch.admission`): records
-from the future are refused and counted (:mod:`app.logic.future`), and with an event-time
+from the future are refused and counted (:mod:`app.logic.future_records`), and with an event-time
 range only what the joins of events in the range need is read (:mod:`app.logic.event_range`).
 """
 

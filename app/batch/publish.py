@@ -19,8 +19,8 @@ from typing import Any, Iterable
 
 from aiokafka import AIOKafkaProducer
 
-from app.copartition import bootstrap_servers
-from app.kafka_security import aiokafka_auth
+from app.kafka.connection import bootstrap_servers
+from app.kafka.security import aiokafka_auth
 from app.settings import get_settings
 
 

@@ -12,7 +12,7 @@ No Spark and no Faust here: executors run it. What it must agree on with the wor
 - **database**: a RocksDB database in raw mode, as Faust's store opens it, holding those rows and
   Faust's offset row (``Store.offset_key`` = the last changelog offset of the rows), so that a
   worker installing the snapshot replays only what the changelog holds after it
-  (:mod:`app.snapshot_service`);
+  (:mod:`app.state.snapshot_service`);
 - **changelog**: the same rows, in key order, on the same partition: a worker that starts
   without the snapshot (a standby, a deleted or refused snapshot) replays them and ends with the
   same rows. A partition that holds rows already (an earlier attempt of the job that failed
@@ -26,7 +26,7 @@ No Spark and no Faust here: executors run it. What it must agree on with the wor
   worker that ignored the job's marker) fails the task, since the snapshot would not hold it.
 
 The database is built as one sorted SST file ingested into an empty database (RocksDB's bulk
-load: no memtable, no compaction), and uploaded with :meth:`app.snapshots.Snapshots.upload`
+load: no memtable, no compaction), and uploaded with :meth:`app.state.snapshot_store.Snapshots.upload`
 (every file, then the manifest: a task that dies half way leaves nothing a worker lists).
 """
 
@@ -61,7 +61,7 @@ class Target:
 
     changelog: str  # the table's changelog topic
     partitions: int
-    fingerprint: str  # app.snapshot_service.table_fingerprint of the worker's table
+    fingerprint: str  # app.state.snapshot_service.table_fingerprint of the worker's table
     snapshot_url: str
     bootstrap_servers: str
     settings: Any  # app.settings.Settings: the executors' Kafka security (aiokafka_auth)
@@ -184,7 +184,7 @@ async def _produce(target: Target, partition: int, rows: Sequence[tuple[bytes, b
     offset the broker gave them."""
     from aiokafka import AIOKafkaProducer
 
-    from app.kafka_security import aiokafka_auth
+    from app.kafka.security import aiokafka_auth
 
     producer = AIOKafkaProducer(bootstrap_servers=target.bootstrap_servers, acks="all",
                                 max_batch_size=BATCH_BYTES + 64 * 1024,
@@ -250,7 +250,7 @@ async def _existing(target: Target, partition: int) -> tuple[dict[bytes, bytes |
     from aiokafka import AIOKafkaConsumer
     from aiokafka.structs import TopicPartition
 
-    from app.kafka_security import aiokafka_auth
+    from app.kafka.security import aiokafka_auth
 
     tp = TopicPartition(target.changelog, partition)
     consumer = AIOKafkaConsumer(bootstrap_servers=target.bootstrap_servers,
@@ -299,7 +299,7 @@ def _database(folder: Path, rows: Sequence[tuple[bytes, bytes]], offset: int) ->
 def write_partition(target: Target, partition: int, rows: Sequence[tuple[bytes, bytes]],
                     records: int, workdir: str | None = None) -> PartitionState:
     """The changelog rows, then the database, then its snapshot (module docstring)."""
-    from app.snapshots import Snapshots
+    from app.state.snapshot_store import Snapshots
 
     t0 = time.monotonic()
     earlier, end = asyncio.run(_existing(target, partition))

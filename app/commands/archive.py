@@ -17,7 +17,7 @@ connector. Two forms (docs/batch/index.md):
 
 Each record keeps its Kafka timestamp (epoch ms): a ``_timestamp`` field of the JSON line, a
 ``_timestamp`` column in Parquet (absent when the record has none), so the batch twin holds
-each record to the rule on records from the future (:mod:`app.logic.future`) against the same
+each record to the rule on records from the future (:mod:`app.logic.future_records`) against the same
 timestamp the stream saw.
 
 Input topics of the joins — every join the worker runs: the built-in ones, the car join's and
@@ -50,14 +50,14 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 from faust.cli import argument, option
 
-from app.copartition import bootstrap_servers
+from app.kafka.connection import bootstrap_servers
 from app.faust_app import app, settings
 from app.joins.catalog import batch_specs, load_specs, topic_roles
 from app.joins.columns import model_columns, output_columns
-from app.kafka_security import aiokafka_auth
+from app.kafka.security import aiokafka_auth
 from app.logic.event_range import EventRange, Role, needs, parse_time
-from app.logic.future import kafka_timestamp
-from app.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse
+from app.logic.future_records import kafka_timestamp
+from app.inputs.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse
 
 
 @dataclass

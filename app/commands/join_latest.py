@@ -15,9 +15,9 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 from faust.cli import argument, option
 
-from app.copartition import bootstrap_servers
+from app.kafka.connection import bootstrap_servers
 from app.faust_app import app, settings
-from app.kafka_security import aiokafka_auth
+from app.kafka.security import aiokafka_auth
 from app.topology import joins
 
 

@@ -15,9 +15,9 @@ from typing import Iterator
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from faust.cli import option
 
-from app.copartition import bootstrap_servers
+from app.kafka.connection import bootstrap_servers
 from app.faust_app import app, settings
-from app.kafka_security import aiokafka_auth
+from app.kafka.security import aiokafka_auth
 
 CONSULTANTS = ("alice", "bob", "carol", "dave", "erin", "frank")
 MOODS = ("happy", "sad", "tired", "excited", "bored", "focused")

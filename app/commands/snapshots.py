@@ -1,6 +1,6 @@
 """``faust -A app.main snapshots``: the table snapshots in a store, one line each.
 
-Lists what :mod:`app.snapshots` finds under ``ETJ_SNAPSHOT_URL`` (or ``--url``): table
+Lists what :mod:`app.state.snapshot_store` finds under ``ETJ_SNAPSHOT_URL`` (or ``--url``): table
 (its changelog topic), partition, the changelog offset it covers, when it was taken and its size;
 ``--json`` prints one JSON object per snapshot instead. Reads the store only; needs no broker.
 """
@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from faust.cli import option
 
 from app.faust_app import app, settings
-from app.snapshots import Manifest, Snapshots
+from app.state.snapshot_store import Manifest, Snapshots
 
 
 def lines(manifests: list[Manifest]) -> list[str]:

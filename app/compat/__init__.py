@@ -15,9 +15,22 @@ only with these changes. Each module is the single place where its upstream clas
   :func:`install`): :mod:`~app.compat.log_gaps` (aiokafka's ``FetchResult``),
   :mod:`~app.compat.leave_group` (aiokafka's ``GroupCoordinator``).
 
+In the order a record meets them: a fetch (:mod:`~app.compat.log_gaps`,
+:mod:`~app.compat.consumer_thread`) -> its records handed to the agents' inboxes and their
+offsets committed by range (:mod:`~app.compat.consumer`; changelog records stepped in place,
+:mod:`~app.compat.eager_delivery`) -> tables recovered from their changelogs
+(:mod:`~app.compat.table_manager`, :mod:`~app.compat.recovery`,
+:mod:`~app.compat.changelog_holes`) and read and written through their stores
+(:mod:`~app.compat.stores`, :mod:`~app.compat.rocksdb_memory`, :mod:`~app.compat.table_codec`)
+-> produced (:mod:`~app.compat.producer`) -> the group left at a stop
+(:mod:`~app.compat.leave_group`). The machinery: :mod:`~app.compat.versions` (the tested
+releases), :mod:`~app.compat.upstream` (what each patch replaces, and its hash),
+:mod:`~app.compat.release_check` (``make compat-check``).
+
 Every patch's docstring has one form (upstream behaviour, symptom, the test that reproduces it,
 when to remove), and records a hash of the upstream source it was written against
-(:mod:`app.compat.upstream`); ``docs/contributing/patches.md`` is generated from them.
+(:mod:`app.compat.upstream`); ``docs/contributing/patches.md`` is generated from them
+(:mod:`app.docgen.patches_doc`).
 They reach into private attributes, so they are tested against exact versions
 (:mod:`app.compat.versions`): outside that range the worker refuses to start.
 """

@@ -8,8 +8,8 @@ it fixes and when it can go: :class:`EtjConsumer`):
 - ``_drain_messages`` turns every fetched record into a ``ConsumerMessage`` and awaits the
   conductor's callback for it (its lock, flow control, the producer buffer, an event and a queue
   put per record); the stream then hands it to the agent, one loop turn each. Here the records
-  of an input partition of an etj loop go to that loop's :class:`~app.inbox.Inbox` as they came
-  from aiokafka, one :class:`~app.inbox.Batch` per partition per fetch. Every other record
+  of an input partition of an etj loop go to that loop's :class:`~app.inputs.inbox.Inbox` as they came
+  from aiokafka, one :class:`~app.inputs.inbox.Batch` per partition per fetch. Every other record
   (table changelogs: recovery and standbys) takes upstream's path, record by record, delivered
   in place when the callback takes no wait (:mod:`app.compat.eager_delivery`).
 - Offsets are acked per message (``Consumer.ack``: a lock, a list, an index set) and the
@@ -44,7 +44,7 @@ from app.compat.consumer_thread import EtjConsumerThread
 from app.compat.eager_delivery import resume, step
 from app.compat.producer import EtjProducer
 from app.compat.upstream import replaces
-from app.inbox import Batch, Inbox
+from app.inputs.inbox import Batch, Inbox
 
 __all__ = ["EtjConsumer", "EtjTransport", "extend", "follows"]
 

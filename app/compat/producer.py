@@ -6,8 +6,8 @@ durable side of an input record that will be acked, so a send may be late but ne
 subclasses are wired through Faust's extension points: :class:`EtjProducer` is the transport's
 ``Producer`` (:class:`app.compat.consumer.EtjTransport`), :class:`EtjTopic` the app's ``Topic``
 setting (``app.faust_app.create_app``). What a failed send does (fail-stop, or a refusal for
-good handed back) is etj's own rule, in :mod:`app.delivery`; this module only reaches into
-the libraries (and is where the batch path, :mod:`app.batch_send`, reads aiokafka's producer).
+good handed back) is etj's own rule, in :mod:`app.outputs.delivery`; this module only reaches into
+the libraries (and is where the batch path, :mod:`app.outputs.producer_batches`, reads aiokafka's producer).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.transport.producer import ProducerBuffer
 
 from app.compat.upstream import replaces
+from app.runtime import fail_stop
 
 __all__ = ["EtjProducer", "EtjProducerBuffer", "EtjTopic", "InvalidRecordError",
            "aiokafka_producer", "describe_producer", "register_broker_errors",
@@ -191,9 +192,9 @@ class EtjTopic(Topic):
         outputs were never written, so they were lost (seen: a car's ADD move).
 
         Here every send through a topic (``Topic.send``, buffered or not) that raises ends the
-        process at once (:func:`app.delivery.fail_stop`, exit 75): the supervisor starts it
+        process at once (:func:`app.runtime.fail_stop`, exit 75): the supervisor starts it
         again, tables recover from the changelogs, and the records after the last commit are
-        read again. (The batch path's sends, :mod:`app.batch_send`, fail stop the same way.)
+        read again. (The batch path's sends, :mod:`app.outputs.producer_batches`, fail stop the same way.)
 
         Test: tests/broker/test_delivery.py::test_a_send_that_raises_stops_the_process_before_anyone_sees_the_error
 
@@ -202,7 +203,6 @@ class EtjTopic(Topic):
         try:
             return await Topic.publish_message(self, fut, wait=wait)
         except (ProducerSendError, KafkaError) as exc:
-            from app.delivery import fail_stop  # app.delivery imports this module
             fail_stop(f"sending to {self.get_topic_name()} failed: {exc!r}")
             raise
 
@@ -255,7 +255,7 @@ async def send_alone_batch(producer: aiokafka.AIOKafkaProducer, topic: str, key:
 
 
 def describe_producer(app: Any) -> str:
-    """The producer's state for a stall's log line (:mod:`app.awaiting`): the nodes with a
+    """The producer's state for a stall's log line (:mod:`app.loop.awaiting`): the nodes with a
     request in flight (aiokafka sends one request per node at a time), the partitions muted
     meanwhile, the batches waiting and the oldest one's age. A loop that waits in aiokafka's
     ``wait_drain`` waits for these."""

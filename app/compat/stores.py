@@ -16,13 +16,13 @@ scan a key range in order, each in its own way:
   of step and is rebuilt by recovery like the data itself. ``SortedDict.irange`` is the scan.
 
 Keys are ``bytes``, stored and logged as they are, so that the stored order is byte order; see
-:mod:`app.keys` for keys whose byte order is numeric order. :func:`range_table` sets
+:mod:`app.state.ordered_keys` for keys whose byte order is numeric order. :func:`range_table` sets
 ``key_type=bytes``: Faust derives a table's key serializer from its key type, not from a
 ``schema`` (with a ``raw`` schema the changelog keys were still decoded as JSON, and recovery
 failed on the first non-UTF-8 key). Any other store is refused when the table is created,
 rather than silently falling back to a full scan.
 
-The public side is :mod:`app.range_scan` (``range_table``, ``scan``, ``scan_prefix``); this
+The public side is :mod:`app.state.range_scan` (``range_table``, ``scan``, ``scan_prefix``); this
 module holds what reaches into Faust: ``Table._new_store_by_url``, ``Store._db_for_partition``,
 ``Store._decode_value``, ``Store._dbs_for_actives``, ``Consumer._committed_offset``.
 Upstream: faust-streaming 0.15.3 with rocksdict 0.3.29. Tests: tests/unit/test_range_scan.py
@@ -49,7 +49,6 @@ from yarl import URL
 
 from app.compat.rocksdb_memory import SharedBudgetOptions
 from app.compat.upstream import replaces
-from app.keys import prefix_end
 
 __all__ = ["RangeTable", "SortedMemoryStore", "StoreIO", "committed_offset", "estimated_keys",
            "iter_range"]
@@ -83,11 +82,13 @@ class SortedMemoryStore(MemoryStore):
 
 class SplitSortedDict(MutableMapping):
     """A sorted mapping (``irange`` like ``SortedDict``) for a table whose keys come in kinds
-    (a join's rows, :mod:`app.joins.keys`; a zone's cars, :mod:`app.keys`):
+    (a join's rows, :mod:`app.joins.keys`; a zone's cars, :mod:`app.state.ordered_keys`):
 
     - keys ``point(key)`` says are looked up by point only (a join's id index): a plain dict;
     - keys ``group(key)`` puts in a group are scanned only within it (a key's joins, a zone's
-      cars): a dict, and per group a sorted list of its keys (``bisect`` in C);
+      cars): a dict, and per group a sorted list of its keys (``bisect`` in C); a group is every
+      key that starts with it, and ``group_end(group)`` the first key after them (the tables
+      give :func:`app.state.ordered_keys.prefix_end`: this module knows no key encoding);
     - every other key (a join's expiry index): a ``SortedDict``.
 
     A row written costs a dict store and, for a grouped key, an insort into its group's list
@@ -102,13 +103,15 @@ class SplitSortedDict(MutableMapping):
 
     def __init__(self, point: Callable[[bytes], bool] | None = None,
                  group: Callable[[bytes], "bytes | None"] | None = None,
-                 by_first_byte: bool = False) -> None:
+                 by_first_byte: bool = False,
+                 group_end: Callable[[bytes], "bytes | None"] | None = None) -> None:
         self.sorted = SortedDict()
         self.points: dict[Any, Any] = {}
         self.grouped: dict[Any, Any] = {}
         self.groups: dict[bytes, list[bytes]] = {}
         self._point = point or (lambda key: False)
         self._group = group or (lambda key: None)
+        self._group_end = group_end or (lambda group: None)
         #: first byte -> the mapping of keys that start with it (``by_first_byte``)
         self._by_first: dict[int, Any] | None = {} if by_first_byte else None
 
@@ -193,7 +196,7 @@ class SplitSortedDict(MutableMapping):
                inclusive: tuple[bool, bool] = (True, True)) -> Iterator[Any]:
         group = self._group(lo) if isinstance(lo, bytes) else None
         if group is not None and lo.startswith(group):
-            if hi is not None and (hi.startswith(group) or hi == prefix_end(group)):
+            if hi is not None and (hi.startswith(group) or hi == self._group_end(group)):
                 keys = self.groups.get(group, ())
                 i = bisect_left(keys, lo) if inclusive[0] else bisect_right(keys, lo)
                 j = len(keys) if hi is None else (
@@ -273,7 +276,8 @@ class RangeTable(EtjTable):
         point, group = getattr(self, "point_key", None), getattr(self, "group_key", None)
         if (point or group) and isinstance(store, SortedMemoryStore):
             store.data = SplitSortedDict(point, group,
-                                         getattr(self, "kind_by_first_byte", False))
+                                         getattr(self, "kind_by_first_byte", False),
+                                         getattr(self, "group_end", None))
         return share_budgets(store)
 
 
@@ -334,11 +338,11 @@ def committed_offset(consumer: Any, tp: Any) -> int | None:
     return getattr(consumer, "_committed_offset", {}).get(tp)
 
 
-# --- a table's store read and written directly, a batch at a time (app.overlay) ----------------
+# --- a table's store read and written directly, a batch at a time (app.state.overlay) ----------------
 
 class StoreIO:
     """One table's local store, read and written without Faust's Table API: the per-batch
-    overlay of :mod:`app.overlay` reads rows it does not hold yet and writes a batch's changed
+    overlay of :mod:`app.state.overlay` reads rows it does not hold yet and writes a batch's changed
     rows at its end (its changelog rows are sent by the loop, not by Faust's ``on_key_set``).
 
     Keys and values are what the table's API would give: a ``json`` key table takes ``str`` /
@@ -375,13 +379,13 @@ class StoreIO:
 
     def memory_data(self) -> Any:
         """The memory store's mapping (its keys as the table's, values decoded), or None for
-        RocksDB: an ordered table's overlay reads it directly (app.overlay)."""
+        RocksDB: an ordered table's overlay reads it directly (app.state.overlay)."""
         return self._memory()
 
     def key_partitions(self) -> Any:
         """The memory store's key -> partition map (``Store._key_partition``: a rebalance
         drops the keys of the partitions it takes away), for an overlay writing the mapping
-        directly (app.overlay)."""
+        directly (app.state.overlay)."""
         return self.store._key_partition
 
     def get(self, partition: int, key: Any) -> Any:
@@ -422,7 +426,7 @@ class StoreIO:
 
     def write_one(self, partition: int, key: Any, value: Any) -> None:
         """Write one row at once (``value`` None: delete it): an ordered table's rows are
-        written through, so that range scans read the store alone (:mod:`app.overlay`)."""
+        written through, so that range scans read the store alone (:mod:`app.state.overlay`)."""
         data = self._memory()
         if data is not None:
             where = self._store._key_partition

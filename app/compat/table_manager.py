@@ -82,7 +82,7 @@ class EtjTableManager(TableManager):
         Symptom: hours of replay for hundreds of millions of keys before a fresh worker is
         ready (docs/operating/snapshots.md).
 
-        Here, with ``ETJ_SNAPSHOT_URL``, the snapshot service (:mod:`app.snapshot_service`)
+        Here, with ``ETJ_SNAPSHOT_URL``, the snapshot service (:mod:`app.state.snapshot_service`)
         first installs the newest usable snapshot of each active partition this worker has
         no local state for; Faust then replays only the tail. A failure is never fatal:
         Faust replays the whole changelog instead.
@@ -91,8 +91,8 @@ class EtjTableManager(TableManager):
 
         Remove when: Faust's RocksDB store can back up to and restore from object storage.
         """
-        from app.snapshot_service import service_of  # app.snapshot_service imports compat
-        service = service_of(self.app)
+        # set by app.state.snapshot_service.install (which imports compat: not imported here)
+        service = getattr(self.app, "table_snapshots", None)
         if service is not None:
             try:
                 await service.restore(assigned)

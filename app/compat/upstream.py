@@ -27,7 +27,7 @@ test (``tests/unit/test_upstream.py``) and ``make compat-check`` fail naming eac
 upstream changed or is gone.
 
 Each registered patch's docstring has a fixed form (:func:`parse_doc`; the docs page
-``docs/contributing/patches.md`` is generated from it by :mod:`app.compat.patches_doc`)::
+``docs/contributing/patches.md`` is generated from it by :mod:`app.docgen.patches_doc`)::
 
     What the patch does, in a sentence or a paragraph (free text).
 
@@ -64,9 +64,14 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, TypeVar
 
 __all__ = ["replaces", "registry", "upstream_source", "upstream_hash", "changed", "Change",
-           "Patch", "parse_doc", "doc_problems", "unregistered", "load", "imported_upstream_names"]
+           "Patch", "parse_doc", "doc_problems", "unregistered", "load", "imported_upstream_names",
+           "upstream_module"]
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the package of the patches (this module's), found from here and not imported: it imports the
+#: patch modules, which import this one (an import cycle, when this module imported it back)
+PACKAGE = __name__.rpartition(".")[0]
+PACKAGE_PATH = [str(Path(__file__).resolve().parent)]
 #: the packages whose code the patches replace (top-level import names)
 UPSTREAM = ("faust", "aiokafka", "mode")
 #: the distributions the compat check names in its report
@@ -171,9 +176,7 @@ def replaces(*targets: Any) -> Callable[[T], T]:
 def load() -> dict[str, str]:
     """Import every module of :mod:`app.compat` (so their decorators ran); module -> the import
     error of those that do not import (with another release, say)."""
-    import app.compat as package  # noqa: PLC0415 - the package imports its modules itself
-
-    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+    for info in pkgutil.iter_modules(PACKAGE_PATH, PACKAGE + "."):
         if info.name in sys.modules or info.name in _IMPORT_ERRORS:
             continue
         try:
@@ -260,11 +263,12 @@ def _holders(owner: Any) -> list[Any]:
 
 def _defined_upstream(owner: Any, name: str) -> bool:
     """Does upstream's source define ``name`` in ``owner`` (or a base of it)?"""
-    return any(name in _definitions(h) for h in _holders(owner) if _upstream_module(h)
+    return any(name in _definitions(h) for h in _holders(owner) if upstream_module(h)
                or inspect.ismodule(h))
 
 
-def _upstream_module(obj: Any) -> bool:
+def upstream_module(obj: Any) -> bool:
+    """Is ``obj`` (a class, a function) defined by one of the packages the patches replace?"""
     return (getattr(obj, "__module__", None) or "").split(".")[0] in UPSTREAM
 
 
@@ -281,7 +285,7 @@ def upstream_source(target: str) -> str:
                 None)
     if text is None:
         obj = _function_of(getattr(owner, name))
-        if not _upstream_module(obj):
+        if not upstream_module(obj):
             raise LookupError(f"{target}: no upstream definition found (the object there comes "
                               f"from {getattr(obj, '__module__', None)!r})")
         text = inspect.getsource(obj)
@@ -466,7 +470,6 @@ def unregistered(exempt: dict[str, str] | None = None) -> list[str]:
     """
     patches = registry()
     exempt = exempt or {}
-    import app.compat as package  # noqa: PLC0415
 
     places = []
     for patch in patches:
@@ -476,7 +479,7 @@ def unregistered(exempt: dict[str, str] | None = None) -> list[str]:
             continue
     by_name = {p.name for p in patches}
     out: list[str] = []
-    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+    for info in pkgutil.iter_modules(PACKAGE_PATH, PACKAGE + "."):
         module = sys.modules.get(info.name)
         if module is None or info.name == __name__:
             continue
@@ -521,7 +524,7 @@ def unregistered(exempt: dict[str, str] | None = None) -> list[str]:
         for cls in vars(module).values():
             if not inspect.isclass(cls) or cls.__module__ != info.name:
                 continue
-            bases = [b for b in cls.__mro__[1:] if _upstream_module(b)]
+            bases = [b for b in cls.__mro__[1:] if upstream_module(b)]
             if not bases:
                 continue
             class_targets = {p.target.rpartition(".")[2] for p in patches

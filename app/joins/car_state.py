@@ -11,7 +11,7 @@
   re-delivered arrival can send that ``DEL`` again (:class:`app.logic.car_join.CarPosition`);
 - ``zone-pollution``: a zone's newest reading;
 - ``zone-cars``: the cars now in a zone, each with the arrival that put it there. Its keys
-  (:mod:`app.keys`) sort like ``(zone_id, car_id)``, so a zone's cars are one key range: a
+  (:mod:`app.state.ordered_keys`) sort like ``(zone_id, car_id)``, so a zone's cars are one key range: a
   reading finds them by one range scan, whose cost is the zone's size, not the table's.
 
 Ids are keys as they are (a JSON number in the changelog), except in ``zone-cars``. Nothing is
@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Sequence
 
-from app.keys import decode_zone_car, encode_zone_car, prefix_end, zone_prefix
+from app.state.ordered_keys import decode_zone_car, encode_zone_car, prefix_end, zone_prefix
 from app.logic.car_join import CarArrival, CarPosition, ZoneReading
-from app.overlay import Overlay
-from app.range_scan import RangeTable, scan
+from app.state.overlay import Overlay
+from app.state.range_scan import RangeTable, scan
 
 __all__ = ["CAR_POSITIONS", "CarPositions", "ZONE_CARS", "ZONE_POLLUTION", "ZoneCars",
            "ZoneCarsTable", "ZonePollution", "cars_in_zone", "position_of", "position_row",
@@ -81,12 +81,14 @@ class ZoneCarsTable(RangeTable):
 
     @staticmethod
     def group_key(key: bytes) -> bytes:
-        return key[:8]  # the zone id (app.keys: 8 bytes of zone, 8 of car)
+        return key[:8]  # the zone id (app.state.ordered_keys: 8 bytes of zone, 8 of car)
+
+    group_end = staticmethod(prefix_end)  # where a zone's cars end
 
 
 def zone_car_rows(table: Any, zone_id: int, partition: int) -> Iterator[tuple[bytes, Any]]:
     """(key, row) of the cars of one zone in key order, by a range scan of ``table``: the
-    zone-cars table, or a batch's :class:`~app.overlay.Overlay` of it."""
+    zone-cars table, or a batch's :class:`~app.state.overlay.Overlay` of it."""
     lo = zone_prefix(zone_id)
     hi = prefix_end(lo)
     if isinstance(table, Overlay):

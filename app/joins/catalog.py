@@ -7,7 +7,7 @@ rename them.
 
 - ``moods``: recommendations × moods (docs/joins/mood-join.md). It names its tables as they were named
   before it was a spec (``mood-history``, ``recent-joins`` ...: existing changelogs stay valid)
-  and validates with the wire models :class:`app.records.MoodIn` / ``RecommendationIn``.
+  and validates with the wire models :class:`app.inputs.records.MoodIn` / ``RecommendationIn``.
 - ``movies``: ratings × the movie version known at the rating's time; inner mode (a rating waits
   for its movie), 30-day emit window, and movie versions are never late: a catalogue may load a
   version stamped years ago, and a held rating may be waiting for exactly that one.
@@ -27,10 +27,10 @@ from app.settings import Settings
 def mood_spec(s: Settings) -> dict[str, Any]:
     return {
         "name": "moods",
-        "events": {"topic": s.events_topic, "model": "app.records:RecommendationIn",
+        "events": {"topic": s.events_topic, "model": "app.inputs.records:RecommendationIn",
                    "key": "consultant", "time": "event_time", "id": "id",
                    "copy": ["consultant", "event_time", "recommendation"]},
-        "dimension": {"topic": s.moods_topic, "model": "app.records:MoodIn",
+        "dimension": {"topic": s.moods_topic, "model": "app.inputs.records:MoodIn",
                       "key": "name", "time": "event_time", "copy": ["mood"],
                       "time_as": "mood_event_time"},
         "output": s.output_topic,

@@ -2,7 +2,7 @@
 
 The ``archive`` command writes a join's topics as Parquet with these columns, and the batch
 twin reads and validates archives by them (:mod:`app.batch.archives`), so a spec's records are
-typed and checked alike on both sides whether the spec names a model (``app.records:MoodIn``)
+typed and checked alike on both sides whether the spec names a model (``app.inputs.records:MoodIn``)
 or declares ``fields``. A column carries what the wire model checks that a typed column can
 still show: required or not, string lengths, integer bounds, finite floats.
 
@@ -20,7 +20,7 @@ from typing import Any, Literal
 from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 
 from app.joins.spec import JoinSpec
-from app.records import WireModel
+from app.inputs.records import WireModel
 
 __all__ = ["Column", "Kind", "model_columns", "output_columns", "ARROW_TYPES"]
 

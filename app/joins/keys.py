@@ -15,7 +15,7 @@ expiry X ++ u32be(partition) ++ u64be(bucket) ++ u32be(len(key)) ++ key   -> 1
        is one range, and an event writes its bucket's row only once per key and bucket
 
 The length prefix keeps a key from being a prefix of another (``"ab"`` vs ``"abc"``). Event times
-are >= 0 (app.records), so plain unsigned big-endian bytes sort like the numbers. Rows of the
+are >= 0 (app.inputs.records), so plain unsigned big-endian bytes sort like the numbers. Rows of the
 layout before this one began with the length prefix (a ``0x00`` byte): :func:`is_join_row`
 tells them apart.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from app.keys import prefix_end
+from app.state.ordered_keys import prefix_end
 
 __all__ = ["BUCKET_MS", "ID", "JOIN", "bucket", "key_group", "expiry_key", "expiry_range", "id_key",
            "is_join_row", "join_key", "join_range", "split_expiry_key", "split_join_key"]

@@ -48,8 +48,9 @@ from app.joins.spec import JoinSpec
 from app.logic.event_join import (Event, Join, Purged, Revision, Version, affected_floor,
                                   affected_from, affected_until, insert_version, purgeable,
                                   rejoin_affected, undelivered_revisions)
-from app.overlay import Overlay
-from app.range_scan import RangeTable
+from app.state.ordered_keys import prefix_end
+from app.state.overlay import Overlay
+from app.state.range_scan import RangeTable
 
 __all__ = ["JoinState", "JoinsTable", "StateLayoutError"]
 
@@ -85,6 +86,8 @@ class JoinsTable(RangeTable):
     @staticmethod
     def group_key(key: bytes) -> bytes | None:
         return key_group(key) if key[:1] == JOIN else None
+
+    group_end = staticmethod(prefix_end)  # where a key's joins end
 
     def apply_changelog_batch(self, batch: Iterable[Any]) -> None:
         events = list(batch)

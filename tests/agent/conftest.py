@@ -3,7 +3,7 @@ tables cleared. No broker, no consumer: fast, but no substitute for the broker t
 
 ``deliver`` hands one record to a loop as a batch of one (as the consumer would hand a fetch)
 and waits until the loop has delivered it (changelog, outputs, acks); ``captured`` replaces the
-producer path (:func:`app.batch_send.send_records`) so nothing needs a broker; ``join_harness``
+producer path (:func:`app.outputs.producer_batches.send_records`) so nothing needs a broker; ``join_harness``
 drives any join spec's engine; the car tests build on ``deliver`` too.
 """
 
@@ -20,15 +20,15 @@ from unittest import mock
 
 import pytest
 
-from app.agents import pipeline
-from app.agents.durable import DurableLoop, loops
+from app.loop import pipeline
+from app.loop.durable import DurableLoop, loops
 from app.agents.event_join import JoinEngine, engines
-from app.batch_send import Sent as Delivery
-from app import delivery
+from app.outputs.producer_batches import Sent as Delivery
+from app.outputs import delivery
 from app.faust_app import app
-from app.inbox import Batch
+from app.inputs.inbox import Batch
 from app.joins.keys import join_range, split_join_key
-from app.range_scan import scan
+from app.state.range_scan import scan
 
 #: what the consumer hands a loop: aiokafka's ConsumerRecord, the fields the loop reads
 Record = namedtuple("Record", "topic partition offset key value timestamp")
@@ -36,7 +36,7 @@ Record = namedtuple("Record", "topic partition offset key value timestamp")
 
 class Sent(list):
     """(topic, key, value) of every output send, in order; ``changelog``: the same for every
-    changelog row a loop's overlays hand to the producer (app.overlay)."""
+    changelog row a loop's overlays hand to the producer (app.state.overlay)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -74,7 +74,7 @@ async def handle(loop: DurableLoop, batches: Sequence[Batch]) -> None:
 
 @contextmanager
 def captured() -> Iterator[Sent]:
-    """Every record the loops produce (:func:`app.batch_send.send_records`: outputs and
+    """Every record the loops produce (:func:`app.outputs.producer_batches.send_records`: outputs and
     changelog rows) recorded instead of produced, each "in the broker" at once."""
     app.finalize()
     sent = Sent()

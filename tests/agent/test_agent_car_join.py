@@ -13,7 +13,7 @@ import pytest
 
 from app.agents import car_join as agent_module
 from app.faust_app import settings
-from app.keys import encode_zone_car
+from app.state.ordered_keys import encode_zone_car
 from app.topology import cars
 from tests.agent.conftest import Sent, captured, deliver, outputs
 

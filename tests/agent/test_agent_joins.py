@@ -12,7 +12,7 @@ from typing import Any
 from app import metrics as jm
 from app.joins.keys import BUCKET_MS, expiry_key, id_key, join_key
 from tests.oracle import exact_answer
-from app.records import parse
+from app.inputs.records import parse
 from app.settings import Settings
 
 DAY = 86_400_000

@@ -114,7 +114,7 @@ async def test_a_bug_in_parsing_dead_letters_the_record_and_the_agent_goes_on(ha
 
 async def test_the_door_dead_letters_a_wrong_partition_and_a_record_from_the_future(
         harness, monkeypatch):
-    """app.admission in the loop: a record in the partition a CRC32 producer would choose and
+    """app.inputs.admission in the loop: a record in the partition a CRC32 producer would choose and
     one stamped a year ahead are dead letters that say why and are counted; neither touches
     state nor moves stream time, and what comes after joins as if they had not come."""
     from app import metrics

@@ -15,10 +15,10 @@ from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
 from unittest import mock
 
-from app.agents.acks import AckedRuns
+from app.loop.acks import AckedRuns
 from app.agents.event_join import engines
 from app.faust_app import app
-from app.inbox import Batch
+from app.inputs.inbox import Batch
 from tests.agent.conftest import Record
 
 T = 1_790_000_000_000
@@ -36,7 +36,7 @@ class _Committed(dict):
 
 
 class _Forgets(AckedRuns):
-    """A loop's acked records that keep nothing (app.agents.acks.AckedRuns): as if every
+    """A loop's acked records that keep nothing (app.loop.acks.AckedRuns): as if every
     output were lost in a crash, the harness' sends notwithstanding."""
 
     def acked(self, topic: str, partition: int, first: int, end: int) -> None:

@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator
 import pytest
 
 from app.faust_app import app, settings
-from app.inbox import Batch
+from app.inputs.inbox import Batch
 from tests.agent.conftest import Record, handle
 from tests.oracle import Mood, Recommendation, exact_mood_joins, mood_answer
 

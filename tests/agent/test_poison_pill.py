@@ -1,5 +1,5 @@
 """An output the broker refuses for good: its input record goes to the dead letters, the agent
-goes on (app.agents.durable, app.delivery). The broker's refusal is simulated here, on
+goes on (app.loop.durable, app.outputs.delivery). The broker's refusal is simulated here, on
 the future of the send as a broker gives it; tests/broker/test_poison_pill.py has a real one."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from unittest import mock
 import pytest
 from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 
-from app.agents import pipeline
-from app.agents.durable import loops
-from app.batch_send import Sent as Delivery
-from app import delivery
+from app.loop import pipeline
+from app.loop.durable import loops
+from app.outputs.producer_batches import Sent as Delivery
+from app import runtime
+from app.outputs import delivery
 from app.faust_app import settings
 
 POISON = b"POISON"
@@ -109,7 +110,7 @@ async def test_a_re_emitted_revision_refused_again_is_logged_not_blamed_on_the_t
 
 async def test_a_transient_failure_still_fails_stop(harness, monkeypatch):
     exits: list[int] = []
-    monkeypatch.setattr(delivery, "_exit", exits.append)
+    monkeypatch.setattr(runtime, "_exit", exits.append)
     with broker_refuses(delivery.KafkaError("broker gone")):  # not refused for good
         await harness.event(event("a", "POISON", 100))
     assert exits and exits[0] == delivery.EXIT_CODE

@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 from unittest import mock
 
-from app.agents import pipeline
+from app.loop import pipeline
 from app.agents.event_join import engines
 from app.faust_app import app
-from app.inbox import Batch
+from app.inputs.inbox import Batch
 from tests.agent.conftest import Record
 
 T = 1_790_000_000_000
@@ -133,7 +133,7 @@ async def test_a_stop_waits_at_most_the_drain_for_a_batch_in_flight(join_harness
 
 
 async def test_describe_says_what_a_loop_holds_and_where_its_tasks_wait(join_harness):
-    """What the stall guard and a long rebalance wait log (app.awaiting): found necessary when
+    """What the stall guard and a long rebalance wait log (app.loop.awaiting): found necessary when
     a chaos run's worker stopped handling records and its log said only 'stalled'."""
     async with join_harness("moods") as h:
         engine = engines["moods"]

@@ -152,7 +152,7 @@ async def test_a_backlog_gives_the_same_car_view_as_the_same_records_live(broker
                                                                           worker_factory):
     """Every arrival and zone reading in the broker before the worker starts (a replay, a
     restart after downtime) -> the same car view as the same records sent to a running worker.
-    The backlog goes through the zone side's event-time flow control (app.agents.durable)."""
+    The backlog goes through the zone side's event-time flow control (app.loop.durable)."""
     records = sample_cars_and_zones(seed=5, count=1500, start_ms=START, cars=100, zones=10,
                                     late_ratio=0.1, late_delay_ms=300_000)
     expected = exact_car_answer(records)

@@ -1,4 +1,4 @@
-"""Unit tests of app.compat.producer and app.delivery: batches outlive a request timeout; a failed send stops the worker
+"""Unit tests of app.compat.producer and app.outputs.delivery: batches outlive a request timeout; a failed send stops the worker
 without a graceful (committing) stop. The broker side: tests/broker/test_faults_stalled_broker.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from aiokafka.structs import TopicPartition
 from faust.exceptions import ProducerSendError
 from faust.topics import Topic
 
-from app import delivery
+from app.outputs import delivery
 from app.compat import producer as etj_producer
 from app.compat.producer import EtjProducer, EtjTopic
 from tests.harness import Stopped

@@ -21,7 +21,7 @@ from typing import Iterator
 import pytest
 
 from app.commands.sample_traffic import sample_moods_and_events
-from app.local_broker import wait_until_ready
+from app.dev.local_broker import wait_until_ready
 from tests.faults import (answers, check_accounting, check_counts, check_revision_log, diagnose,
                           diff, fates_of, send, settled_mood_history, wait_converged)
 from tests.harness import S3Broker, make_names

@@ -2,7 +2,7 @@
 
 Below the delivery timeout the worker re-sends and rides the stall out; past it the worker stops
 at once without committing (exit 75) and a restarted worker reads the uncommitted records again.
-Either way the final answer is exact and every input record is accounted for (app/delivery.py).
+Either way the final answer is exact and every input record is accounted for (app/outputs/delivery.py).
 
 The bundled broker is started for each test, whatever ``ETJ_BOOTSTRAP`` says: pausing it is the
 fault under test.
@@ -17,8 +17,8 @@ from typing import Iterator
 import pytest
 
 from app.commands.sample_traffic import sample_moods_and_events
-from app.delivery import EXIT_CODE
-from app.local_broker import LocalBroker
+from app.outputs.delivery import EXIT_CODE
+from app.dev.local_broker import LocalBroker
 from tests.faults import send, settle_and_check, wait_processed
 from tests.harness import Names, PausableBroker, make_names
 

@@ -108,7 +108,7 @@ GOOD = [("mood", "ann", mood(event_time=T - 100, mood="calm")),
         ("event", "ann", event(id="e-good"))]
 # a clock or unit bug: inside the valid range (up to 2099), so not a bad record, but it would
 # move its partition's stream time to 2099 and make every later record late: refused at the
-# door as a record from the future (app.admission, ETJ_MAX_FUTURE_MS), it leaves no trace
+# door as a record from the future (app.inputs.admission, ETJ_MAX_FUTURE_MS), it leaves no trace
 FAR_FUTURE = [("mood", "ann", mood(event_time=4_102_444_799_999, mood="far")),
               ("event", "ann", event(id="e-after-far", event_time=T + 7))]
 

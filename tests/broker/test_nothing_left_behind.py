@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from app.local_broker import free_port
+from app.dev.local_broker import free_port
 from tests.leftovers import PROBE, carrying, wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]

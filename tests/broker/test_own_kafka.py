@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from app.kafka_security import KafkaSecurityError
-from app.local_broker import LocalBroker, free_port
+from app.kafka.security import KafkaSecurityError
+from app.dev.local_broker import LocalBroker, free_port
 from tests.broker.test_run_local import CORRECTION, JOINED, make_run, wait_for_a_correction
 from tests.broker.test_tls import certs, tls_broker, tls_env  # noqa: F401  (module fixtures)
 from tests.harness import SECURITY_PREFIX, make_names

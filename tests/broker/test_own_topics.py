@@ -9,7 +9,7 @@ import json
 import zlib
 from typing import Any
 
-from app.copartition import fetch_partition_counts
+from app.kafka.copartition import fetch_partition_counts
 from app.joins.spec import resolve
 from tests.kafka_io import partitions_of
 from tests.docs.pages import README, block

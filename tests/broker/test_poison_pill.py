@@ -1,5 +1,5 @@
 """A poison pill: an output the broker refuses for good sends its input to the dead letters,
-and the worker goes on (app.agents.durable, app.delivery).
+and the worker goes on (app.loop.durable, app.outputs.delivery).
 
 Which refusal: the PRODUCER's. The bundled broker (tansu) ignores a topic's
 ``max.message.bytes`` (checked: a 5,000-byte record goes into a topic created with 1,000), so

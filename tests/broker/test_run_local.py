@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from app.local_broker import free_port
+from app.dev.local_broker import free_port
 from tests.harness import Names
 from tests.leftovers import PROBE, wait_gone
 
@@ -26,11 +26,11 @@ CAR = re.compile(r"car +\d+ zone +\d+ fuel \S+ +pollution ")
 
 @contextmanager
 def make_run(env: dict[str, str], cwd: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    """``make run`` (``python -m app.run_local``) in ``cwd``: (process, its output file); on
+    """``make run`` (``python -m app.dev.run_local``) in ``cwd``: (process, its output file); on
     leaving, stopped with SIGTERM as Ctrl-C stops it."""
     out = cwd / "run.out"
     with out.open("wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "app.run_local"], cwd=cwd, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "app.dev.run_local"], cwd=cwd, env=env,
                                 stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         yield proc, out

@@ -27,7 +27,7 @@ from aiokafka.structs import TopicPartition
 
 from app.commands.sample_traffic import sample_moods_and_events
 from app.joins.keys import EXPIRY, ID, JOIN, expiry_key, id_key, split_join_key
-from app.snapshots import Snapshots
+from app.state.snapshot_store import Snapshots
 from tests.harness import S3Broker
 from tests.faults import send, settle_and_check
 from tests.harness import Names, bootstrap, wait_for

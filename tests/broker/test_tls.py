@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
 from app.commands.sample_traffic import Record, sample_moods_and_events
-from app.kafka_security import aiokafka_auth
+from app.kafka.security import aiokafka_auth
 from app.settings import Settings
 from tests.faults import answers, diff
 from tests.harness import Names, encode, make_names

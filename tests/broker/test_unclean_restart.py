@@ -1,5 +1,5 @@
 """A worker restarted on the same volume after kill -9 discards its RocksDB state and recovers
-it from the changelogs; after a graceful stop it keeps it (app.local_state).
+it from the changelogs; after a graceful stop it keeps it (app.state.crash_marker).
 
 Why: a kill -9 between a batch's local writes and its changelog rows leaves the local store
 ahead of the changelogs, and Faust's replay of the changelog tail then mixes old and new rows

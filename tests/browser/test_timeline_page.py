@@ -311,6 +311,6 @@ def test_page_assets_are_local_and_packaged(tmp_path):
                    capture_output=True)
     shipped = {p.relative_to(tmp_path / "out").as_posix()
                for p in (tmp_path / "out").rglob("*") if p.is_file()}
-    assert {f"app/static/{n}" for n in assets} <= shipped, sorted(shipped)
-    assert "app/timeline.py" in shipped
+    assert {f"app/web/static/{n}" for n in assets} <= shipped, sorted(shipped)
+    assert "app/web/timeline.py" in shipped
 

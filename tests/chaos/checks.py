@@ -230,7 +230,7 @@ async def verdict(names: Names, workers: list[Worker], sent: list[Sent],
         detail["mood_counts_wrong"] = 0
     except AssertionError:
         folded = exact_counts(want["mood"])
-        from app.consumers.mood_counts import fold
+        from app.downstream.mood_counts import fold
 
         have = fold(outs["mood"]).as_dict()
         detail["mood_counts_wrong"] = sum(have.get(k) != folded.get(k)

@@ -13,8 +13,8 @@ Each check is shown able to fail on a broken input (a bad Dockerfile, a broken m
 misspelt setting).
 
 The ``config`` part of ``values.schema.json`` is generated from :class:`app.settings.Settings` by
-:mod:`app.settings_doc` (with the docs' settings page); after adding a setting, regenerate both
-with ``python -m app.settings_doc`` (and give it a documented default in values.yaml).
+:mod:`app.docgen.settings_doc` (with the docs' settings page); after adding a setting, regenerate both
+with ``python -m app.docgen.settings_doc`` (and give it a documented default in values.yaml).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import pytest
 import yaml
 
 from app.settings import Settings
-from app.settings_doc import config_schema
+from app.docgen.settings_doc import config_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "etj"
@@ -290,14 +290,14 @@ def test_values_schema_config_is_typed_like_the_settings():
     for name, spec in props.items():
         assert name in derived, f"config.{name} is not a setting (renamed? removed?)"
         assert typing_of(spec) == typing_of(derived[name]), \
-            f"config.{name} is typed differently in app.settings: `python -m app.settings_doc`"
+            f"config.{name} is typed differently in app.settings: `python -m app.docgen.settings_doc`"
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert set(values) == set(json.loads(SCHEMA.read_text())["properties"])
     assert set(values["config"]) <= set(props)
     missing = sorted(set(derived) - set(props))
     if missing:  # settable through extraEnv meanwhile; not worth failing someone else's commit
         warnings.warn(f"settings the chart's config does not know yet: {missing}; "
-                      "run `python -m app.settings_doc`")
+                      "run `python -m app.docgen.settings_doc`")
 
 
 def test_checksum_annotation_changes_exactly_when_the_settings_change():

@@ -1,7 +1,7 @@
 """The settings page, the Helm values page and the chart's values schema are generated from one
-source each (:mod:`app.settings_doc`): a test run fails when one of them drifted.
+source each (:mod:`app.docgen.settings_doc`): a test run fails when one of them drifted.
 
-Fix: ``python -m app.settings_doc`` (it rewrites all three), then commit what it wrote.
+Fix: ``python -m app.docgen.settings_doc`` (it rewrites all three), then commit what it wrote.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from app import settings_doc
+from app.docgen import settings_doc
 from app.settings import Settings
 from tests.docs.pages import README, ROOT
 
@@ -21,7 +21,7 @@ from tests.docs.pages import README, ROOT
 def test_the_generated_file_is_what_the_code_gives_now(path):
     want = settings_doc.generated()[path]
     have = path.read_text(encoding="utf-8") if path.exists() else ""
-    assert have == want, (f"{path.relative_to(ROOT)} is stale: run `python -m app.settings_doc` "
+    assert have == want, (f"{path.relative_to(ROOT)} is stale: run `python -m app.docgen.settings_doc` "
                           "and commit what it wrote")
 
 

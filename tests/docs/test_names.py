@@ -60,7 +60,7 @@ def test_every_helm_config_value_the_docs_name_is_in_the_chart():
     assert not missing, "not in helm/etj/values.yaml:\n" + "\n".join(missing)
 
 
-#: a path of the repository (``app/delivery.py``, ``tests/oracle.py``, ``helm/etj/...``)
+#: a path of the repository (``app/outputs/delivery.py``, ``tests/oracle.py``, ``helm/etj/...``)
 REPO_PATH = re.compile(r"(?<![\w/.-])((?:app|tests|bench|helm|docs)/[\w./-]*\w)")
 
 

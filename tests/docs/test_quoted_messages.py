@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.copartition import CopartitionError, check_groups
+from app.kafka.copartition import CopartitionError, check_groups
 from app.settings import Settings
 from tests.docs.pages import DOCS, block
 

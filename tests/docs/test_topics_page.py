@@ -3,13 +3,13 @@ generator's inventory is what app/topology.py declares: neither can drift."""
 
 from __future__ import annotations
 
-from app import topics_doc
+from app.docgen import topics_doc
 from app.joins.catalog import load_specs
 
 
 def test_the_page_is_what_the_code_gives_now():
     assert topics_doc.PAGE.read_text(encoding="utf-8") == topics_doc.page(), (
-        "docs/operating/topics.md is stale: run `python -m app.topics_doc` and commit it")
+        "docs/operating/topics.md is stale: run `python -m app.docgen.topics_doc` and commit it")
 
 
 def test_the_inventory_is_every_topic_the_topology_declares():

@@ -3,7 +3,7 @@ cover the changelogs."""
 
 from __future__ import annotations
 
-from app.snapshots import Snapshots
+from app.state.snapshot_store import Snapshots
 from tests.broker.test_snapshots import newest_offsets, read_changelog
 from tests.harness import Names, bootstrap, read_all, wait_for
 from tests.oracle import exact_car_view, newest_car_outputs

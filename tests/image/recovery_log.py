@@ -16,9 +16,9 @@ TP = tuple[str, int]
 
 _TABLE_ROW = re.compile(r"^\|\s*(\S+)\s*\|\s*(\d+)\s*\|\s*(-?\d+)\s*\|$")
 _DITTO = "\u3003"
-#: app.snapshot_service
+#: app.state.snapshot_service
 RESTORED = re.compile(r"restored (\S+)\[(\d+)\] from snapshot \S+ \(offset (\d+)")
-#: app.local_state, after an unclean stop
+#: app.state.crash_marker, after an unclean stop
 DISCARDED = "did not stop cleanly"
 
 

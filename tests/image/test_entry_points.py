@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from app.snapshots import Snapshots
+from app.state.snapshot_store import Snapshots
 from tests.faults import answers, wait_converged
 from tests.harness import read_all
 from tests.image.checks import car_view_is_exact, wait_snapshots

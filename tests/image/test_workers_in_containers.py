@@ -17,7 +17,7 @@ import sys
 import time
 
 from app.commands.sample_traffic import sample_cars_and_zones, sample_moods_and_events
-from app.snapshots import Snapshots
+from app.state.snapshot_store import Snapshots
 from tests.faults import processed, send, settle_and_check
 from tests.image.checks import car_topics, car_view_is_exact, wait_snapshots
 from tests.image.containers import Container, volume_path
@@ -87,7 +87,7 @@ async def test_containers_join_exactly_survive_docker_kill_and_restore_from_snap
     assert list(kept.rglob("RUNNING")) and list(kept.rglob("*.db")), sorted(kept.rglob("*"))
 
     # 4. etj-1 again, a new container on the same volume: the marker says it was killed, so
-    # its databases go (app.local_state) and the newest snapshots come in their place; only the
+    # its databases go (app.state.crash_marker) and the newest snapshots come in their place; only the
     # changelog after them is replayed
     b2 = containers(names, "etj-1", volume=b.volume, s3=s3, **settings)
     log, first = await asyncio.to_thread(recovered, b2)

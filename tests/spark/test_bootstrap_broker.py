@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from app.snapshots import Snapshots
+from app.state.snapshot_store import Snapshots
 from tests.broker.test_broker_movies import movie, rating
 from tests.broker.test_snapshots import OFFSET_KEY, dump_tables, read_changelog
 from tests.harness import Names, create_topic, produce, read_all, wait_for

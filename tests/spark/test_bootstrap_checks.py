@@ -13,7 +13,7 @@ from app.batch.state_files import Target
 from app.joins.catalog import movie_spec
 from app.joins.spec import resolve
 from app.settings import Settings
-from app.snapshots import BootstrapMarker, Snapshots
+from app.state.snapshot_store import BootstrapMarker, Snapshots
 
 CHANGELOG = "etj-movies-dimension-changelog"
 

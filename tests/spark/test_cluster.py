@@ -99,8 +99,8 @@ def test_bootstrap_on_a_standalone_cluster_writes_every_partition_from_the_execu
     import rocksdict
 
     from app.batch.state_files import OFFSET_KEY, history_rows
-    from app.partitioner import partition_for
-    from app.snapshots import Snapshots
+    from app.kafka.partitioner import partition_for
+    from app.state.snapshot_store import Snapshots
     from tests.broker.test_snapshots import read_changelog
 
     partitions = 3

@@ -21,7 +21,7 @@ from app.batch.spec_joins import METHODS, spec_joins
 from app.joins.spec import resolve
 from app.logic.event_join import AS_OF_RULES, MODES
 from app.logic.event_range import EventRange, needs
-from app.logic.future import from_the_future, kafka_timestamp
+from app.logic.future_records import from_the_future, kafka_timestamp
 from tests.oracle import exact_answer, spec_join_id
 
 EVENT_DDL = ("cid string, user string, at bigint, score double, flag boolean, note string, "

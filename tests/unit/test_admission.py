@@ -1,4 +1,4 @@
-"""app.admission: the door every parsed input record passes (Kafka's partitioner, records from
+"""app.inputs.admission: the door every parsed input record passes (Kafka's partitioner, records from
 the future), checked against an independent murmur2 (tests.kafka_io, numpy) and the CRC32
 partitioner librdkafka producers use by default."""
 
@@ -10,7 +10,7 @@ from collections import namedtuple
 
 import pytest
 
-from app.admission import check_partition, check_record, door
+from app.inputs.admission import check_partition, check_record, door
 from tests.kafka_io import partitions_of
 
 Record = namedtuple("Record", "key partition timestamp")

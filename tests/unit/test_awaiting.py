@@ -1,10 +1,10 @@
-"""app.awaiting: where a suspended task waits, innermost await included."""
+"""app.loop.awaiting: where a suspended task waits, innermost await included."""
 
 import asyncio
 
 import pytest
 
-from app import awaiting
+from app.loop import awaiting
 
 
 async def _inner(queue: asyncio.Queue) -> None:

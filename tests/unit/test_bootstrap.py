@@ -18,11 +18,11 @@ from faust.stores.rocksdb import Store
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import snapshot_service
+from app.state import snapshot_service
 from app.batch.state_files import OFFSET_KEY, _database, arrow_rows, history_rows
 from app.logic.event_join import insert_version
-from app.snapshot_service import SnapshotService
-from app.snapshots import (BootstrapMarker, FileStore, MissingObject, SnapshotError, Snapshots,
+from app.state.snapshot_service import SnapshotService
+from app.state.snapshot_store import (BootstrapMarker, FileStore, MissingObject, SnapshotError, Snapshots,
                            read_offset)
 
 keys = st.text(min_size=1, max_size=12)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sortedcontainers import SortedDict
 
-from app.keys import decode_zone_car, encode_zone_car, prefix_end, zone_prefix
+from app.state.ordered_keys import decode_zone_car, encode_zone_car, prefix_end, zone_prefix
 from app.logic.car_join import (
     CarArrival,
     CarPollution,

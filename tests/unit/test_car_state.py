@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from app.joins import car_state
 from app.joins.car_state import CarPositions, ZoneCars, ZoneCarsTable, ZonePollution
-from app.keys import INT64_MAX, INT64_MIN, encode_zone_car
+from app.state.ordered_keys import INT64_MAX, INT64_MIN, encode_zone_car
 from app.logic.car_join import CarArrival, CarPosition, ZoneReading
-from app.overlay import MemoryIO, Overlay
+from app.state.overlay import MemoryIO, Overlay
 
 P = 0  # the partition every row here lives in
 

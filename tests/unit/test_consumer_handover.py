@@ -15,7 +15,7 @@ from intervaltree import IntervalTree
 from app.compat import log_gaps
 from app.compat.consumer import EtjConsumer
 from app.faust_app import app
-from app.inbox import Inbox
+from app.inputs.inbox import Inbox
 
 INPUT = TP("t-input", 0)
 CHANGELOG = TP("t-changelog", 1)

@@ -1,11 +1,11 @@
-"""The worker's event loop comes from ``ETJ_EVENT_LOOP`` (app.event_loop): Faust 0.15.3 parses
+"""The worker's event loop comes from ``ETJ_EVENT_LOOP`` (app.runtime): Faust 0.15.3 parses
 ``faust -L`` and ignores it, so without this the worker would run on asyncio's loop."""
 
 import asyncio
 
 import pytest
 
-from app import event_loop
+from app import runtime
 from app.settings import Settings
 
 
@@ -19,7 +19,7 @@ def policy():
 def test_uvloop_is_the_default_and_makes_the_loops(policy):
     asyncio.set_event_loop_policy(None)  # the standard library's
     assert Settings().event_loop == "uvloop"
-    assert event_loop.use(Settings()) == "uvloop"
+    assert runtime.use_event_loop(Settings()) == "uvloop"
     loop = asyncio.new_event_loop()
     try:
         assert type(loop).__module__.startswith("uvloop")
@@ -30,7 +30,7 @@ def test_uvloop_is_the_default_and_makes_the_loops(policy):
 def test_asyncio_leaves_the_standard_loop(policy, monkeypatch):
     asyncio.set_event_loop_policy(None)
     monkeypatch.setenv("ETJ_EVENT_LOOP", "asyncio")
-    assert event_loop.use(Settings()) == "asyncio"
+    assert runtime.use_event_loop(Settings()) == "asyncio"
     loop = asyncio.new_event_loop()
     try:
         assert type(loop).__module__.startswith("asyncio")

@@ -1,4 +1,4 @@
-"""The msgspec parser (app.records.compile_parser) against today's (app.records.parse): the same
+"""The msgspec parser (app.inputs.records.compile_parser) against today's (app.inputs.records.parse): the same
 accept/refuse, the same values, the same dead-letter reason, on generated and hostile inputs.
 
 Every wire model of a worker is held to it: the four built-in ones and the models a join spec
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.joins.spec import resolve
-from app.records import (CarArrivalIn, CarMoveIn, InvalidRecord, MoodIn, RecommendationIn,
+from app.inputs.records import (CarArrivalIn, CarMoveIn, InvalidRecord, MoodIn, RecommendationIn,
                          ZoneIn, as_dict, compile_parser, parse)
 
 EVERY_TYPE = resolve({

@@ -1,11 +1,11 @@
-"""Flow control (app.flow_control): event-time order under a backlog, no wait when live."""
+"""Flow control (app.inputs.flow_control): event-time order under a backlog, no wait when live."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.flow_control import EventTimeMerge
+from app.inputs.flow_control import EventTimeMerge
 
 TOPICS = ("dim", "ev")
 

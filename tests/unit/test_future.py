@@ -1,4 +1,4 @@
-"""Records from the future: the one pure rule (app/logic/future.py), as scenarios and as the
+"""Records from the future: the one pure rule (app/logic/future_records.py), as scenarios and as the
 property it exists for — stream and batch decide alike whenever they run."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.logic.future import (from_the_future, kafka_timestamp, reference_time,
+from app.logic.future_records import (from_the_future, kafka_timestamp, reference_time,
                               refusal_reason, timestamp_from_seconds)
 from app.settings import Settings
 

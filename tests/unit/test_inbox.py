@@ -1,11 +1,11 @@
-"""app.inbox: batches wait for their loop in arrival order; a partition past its bound is
+"""app.inputs.inbox: batches wait for their loop in arrival order; a partition past its bound is
 paused and resumed once its loop took enough of it."""
 
 from __future__ import annotations
 
 from unittest import mock
 
-from app.inbox import Batch, Inbox
+from app.inputs.inbox import Batch, Inbox
 
 
 def batch(partition: int, n: int, first: int = 0) -> Batch:

@@ -1,4 +1,4 @@
-"""app.kafka_security: settings -> Faust's broker_credentials and aiokafka's keyword arguments.
+"""app.kafka.security: settings -> Faust's broker_credentials and aiokafka's keyword arguments.
 
 TLS is also tested for real (tests/broker/test_tls.py). SASL is tested here only: the bundled
 tansu broker cannot both require SASL and have a user created on it (docs/operating/security.md).
@@ -13,9 +13,8 @@ import faust
 import pytest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-from app.faust_app import create_app
-from app.kafka_security import (KafkaSecurityError, aiokafka_auth, broker_credentials,
-                                read_secret)
+from app.faust_app import broker_credentials, create_app
+from app.kafka.security import KafkaSecurityError, aiokafka_auth, read_secret
 from app.settings import Settings
 from tests.tls_proxy import make_certs
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.keys import (
+from app.state.ordered_keys import (
     INT64_MAX,
     INT64_MIN,
     KEY_SIZE,

@@ -1,8 +1,8 @@
-"""app.local_state: the table directory's databases survive a clean stop only."""
+"""app.state.crash_marker: the table directory's databases survive a clean stop only."""
 
 from __future__ import annotations
 
-from app import local_state
+from app.state import crash_marker as local_state
 
 
 def _db(tabledir, name):

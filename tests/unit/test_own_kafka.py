@@ -3,7 +3,7 @@ settings (the handshakes themselves: tests/broker/test_own_kafka.py; SASL has no
 
 from __future__ import annotations
 
-from app.local_broker import LocalBroker
+from app.dev.local_broker import LocalBroker
 from tests.harness import Worker, make_names
 
 SASL = {"ETJ_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "ETJ_KAFKA_SASL_USERNAME": "etj",

@@ -19,8 +19,8 @@ from faust.exceptions import ImproperlyConfigured
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP, Message
 
-from app.keys import INT64_MAX, INT64_MIN, decode_zone_car, encode_zone_car, zone_prefix
-from app.range_scan import RangeTable, SortedMemoryStore, range_table, scan, scan_prefix
+from app.state.ordered_keys import INT64_MAX, INT64_MIN, decode_zone_car, encode_zone_car, zone_prefix
+from app.state.range_scan import RangeTable, SortedMemoryStore, range_table, scan, scan_prefix
 
 PARTITION = 1
 ZONE = 1_000

@@ -1,5 +1,5 @@
 """Which send failures are the record's own, for good (dead-letter its input), and which still
-fail-stop (app.delivery.refused_for_good, send_direct(refusable=True), send_alone)."""
+fail-stop (app.outputs.delivery.refused_for_good, send_direct(refusable=True), send_alone)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from aiokafka import errors as E
 from faust.exceptions import ProducerSendError
 
-from app import delivery
+from app.outputs import delivery
 from app.compat import producer as etj_producer
 from tests.harness import Stopped
 

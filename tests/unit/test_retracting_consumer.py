@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.consumers.mood_counts import MoodCounts, counts_of_answers, fold
+from app.downstream.mood_counts import MoodCounts, counts_of_answers, fold
 from tests.oracle import Mood, Recommendation, exact_mood_joins
 from tests.replay import MoodReplay
 

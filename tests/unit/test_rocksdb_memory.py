@@ -47,7 +47,7 @@ def test_every_rocksdb_store_of_etjs_tables_uses_the_shared_budgets(tmp_path):
     import faust
 
     from app.compat.stores import EtjTable, RangeTable
-    from app.range_scan import range_table
+    from app.state.range_scan import range_table
 
     app = faust.App("t-budgets", store="rocksdb://", datadir=str(tmp_path), Table=EtjTable)
     plain = app.Table("plain", default=None)

@@ -1,4 +1,4 @@
-"""app.snapshots: snapshots of table partitions in an object store (file://, and s3:// on moto).
+"""app.state.snapshot_store: snapshots of table partitions in an object store (file://, and s3:// on moto).
 
 A snapshot is a RocksDB checkpoint of one partition's database, which holds Faust's offset row;
 these tests build real rocksdict databases, checkpoint them, and check what comes back.
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import rocksdict
 
-from app.snapshots import (FORMAT, Manifest, SnapshotError, Snapshots, fingerprint, open_store,
+from app.state.snapshot_store import (FORMAT, Manifest, SnapshotError, Snapshots, fingerprint, open_store,
                            read_offset, refusal)
 
 OFFSET_KEY = b"__faust\0offset__"  # faust.stores.rocksdb.Store.offset_key

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from app.copartition import CopartitionError, check_groups
+from app.kafka.copartition import CopartitionError, check_groups
 from app.joins.catalog import load_specs, mood_spec, movie_spec, read_joins_file
 from app.joins.spec import SpecError, copartition_groups, resolve, resolve_all
 from app.logic.event_join import Revision
-from app.records import InvalidRecord, parse
+from app.inputs.records import InvalidRecord, parse
 from app.settings import Settings
 
 S = Settings()
@@ -99,7 +99,7 @@ def test_declared_fields_are_validated_strictly(value, phrase):
     (movies(window_ms=10**12), ["window_ms 1000000000000 exceeds retention_ms"]),
     (movies(dimension__time_as=...), ["dimension.time_as: missing"]),
     (movies(dimension__time_as="event_time"), ["output fields collide: event_time"]),
-    (movies(dimension__model="app.records:MoodIn"), ["either 'fields'", "or 'model'"]),
+    (movies(dimension__model="app.inputs.records:MoodIn"), ["either 'fields'", "or 'model'"]),
     (movies(output="etj-ratings"), ["must be four different topics"]),
     (movies(name="Movies!"), ["name: String should match pattern"]),
 ])
@@ -111,11 +111,11 @@ def test_a_bad_spec_is_refused_with_a_clear_message(raw, phrases):
 
 def test_a_model_must_exist_and_be_keyed_by_the_spec_key():
     bad = copy.deepcopy(mood_spec(S))
-    bad["dimension"]["model"] = "app.records:NoSuchModel"
+    bad["dimension"]["model"] = "app.inputs.records:NoSuchModel"
     assert "cannot be imported" in refused(bad)
     bad = copy.deepcopy(mood_spec(S))
     bad["dimension"]["key"] = "mood"
-    assert "disagrees with app.records:MoodIn, whose records are keyed by 'name'" in refused(bad)
+    assert "disagrees with app.inputs.records:MoodIn, whose records are keyed by 'name'" in refused(bad)
 
 
 def test_conflicts_between_specs_are_refused():

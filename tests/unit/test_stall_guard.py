@@ -1,4 +1,4 @@
-"""app.stall_guard: reads again what the consumer read past and never handed over, and
+"""app.loop.stall_guard: reads again what the consumer read past and never handed over, and
 resumes what Faust left paused — never what an agent merely holds.
 
 Over the consumer's bookkeeping, faked: the next offset to hand over, the fetch position and
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from faust.types import TP
 
-from app import stall_guard
+from app.loop import stall_guard
 
 TP0 = TP("etj-moods", 0)
 

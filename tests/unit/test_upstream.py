@@ -17,7 +17,8 @@ import textwrap
 import pytest
 from aiokafka.consumer.fetcher import FetchResult
 
-from app.compat import patches_doc, release_check, upstream
+from app.compat import release_check, upstream
+from app.docgen import patches_doc
 from app.compat.upstream import (Change, changed, doc_problems, missing_tests, parse_doc,
                                  replaces, unregistered, upstream_hash, upstream_source)
 
@@ -285,7 +286,7 @@ def test_patches_doc_is_fresh():
     want = patches_doc.page()
     have = patches_doc.PAGE.read_text(encoding="utf-8") if patches_doc.PAGE.exists() else ""
     assert have == want, ("docs/contributing/patches.md is stale: run "
-                          "`python -m app.compat.patches_doc` and commit what it wrote")
+                          "`python -m app.docgen.patches_doc` and commit what it wrote")
 
 
 def test_the_registration_check_sees_assignments_and_overrides(monkeypatch):

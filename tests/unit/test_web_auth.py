@@ -1,4 +1,4 @@
-"""app.web_auth: the views' bearer token, on a bare aiohttp server (the real worker: tests/broker)."""
+"""app.web.auth: the views' bearer token, on a bare aiohttp server (the real worker: tests/broker)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
-from app import web_auth
+from app.web import auth as web_auth
 from app.settings import Settings
 
 PATHS = ["/health/", "/ready/", "/metrics", "/timeline/", "/timeline/static/timeline.js",

@@ -1,0 +1,228 @@
+"""Every topic a worker uses and the Kafka ACLs it needs, from the spec list (one source).
+
+The inventory is made from the settings and the join specs the worker runs
+(:func:`app.joins.catalog.load_specs`: built-ins and ``ETJ_JOINS_FILE``) by the same naming
+rules :mod:`app.topology` declares them with: per join spec its events, dimension, ticks and
+output topics and its four tables' changelogs (``<app id>-<table>-changelog``, Faust's
+naming); the car join's topics and tables; the shared dead-letter and late topics; Faust's
+leader-election topic. ``tests/docs/test_topics_page.py`` holds it to what :mod:`app.topology`
+really declares, and the page to what this module generates, so neither can drift.
+
+``python -m app.docgen.topics_doc`` rewrites docs/operating/topics.md (default settings and the
+built-in joins, plus the README's example spec); ``--check`` says whether it is stale;
+``--print`` prints the tables for *this* environment (your ``ETJ_*`` names, app id and
+``ETJ_JOINS_FILE``), ready for your ACLs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from app.docgen import generated_files
+from app.joins.catalog import load_specs
+from app.joins.spec import JoinSpec, resolve_all
+from app.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "operating" / "topics.md"
+
+#: operations on a topic, by what the worker does with it (Kafka ACL operation names)
+READ = ("Read", "Describe")
+WRITE = ("Write", "Describe")
+OWN = ("Read", "Write", "Describe", "Create")  # topics the worker creates itself (internal)
+
+
+@dataclass(frozen=True)
+class TopicUse:
+    """One topic of one join: what it holds, who creates it, what the worker does with it."""
+
+    topic: str
+    join: str  # a spec name, "car join" or "every join"
+    what: str
+    created_by: str  # "you" (or the broker's auto-creation) / "the worker"
+    operations: tuple[str, ...]
+
+    @property
+    def read_by_worker(self) -> bool:
+        return "Read" in self.operations
+
+
+def changelog(s: Settings, table: str) -> str:
+    """Faust's name of a table's changelog topic."""
+    return f"{s.app_id}-{table}-changelog"
+
+
+def leader_topic(s: Settings) -> str:
+    """Faust's leader-election topic (one partition; the assignor's)."""
+    return f"{s.app_id}-__assignor-__leader"
+
+
+def join_topics(s: Settings, spec: JoinSpec) -> list[TopicUse]:
+    n = spec.name
+    t = spec.tables
+    out = [TopicUse(spec.events.topic, n, "input: events", "you", READ),
+           TopicUse(spec.dimension.topic, n, "input: dimension versions", "you", READ),
+           TopicUse(spec.output, n, "output: the revision log", "you", WRITE),
+           TopicUse(spec.ticks, n, "internal: revisit ticks, co-partitioned with the inputs",
+                    "the worker", OWN)]
+    for table, what in ((t.dimension, "the dimension's versions per key"),
+                        (t.joins, "the joins in retention, a row per join (its indexes are "
+                                  "derived from them, not logged)"),
+                        (t.clock, "stream time per partition")):
+        out.append(TopicUse(changelog(s, table), n, f"changelog of table `{table}`: {what}",
+                            "the worker", OWN))
+    return out
+
+
+def car_topics(s: Settings) -> list[TopicUse]:
+    j = "car join"
+    return [
+        TopicUse(s.car_arrivals_topic, j, "input: car arrivals", "you", READ),
+        TopicUse(s.zones_topic, j, "input: zone pollution readings", "you", READ),
+        TopicUse(s.car_pollution_topic, j, "output: the car view", "you", WRITE),
+        # moves are written by the car side and read by the zone side: one worker does both
+        TopicUse(s.car_moves_topic, j, "internal: DEL/ADD moves of cars, keyed by zone id",
+                 "the worker", OWN),
+        TopicUse(s.car_ticks_topic, j, "internal: wake-ups of the zone side's flow control",
+                 "the worker", OWN),
+        TopicUse(changelog(s, "car-positions"), j, "changelog of table `car-positions`",
+                 "the worker", OWN),
+        TopicUse(changelog(s, "zone-pollution"), j, "changelog of table `zone-pollution`",
+                 "the worker", OWN),
+        TopicUse(changelog(s, "zone-cars"), j, "changelog of table `zone-cars`", "the worker",
+                 OWN),
+    ]
+
+
+def shared_topics(s: Settings) -> list[TopicUse]:
+    j = "every join"
+    return [TopicUse(s.dead_letter_topic, j, "invalid input records, with the reason", "you",
+                     WRITE),
+            TopicUse(s.late_topic, j, "input records older than their join's horizon", "you",
+                     WRITE),
+            TopicUse(leader_topic(s), j, "Faust's leader election (one partition)",
+                     "the worker", OWN)]
+
+
+def inventory(s: Settings, specs: Iterable[JoinSpec]) -> list[TopicUse]:
+    """Every topic the worker with these settings and specs uses, per join."""
+    out: list[TopicUse] = []
+    for spec in specs:
+        out += join_topics(s, spec)
+    return out + (car_topics(s) if "cars" in s.builtins else []) + shared_topics(s)
+
+
+# --- the page -------------------------------------------------------------------------------
+
+def _example_spec() -> dict[str, Any]:
+    """The README's example spec (``tiers``), as a join of your own."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("<!-- example: minimal-spec -->", 1)[1].split("```json", 1)[1]
+    return json.loads(block.split("```", 1)[0])[0]  # type: ignore[no-any-return]
+
+
+def _table(uses: list[TopicUse]) -> str:
+    rows = ["| topic | what it holds | created by | the worker needs |", "|---|---|---|---|"]
+    rows += [f"| `{u.topic}` | {u.what} | {u.created_by} | {', '.join(u.operations)} |"
+             for u in uses]
+    return "\n".join(rows) + "\n"
+
+
+def tables(s: Settings, specs: list[JoinSpec]) -> str:
+    """The per-join tables and the ACL commands of one configuration (markdown)."""
+    uses = inventory(s, specs)
+    out = []
+    cars = ["car join"] if "cars" in s.builtins else []
+    for join in [*(sp.name for sp in specs), *cars, "every join"]:
+        title = join if join in ("car join", "every join") else f"join `{join}`"
+        out.append(f"\n### {title[0].upper() + title[1:]}\n\n")
+        out.append(_table([u for u in uses if u.join == join]))
+    out.append(f"\n### Consumer group\n\nThe worker's group is its app id, `{s.app_id}` "
+               "(`ETJ_APP_ID`): Read and Describe on the group.\n")
+    out.append("\n### As `kafka-acls` commands\n\nFor a principal `User:etj` (replace it, and "
+               "the bootstrap server):\n\n```sh\n")
+    acl = "kafka-acls.sh --bootstrap-server kafka:9092 --add --allow-principal User:etj"
+    by_ops: dict[tuple[str, ...], list[str]] = {}
+    for u in uses:
+        if u.created_by == "you":
+            by_ops.setdefault(u.operations, []).append(u.topic)
+    for ops, topics in by_ops.items():
+        out.append(f"{acl} {' '.join(f'--operation {o}' for o in ops)} \\\n    "
+                   + " ".join(f"--topic {t}" for t in topics) + "\n")
+    out.append(f"{acl} {' '.join(f'--operation {o}' for o in OWN)} \\\n    "
+               f"--resource-pattern-type prefixed --topic {s.app_id}- \\\n    "
+               + " ".join(f"--topic {u.topic}" for u in uses
+                          if u.created_by == "the worker" and not u.topic.startswith(
+                              f"{s.app_id}-")) + "\n")
+    out.append(f"{acl} --operation Read --operation Describe --group {s.app_id}\n```\n")
+    return "".join(out)
+
+
+_HEADER = """\
+<!-- GENERATED by `python -m app.docgen.topics_doc` from the join specs and app/docgen/topics_doc.py: do not
+     edit by hand. tests/docs/test_topics_page.py fails when this page, the code that
+     generates it or what app/topology.py declares disagree. -->
+
+# Topics and ACLs
+
+Every topic a worker uses, per join, with what it holds, who creates it and the operations the
+worker needs on it: the Kafka ACLs of its principal. Shown for the default settings
+([settings](settings.md): every topic name is a setting, the changelogs and the leader topic
+are prefixed with `ETJ_APP_ID`) and the built-in joins; a join of your own adds the same
+shape (below: the README's `tiers` example). A worker with `ETJ_JOINS_FILE` runs only that
+file's joins, and uses only their topics and the shared ones ("every join"): the built-in joins
+and their `etj-*` topics only if `ETJ_BUILTIN_JOINS` names them. For *your* configuration,
+print the same tables:
+
+```sh
+ETJ_JOINS_FILE=joins.json .venv/bin/python -m app.docgen.topics_doc --print
+```
+
+**Created by you** means the worker does not declare the topic: create it before the worker
+starts, with the join's partition count (a spec's `partitions`, else `ETJ_PARTITIONS`; a
+broker that auto-creates topics,
+`auto.create.topics.enable`, gives them its own `num.partitions`: make it the same, or the
+worker refuses to start). A join's input topics and its ticks topic must be
+[co-partitioned](../concepts/event-time.md#co-partitioning); the worker refuses to start when
+they are not. **Created by the worker**: internal topics and table changelogs (compacted), made
+with the join's partition count and `ETJ_REPLICATION_FACTOR` replicas; it needs `Create` on
+them (a prefixed ACL on `<app id>-` covers the changelogs and the leader topic).
+
+Other clients need less: the batch twin's `archive` reads (`Read`, `Describe`; no group),
+`backfill` writes the join's output (`Write`, `Describe`), `join-latest`, `watch` and
+`app.downstream.mood_counts` read an output without a group. Output topics must not be compacted:
+after a crash an older revision can be re-emitted after a newer one, and compaction would keep
+the older ([the revision log](../concepts/revision-log.md#what-a-consumer-must-expect)).
+Retention for the batch twin's ranges: [an event-time range](../batch/index.md#an-event-time-range).
+
+## The default configuration
+"""
+
+
+def page() -> str:
+    """The whole of docs/operating/topics.md."""
+    s = Settings.model_construct()  # defaults, whatever this process's environment says
+    own = [u for spec in resolve_all([_example_spec()]) for u in join_topics(s, spec)]
+    return (_HEADER + tables(s, load_specs(s))
+            + "\n## A join of your own\n\nThe README's example spec `tiers` "
+            "([declarative joins](../joins/declarative.md)) adds these, with the same ACLs "
+            "as any join's; run alone (`ETJ_JOINS_FILE` and no `ETJ_BUILTIN_JOINS`), the worker "
+            "uses these and the topics of *every join* above, nothing else:\n\n"
+            + _table(own))
+
+
+def main(argv: list[str]) -> int:
+    if "--print" in argv:
+        s = Settings()
+        print(tables(s, load_specs(s)).lstrip("\n"))
+        return 0
+    return generated_files.write_or_check(argv, lambda: {PAGE: page()},
+                                          "python -m app.docgen.topics_doc")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,17 @@
+"""An input record's way in, from the fetch to the moment its agent's rules may see it.
+
+In the order a record meets them:
+
+- :mod:`app.inputs.inbox` — the fetch loop (:mod:`app.compat.consumer`) puts each input
+  partition's fetched records into the inbox of the agent that reads the topic, as one batch
+  (a full inbox pauses its partition);
+- :mod:`app.inputs.records` — the wire records and their validation: raw bytes parsed
+  (msgspec) and judged (pydantic); a record that fails becomes a dead letter with its reason;
+- :mod:`app.inputs.admission` — the door after parsing: a key in the partition Kafka's default
+  partitioner gives it, no record from the future;
+- :mod:`app.inputs.flow_control` — a partition's inputs released in event-time order, a batch
+  at a time.
+
+The loop that drives them is :mod:`app.loop.intake`. No Faust import in ``records``: the batch
+twin and the tools parse with it too.
+"""

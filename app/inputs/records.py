@@ -1,0 +1,362 @@
+"""Wire records (docs/joins/topics.md) and their validation.
+
+Inputs are consumed as raw bytes and validated here, not by Faust's codecs: a record that fails
+must become a dead letter with a reason a person understands, never an exception in an agent.
+Rules (docs/concepts/guarantees.md#input-rules):
+- values are UTF-8 JSON objects; unknown extra fields are ignored; a field named twice is
+  refused (JSON parsers disagree on which one wins, so stream and batch could disagree);
+- types are strict (``"5"`` is not an int, ``true`` is not an int);
+- event times are epoch ms in [0, 2100-01-01);
+- the record key must equal the value's key field (co-partitioning depends on it).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+import types
+from typing import Annotated, Any, Callable, ClassVar, Literal, TypeVar, Union, get_args, get_origin
+
+import msgspec
+from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
+from pydantic.types import AllowInfNan
+
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
+                      model_validator)
+
+#: 2100-01-01T00:00:00Z in epoch ms: anything later is an absurd event time (a seconds/µs mix-up)
+MAX_EVENT_TIME = 4_102_444_800_000
+
+EventTime = Field(ge=0, lt=MAX_EVENT_TIME)
+
+
+class InvalidRecord(ValueError):
+    """A record that cannot be processed; ``str(exc)`` is the dead-letter reason."""
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    #: name of the field the record key must equal
+    key_field: ClassVar[str] = ""
+
+
+class MoodIn(WireModel):
+    """``etj-moods``: a consultant's mood from ``event_time`` on."""
+
+    name: str = Field(min_length=1, max_length=200)
+    mood: str = Field(min_length=1, max_length=200)
+    event_time: int = EventTime
+    ingestion_time: int | None = None
+
+    key_field: ClassVar[str] = "name"
+
+
+class RecommendationIn(WireModel):
+    """``etj-events``: a recommendation a consultant made at ``event_time``."""
+
+    consultant: str = Field(min_length=1, max_length=200)
+    recommendation: str = Field(min_length=1, max_length=10_000)
+    event_time: int = EventTime
+    id: str | None = Field(None, min_length=1, max_length=200)
+    ingestion_time: int | None = None
+
+    key_field: ClassVar[str] = "consultant"
+
+
+M = TypeVar("M", bound=WireModel)
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "value"
+        if err["type"] == "missing":
+            parts.append(f"{loc}: missing")
+            continue
+        got = err.get("input")
+        shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+        parts.append(f"{loc}: {err['msg']} (got {shown[:60]})")
+    return "; ".join(parts)
+
+
+def _no_duplicate_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise InvalidRecord(f"duplicate field {k[:60]!r} in the JSON object")
+        out[k] = v
+    return out
+
+
+def _json_type(data: Any) -> str:
+    """The JSON name of a decoded value's type (a person reads 'null', not 'NoneType')."""
+    if data is None:
+        return "null"
+    return {bool: "boolean", int: "number", float: "number", str: "string",
+            list: "array"}.get(type(data), type(data).__name__)
+
+
+def parse(model: type[M], key: bytes | None, value: bytes | None) -> M:
+    """Decode and validate one record, or raise :class:`InvalidRecord` saying why."""
+    if value is None or value == b"":
+        raise InvalidRecord("empty value (tombstone or null): nothing to join")
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord(f"value is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+    try:
+        data: Any = json.loads(text, object_pairs_hook=_no_duplicate_fields)
+    except InvalidRecord:
+        raise
+    except ValueError as exc:
+        raise InvalidRecord(f"value is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRecord("value is nested too deeply to be a record") from exc
+    if not isinstance(data, dict):
+        raise InvalidRecord(f"value must be a JSON object, got {_json_type(data)}")
+    try:
+        record = model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidRecord(f"invalid {model.__name__}: {_describe(exc)}") from exc
+    expected = getattr(record, record.key_field)
+    if key is None:
+        raise InvalidRecord(f"record has no key; it must be keyed by {record.key_field}")
+    key_text = key.decode("utf-8", errors="replace")
+    if key_text != str(expected):
+        raise InvalidRecord(
+            f"key {key_text[:60]!r} disagrees with {record.key_field} {str(expected)[:60]!r}"
+        )
+    return record
+
+
+# --- car join (docs/joins/topics.md: etj-car-arrivals, etj-zones, internal car moves) ---------------------
+#: ids are non-negative signed 64-bit integers: a Java/Spark ``long`` holds them, and app.state.ordered_keys
+#: encodes them (it supports the whole int64 range; the wire contract keeps negatives out).
+MAX_ID = 2**63 - 1
+
+
+def _no_negative_zero(x: float) -> float:
+    return x + 0.0  # -0.0 -> 0.0: equal values must serialize the same way
+
+
+Id = Annotated[int, Field(ge=0, le=MAX_ID)]
+#: a finite float (NaN and ±Infinity, which Python's JSON parser accepts, are refused)
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_no_negative_zero)]
+
+
+class CarArrivalIn(WireModel):
+    """``etj-car-arrivals``: car ``car_id`` arrived in zone ``to_zone_id`` at ``event_time``."""
+
+    car_id: Id
+    to_zone_id: Id
+    fuel_level: FiniteFloat
+    event_time: int = EventTime
+
+    key_field: ClassVar[str] = "car_id"
+
+
+class ZoneIn(WireModel):
+    """``etj-zones``: zone ``zone_id`` has ``pollution_level`` from ``event_time`` on."""
+
+    zone_id: Id
+    pollution_level: FiniteFloat
+    event_time: int = EventTime
+
+    key_field: ClassVar[str] = "zone_id"
+
+
+class CarMoveIn(WireModel):
+    """Internal car moves, keyed by ``zone_id``: ADD (car now in the zone) or DEL (it left).
+
+    ``to_zone_id``/``fuel_level``/``event_time`` are those of the arrival that caused the move.
+    """
+
+    op: Literal["ADD", "DEL"]
+    zone_id: Id
+    car_id: Id
+    to_zone_id: Id
+    fuel_level: FiniteFloat
+    event_time: int = EventTime
+
+    key_field: ClassVar[str] = "zone_id"
+
+    @staticmethod
+    def fast_check(rec: Any) -> bool:
+        """:meth:`_op_matches_zones` for :func:`compile_parser`'s fast path (False: let the
+        model say why)."""
+        return (rec.op == "ADD") == (rec.to_zone_id == rec.zone_id)
+
+    @model_validator(mode="after")
+    def _op_matches_zones(self) -> "CarMoveIn":
+        if (self.op == "ADD") != (self.to_zone_id == self.zone_id):
+            raise ValueError("an ADD is addressed to its arrival's zone, a DEL to another one")
+        return self
+
+
+# --- the fast path: msgspec, with this module's parser as the judge of every refusal -----------
+#
+# Why: ``parse`` costs ~9 µs a record (the standard library's JSON with a Python hook per object,
+# then pydantic); msgspec decodes and validates a flat record in ~1 µs. The rules must stay
+# exactly these (strict types, bounds, the key check, a field named twice refused, unknown
+# fields ignored), so the fast path only ever *accepts*: whatever it cannot vouch for — a value
+# it refuses, a duplicate it cannot rule out, a constraint it does not know — goes to ``parse``,
+# which accepts or refuses it with today's reason. tests/unit/test_fast_parse.py holds the two
+# against each other on generated and hostile inputs (same accept/refuse, values and reason).
+
+#: a record as the engines see it: a msgspec Struct (or the pydantic model for a model the fast
+#: path cannot express), read by attribute
+Parser = Callable[["bytes | None", "bytes | None"], Any]
+
+#: ``"`` then JSON whitespace then ``:``: every object key ends so (and may be counted more
+#: than once only by matching inside a string or a nested object, never less)
+_KEY_END = re.compile(rb'"[ \t\n\r]*:')
+#: a key end with whitespace in it (then '":' alone does not count every key)
+_SPACED_KEY_END = re.compile(rb'"[ \t\n\r]+:')
+
+
+class _Unsupported(Exception):
+    """A model the fast path cannot express exactly: ``parse`` alone validates it."""
+
+
+def _meta(metadata: list[Any]) -> tuple[dict[str, Any], bool, bool]:
+    """(msgspec.Meta kwargs, finite only, -0.0 -> 0.0) of a pydantic field's metadata."""
+    meta: dict[str, Any] = {}
+    finite = negzero = False
+    for m in metadata:
+        if isinstance(m, MinLen):
+            meta["min_length"] = m.min_length
+        elif isinstance(m, MaxLen):
+            meta["max_length"] = m.max_length
+        elif isinstance(m, Ge):
+            meta["ge"] = m.ge
+        elif isinstance(m, Gt):
+            meta["gt"] = m.gt
+        elif isinstance(m, Le):
+            meta["le"] = m.le
+        elif isinstance(m, Lt):
+            meta["lt"] = m.lt
+        elif isinstance(m, AllowInfNan):
+            finite = not m.allow_inf_nan
+        elif type(m).__name__ == "AfterValidator" and getattr(m.func, "__name__", "") \
+                == "_no_negative_zero":
+            negzero = True
+        else:
+            raise _Unsupported(f"metadata {m!r}")
+    return meta, finite, negzero
+
+
+def _field_type(annotation: Any, metadata: list[Any]) -> tuple[Any, bool, bool]:
+    optional = False
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if len(args) != 1 or len(get_args(annotation)) != 2:
+            raise _Unsupported(f"type {annotation!r}")
+        annotation, optional = args[0], True
+    extra: list[Any] = []
+    if get_origin(annotation) is Annotated:
+        annotation, *extra = get_args(annotation)
+        extra = [x for e in extra for x in (getattr(e, "metadata", None) or [e])]
+    meta, finite, negzero = _meta([*metadata, *extra])
+    if annotation in (str, int, bool) or get_origin(annotation) is Literal:
+        base: Any = annotation
+    elif annotation is float:
+        base = float
+    else:
+        raise _Unsupported(f"type {annotation!r}")
+    if annotation is bool and meta:
+        raise _Unsupported("constraints on a bool")
+    typ = Annotated[base, msgspec.Meta(**meta)] if meta else base
+    return (typ | None if optional else typ), finite, negzero
+
+
+def _struct_for(model: type[WireModel]) -> tuple[type[msgspec.Struct], tuple[str, ...],
+                                                 tuple[str, ...]]:
+    decorators = model.__pydantic_decorators__
+    if (decorators.model_validators or decorators.field_validators) \
+            and getattr(model, "fast_check", None) is None:
+        raise _Unsupported("validators without a fast_check")
+    if model.model_config.get("extra") != "ignore" or not model.model_config.get("strict"):
+        raise _Unsupported("not a strict WireModel")
+    fields: list[tuple[Any, ...]] = []
+    finite, negzero = [], []
+    for name, info in model.model_fields.items():
+        if info.alias not in (None, name) or info.default_factory is not None:
+            raise _Unsupported(f"field {name}")
+        typ, fin, nz = _field_type(info.annotation, list(info.metadata))
+        if fin:
+            finite.append(name)
+        if nz:
+            negzero.append(name)
+        fields.append((name, typ) if info.is_required() else (name, typ, info.default))
+    struct = msgspec.defstruct(f"{model.__name__}Fast", fields, kw_only=True, frozen=True)
+    return struct, tuple(finite), tuple(negzero)
+
+
+def compile_parser(model: type[M]) -> Parser:
+    """``parse(model, ·, ·)`` at C speed: (key, value) -> the record as a Struct, or
+    :class:`InvalidRecord` raised with :func:`parse`'s reason. A model the fast path cannot
+    express exactly is parsed by :func:`parse` alone."""
+    try:
+        struct, finite, negzero = _struct_for(model)
+    except _Unsupported:
+        return lambda key, value: parse(model, key, value)
+    decode = msgspec.json.Decoder(struct).decode
+    key_field = model.key_field
+    check = getattr(model, "fast_check", None)
+    fix = msgspec.structs.replace
+    count = _KEY_END.findall
+    spaced = _SPACED_KEY_END.search
+    required = sum(1 for info in model.model_fields.values() if info.is_required())
+    optional = tuple(n for n, info in model.model_fields.items() if not info.is_required())
+
+    def slow(key: bytes | None, value: bytes | None) -> Any:
+        rec = parse(model, key, value)  # raises with the reason, or accepts
+        return struct(**rec.model_dump())
+
+    def parse_fast(key: bytes | None, value: bytes | None) -> Any:
+        if not value or key is None:
+            return slow(key, value)
+        try:
+            rec = decode(value)
+        except (ValueError, TypeError, RecursionError):  # not JSON, not UTF-8, too deep, a
+            return slow(key, value)                      # type or a bound: parse says why
+        # A field named twice? Every key ends with '"', JSON whitespace, ':' — counted, that
+        # is at least the object's keys (more only inside strings or nested objects). The
+        # fields the record has (its required ones, its optional ones not null) are at most
+        # its distinct keys. Equal: no key is there twice (and no unknown field either, which
+        # is then left to parse: the rule is the same, only slower).
+        if spaced(value) is None:  # every key ends '":' exactly
+            keys = value.count(b'":')
+        else:
+            keys = len(count(value))
+        present = required
+        for f in optional:
+            if getattr(rec, f) is not None:
+                present += 1
+        if keys != present:
+            return slow(key, value)
+        for f in finite:
+            v = getattr(rec, f)
+            if v is not None and not math.isfinite(v):
+                return slow(key, value)
+        if negzero:
+            zeros = {f: 0.0 for f in negzero if getattr(rec, f) == 0.0}
+            if zeros:
+                rec = fix(rec, **zeros)
+        if check is not None and not check(rec):
+            return slow(key, value)
+        if key != str(getattr(rec, key_field)).encode():  # equal bytes: equal text; else
+            return slow(key, value)                        # parse compares it as text
+        return rec
+
+    return parse_fast
+
+
+def as_dict(record: Any) -> dict[str, Any]:
+    """A parsed record's fields (Struct or pydantic model)."""
+    if isinstance(record, msgspec.Struct):
+        return msgspec.structs.asdict(record)
+    return record.model_dump()  # type: ignore[no-any-return]

@@ -1,0 +1,82 @@
+"""The durable loop's shared types: what an engine gives it, what a handled batch carries.
+
+One module, importing nothing else of the loop, so that every part of the loop (and every
+engine, :mod:`app.agents`) names these types without importing another part: before it,
+``durable`` imported ``intake`` and ``pipeline``, which imported ``Engine`` and ``Unit`` back
+from ``durable`` (under ``TYPE_CHECKING``): an import cycle. The pattern of faust's ``types/``.
+
+- :class:`Out` — a record to send once state is durable; :class:`Source` — an input record a
+  batch handled (what its dead letter carries);
+- :class:`Engine` — the rules of one agent, over its tables' overlays: what a loop drives;
+- :class:`Unit` — one handled batch on its way to the broker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
+
+if TYPE_CHECKING:
+    from app.outputs.producer_batches import Sent
+    from app.state.overlay import Overlay
+
+__all__ = ["Engine", "Out", "Source", "Unit"]
+
+
+@dataclass(slots=True)
+class Out:
+    """A record to send once state is durable (topic by name; key and value as bytes)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    #: a repeat of an output made by an earlier record (re-emitted after a crash or a
+    #: rebalance): if the broker refuses it, the record that triggered the repeat is not to blame
+    again: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """An input record a batch handled (what its dead letter carries)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Engine(Protocol):
+    """What a loop drives: the rules of one agent, over its tables' overlays."""
+
+    #: the metrics' ``join`` label
+    join: str
+    #: the overlays of the tables it writes (flushed by the loop at the end of each batch)
+    overlays: Sequence[Overlay]
+
+    def end_batch(self) -> None:
+        """The batch is handled: write what it kept aside for its end (before the flush)."""
+
+    def parse(self, topic: str, key: bytes | None, value: bytes | None) -> tuple[Any, int]:
+        """(the record, its event time); raises :class:`InvalidRecord`."""
+
+    def on_record(self, topic: str, partition: int, offset: int, key: bytes | None,
+                  value: bytes | None, parsed: Any) -> list[Out]:
+        """One input record (``parsed``: the record, or the :class:`InvalidRecord`)."""
+
+    def on_tick(self, partition: int, offset: int) -> list[Out]:
+        """One tick of the agent's ticks topic."""
+
+
+@dataclass(slots=True)
+class Unit:
+    """One handled batch on its way to the broker."""
+
+    generation: int
+    outs: list[Out] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)  # len(outs) after each source
+    #: (topic, partition) -> [first, end) of the offsets handled
+    acks: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    changelog: Sent | None = None
+    sent: Sent | None = None

@@ -1,0 +1,94 @@
+"""The process the worker runs in: its event loop and its garbage collector, set by
+:mod:`app.main` before ``faust worker`` makes its loop, and how it ends when a record is lost.
+
+**The event loop** (:func:`use_event_loop`): uvloop unless ``ETJ_EVENT_LOOP=asyncio``.
+
+Why: a worker's main thread is CPU-bound on Faust's per-record path, and most of that path is
+event-loop work — mode's ``wait_first`` makes four tasks and an ``asyncio.wait`` per fetched
+record, every produce is a future with callbacks, every agent step a ``call_soon``. uvloop runs
+the loop, its handles and its sockets in C. Measured on the ``throughput`` backlog (10,000
+records, 2 cores, two interleaved runs each): one-record batches 2,745–2,860 → 3,334–3,439
+records/s, default batching 6,954–7,013 → 7,837–7,930 records/s (docs/contributing/performance-log.md).
+
+faust-streaming 0.15.3 parses ``faust -L uvloop`` but never applies it, so the choice is made
+here, before the CLI creates the loop (``app.main`` is imported first). A loop already running
+(a test's) is left alone: the policy only decides the loops made after it.
+
+**The garbage collector** (:func:`use_gc_thresholds`): its cyclic collections run less often than
+CPython's default.
+
+Why: a worker builds large, long-lived tables in memory (a memory store's rows are lists and
+dicts, all tracked by the collector) and allocates a few short-lived containers per record.
+CPython 3.11's default thresholds (700, 10, 10) collect the youngest generation every 700
+allocations and traverse the older ones often enough that, while a 1M-key table was replayed,
+``gc_collect_main`` was 15 % of the main thread (py-spy ``--native``) — and replay is bound by
+that thread. Table rows form no reference cycles: they are freed by reference counting when
+replaced or deleted, whatever the thresholds; only cyclic garbage (asyncio's futures and
+exceptions, mostly) waits longer for a collection, in a generation 0 of at most
+:data:`GC_THRESHOLDS`'s first figure.
+
+Measured (2 cores, ``bench.recovery``'s 1M-key changelog, process start to ready): 26.6 s with
+the default thresholds, 23.5 s with these, 22.4 s with the collector off; ``bench.throughput``
+1-5 % more records/s (two runs each, interleaved). The collector stays on: a worker runs for
+weeks.
+
+**Fail-stop** (:func:`fail_stop`): a record the worker produced and the broker did not take ends
+the process at once with :data:`EXIT_CODE`, committing nothing more; the supervisor starts it
+again and the records after the last commit are read again. Why, and which refusals a send
+hands back instead: :mod:`app.outputs.delivery`. It is here, below both, because the sends
+through Faust's topics (:mod:`app.compat.producer`) and the hot path's
+(:mod:`app.outputs.delivery`, which imports that module) end the process alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import sys
+from typing import Any, Callable
+
+import uvloop
+
+from app.settings import Settings
+
+__all__ = ["EXIT_CODE", "GC_THRESHOLDS", "fail_stop", "use_event_loop", "use_gc_thresholds"]
+
+log = logging.getLogger(__name__)
+
+#: (generation 0 allocations, generation 0 runs per generation 1 run, generation 1 runs per
+#: generation 2 run); CPython's default is (700, 10, 10)
+GC_THRESHOLDS = (10_000, 10, 10)
+
+
+def use_event_loop(settings: Settings) -> str:
+    """Set the event loop policy from ``settings.event_loop``; the name of the one in force."""
+    if settings.event_loop == "uvloop":
+        # what mode.loop.use("uvloop") does on its first import only: here on every call
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return type(asyncio.get_event_loop_policy()).__module__.split(".")[0]
+
+
+def use_gc_thresholds() -> tuple[int, int, int]:
+    """Set the collector's thresholds to :data:`GC_THRESHOLDS`; the ones in force after."""
+    gc.set_threshold(*GC_THRESHOLDS)
+    return gc.get_threshold()
+
+
+#: exit status of a worker that stopped because a record could not be delivered (EX_TEMPFAIL)
+EXIT_CODE = 75
+
+#: how the process ends; a parameter so that unit tests can watch it instead of exiting
+_exit: Callable[[int], Any] = os._exit
+
+
+def fail_stop(reason: str) -> None:
+    """End the worker now, committing nothing more: records since the last commit are re-read."""
+    log.critical("fail-stop: %s; exiting (%d) without committing offsets, the records after the "
+                 "last commit are read again on restart", reason, EXIT_CODE)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _exit(EXIT_CODE)

@@ -1,0 +1,49 @@
+"""Ordered range scans over a table: what the car join's zone index and the per-join layout use.
+
+Faust has no public range-scan API; the store access lives in :mod:`app.compat.stores`. Keys
+are ``bytes`` whose byte order is the order to scan by (:mod:`app.state.ordered_keys`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import faust
+from faust.exceptions import ImproperlyConfigured
+from faust.types import AppT
+
+from app.compat.stores import RangeTable, SortedMemoryStore, iter_range
+from app.state.ordered_keys import prefix_end
+
+__all__ = ["RangeTable", "SortedMemoryStore", "range_table", "scan", "scan_prefix"]
+
+
+def range_table(app: AppT, name: str, **kwargs: Any) -> RangeTable:
+    """Define a :class:`RangeTable` on ``app`` (what ``app.Table`` does for a plain table).
+
+    Its keys are bytes in the order to scan by (``key_type=bytes``: raw in the store and in the
+    changelog); values use ``value_type``/JSON as in any table.
+    """
+    if kwargs.setdefault("key_type", bytes) is not bytes:
+        raise ImproperlyConfigured(f"range table {name!r} has bytes keys, not {kwargs['key_type']}")
+    cls = kwargs.pop("table_class", RangeTable)
+    table = cls(app, name=name, beacon=app.tables.beacon, **kwargs)
+    return app.tables.add(table)  # type: ignore[no-any-return]
+
+
+def scan(table: faust.Table, lo: bytes, hi: bytes | None,
+         partition: int) -> Iterator[tuple[bytes, Any]]:
+    """(key, value) of every key ``lo <= key < hi`` (``hi=None``: no upper end), in key order.
+
+    ``partition`` is the table partition the keys live in (the current event's partition: a
+    table key is written to the partition of the event that wrote it). Values are decoded as
+    ``table[key]`` would return them. Reads only that range: cost O(log n + k). Lazy on
+    RocksDB: do not write keys of the range while iterating.
+    """
+    return iter_range(table, lo, hi, partition)
+
+
+def scan_prefix(table: faust.Table, prefix: bytes,
+                partition: int) -> Iterator[tuple[bytes, Any]]:
+    """(key, value) of every key that starts with ``prefix``, in key order (see :func:`scan`)."""
+    return scan(table, prefix, prefix_end(prefix), partition)
