@@ -31,7 +31,7 @@ from tests.oracle import Mood, Recommendation, exact_mood_joins
 from tests.harness import Names, Worker, produce, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-STATIC = REPO / "app" / "static"
+STATIC = REPO / "app" / "web" / "static"
 #: where ``make docs-images`` wants the pictures the docs show; unset: the test's tmp dir
 DOCS_IMAGES_ENV = "ETJ_DOCS_IMAGES"
 CHROMIUM = "/usr/bin/chromium"
