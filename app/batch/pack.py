@@ -51,13 +51,15 @@ EXTRAS = ("batch",)
 #: the name the archive is unpacked under in the docs' ``--archives PATH#etj-env``
 ALIAS = "etj-env"
 
+#: the executors' environment variable naming another interpreter than ``python3.X``
+PYTHON_VARIABLE = "ETJ_EXECUTOR_PYTHON"
 LAUNCHER = """#!/bin/sh
 # etj's executor environment (python -m app.batch pack-env): the node's Python {major}.{minor}
-# with this archive's packages first on its path. ETJ_EXECUTOR_PYTHON: another interpreter.
+# with this archive's packages first on its path. {variable}: another interpreter.
 here=$(cd "$(dirname "$0")/.." && pwd)
 PYTHONPATH="$here/site-packages${{PYTHONPATH:+:$PYTHONPATH}}"
 export PYTHONPATH
-exec "${{ETJ_EXECUTOR_PYTHON:-python{major}.{minor}}}" "$@"
+exec "${{{variable}:-python{major}.{minor}}}" "$@"
 """
 
 
@@ -176,7 +178,8 @@ def pack(out: str | Path = DEFAULT_OUT, compresslevel: int = 6, force: bool = Fa
     t0 = time.monotonic()
     out = Path(out)
     dists, members = _members()
-    launcher = LAUNCHER.format(major=sys.version_info[0], minor=sys.version_info[1]).encode()
+    launcher = LAUNCHER.format(major=sys.version_info[0], minor=sys.version_info[1],
+                               variable=PYTHON_VARIABLE).encode()
     manifest = _manifest(dists, members, launcher)
     size = sum(p.stat().st_size for p in members.values())
     if not force and out.exists() and read_manifest(out) == manifest:
