@@ -12,7 +12,10 @@ and nothing else of etj. This command packs:
   ``batch`` extra's pyarrow and pandas, each with its own dependencies, but not ``pyspark`` nor
   ``py4j`` (the executors' Spark has its own, of the driver's version);
 - ``bin/python``: a shell script that starts the node's ``python3.X`` (the driver's minor
-  version, as PySpark requires) with ``site-packages/`` first on its path.
+  version, as PySpark requires) with ``site-packages/`` first on its path;
+- ``etj-env.json`` (the first member): the Python version, the platform and the distributions
+  it holds, and a digest of the files it was made from: run again with nothing changed, the
+  command keeps the archive as it is (under a second instead of ~12 s).
 
 Sent with ``--archives etj-executor-env.tar.gz#etj-env --conf
 spark.pyspark.python=./etj-env/bin/python``: Spark unpacks it into each executor's working
@@ -188,15 +191,18 @@ def pack(out: str | Path = DEFAULT_OUT, compresslevel: int = 6, force: bool = Fa
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     now = int(time.time())
-    with tarfile.open(tmp, "w:gz", compresslevel=compresslevel) as tar:
-        for name, data, mode in ((MANIFEST, json.dumps(manifest, indent=1).encode(), 0o644),
-                                 ("bin/python", launcher, 0o755)):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), mode, now
-            tar.addfile(info, io.BytesIO(data))
-        for inside in sorted(members):
-            tar.add(members[inside], arcname=f"site-packages/{inside}", recursive=False)
-    os.replace(tmp, out)
+    try:
+        with tarfile.open(tmp, "w:gz", compresslevel=compresslevel) as tar:
+            for name, data, mode in ((MANIFEST, json.dumps(manifest, indent=1).encode(), 0o644),
+                                     ("bin/python", launcher, 0o755)):
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), mode, now
+                tar.addfile(info, io.BytesIO(data))
+            for inside in sorted(members):
+                tar.add(members[inside], arcname=f"site-packages/{inside}", recursive=False)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return Packed(out, manifest["distributions"], len(members) + 2,  # type: ignore[arg-type]
                   size, out.stat().st_size, time.monotonic() - t0)
 
