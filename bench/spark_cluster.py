@@ -213,7 +213,7 @@ def report(r: dict[str, Any]) -> str:
 
 
 BENCH = Bench("spark_cluster", run, (BOOT_2, BOOT_1, BOOT_L, REC_2, REC_1, REC_L),
-              suite=lambda quick, runs: ({"keys": 100_000, "events": 200_000, "runs": 1}
+              suite=lambda quick, runs: ({"keys": 20_000, "events": 50_000, "runs": 1}
                                          if quick else {"runs": min(runs, 2)}),
               report=report)
 
