@@ -52,6 +52,11 @@ from tests.spark.test_commands import write_lines
 from tests.spark.test_spec_commands import CLICKS, LEVELS, NOW, click_archives, log_of
 from tests.spark.test_spec_joins import click_spec
 
+#: one xdist worker runs this module and the image tier, one after the other: they share the
+#: Docker engine, which each starts when none runs and stops when it started it (and the
+#: module's cluster is made once: its tests on two workers would make two)
+pytestmark = pytest.mark.xdist_group("image")
+
 ARGS = ["--no-progress"]
 PAGE = DOCS / "batch" / "cluster.md"
 PARTITIONS = 4
