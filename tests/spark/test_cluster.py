@@ -194,9 +194,10 @@ def test_exact_reconcile_and_backfill_on_the_cluster_equal_the_in_process_run(
     late = write_lines(tmp_path / "late.jsonl", [{"name": "a", "mood": "zen", "event_time": 0}])
     asyncio.run(create_topic(names, names.output_topic, 2))
 
-    # a user's spec from a joins file (clicks x levels: floats, booleans, optional strings)
+    # a user's spec from a joins file (clicks x levels: floats, booleans, optional strings;
+    # the clicks without an id get one derived from a float: the Python UDF on the executors)
     raw = click_spec("at-or-before-else-earliest", "left")
-    joins_file = write_lines(tmp_path / "joins.json", [])
+    joins_file = str(tmp_path / "joins.json")
     Path(joins_file).write_text(json.dumps([raw]))
     spec = resolve(raw)
     events, levels = click_archives(tmp_path)
