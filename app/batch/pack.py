@@ -189,7 +189,7 @@ def pack(out: str | Path = DEFAULT_OUT, compresslevel: int = 6, force: bool = Fa
         return Packed(out, manifest["distributions"], len(members) + 2,  # type: ignore[arg-type]
                       size, out.stat().st_size, time.monotonic() - t0, fresh=False)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".part")
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.part")  # two packers at once: each its own
     now = int(time.time())
     try:
         with tarfile.open(tmp, "w:gz", compresslevel=compresslevel) as tar:
