@@ -29,7 +29,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SUITE = ("throughput", "car_throughput", "movies_throughput", "hot_key", "peer_quix",
          "scale_workers", "correction_latency", "state_growth", "recovery", "flow_control",
          "zone_fanout", "spark_vs_duckdb", "snapshot_restore", "bootstrap", "image_start",
-         "chaos")
+         "spark_cluster", "chaos")
 
 
 def suite() -> dict[str, Bench]:

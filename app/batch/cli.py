@@ -14,6 +14,9 @@ the built-in ``moods`` and ``movies`` and every spec of ``ETJ_JOINS_FILE`` or
 ``bootstrap --join NAME --dimension CATALOGUE...`` writes the join's dimension table as the
 workers' starting state (:mod:`app.batch.bootstrap`, docs/operating/bootstrap.md).
 
+``pack-env [--out FILE.tar.gz]`` packs what a cluster's executors need of etj, to send with a job
+(``--archives FILE.tar.gz#etj-env``; :mod:`app.batch.pack`, docs/batch/cluster.md). No Spark.
+
 Exit codes: 0 ok (reconcile: converged); 1 reconcile found a difference, or bootstrap refused
 to run (the message says why); 2 bad usage.
 """
@@ -30,6 +33,7 @@ from typing import Sequence
 from pyspark.sql import SparkSession
 
 from app.batch import archives, jobs
+from app.batch.pack import DEFAULT_OUT
 from app.batch.session import Steps, batch_session
 from app.batch.spec_joins import METHODS
 from app.joins.spec import JoinSpec, SpecError
@@ -136,6 +140,13 @@ def _parser() -> argparse.ArgumentParser:
                     "(default 60: a stopped worker stays a member until its session times out)")
     bs.add_argument("--workdir", help="executors' local folder for the databases being built "
                     "(default: the system's temporary folder)")
+
+    pk = sub.add_parser("pack-env", help="pack the project and what the executors need of its "
+                        "dependencies (a .tar.gz to send with a job: --archives "
+                        "FILE#etj-env --conf spark.pyspark.python=./etj-env/bin/python)")
+    pk.add_argument("--out", default=DEFAULT_OUT, metavar="FILE.tar.gz",
+                    help=f"the archive (default: {DEFAULT_OUT}); kept when it is up to date")
+    pk.add_argument("--force", action="store_true", help="write it even if up to date")
     return p
 
 
@@ -153,6 +164,10 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
     """Run one job; ``spark``: an existing session (tests), else one is built and stopped."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.job == "pack-env":
+        from app.batch.pack import main as pack_env
+
+        return pack_env(args.out, force=args.force)
     try:
         spec, scope = _join(args), _scope(args)
     except (SpecError, ValueError) as exc:

@@ -15,7 +15,7 @@ from tests.docs.pages import DOCS, README, ROOT, block, marked
 
 DECLARATIVE = DOCS / "joins" / "declarative.md"
 
-#: (page, block) -> the test that runs it
+#: (page, block) -> the test that runs it (a file of tests/docs, or a path from the repository)
 RUN_BY = {
     ("docs/joins/declarative.md", "joins.json"): "test_docs_example.py",
     ("docs/joins/declarative.md", "send"): "test_docs_example.py",
@@ -26,7 +26,14 @@ RUN_BY = {
     ("docs/joins/car-zone.md", "zone-key"): "test_examples.py",
     ("README.md", "minimal-spec"): "test_examples.py",
     ("docs/concepts/event-time.md", "copartition-error"): "test_quoted_messages.py",
+    # on a Spark cluster of containers: the cluster is that module's
+    ("docs/batch/cluster.md", "bootstrap-on-a-cluster"): "tests/spark/test_cluster.py",
 }
+
+
+def runner_path(test: str) -> str:
+    """The path of a :data:`RUN_BY` test from the repository."""
+    return test if "/" in test else f"tests/docs/{test}"
 
 
 def test_every_marked_block_is_run_by_a_test() -> None:
@@ -34,13 +41,13 @@ def test_every_marked_block_is_run_by_a_test() -> None:
     assert not found - set(RUN_BY), f"marked as tested, but no test runs them: {found - set(RUN_BY)}"
     assert not set(RUN_BY) - found, f"tested blocks gone from their pages: {set(RUN_BY) - found}"
     for test in set(RUN_BY.values()):
-        assert (ROOT / "tests" / "docs" / test).exists(), test
+        assert (ROOT / runner_path(test)).exists(), test
 
 
 def test_each_page_names_the_test_that_runs_its_blocks() -> None:
     for (page, _), test in RUN_BY.items():
         if page != "README.md":
-            assert f"tests/docs/{test}" in (ROOT / page).read_text(), (page, test)
+            assert runner_path(test) in (ROOT / page).read_text(), (page, test)
 
 
 def _run_python(page: str, name: str) -> None:
