@@ -145,3 +145,25 @@ def test_start_is_per_side_and_a_topic_has_one_start():
     with pytest.raises(SpecError, match="read views from different starts"):
         resolve_all([spec(), {**other, "tables": {"dimension": "o-d", "joins": "o-j",
                                                   "clock": "o-c"}}])
+
+
+def test_archive_writes_a_shaped_side_flat_as_the_worker_reads_it(monkeypatch, tmp_path):
+    """The batch twin reads spec inputs from archives: a nested, ISO-timed side is archived
+    flat with an epoch-ms time, and a ``$timestamp`` side gets the record's timestamp as its
+    time; a record the worker would refuse is left out."""
+    from app.commands import archive as A
+    from app.settings import Settings
+
+    path = tmp_path / "joins.json"
+    path.write_text(json.dumps([spec()]))
+    monkeypatch.setattr(A, "settings", Settings(joins_file=path))
+    sides = A.input_models()
+    views = sides["views"]
+    got = A.archive_value(views, b"u1", value({"id": "v1", "user": {"id": "u1"}, "page": "/",
+                                                "at": "1970-01-01T00:00:01Z"}), 99)
+    assert got == {"id": "v1", "user_id": "u1", "path": "/", "at": 1000}
+    assert A.archive_value(views, b"u1", value({"id": "v1", "page": "/", "at": 1}), 99) is None
+    assert A.archive_value(sides["tiers"], b"u1", value({"user_id": "u1", "tier": "gold"}),
+                           1234) == {"user_id": "u1", "tier": "gold", "timestamp": 1234}
+    assert [c for c, _ in A.parquet_columns("views")] == ["id", "user_id", "user_tier", "path",
+                                                          "at"]
