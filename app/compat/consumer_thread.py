@@ -220,7 +220,10 @@ class EtjConsumerThread(AIOKafkaConsumerThread):
 
         Here every assigned input partition is seeked to its committed offset, or to offset 0
         when it has none (below the log start, the reset policy takes it to the earliest);
-        changelog partitions are left to the table recovery.
+        changelog partitions are left to the table recovery. A topic a join spec starts from
+        ``latest`` or a time (``app.input_starts``, docs/joins/declarative.md) is seeked there
+        instead, and that offset committed (:func:`seek_to_start`): a committed 0 is then a
+        position, not "none".
 
         Test: tests/broker/test_faults_kill.py::test_two_workers_one_killed_then_it_comes_back_is_exact
 
@@ -237,7 +240,8 @@ class EtjConsumerThread(AIOKafkaConsumerThread):
             for tp, offset in committed.items():
                 if not offset or offset <= 0:
                     start = starts.get(tp.topic, "earliest")
-                    if start == "earliest":
+                    # a committed 0 (a start committed on an empty partition) is a position
+                    if start == "earliest" or offset == 0:
                         consumer.seek(tp, 0)
                     else:
                         await seek_to_start(consumer, tp, start)

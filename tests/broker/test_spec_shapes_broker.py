@@ -8,9 +8,13 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import os
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaProducer
+
+from app.dev.local_broker import EXISTING_BROKER_ENV
 
 from app.joins.spec import resolve
 from tests.harness import (Names, bootstrap, create_topic, latest_by_id, produce, read_all,
@@ -138,3 +142,70 @@ def test_a_new_deployment_reading_events_from_latest_joins_only_what_comes_after
     assert not [v["id"] for v in out if v["id"].startswith("old")]
     assert all(v["tier"] == "gold" for v in out)  # the dimension's history was read
     assert "no committed offset, starting at" in w.log()
+
+
+@pytest.mark.skipif(not os.environ.get(EXISTING_BROKER_ENV, "").strip(),
+                    reason="tansu's offsets_for_times answers offset 0 whatever the time "
+                           "(docs/contributing/tests.md#the-test-broker): runs on a real Kafka "
+                           "(ETJ_BOOTSTRAP)")
+def test_a_new_deployment_reading_events_from_a_time_starts_at_the_first_record_at_or_after_it(
+        names: Names, worker_factory, tmp_path):
+    """``"start": "<ISO time>"``: per partition, the first offset whose Kafka timestamp is at or
+    after it (the broker's offsets-for-times). On tansu every partition starts at 0 (measured:
+    the old records were joined), so it runs only against a real Kafka."""
+    raw = shaped_spec(names.prefix)
+    raw["events"]["start"] = "2026-01-01T00:00:10Z"
+    spec = resolve(raw)
+    for topic in (spec.events.topic, spec.dimension.topic):
+        asyncio.run(create_topic(names, topic, 4))  # ETJ_PARTITIONS
+    base = 1_767_225_600_000
+    views = [(f"u{i % 3}", {"id": f"{'old' if i < 6 else 'new'}{i}",
+                            "user": {"id": f"u{i % 3}"}, "page": "/",
+                            "meta": {"at": "2026-01-01T00:00:20Z"}},
+              base + (5000 if i < 6 else 10_000 + i)) for i in range(12)]
+    asyncio.run(produce_at(names, spec.events.topic, views))
+    asyncio.run(produce_at(names, spec.dimension.topic,
+                           [(f"u{i}", {"user": f"u{i}", "tier": "gold"}, base) for i in range(3)]))
+    path = tmp_path / "joins.json"
+    path.write_text(json.dumps([raw]))
+    worker_factory(names, joins_file=path).wait_ready()
+
+    async def all_new() -> bool:
+        ids = {v["id"] for _, v in await read_all(names, spec.output, idle_s=0.5)}
+        return {f"new{i}" for i in range(6, 12)} <= ids
+
+    assert asyncio.run(wait_for(all_new, timeout_s=90))
+    out = [v["id"] for _, v in asyncio.run(read_all(names, spec.output, idle_s=1.0))]
+    assert not [i for i in out if i.startswith("old")], out
+
+
+def test_a_latest_start_is_committed_so_a_restart_resumes_where_it_started(
+        names: Names, worker_factory, tmp_path):
+    """A worker that started from ``latest`` and stopped before any record came must not start
+    from a later ``latest`` again: what was produced while it was down is joined."""
+    raw = shaped_spec(names.prefix)
+    raw["events"]["start"] = "latest"
+    spec = resolve(raw)
+    for topic in (spec.events.topic, spec.dimension.topic):
+        asyncio.run(create_topic(names, topic, 4))  # ETJ_PARTITIONS
+    asyncio.run(produce_at(names, spec.dimension.topic,
+                           [("u1", {"user": "u1", "tier": "gold"}, 1_767_225_600_000)]))
+    path = tmp_path / "joins.json"
+    path.write_text(json.dumps([raw]))
+    first = worker_factory(names, joins_file=path).wait_ready()
+
+    async def seeked() -> bool:
+        return first.log().count(f"{spec.events.topic}[") >= 4
+
+    assert asyncio.run(wait_for(seeked, timeout_s=60, every_s=0.5)), first.log()[-3000:]
+    first.stop()
+    down = [("u1", {"id": f"down{i}", "user": {"id": "u1"}, "page": "/",
+                    "meta": {"at": "2026-01-01T00:00:02Z"}}) for i in range(3)]
+    asyncio.run(produce(names, spec.events.topic, down))
+    worker_factory(names, name="w2", joins_file=path).wait_ready()
+
+    async def joined() -> bool:
+        ids = {v["id"] for _, v in await read_all(names, spec.output, idle_s=0.5)}
+        return {"down0", "down1", "down2"} <= ids
+
+    assert asyncio.run(wait_for(joined, timeout_s=90))
