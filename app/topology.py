@@ -201,6 +201,12 @@ app.internal_topics = [t for j in running for t in j.internal_topics]
 app.input_starts = {side.topic: side.start for j in joins.values()
                     for side in (j.spec.events, j.spec.dimension) if side.start != "earliest"}
 
+#: input topics whose event time is their Kafka timestamp: a LogAppendTime one is named at
+#: start (app.kafka.timestamps)
+app.timestamp_topics = sorted({side.topic for j in joins.values()
+                               for side in (j.spec.events, j.spec.dimension)
+                               if side.from_timestamp})
+
 #: every agent's ticks topic: the revisit timer sends one tick per owned partition to each
 ticks_topics: list[TopicT] = [j.ticks for j in running]
 

@@ -10,10 +10,9 @@ with ``--inputs`` (they are usually someone else's). ``--dry-run`` prints the pl
 nothing. Topics that exist are left as they are, and listed with their partition count when it
 differs (co-partitioning then refuses the worker's start, and says why).
 
-A ``$timestamp`` input (its event time is the Kafka timestamp) is checked for
-``message.timestamp.type=LogAppendTime``: the broker would stamp arrival times, not event
-times; it is named, with a warning (the broker may not answer DescribeConfigs: then
-"unknown").
+A ``$timestamp`` input (its event time is the Kafka timestamp) that exists is checked for
+its ``message.timestamp.type`` (:mod:`app.kafka.timestamps`): anything but CreateTime is named
+in a ``warning`` line.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from app.faust_app import app, settings
 from app.joins.catalog import load_specs
 from app.kafka.connection import bootstrap_servers
 from app.kafka.security import aiokafka_auth
+from app.kafka.timestamps import reason, timestamp_types
 
 
 def plan(uses: list[TopicUse], existing: dict[str, int], inputs: bool,
@@ -56,25 +56,6 @@ def plan(uses: list[TopicUse], existing: dict[str, int], inputs: bool,
     return todo, lines
 
 
-async def _timestamp_types(admin: Any, topics: list[str]) -> dict[str, str]:
-    """Topic -> its message.timestamp.type ("unknown" when the broker does not say)."""
-    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-
-    out = {t: "unknown" for t in topics}
-    try:
-        found = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics])
-        for response in found:
-            for resource in response.resources:
-                name, configs = resource[3], resource[4]
-                for entry in configs:
-                    if entry[0] == "message.timestamp.type" and entry[1]:
-                        out[name] = entry[1]
-    except Exception:  # noqa: BLE001 - a broker that cannot describe: "unknown"
-        pass
-    return out
-
-
 @app.command(argument("action", type=click.Choice(["create"])),
              option("--inputs", is_flag=True, default=False,
                     help="Create the missing input topics too."),
@@ -95,11 +76,9 @@ async def topics(self: object, action: str, inputs: bool, dry_run: bool) -> None
         for line in lines:
             print(("would " if dry_run and line.startswith("create") else "") + line, flush=True)
         stamped = sorted({u.topic for u in uses if u.timed_by_timestamp and u.topic in existing})
-        for topic, kind in (await _timestamp_types(admin, stamped)).items():
+        for topic, kind in (await timestamp_types(admin, stamped)).items():
             if kind != "CreateTime":
-                print(f"warning  {topic}: a join's event time is its Kafka timestamp "
-                      f"($timestamp) and its message.timestamp.type is {kind}: it must be "
-                      "CreateTime", flush=True)
+                print(f"warning  {reason(topic, kind)}", flush=True)
         if dry_run or not todo:
             return
         await admin.create_topics([

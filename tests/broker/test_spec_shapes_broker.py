@@ -60,7 +60,7 @@ def test_nested_iso_timed_events_join_a_dimension_timed_by_the_kafka_timestamp(
     spec = resolve(raw)
     path = tmp_path / "joins.json"
     path.write_text(json.dumps([raw]))
-    worker_factory(names, joins_file=path).wait_ready()
+    w = worker_factory(names, joins_file=path).wait_ready()
 
     base = 1_767_225_600_000  # 2026-01-01T00:00:00Z
     views = [("u1", {"id": "v1", "user": {"id": "u1", "name": "Ann"}, "page": "/",
@@ -97,6 +97,9 @@ def test_nested_iso_timed_events_join_a_dimension_timed_by_the_kafka_timestamp(
     assert latest["v2"]["user_id"] == "u1" and latest["v2"]["viewed_at"] == base + 3500
     assert list(latest["v1"])[:4] == ["id", "user_id", "page", "viewed_at"]
 
+    # the $timestamp topic is named at start (tansu does not say its timestamp type)
+    assert f"input topic {spec.dimension.topic}: a join's event time is its Kafka timestamp" \
+        in w.log()
     dead = [v for _, v in asyncio.run(read_all(names, names.dead_letter_topic, idle_s=0.5))]
     reasons = {json.loads(d["value"])["id"]: d["error"] for d in dead
                if d.get("topic") == spec.events.topic}

@@ -57,4 +57,8 @@ def test_topics_create_plans_then_creates_what_a_worker_needs(names: Names, tmp_
     said = run(names, str(path), "--inputs")
     have = asyncio.run(partitions(names))
     assert have[raw["events"]["topic"]] == 3 and have[raw["dimension"]["topic"]] == 3, said
-    assert "create " not in run(names, str(path), "--inputs")
+    again = run(names, str(path), "--inputs")
+    assert "create " not in again
+    # tansu does not answer DescribeConfigs: the $timestamp input's type is unknown, and named
+    assert (f"warning  input topic {raw['dimension']['topic']}: a join's event time is its "
+            "Kafka timestamp ($timestamp) and its message.timestamp.type is unknown") in again
