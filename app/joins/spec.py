@@ -159,8 +159,7 @@ class Side:
         from app.inputs.records import compile_parser, compile_shaped_parser
 
         if not self.shaped:
-            fast = compile_parser(self.model)
-            return lambda key, value, timestamp=None: fast(key, value)
+            return compile_parser(self.model)  # the fast path itself, no wrapper
         return compile_shaped_parser(self.model, dict(self.paths), self.time,
                                      self.time_format, self.from_timestamp)
 
