@@ -403,6 +403,9 @@ def _start(spec: str, where: str, raw: str | None) -> str | int | None:
 def _side(spec: str, side: str, cfg: SideConfig, start: str | int) -> Side:
     if (cfg.fields is None) == (cfg.model is None):
         raise SpecError(f"{spec}: {side}: give either 'fields' (name -> type) or 'model'")
+    if cfg.time == KAFKA_TIMESTAMP and cfg.time_format != "epoch_ms":
+        raise SpecError(f"{spec}: {side}.time_format {cfg.time_format!r}: the Kafka timestamp "
+                        f"({KAFKA_TIMESTAMP}) is epoch ms; time_format is for a time field")
     if cfg.fields is not None:
         flat = _flat_names(spec, side, cfg)
         model = _model_from_fields(spec, side, cfg, flat)

@@ -121,6 +121,8 @@ def test_a_flat_epoch_ms_side_keeps_the_fast_parser():
     ({"events": {"fields": {"id": "str", "user..id": "str", "page": "str", "at": "time"}}},
      "events.fields: 'user..id' is not a usable field name"),
     ({"dimension": {"key": "$timestamp"}}, "dimension.key: $timestamp is the record's Kafka"),
+    ({"dimension": {"time_format": "epoch_s"}}, "dimension.time_format 'epoch_s': the Kafka "
+                                                "timestamp ($timestamp) is epoch ms"),
     ({"start": "2026-01-01T00:00:00"}, "join spec #1 'views': start: '2026-01-01T00:00:00' has "
                                        "no time zone"),
     ({"events": {"start": "soon"}}, "events.start: 'soon' is not an ISO-8601 time"),
