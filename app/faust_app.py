@@ -13,6 +13,7 @@ from app.state import crash_marker
 from app.kafka.connection import bootstrap_servers
 from app.kafka.copartition import check_copartitioning, warn_of_partitioners
 from app.kafka.security import aiokafka_auth, check_tls
+from app.kafka.timestamps import warn_of_log_append_time
 from app.settings import Settings, get_settings
 from app.web.auth import web_application_options
 
@@ -99,6 +100,8 @@ class EtjApp(faust.App):
         if s.check_partitioner:
             await warn_of_partitioners(s.broker_url, self.produced_by_others,
                                        aiokafka_auth(s))
+        await warn_of_log_append_time(s.broker_url, getattr(self, "timestamp_topics", ()),
+                                      aiokafka_auth(s))  # $timestamp inputs: CreateTime
         for topic in self.internal_topics:  # with its join's count, not the broker's default
             await topic.maybe_declare()
 

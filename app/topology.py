@@ -195,6 +195,18 @@ app.produced_by_others = [t for j in running for t in j.produced_by_others]
 #: count, before the consumer's subscription could have a broker auto-create them with its own
 app.internal_topics = [t for j in running for t in j.internal_topics]
 
+#: input topic -> where a new deployment starts reading it (a spec's ``start``: "latest", or
+#: epoch ms), only for a partition without a committed offset
+#: (app.compat.consumer_thread.seek_to_start); a topic not listed starts at its earliest
+app.input_starts = {side.topic: side.start for j in joins.values()
+                    for side in (j.spec.events, j.spec.dimension) if side.start != "earliest"}
+
+#: input topics whose event time is their Kafka timestamp: a LogAppendTime one is named at
+#: start (app.kafka.timestamps)
+app.timestamp_topics = sorted({side.topic for j in joins.values()
+                               for side in (j.spec.events, j.spec.dimension)
+                               if side.from_timestamp})
+
 #: every agent's ticks topic: the revisit timer sends one tick per owned partition to each
 ticks_topics: list[TopicT] = [j.ticks for j in running]
 

@@ -101,8 +101,10 @@ _PARSERS = {settings.car_arrivals_topic: compile_parser(CarArrivalIn),
             settings.car_moves_topic: compile_parser(CarMoveIn)}
 
 
-def parse_input(topic: str, key: bytes | None, value: bytes | None) -> tuple[Any, int]:
-    """(the validated record, its event time); raises :class:`InvalidRecord`."""
+def parse_input(topic: str, key: bytes | None, value: bytes | None,
+                timestamp: int | None = None) -> tuple[Any, int]:
+    """(the validated record, its event time); raises :class:`InvalidRecord`. (``timestamp``,
+    the Kafka timestamp the loop passes every engine, is not one of the car join's inputs.)"""
     rec = _PARSERS[topic](key, value)
     return rec, rec.event_time
 

@@ -36,7 +36,7 @@ from app.faust_app import app, settings
 from app.joins.state import JoinState
 from app.logic.event_join import Revision
 from app.state.overlay import Overlay
-from app.inputs.records import InvalidRecord, as_dict, compile_parser
+from app.inputs.records import InvalidRecord, as_dict
 from app.topology import JoinTopology, joins
 
 __all__ = ["JoinEngine", "engines"]
@@ -58,8 +58,11 @@ class JoinEngine:
         self.overlays = (Overlay(StoreIO(t.history)), Overlay(StoreIO(t.joins)),
                          Overlay(StoreIO(t.clock)))
         self.state = JoinState(spec, *self.overlays, self.delivered, self.emitted)
-        self._parsers = {spec.events.topic: compile_parser(spec.events.model),
-                         spec.dimension.topic: compile_parser(spec.dimension.model)}
+        #: (key, value, timestamp) -> the flat record: msgspec's fast path for a flat side
+        #: with an epoch-ms time, the shaped parser for one with nested paths, another time
+        #: format or the Kafka timestamp (docs/joins/declarative.md#records-shaped-otherwise)
+        self._parsers = {spec.events.topic: spec.events.parser(),
+                         spec.dimension.topic: spec.dimension.parser()}
         self._revisions = {c: metrics.revisions_out.labels(spec.name, c)
                            for c in ("arrival", "late-dimension", "revisit", "backfill")}
         self._released = metrics.released.labels(spec.name)
@@ -153,9 +156,11 @@ class JoinEngine:
         return self.spec.events if topic == self.spec.events.topic else self.spec.dimension
 
     # --- the loop's callbacks ------------------------------------------------------------------
-    def parse(self, topic: str, key: bytes | None, value: bytes | None) -> tuple[Any, int]:
-        """(the validated record, its event time); raises :class:`InvalidRecord`."""
-        rec = self._parsers[topic](key, value)
+    def parse(self, topic: str, key: bytes | None, value: bytes | None,
+              timestamp: int | None = None) -> tuple[Any, int]:
+        """(the validated record, its event time); raises :class:`InvalidRecord`.
+        ``timestamp``: the record's Kafka timestamp (epoch ms), for a ``$timestamp`` side."""
+        rec = self._parsers[topic](key, value, timestamp)
         return rec, getattr(rec, self._side(topic).time)
 
     def on_record(self, topic: str, partition: int, offset: int, key: bytes | None,

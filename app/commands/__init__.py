@@ -5,7 +5,9 @@
 - :mod:`app.commands.archive` — ``archive``: a topic, start to end, as JSON lines or Parquet (the
   batch twin's input, :mod:`app.batch`);
 - :mod:`app.commands.join_latest` — ``join-latest NAME``: a join's answer so far;
-- :mod:`app.commands.snapshots` — ``snapshots``: the table snapshots in a store.
+- :mod:`app.commands.snapshots` — ``snapshots``: the table snapshots in a store;
+- :mod:`app.commands.topics` — ``topics create``: every topic a worker needs that is missing
+  (inputs with ``--inputs``; ``--dry-run``: the plan).
 
 Registered when :mod:`app.main` imports them.
 """

@@ -37,6 +37,7 @@ then* until no record came for ``--idle-s`` seconds.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import sys
@@ -54,6 +55,7 @@ from app.kafka.connection import bootstrap_servers
 from app.faust_app import app, settings
 from app.joins.catalog import batch_specs, load_specs, topic_roles
 from app.joins.columns import model_columns, output_columns
+from app.joins.spec import Side
 from app.kafka.security import aiokafka_auth
 from app.logic.event_range import EventRange, Role, needs, parse_time
 from app.logic.future_records import kafka_timestamp
@@ -69,16 +71,24 @@ class ArchiveStats:
     out_of_range: int = 0  # records the event-time range does not need
 
 
-def input_models() -> dict[str, type[WireModel]]:
+def input_models() -> dict[str, type[WireModel] | Side]:
     """Topic -> the model the worker validates its records with: both inputs of every join
     spec (ETJ_JOINS_FILE's, and every built-in one, which the batch twin computes by name
-    whether or not this configuration's worker runs it), and the car join's."""
-    models: dict[str, type[WireModel]] = {settings.car_arrivals_topic: CarArrivalIn,
-                                          settings.zones_topic: ZoneIn}
+    whether or not this configuration's worker runs it), and the car join's. A spec side shaped
+    otherwise (nested paths, another time format, ``$timestamp``) is given as its
+    :class:`~app.joins.spec.Side`: its records are archived as the worker reads them, flat with
+    an epoch-ms time, so the batch twin reads them as any spec's (one parser for both)."""
+    models: dict[str, type[WireModel] | Side] = {settings.car_arrivals_topic: CarArrivalIn,
+                                                 settings.zones_topic: ZoneIn}
     for spec in batch_specs(settings).values():
-        models[spec.events.topic] = spec.events.model
-        models[spec.dimension.topic] = spec.dimension.model
+        for side in (spec.events, spec.dimension):
+            models[side.topic] = side if side.shaped else side.model
     return models
+
+
+@functools.lru_cache(maxsize=None)
+def _side_parser(side: Side) -> Any:
+    return side.parser()
 
 
 #: Parquet columns of the car join's topics (field, arrow type), wire-contract order; the same
@@ -127,12 +137,16 @@ def in_range(r: EventRange, roles: Sequence[tuple[Role, str | None]], value: Any
     return False
 
 
-def archive_value(model: type[WireModel] | None, key: bytes | None, value: bytes | None,
-                  ) -> Any:
-    """One record -> its archived JSON value, or None when it is left out."""
+def archive_value(model: type[WireModel] | Side | None, key: bytes | None,
+                  value: bytes | None, timestamp: int | None = None) -> Any:
+    """One record -> its archived JSON value, or None when it is left out. ``timestamp``: its
+    Kafka timestamp (the event time of a ``$timestamp`` side)."""
     if model is not None:
         try:
-            record = parse(model, key, value)
+            if isinstance(model, Side):
+                record = _side_parser(model)(key, value, timestamp)
+            else:
+                record = parse(model, key, value)
         except InvalidRecord:
             return None
         return record.model_dump(mode="json", exclude_none=True)
@@ -145,7 +159,7 @@ def archive_value(model: type[WireModel] | None, key: bytes | None, value: bytes
     return data
 
 
-def archive_line(model: type[WireModel] | None, key: bytes | None, value: bytes | None,
+def archive_line(model: type[WireModel] | Side | None, key: bytes | None, value: bytes | None,
                  ) -> str | None:
     """One record -> its archive line, or None when it is left out."""
     data = archive_value(model, key, value)
@@ -260,7 +274,7 @@ def open_sink(out: str | Path, fmt: str, topic: str, rows_per_file: int = 1_000_
 
 
 async def archive_topic(broker_url: str, topic: str, out: str | Path,
-                        model: type[WireModel] | None = None, idle_s: float = 2.0,
+                        model: type[WireModel] | Side | None = None, idle_s: float = 2.0,
                         stall_s: float = 120.0, progress_s: float | None = 5.0,
                         fmt: str = "auto", rows_per_file: int = 1_000_000,
                         event_range: EventRange = EventRange(),
@@ -314,12 +328,12 @@ async def archive_topic(broker_url: str, topic: str, out: str | Path,
     return stats
 
 
-def _archive_one(sink: Sink, partition: int, offset: int, model: type[WireModel] | None,
+def _archive_one(sink: Sink, partition: int, offset: int, model: type[WireModel] | Side | None,
                  key: bytes | None, value: bytes | None, stats: ArchiveStats,
                  timestamp: int | None = None, event_range: EventRange = EventRange(),
                  roles: Sequence[tuple[Role, str | None]] = ()) -> None:
     stats.read += 1
-    data = archive_value(model, key, value)
+    data = archive_value(model, key, value, timestamp)
     if data is None:
         if model is not None:
             stats.invalid += 1

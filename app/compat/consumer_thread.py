@@ -58,6 +58,22 @@ def is_input(app: Any, tp: Any) -> bool:
     return tp.topic not in app.tables.changelog_topics and "__assignor" not in tp.topic
 
 
+async def seek_to_start(consumer: Any, tp: Any, start: Any) -> None:
+    """Seek a partition with no committed offset to a spec's ``start`` (``latest``, or epoch ms:
+    the first offset whose timestamp is at or after it, by the broker's offsets-for-times; none:
+    the end) and commit that offset, so that a restart resumes there instead of starting
+    again from a later end (records produced while the worker was down would be skipped)."""
+    if start == "latest":
+        offset = (await consumer.end_offsets([tp]))[tp]
+    else:
+        found = (await consumer.offsets_for_times({tp: int(start)})).get(tp)
+        offset = found.offset if found is not None else (await consumer.end_offsets([tp]))[tp]
+    consumer.seek(tp, offset)
+    await consumer.commit({tp: offset})
+    log.info("%s[%s]: no committed offset, starting at %s (start %s)", tp.topic,
+             tp.partition, offset, start)
+
+
 async def fetched_ends(client: Any, listed: Mapping[Any, int]) -> dict[Any, int]:
     """``listed`` end offsets, each raised to the high watermark a Fetch of it reports.
 
@@ -204,7 +220,10 @@ class EtjConsumerThread(AIOKafkaConsumerThread):
 
         Here every assigned input partition is seeked to its committed offset, or to offset 0
         when it has none (below the log start, the reset policy takes it to the earliest);
-        changelog partitions are left to the table recovery.
+        changelog partitions are left to the table recovery. A topic a join spec starts from
+        ``latest`` or a time (``app.input_starts``, docs/joins/declarative.md) is seeked there
+        instead, and that offset committed (:func:`seek_to_start`): a committed 0 is then a
+        position, not "none".
 
         Test: tests/broker/test_faults_kill.py::test_two_workers_one_killed_then_it_comes_back_is_exact
 
@@ -213,12 +232,19 @@ class EtjConsumerThread(AIOKafkaConsumerThread):
         consumer = self._ensure_consumer()
         app = self.app
 
+        starts = getattr(app, "input_starts", {})
+
         async def seek() -> dict[Any, Any]:
             tps = [tp for tp in consumer.assignment() if is_input(app, tp)]
             committed = await consumer.seek_to_committed(*tps) if tps else {}
             for tp, offset in committed.items():
                 if not offset or offset <= 0:
-                    consumer.seek(tp, 0)
+                    start = starts.get(tp.topic, "earliest")
+                    # a committed 0 (a start committed on an empty partition) is a position
+                    if start == "earliest" or offset == 0:
+                        consumer.seek(tp, 0)
+                    else:
+                        await seek_to_start(consumer, tp, start)
             return committed
 
         return await self.call_thread(seek)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -45,6 +45,21 @@ class TopicUse:
     what: str
     created_by: str  # "you" (or the broker's auto-creation) / "the worker"
     operations: tuple[str, ...]
+    #: its partition count (``topics create`` makes it so; None: the broker's default)
+    partitions: int | None = None
+    #: cleanup.policy=compact (a table's changelog); else Kafka's default, delete
+    compacted: bool = False
+    #: its records' event time is their Kafka timestamp (a ``$timestamp`` spec side): it must
+    #: be produced with CreateTime, not LogAppendTime
+    timed_by_timestamp: bool = False
+
+    @property
+    def kind(self) -> str:
+        """input, output, side (dead letters, late) or internal: what ``topics create``
+        creates (inputs only when asked)."""
+        return self.what.split(":", 1)[0] if ":" in self.what and self.what.split(":", 1)[0] \
+            in ("input", "output", "internal") else ("side" if self.created_by == "you"
+                                                     else "internal")
 
     @property
     def read_by_worker(self) -> bool:
@@ -64,23 +79,27 @@ def leader_topic(s: Settings) -> str:
 def join_topics(s: Settings, spec: JoinSpec) -> list[TopicUse]:
     n = spec.name
     t = spec.tables
-    out = [TopicUse(spec.events.topic, n, "input: events", "you", READ),
-           TopicUse(spec.dimension.topic, n, "input: dimension versions", "you", READ),
-           TopicUse(spec.output, n, "output: the revision log", "you", WRITE),
+    p = spec.partitions or s.partitions
+    out = [TopicUse(spec.events.topic, n, "input: events", "you", READ, p,
+                    timed_by_timestamp=spec.events.from_timestamp),
+           TopicUse(spec.dimension.topic, n, "input: dimension versions", "you", READ, p,
+                    timed_by_timestamp=spec.dimension.from_timestamp),
+           TopicUse(spec.output, n, "output: the revision log", "you", WRITE, s.partitions),
            TopicUse(spec.ticks, n, "internal: revisit ticks, co-partitioned with the inputs",
-                    "the worker", OWN)]
+                    "the worker", OWN, p)]
     for table, what in ((t.dimension, "the dimension's versions per key"),
                         (t.joins, "the joins in retention, a row per join (its indexes are "
                                   "derived from them, not logged)"),
                         (t.clock, "stream time per partition")):
         out.append(TopicUse(changelog(s, table), n, f"changelog of table `{table}`: {what}",
-                            "the worker", OWN))
+                            "the worker", OWN, p, compacted=True))
     return out
 
 
 def car_topics(s: Settings) -> list[TopicUse]:
     j = "car join"
-    return [
+    return [replace(u, partitions=s.partitions, compacted=u.what.startswith("changelog"))
+            for u in [
         TopicUse(s.car_arrivals_topic, j, "input: car arrivals", "you", READ),
         TopicUse(s.zones_topic, j, "input: zone pollution readings", "you", READ),
         TopicUse(s.car_pollution_topic, j, "output: the car view", "you", WRITE),
@@ -95,17 +114,17 @@ def car_topics(s: Settings) -> list[TopicUse]:
                  "the worker", OWN),
         TopicUse(changelog(s, "zone-cars"), j, "changelog of table `zone-cars`", "the worker",
                  OWN),
-    ]
+    ]]
 
 
 def shared_topics(s: Settings) -> list[TopicUse]:
     j = "every join"
     return [TopicUse(s.dead_letter_topic, j, "invalid input records, with the reason", "you",
-                     WRITE),
+                     WRITE, s.partitions),
             TopicUse(s.late_topic, j, "input records older than their join's horizon", "you",
-                     WRITE),
+                     WRITE, s.partitions),
             TopicUse(leader_topic(s), j, "Faust's leader election (one partition)",
-                     "the worker", OWN)]
+                     "the worker", OWN, 1)]
 
 
 def inventory(s: Settings, specs: Iterable[JoinSpec]) -> list[TopicUse]:

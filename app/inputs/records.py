@@ -69,10 +69,14 @@ class RecommendationIn(WireModel):
 M = TypeVar("M", bound=WireModel)
 
 
-def _describe(exc: ValidationError) -> str:
+def _describe(exc: ValidationError, paths: dict[str, str] | None = None) -> str:
+    """A validation error in words; ``paths`` (flat field -> the spec's dotted path) names a
+    nested field by its path."""
     parts = []
     for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in err["loc"]) or "value"
+        if paths:
+            loc = paths.get(loc, loc)
         if err["type"] == "missing":
             parts.append(f"{loc}: missing")
             continue
@@ -302,7 +306,7 @@ def compile_parser(model: type[M]) -> Parser:
     try:
         struct, finite, negzero = _struct_for(model)
     except _Unsupported:
-        return lambda key, value: parse(model, key, value)
+        return lambda key, value, timestamp=None: parse(model, key, value)
     decode = msgspec.json.Decoder(struct).decode
     key_field = model.key_field
     check = getattr(model, "fast_check", None)
@@ -316,7 +320,9 @@ def compile_parser(model: type[M]) -> Parser:
         rec = parse(model, key, value)  # raises with the reason, or accepts
         return struct(**rec.model_dump())
 
-    def parse_fast(key: bytes | None, value: bytes | None) -> Any:
+    def parse_fast(key: bytes | None, value: bytes | None, timestamp: Any = None) -> Any:
+        # (timestamp: unused, taken so that every side's parser has one signature and a flat
+        # side's is this function itself, with no wrapper call per record)
         if not value or key is None:
             return slow(key, value)
         try:
@@ -360,3 +366,161 @@ def as_dict(record: Any) -> dict[str, Any]:
     if isinstance(record, msgspec.Struct):
         return msgspec.structs.asdict(record)
     return record.model_dump()  # type: ignore[no-any-return]
+
+
+# --- records shaped otherwise: nested fields, event times in other units, the Kafka timestamp ---
+#
+# Why a second parser: a spec side whose fields are all top-level and whose event time is epoch
+# ms is parsed by :func:`compile_parser` exactly as before (no cost added). A side that names a
+# dotted path (``"user.id"``), an event time in another format, or the record's Kafka timestamp
+# is parsed here: the JSON value is decoded (a field named twice refused, as :func:`parse`
+# does), each path is read into its flat field (``user.id`` -> ``user_id``, or the name the
+# spec gives it), the event time is converted to epoch ms, and the flat record is validated by
+# the side's flat model. The engine (and the batch twin, through ``archive``) then sees the
+# flat record only.
+
+#: the event-time formats a spec side may declare (``time_format``)
+TIME_FORMATS = ("epoch_ms", "epoch_s", "epoch_us", "iso8601")
+#: the time source that reads the Kafka record timestamp instead of a field
+KAFKA_TIMESTAMP = "$timestamp"
+
+#: ISO-8601 as etj reads it: date, ``T`` or a space, time to the second, an optional fraction
+#: (truncated to the millisecond), and a zone (``Z`` or ``±HH:MM``) that is required: a time
+#: without one means a different instant in every time zone
+_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+                  r"(?:(Z)|([+-])(\d{2}):(\d{2}))")
+_ISO_NO_ZONE = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?")
+
+
+def iso_to_ms(text: str) -> int:
+    """Epoch ms of an ISO-8601 time with a zone (the fraction truncated to the ms); raises
+    :class:`InvalidRecord` saying why not."""
+    import datetime as dt
+
+    m = _ISO.fullmatch(text)
+    if m is None:
+        if _ISO_NO_ZONE.fullmatch(text):
+            raise InvalidRecord(f"{text[:60]!r} has no time zone (add 'Z' or an offset such as "
+                                "'+02:00'): it would be a different instant in every zone")
+        raise InvalidRecord(f"{text[:60]!r} is not an ISO-8601 time "
+                            "(YYYY-MM-DDTHH:MM:SS[.fff](Z|±HH:MM))")
+    y, mo, d, h, mi, s, frac, z, sign, oh, om = m.groups()
+    try:
+        offset = dt.timedelta(0) if z else (1 if sign == "+" else -1) * dt.timedelta(
+            hours=int(oh), minutes=int(om))
+        when = dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s),
+                           tzinfo=dt.timezone(offset))
+    except ValueError as exc:
+        raise InvalidRecord(f"{text[:60]!r} is not a valid time: {exc}") from None
+    ms = int(when.timestamp()) * 1000 + int((frac or "0")[:3].ljust(3, "0"))
+    return ms
+
+
+def convert_time(raw: Any, time_format: str) -> Any:
+    """The event time in epoch ms of a field written in ``time_format``; a value that is not
+    one is returned as it is (the flat model's ``time`` check then refuses it by type), and
+    :class:`InvalidRecord` is raised for one that has the type but not a time's form.
+
+    The rules (the batch twin's archive applies the same function): ``epoch_s``: an int or a
+    finite float, ``floor(s * 1000 + 0.5)``; ``epoch_us``: an int, ``us // 1000``; a negative
+    epoch is refused before converting; ``iso8601``: :func:`iso_to_ms`."""
+    if time_format == "epoch_ms" or raw is None or isinstance(raw, bool):
+        return raw
+    if time_format == "iso8601":
+        return iso_to_ms(raw) if isinstance(raw, str) else raw
+    if time_format == "epoch_s" and isinstance(raw, (int, float)):
+        if not math.isfinite(raw) or raw < 0:
+            raise InvalidRecord(f"{raw!r} is not an epoch time in seconds (negative or not "
+                                "finite)")
+        return math.floor(raw * 1000 + 0.5)
+    if time_format == "epoch_us" and isinstance(raw, int):
+        if raw < 0:
+            raise InvalidRecord(f"{raw!r} is not an epoch time in microseconds (negative)")
+        return raw // 1000
+    return raw
+
+
+def _json_object(value: bytes | None) -> dict[str, Any]:
+    """A record value as a JSON object, or :class:`InvalidRecord` with :func:`parse`'s reason."""
+    if value is None or value == b"":
+        raise InvalidRecord("empty value (tombstone or null): nothing to join")
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord(f"value is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+    try:
+        data: Any = json.loads(text, object_pairs_hook=_no_duplicate_fields)
+    except InvalidRecord:
+        raise
+    except ValueError as exc:
+        raise InvalidRecord(f"value is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRecord("value is nested too deeply to be a record") from exc
+    if not isinstance(data, dict):
+        raise InvalidRecord(f"value must be a JSON object, got {_json_type(data)}")
+    return data
+
+
+_MISSING = object()
+
+
+def read_path(data: dict[str, Any], path: str) -> Any:
+    """The value at a dotted path, :data:`_MISSING` when a part is absent; a parent that is
+    there but not an object raises :class:`InvalidRecord` naming it."""
+    node: Any = data
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(node, dict):
+            parent = ".".join(parts[:i])
+            raise InvalidRecord(f"{path}: {parent} is {_json_type(node)}, not an object")
+        node = node.get(part, _MISSING)
+        if node is _MISSING:
+            return _MISSING
+    return node
+
+
+def compile_shaped_parser(model: type[M], paths: dict[str, str], time_field: str,
+                          time_format: str, from_timestamp: bool) -> Callable[..., Any]:
+    """A parser for a side shaped otherwise (see above): (key, value, timestamp) -> the flat
+    record (the ``model`` instance), or :class:`InvalidRecord` whose reason names the spec's
+    path. ``paths``: flat field -> dotted path (the time field absent when ``from_timestamp``);
+    ``timestamp``: the record's Kafka timestamp in epoch ms (None: it has none)."""
+    items = tuple(paths.items())
+    to_path = {flat: path for flat, path in items}
+    if from_timestamp:
+        to_path[time_field] = KAFKA_TIMESTAMP
+    key_field = model.key_field
+    name = model.__name__
+
+    def parse_shaped(key: bytes | None, value: bytes | None, timestamp: int | None = None,
+                     ) -> Any:
+        data = _json_object(value)
+        flat: dict[str, Any] = {}
+        for f, path in items:
+            got = read_path(data, path) if "." in path else data.get(path, _MISSING)
+            if got is not _MISSING:
+                flat[f] = got
+        if from_timestamp:
+            if timestamp is None or timestamp < 0:
+                raise InvalidRecord(f"{KAFKA_TIMESTAMP}: the record has no Kafka timestamp")
+            flat[time_field] = timestamp
+        elif time_format != "epoch_ms" and time_field in flat:
+            try:
+                flat[time_field] = convert_time(flat[time_field], time_format)
+            except InvalidRecord as exc:
+                raise InvalidRecord(f"invalid {name}: {to_path[time_field]}: {exc} "
+                                    f"(time_format {time_format})") from None
+        try:
+            record = model.model_validate(flat)
+        except ValidationError as exc:
+            raise InvalidRecord(f"invalid {name}: {_describe(exc, to_path)}") from exc
+        expected = getattr(record, key_field)
+        if key is None:
+            raise InvalidRecord(f"record has no key; it must be keyed by {to_path[key_field]}")
+        key_text = key.decode("utf-8", errors="replace")
+        if key_text != str(expected):
+            raise InvalidRecord(f"key {key_text[:60]!r} disagrees with {to_path[key_field]} "
+                                f"{str(expected)[:60]!r}")
+        return record
+
+    return parse_shaped

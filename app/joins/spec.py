@@ -25,7 +25,8 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
                       create_model)
 
 from app.logic.event_join import AsOf, Event, JoinRules, Mode, Revision, Version, derive_id
-from app.inputs.records import MAX_EVENT_TIME, WireModel
+from app.inputs.records import (KAFKA_TIMESTAMP, MAX_EVENT_TIME, TIME_FORMATS, InvalidRecord,
+                                WireModel, iso_to_ms)
 
 __all__ = ["FIELD_TYPES", "JoinSpec", "Side", "SpecError", "TableNames", "copartition_groups", "resolve",
            "resolve_all"]
@@ -56,12 +57,21 @@ class SideConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
     topic: str = Field(min_length=1)
-    key: str = Field(min_length=1, description="field the record key equals (co-partitioning)")
-    time: str = Field(min_length=1, description="event-time field (epoch ms)")
-    fields: dict[str, str] | None = Field(None, description="field name -> type (FIELD_TYPES)")
+    key: str = Field(min_length=1, description="field (a dotted path: 'user.id') the record "
+                                               "key equals (co-partitioning)")
+    time: str = Field(min_length=1, description="event-time field (a path), or '$timestamp': "
+                                                "the Kafka record timestamp")
+    time_format: Literal["epoch_ms", "epoch_s", "epoch_us", "iso8601"] = Field(
+        "epoch_ms", description="how the time field writes the event time")
+    start: str | None = Field(None, description="where a new deployment starts reading this "
+                              "topic: earliest, latest or an ISO-8601 time (default: the "
+                              "join's start)")
+    fields: dict[str, str] | None = Field(None, description="field path -> type (FIELD_TYPES)")
     model: str | None = Field(None, description="'module:Class' of a WireModel, instead of "
                                                 "fields")
-    copy_fields: list[str] = Field(alias="copy", description="fields copied to the output")
+    copy_fields: list[str | dict[str, str]] = Field(
+        alias="copy", description="fields (paths) copied to the output; {\"path\": \"name\"} "
+                                  "renames one")
     id: str | None = Field(None, description="events only: field holding the join id")
     time_as: str | None = Field(None, description="dimension only: output field of the joined "
                                                   "version's event time")
@@ -94,6 +104,8 @@ class JoinConfig(BaseModel):
     retention_ms: int = Field(gt=0)
     window_ms: int | None = Field(None, gt=0)
     late_dimensions: bool = True
+    start: str | None = Field(None, description="where a new deployment starts reading both "
+                              "inputs: earliest (default), latest or an ISO-8601 time")
     layout: Literal["per-key", "per-join"] = Field(
         "per-join", description="unused: every join keeps one row per join (app.joins.state); "
         "both values are accepted so that specs written before still load")
@@ -115,10 +127,41 @@ class Side:
     time: str
     copy: tuple[str, ...]
     model: type[WireModel]
+    #: flat field -> the path it is read from (``user_tier`` -> ``user.tier``), every field;
+    #: empty for a model side (its fields are top-level)
+    paths: tuple[tuple[str, str], ...] = ()
+    time_format: str = "epoch_ms"
+    #: the event time is the Kafka record timestamp (``"time": "$timestamp"``)
+    from_timestamp: bool = False
+    #: where a new deployment starts: "earliest", "latest" or epoch ms (the first offset at or
+    #: after it); only without a committed offset
+    start: str | int = "earliest"
 
     @property
     def field_names(self) -> tuple[str, ...]:
         return tuple(self.model.model_fields)
+
+    @property
+    def shaped(self) -> bool:
+        """Are its records read otherwise than flat with an epoch-ms time (then
+        :func:`app.inputs.records.compile_shaped_parser` reads them)?"""
+        return (self.from_timestamp or self.time_format != "epoch_ms"
+                or any(flat != path for flat, path in self.paths))
+
+    def path_of(self, flat: str) -> str:
+        """The spec's name of a flat field (its path, or ``$timestamp``)."""
+        if self.from_timestamp and flat == self.time:
+            return KAFKA_TIMESTAMP
+        return dict(self.paths).get(flat, flat)
+
+    def parser(self) -> Any:
+        """(key, value, timestamp=None) -> the flat record, or InvalidRecord."""
+        from app.inputs.records import compile_parser, compile_shaped_parser
+
+        if not self.shaped:
+            return compile_parser(self.model)  # the fast path itself, no wrapper
+        return compile_shaped_parser(self.model, dict(self.paths), self.time,
+                                     self.time_format, self.from_timestamp)
 
 
 @dataclass(frozen=True)
@@ -230,7 +273,8 @@ class JoinSpec:
         """What ``GET /joins/`` lists for this spec."""
         def side(s: Side) -> dict[str, Any]:
             return {"topic": s.topic, "key": s.key, "time": s.time, "copy": list(s.copy),
-                    "fields": list(s.field_names)}
+                    "fields": list(s.field_names), "time_format": s.time_format,
+                    "start": s.start, **({"paths": dict(s.paths)} if s.shaped else {})}
         return {"name": self.name, "events": {**side(self.events), "id": self.id_field},
                 "dimension": {**side(self.dimension), "time_as": self.time_as},
                 "output": self.output, "output_fields": list(self.output_fields),
@@ -262,28 +306,66 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _model_from_fields(spec: str, side: str, cfg: SideConfig) -> type[WireModel]:
+def _flat_names(spec: str, side: str, cfg: SideConfig) -> dict[str, str]:
+    """Path -> flat field name of a ``fields`` side: the path with dots turned into
+    underscores (``user.tier`` -> ``user_tier``), or the name a ``copy`` entry
+    ``{"user.tier": "tier"}`` gives it; ``$timestamp`` -> ``timestamp`` when it is the time."""
+    assert cfg.fields is not None
+    renames: dict[str, str] = {}
+    for entry in cfg.copy_fields:
+        if isinstance(entry, dict):
+            if len(entry) != 1:
+                raise SpecError(f"{spec}: {side}.copy: {entry!r}: a rename is one "
+                                "{\"path\": \"name\"} pair")
+            renames.update(entry)
+    paths = list(cfg.fields)
+    if cfg.time == KAFKA_TIMESTAMP:
+        paths.append(KAFKA_TIMESTAMP)
+    out: dict[str, str] = {}
+    for path in paths:
+        if path != KAFKA_TIMESTAMP and not all(
+                p.isidentifier() and not p.startswith("_") for p in path.split(".")):
+            raise SpecError(f"{spec}: {side}.fields: {path!r} is not a usable field name "
+                            "(names, or names joined by dots for nested fields)")
+        flat = renames.get(path, "timestamp" if path == KAFKA_TIMESTAMP
+                           else path.replace(".", "_"))
+        if not flat.isidentifier() or flat.startswith("_"):
+            raise SpecError(f"{spec}: {side}.copy renames {path!r} to {flat!r}, which is not a "
+                            "usable field name")
+        out[path] = flat
+    by_flat: dict[str, str] = {}
+    for path, flat in out.items():
+        if flat in by_flat:
+            raise SpecError(f"{spec}: {side}: {by_flat[flat]!r} and {path!r} would both be the "
+                            f"field {flat!r}; rename one in copy ({{{path!r}: \"name\"}})")
+        by_flat[flat] = path
+    return out
+
+
+def _model_from_fields(spec: str, side: str, cfg: SideConfig,
+                       flat: dict[str, str]) -> type[WireModel]:
     assert cfg.fields is not None
     fields: dict[str, Any] = {}
-    for name, typ in cfg.fields.items():
+    declared = dict(cfg.fields)
+    if cfg.time == KAFKA_TIMESTAMP:
+        declared[KAFKA_TIMESTAMP] = "time"
+    for path, typ in declared.items():
         optional = typ.endswith("?")
         base = typ[:-1] if optional else typ
         if base not in FIELD_TYPES:
-            raise SpecError(f"{spec}: {side}.fields.{name}: unknown type {typ!r} (one of "
+            raise SpecError(f"{spec}: {side}.fields.{path}: unknown type {typ!r} (one of "
                             f"{', '.join(FIELD_TYPES)}, optionally with '?')")
-        if not name.isidentifier() or name.startswith("_"):
-            raise SpecError(f"{spec}: {side}.fields: {name!r} is not a usable field name")
-        t = _KEY_TYPE if name == cfg.key and base == "str" else FIELD_TYPES[base]
-        fields[name] = (t | None, None) if optional else (t, ...)
+        t = _KEY_TYPE if path == cfg.key and base == "str" else FIELD_TYPES[base]
+        fields[flat[path]] = (t | None, None) if optional else (t, ...)
     if cfg.key in cfg.fields and cfg.fields[cfg.key] != "str":
         raise SpecError(f"{spec}: {side}.key {cfg.key!r} must be declared 'str' (record keys are "
                         f"UTF-8 strings and must equal it), got {cfg.fields.get(cfg.key)!r}")
     if cfg.time in cfg.fields and cfg.fields[cfg.time] != "time":
-        raise SpecError(f"{spec}: {side}.time {cfg.time!r} must be declared 'time' (epoch ms), "
-                        f"got {cfg.fields.get(cfg.time)!r}")
+        raise SpecError(f"{spec}: {side}.time {cfg.time!r} must be declared 'time' (an event "
+                        f"time, written as time_format says), got {cfg.fields.get(cfg.time)!r}")
     title = "".join(p.title() for p in cfg.topic.replace("_", "-").split("-"))
     model = create_model(f"{title}In", __base__=WireModel, **fields)
-    model.key_field = cfg.key
+    model.key_field = flat.get(cfg.key, cfg.key)
     return model
 
 
@@ -307,21 +389,57 @@ def _import_model(spec: str, side: str, cfg: SideConfig) -> type[WireModel]:
     return model
 
 
-def _side(spec: str, side: str, cfg: SideConfig) -> Side:
+def _start(spec: str, where: str, raw: str | None) -> str | int | None:
+    """A ``start`` setting: earliest, latest, or epoch ms of an ISO-8601 time with a zone."""
+    if raw is None or raw in ("earliest", "latest"):
+        return raw
+    try:
+        return iso_to_ms(raw)
+    except InvalidRecord as exc:
+        raise SpecError(f"{spec}: {where}: {exc} (give earliest, latest or an ISO-8601 time "
+                        "such as 2026-01-01T00:00:00Z)") from None
+
+
+def _side(spec: str, side: str, cfg: SideConfig, start: str | int) -> Side:
     if (cfg.fields is None) == (cfg.model is None):
         raise SpecError(f"{spec}: {side}: give either 'fields' (name -> type) or 'model'")
-    model = (_model_from_fields if cfg.fields is not None else _import_model)(spec, side, cfg)
-    known = list(model.model_fields)
-    named = [("key", cfg.key), ("time", cfg.time), *(("copy", f) for f in cfg.copy_fields)]
+    if cfg.time == KAFKA_TIMESTAMP and cfg.time_format != "epoch_ms":
+        raise SpecError(f"{spec}: {side}.time_format {cfg.time_format!r}: the Kafka timestamp "
+                        f"({KAFKA_TIMESTAMP}) is epoch ms; time_format is for a time field")
+    if cfg.fields is not None:
+        flat = _flat_names(spec, side, cfg)
+        model = _model_from_fields(spec, side, cfg, flat)
+    else:
+        shaped = [w for w, bad in (("a dotted path", any(
+            "." in f for f in (cfg.key, cfg.time, cfg.id or "", *(
+                c for c in cfg.copy_fields if isinstance(c, str))))),
+            ("a rename in copy", any(isinstance(c, dict) for c in cfg.copy_fields)),
+            (f"time_format {cfg.time_format}", cfg.time_format != "epoch_ms"),
+            ("time $timestamp", cfg.time == KAFKA_TIMESTAMP)) if bad]
+        if shaped:
+            raise SpecError(f"{spec}: {side}: {shaped[0]} needs 'fields', not 'model' (a "
+                            "wire model reads flat records with an epoch-ms time)")
+        model = _import_model(spec, side, cfg)
+        flat = {f: f for f in model.model_fields}
+    known = list(flat)
+    copy_paths = [next(iter(c)) if isinstance(c, dict) else c for c in cfg.copy_fields]
+    named = [("key", cfg.key), ("time", cfg.time), *(("copy", f) for f in copy_paths)]
     if cfg.id is not None:
         named.append(("id", cfg.id))
     for what, f in named:
+        if f == KAFKA_TIMESTAMP and what in ("key", "id"):
+            raise SpecError(f"{spec}: {side}.{what}: {KAFKA_TIMESTAMP} is the record's Kafka "
+                            "timestamp, only a 'time' (or copied)")
         if f not in known:
+            shown = [k for k in known if k != KAFKA_TIMESTAMP]
             raise SpecError(f"{spec}: {side}.{what} names {f!r}, a field {cfg.topic} records do "
-                            f"not have (they have: {', '.join(known)})")
-    if len(set(cfg.copy_fields)) != len(cfg.copy_fields):
-        raise SpecError(f"{spec}: {side}.copy lists a field twice: {cfg.copy_fields}")
-    return Side(cfg.topic, cfg.key, cfg.time, tuple(cfg.copy_fields), model)
+                            f"not have (they have: {', '.join(shown)})")
+    if len(set(copy_paths)) != len(copy_paths):
+        raise SpecError(f"{spec}: {side}.copy lists a field twice: {copy_paths}")
+    paths = tuple((f, p) for p, f in flat.items() if p != KAFKA_TIMESTAMP) \
+        if cfg.fields is not None else ()
+    return Side(cfg.topic, flat[cfg.key], flat[cfg.time], tuple(flat[p] for p in copy_paths),
+                model, paths, cfg.time_format, cfg.time == KAFKA_TIMESTAMP, start)
 
 
 def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinSpec:
@@ -340,8 +458,11 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinS
                         "joined version's event time, e.g. 'movie_event_time')")
     if not cfg.dimension.copy_fields:
         raise SpecError(f"{where}: dimension.copy is empty: a join must copy at least one field")
-    events = _side(where, "events", cfg.events)
-    dimension = _side(where, "dimension", cfg.dimension)
+    start = _start(where, "start", cfg.start) or "earliest"
+    events = _side(where, "events", cfg.events,
+                   _start(where, "events.start", cfg.events.start) or start)
+    dimension = _side(where, "dimension", cfg.dimension,
+                      _start(where, "dimension.start", cfg.dimension.start) or start)
     for f in dimension.copy:
         if not dimension.model.model_fields[f].is_required():
             raise SpecError(f"{where}: dimension.copy field {f!r} is optional, but null means "
@@ -350,7 +471,9 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinS
     if len(set(topics)) != 3 or cfg.output in topics:
         raise SpecError(f"{where}: events {cfg.events.topic}, dimension {cfg.dimension.topic}, "
                         f"ticks {cfg.ticks} and output {cfg.output} must be four different topics")
-    spec = JoinSpec(cfg.name, events, dimension, cfg.events.id, cfg.dimension.time_as,
+    id_field = None if cfg.events.id is None else dict(
+        (p, f) for f, p in events.paths).get(cfg.events.id, cfg.events.id)
+    spec = JoinSpec(cfg.name, events, dimension, id_field, cfg.dimension.time_as,
                     cfg.output, cfg.ticks, cfg.mode, cfg.asof, cfg.retention_ms, cfg.window_ms,
                     cfg.late_dimensions, cfg.layout, cfg.review_lag_ms,
                     cfg.tables or TableNames(
@@ -385,6 +508,14 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig]) -> list[JoinSpec]:
                                     f"{what} {value!r}")
                 seen[value] = s.name
     inputs = {t: s.name for s in specs for t in (s.events.topic, s.dimension.topic)}
+    starts: dict[str, tuple[str, str | int]] = {}
+    for s in specs:
+        for side in (s.events, s.dimension):
+            other = starts.setdefault(side.topic, (s.name, side.start))
+            if other[1] != side.start:
+                raise SpecError(f"join specs {other[0]!r} and {s.name!r} read {side.topic} "
+                                f"from different starts ({other[1]!r}, {side.start!r}): a "
+                                "worker reads a topic once")
     for s in specs:
         if s.output in inputs:
             raise SpecError(f"join spec {s.name!r} writes {s.output}, which join "

@@ -26,8 +26,8 @@ from app.inputs.records import InvalidRecord
 
 log = logging.getLogger(__name__)
 
-#: an engine's parse: (topic, key, value) -> (the record, its event time)
-Parse = Callable[[str, bytes | None, bytes | None], tuple[Any, int]]
+#: an engine's parse: (topic, key, value, Kafka timestamp) -> (the record, its event time)
+Parse = Callable[[str, bytes | None, bytes | None, int | None], tuple[Any, int]]
 
 
 class Intake:
@@ -163,7 +163,7 @@ def parse_batch(join: str, parse: Parse, b: Batch) -> list[tuple[int, int, Any]]
     out = []
     for record in b.records:
         try:
-            parsed, event_time = parse(topic, record.key, record.value)
+            parsed, event_time = parse(topic, record.key, record.value, record.timestamp)
         except InvalidRecord as exc:
             parsed, event_time = exc, -1  # goes first, to the dead letters
         except Exception as exc:  # a bug must not kill the worker nor lose the record

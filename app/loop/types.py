@@ -57,8 +57,10 @@ class Engine(Protocol):
     def end_batch(self) -> None:
         """The batch is handled: write what it kept aside for its end (before the flush)."""
 
-    def parse(self, topic: str, key: bytes | None, value: bytes | None) -> tuple[Any, int]:
-        """(the record, its event time); raises :class:`InvalidRecord`."""
+    def parse(self, topic: str, key: bytes | None, value: bytes | None,
+              timestamp: int | None = None) -> tuple[Any, int]:
+        """(the record, its event time); raises :class:`InvalidRecord`. ``timestamp``: the
+        record's Kafka timestamp (epoch ms), for a spec side timed by it."""
 
     def on_record(self, topic: str, partition: int, offset: int, key: bytes | None,
                   value: bytes | None, parsed: Any) -> list[Out]:

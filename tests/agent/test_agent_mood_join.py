@@ -95,10 +95,10 @@ async def test_a_bug_in_parsing_dead_letters_the_record_and_the_agent_goes_on(ha
     engine = harness.engine
     real = engine._parsers[settings.moods_topic]
 
-    def parser(key, value):
+    def parser(key, value, *rest):
         if value == b'{"boom": 1}':
             raise RuntimeError("boom")
-        return real(key, value)
+        return real(key, value, *rest)
 
     engine._parsers[settings.moods_topic] = parser
     try:
