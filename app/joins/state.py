@@ -19,7 +19,7 @@ Every join spec keeps three tables (names from the spec, :class:`app.joins.spec.
   so an event costs one changelog row;
 - ``clock``: partition -> stream time;
 - ``dimension``: the layout before ``V`` rows, key -> ``[[event_time, *values], ...]``; still
-  recovered (an older worker's changelog, a Spark bootstrap) and read once per key: a key
+  recovered (an older worker's changelog, an older bootstrap) and read once per key: a key
   found there is converted to ``V`` rows, and the old row tombstoned once the record that
   converted it is delivered (:meth:`JoinState._convert`).
 
