@@ -157,6 +157,7 @@ class JoinState:
         self._moved = set()  # partitions whose stream time moved in it
         #: (partition, key) -> the record that converted its old-layout row (``_convert``)
         self._converting: dict[tuple[int, str], Any] = {}
+        self._converted_now: set[tuple[int, str]] = set()  # ... in the batch being handled
 
     # --- rows --------------------------------------------------------------------------------
     def load(self, raw: Any) -> Join:
@@ -229,6 +230,7 @@ class JoinState:
             self.clock.put(p, p, t)
         self._clocks.clear()
         self._moved.clear()
+        self._converted_now.clear()
         for (p, key), src in list(self._converting.items()):
             if self.delivered(p, src):  # its V rows are in the log: the old row may go
                 self.history.delete(p, key)
@@ -303,9 +305,11 @@ class JoinState:
         version: a changelog or a bootstrap written by an older version) gets them as ``V``
         rows; the old row is deleted (a tombstone) once ``src``, the record that converted
         it, is delivered: its changelog rows, the ``V`` rows with them, are then in the log,
-        so a crash never leaves the tombstone without the rows. Versions the retention has
-        already let go are not written again."""
-        if (p, key) in self._converting:
+        so a crash never leaves the tombstone without the rows. Until then each batch that
+        reads the key writes its rows again (a batch dropped at a rebalance takes its
+        changelog rows with it, not the rows already in the store). Versions the retention
+        has already let go are not written again."""
+        if (p, key) in self._converted_now:
             return
         old = self.history.get(p, key)
         if not old:
@@ -314,9 +318,8 @@ class JoinState:
         versions = old if clock is None else purge_history(
             sorted(old), clock - self.spec.retention_ms)
         for v in versions:
-            vk = version_key(key, v[0], v[1:])
-            if self.joins.get(p, vk) is None:
-                self.joins.put(p, vk, list(v))
+            self.joins.put(p, version_key(key, v[0], v[1:]), list(v))
+        self._converted_now.add((p, key))
         self._converting[(p, key)] = src
 
     def on_version(self, p: int, key: str, v: Version, horizon: int | None,

@@ -132,7 +132,13 @@ def test_an_old_layout_row_is_converted_and_its_tombstone_waits_for_delivery():
     assert versions(state, "k") == [[10, "a"], [20, "b"], [30, "c"]]
     state.end_batch()
     assert old.flush() == []  # not delivered yet: the old row stays
-    delivered.add((0, 7))
+    state.joins.flush()
+    state.on_event(P, Event("k", "e2", 26, ("r",)), None, None, src=[0, 8])
+    state.end_batch()
+    again = {k for _, _, k, v in state.joins.flush() if k[:1] == VERSION}
+    assert again == {version_key("k", t, [m]) for t, m in [(10, "a"), (20, "b"), (30, "c")]}
+    assert old.flush() == []  # its rows again, until the converting record is delivered
+    delivered.add((0, 8))
     state.end_batch()
     assert old.flush() == [("memory", P, b'"k"', None)]  # its tombstone
     assert versions(state, "k") == [[10, "a"], [20, "b"], [30, "c"]]
