@@ -31,6 +31,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     ETJ_DATADIR=/var/lib/etj \
     ETJ_STORE_URL=rocksdb:// \
     ETJ_WEB_PORT=6066
+# two malloc arenas, not glibc's up to 8 per core: RocksDB's, the fetch thread's and the
+# executors' threads can each get one, and memory freed in one is not reused by another
+# (docs/operating/scaling.md#memory)
+ENV MALLOC_ARENA_MAX=2
 # a fixed uid above the system range (what the chart's runAsUser says), so not --system:
 # useradd warns of a system uid above SYS_UID_MAX; --no-log-init keeps lastlog out of the layer
 RUN groupadd --gid ${UID} etj \

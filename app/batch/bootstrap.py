@@ -1,5 +1,7 @@
-"""``python -m app.batch bootstrap``: a join's dimension table built by Spark from a catalogue
-(Parquet, or the project's topic archives), as the workers' starting state.
+"""``python -m app.batch bootstrap``: a join's dimension built by Spark from a catalogue
+(Parquet, or the project's topic archives), as the workers' starting state: one row per
+version in the join's ordered table (``V`` rows, :mod:`app.joins.keys`), its changelog and its
+snapshots.
 
 Why: a fresh worker builds a dimension table by reading its topic record by record (~30,000 a
 second a worker); a 500-million-key catalogue takes hours, and every new partition owner replays
@@ -47,7 +49,7 @@ from pyspark.sql import functions as F
 from app.batch.archives import count_records
 from app.batch.jobs import Scope, admit_input, spec_kinds
 from app.batch.session import Steps
-from app.batch.state_files import PartitionState, Target, arrow_rows, write_partition
+from app.batch.state_files import PartitionState, Target, arrow_version_rows, write_partition
 from app.joins.spec import JoinSpec
 from app.state.snapshot_store import BootstrapMarker, Snapshots
 
@@ -87,8 +89,9 @@ class Outcome:
 
 
 def target_of(spec: JoinSpec, settings: Any, snapshot_url: str, broker_url: str) -> Target:
-    """Where the workers read ``spec``'s dimension table from: the worker's own table
-    declaration (:mod:`app.topology`) gives its changelog topic and snapshot fingerprint."""
+    """Where the workers read ``spec``'s dimension from: its versions are rows of the join's
+    ordered table (``V`` rows beside the joins); the worker's own table declaration
+    (:mod:`app.topology`) gives its changelog topic and snapshot fingerprint."""
     from app.kafka.connection import bootstrap_servers
     from app.state.snapshot_service import table_fingerprint
     from app.topology import joins
@@ -101,7 +104,7 @@ def target_of(spec: JoinSpec, settings: Any, snapshot_url: str, broker_url: str)
         raise BootstrapError(f"the workers of this configuration do not run join {spec.name!r} "
                              f"(they run {', '.join(joins) or 'none'}: ETJ_BUILTIN_JOINS, "
                              "ETJ_JOINS_FILE)")
-    table = joins[spec.name].tables.history
+    table = joins[spec.name].tables.joins
     partitions = table.partitions or settings.partitions
     return Target(changelog=table.changelog_topic.get_topic_name(), partitions=partitions,
                   fingerprint=table_fingerprint(table, partitions), snapshot_url=snapshot_url,
@@ -249,7 +252,7 @@ def _write_group(target: Target, columns: list[str], kinds: list[str], workdir: 
     import pyarrow as pa
 
     partition = table.column("_p")[0].as_py()
-    rows = arrow_rows(table, columns, kinds)
+    rows = arrow_version_rows(table, columns)
     state = write_partition(target, partition, rows, table.num_rows, workdir)
     return pa.Table.from_pylist([asdict(state)])
 

@@ -4,11 +4,14 @@ as a RocksDB database, uploaded as the partition's snapshot at the last offset w
 
 No Spark and no Faust here: executors run it. What it must agree on with the worker:
 
-- **rows**: a dimension table row is the JSON of the key (a string) and of its versions
-  ``[[event_time, *copied values], ...]``, sorted (:mod:`app.joins.state`), byte for byte what a
-  worker's table writes for the same versions (Faust's ``json`` codec is orjson; strings without
-  a character JSON escapes are written directly, the rest by orjson:
-  :func:`history_rows`, held to orjson by tests/unit/test_bootstrap.py);
+- **rows**: one row per dimension version in the join's ordered table, ``V (key, event time,
+  digest of the values)`` -> ``[event_time, *copied values]`` (:mod:`app.joins.keys`,
+  :mod:`app.joins.state`), byte for byte what a worker writes for the same version (its key
+  from :func:`app.joins.keys.version_key`, its value by orjson, Faust's ``json`` codec:
+  :func:`version_rows`, held to the worker's own writes by tests/unit/test_bootstrap.py). No
+  row grows with a key's history: a key with 100,000 versions is 100,000 small rows, not one
+  that passes the request limit. :func:`history_rows` writes the layout before (one row per
+  key), which a worker converts when it reads the key (the tests write old changelogs with it);
 - **database**: a RocksDB database in raw mode, as Faust's store opens it, holding those rows and
   Faust's offset row (``Store.offset_key`` = the last changelog offset of the rows), so that a
   worker installing the snapshot replays only what the changelog holds after it
@@ -43,7 +46,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 import orjson
 
-__all__ = ["Target", "PartitionState", "arrow_rows", "history_rows", "write_partition"]
+from app.joins.keys import version_key
+
+__all__ = ["Target", "PartitionState", "arrow_rows", "history_rows", "version_rows",
+           "write_partition"]
 
 #: Faust's RocksDB store keeps the partition's changelog offset under this key
 #: (``faust.stores.rocksdb.Store.offset_key``; checked by tests/unit/test_bootstrap.py)
@@ -131,6 +137,24 @@ def history_rows(records: Iterable[Sequence[Any]], kinds: Sequence[str],
     return rows
 
 
+def version_rows(records: Iterable[Sequence[Any]]) -> list[tuple[bytes, bytes]]:
+    """``(key, event_time, *copied values)`` records, any order, duplicates allowed -> the
+    join table's version rows ``(V key, JSON [event_time, *values])``, sorted by key bytes
+    (RocksDB's order), a version given twice kept once (the same key)."""
+    dumps = orjson.dumps
+    rows = {version_key(rec[0], rec[1], list(rec[2:])): dumps([rec[1], *rec[2:]])
+            for rec in records}
+    return sorted(rows.items())
+
+
+def arrow_version_rows(table: Any, columns: Sequence[str]) -> list[tuple[bytes, bytes]]:
+    """:func:`version_rows` of an Arrow table whose ``columns`` are the key, the event time
+    and the copied values."""
+    if table.num_rows == 0:
+        return []
+    return version_rows(zip(*(table.column(c).to_pylist() for c in columns)))
+
+
 def arrow_rows(table: Any, columns: Sequence[str], kinds: Sequence[str],
                ) -> list[tuple[bytes, bytes]]:
     """:func:`history_rows` of an Arrow table whose ``columns`` are the key, the event time and
@@ -175,7 +199,7 @@ def arrow_rows(table: Any, columns: Sequence[str], kinds: Sequence[str],
 
 
 class RowTooBig(ValueError):
-    """A key's versions do not fit in one produce request."""
+    """A version's row does not fit in one produce request."""
 
 
 async def _produce(target: Target, partition: int, rows: Sequence[tuple[bytes, bytes]],
@@ -211,10 +235,10 @@ async def _produce(target: Target, partition: int, rows: Sequence[tuple[bytes, b
             batch = producer.create_batch()
             for k, v in chunk:
                 if len(k) + len(v) > target.max_row_bytes:
-                    raise RowTooBig(f"key {k[:80]!r}: its versions take {len(v):,} bytes, over "
-                                    f"the request limit ({target.max_row_bytes:,}); raise "
+                    raise RowTooBig(f"key {k[:80]!r}: its row takes {len(k) + len(v):,} bytes, "
+                                    f"over the request limit ({target.max_row_bytes:,}); raise "
                                     "ETJ_PRODUCER_MAX_REQUEST_BYTES (and the broker's "
-                                    "message.max.bytes) or keep fewer versions per key")
+                                    "message.max.bytes)")
                 if batch.append(key=k, value=v, timestamp=None) is None:
                     raise RowTooBig(f"key {k[:80]!r} does not fit in a produce batch")
             return batch
@@ -319,5 +343,6 @@ def write_partition(target: Target, partition: int, rows: Sequence[tuple[bytes, 
         t3 = time.monotonic()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return PartitionState(partition, records, len(rows), first, last, sent, m.size, t1 - t0,
+    keys = len({k[:5 + int.from_bytes(k[1:5], "big")] for k, _ in rows})  # app.joins.keys
+    return PartitionState(partition, records, keys, first, last, sent, m.size, t1 - t0,
                           t2 - t1, t3 - t2)

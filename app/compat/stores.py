@@ -212,6 +212,19 @@ class SplitSortedDict(MutableMapping):
         return iter(inside)
 
 
+    def edge(self, lo: bytes, hi: bytes | None, last: bool) -> Any:
+        """The first (``last``: the last) key ``lo <= key < hi``, or None: a bounded read of
+        one row, whatever the size of its group (a hot key's 100,000 versions)."""
+        group = self._group(lo) if isinstance(lo, bytes) else None
+        if group is not None and lo.startswith(group) and hi is not None and (
+                hi.startswith(group) or hi == self._group_end(group)):
+            keys = self.groups.get(group, ())
+            i, j = bisect_left(keys, lo), bisect_left(keys, hi)
+            return None if i >= j else keys[j - 1 if last else i]
+        inside = list(self.irange(lo, hi, inclusive=(True, False)))
+        return (inside[-1] if last else inside[0]) if inside else None
+
+
 def share_budgets(store: StoreT) -> StoreT:
     """A RocksDB store's databases share the worker's memory budgets
     (:class:`~app.compat.rocksdb_memory.SharedBudgetOptions`): its options are built again as
@@ -317,6 +330,29 @@ def _scan_rocksdb(store: RocksDBStore, lo: bytes, hi: bytes | None, partition: i
         it.next()
 
 
+def _edge_rocksdb(store: RocksDBStore, lo: bytes, hi: bytes | None,
+                  partition: int, last: bool) -> tuple[bytes, Any] | None:
+    """The first (``last``: the last) row ``lo <= key < hi`` of one partition's database."""
+    it = store._db_for_partition(partition).iter(rocksdict.ReadOptions())
+    skip = store.offset_key
+    if last:
+        if hi is None:
+            it.seek_to_last()
+        else:
+            it.seek_for_prev(hi)
+        while it.valid() and ((hi is not None and it.key() >= hi) or it.key() == skip):
+            it.prev()
+        if it.valid() and it.key() >= lo:
+            return it.key(), orjson.loads(it.value())
+        return None
+    it.seek(lo)
+    while it.valid() and it.key() == skip:
+        it.next()
+    if it.valid() and (hi is None or it.key() < hi):
+        return it.key(), orjson.loads(it.value())
+    return None
+
+
 def estimated_keys(table: faust.Table) -> int:
     """Keys in ``table``'s local store: RocksDB's own estimate for the active partitions
     (counting would read every key), else the table's length."""
@@ -401,6 +437,20 @@ class StoreIO:
         if isinstance(store, RocksDBStore):
             return _scan_rocksdb(store, lo, hi, partition, orjson.loads)
         return iter_range(self.table, lo, hi, partition)
+
+    def edge(self, partition: int, lo: bytes, hi: bytes | None,
+             last: bool = False) -> tuple[bytes, Any] | None:
+        """(key, value) of the first (``last``: the last) row ``lo <= key < hi`` of a range
+        table, or None: one row read, not the range (the version before a time)."""
+        store = self.table.data
+        if isinstance(store, RocksDBStore):
+            return _edge_rocksdb(store, lo, hi, partition, last)
+        data = store.data
+        if isinstance(data, SplitSortedDict):
+            key = data.edge(lo, hi, last)
+        else:
+            key = next(iter(data.irange(lo, hi, inclusive=(True, False), reverse=last)), None)
+        return None if key is None else (key, data[key])
 
     def write(self, partition: int, rows: list[tuple[Any, bytes | None, Any]]) -> None:
         """Apply ``(key, encoded value or None to delete, value)`` rows to one partition."""

@@ -87,9 +87,11 @@ def join_topics(s: Settings, spec: JoinSpec) -> list[TopicUse]:
            TopicUse(spec.output, n, "output: the revision log", "you", WRITE, s.partitions),
            TopicUse(spec.ticks, n, "internal: revisit ticks, co-partitioned with the inputs",
                     "the worker", OWN, p)]
-    for table, what in ((t.dimension, "the dimension's versions per key"),
-                        (t.joins, "the joins in retention, a row per join (its indexes are "
-                                  "derived from them, not logged)"),
+    for table, what in ((t.dimension, "the dimension's versions per key in the layout before "
+                                      "a row per version, read once to convert them"),
+                        (t.joins, "the dimension's versions, a row per version, and the joins "
+                                  "in retention, a row per join (its indexes are derived from "
+                                  "them, not logged)"),
                         (t.clock, "stream time per partition")):
         out.append(TopicUse(changelog(s, table), n, f"changelog of table `{table}`: {what}",
                             "the worker", OWN, p, compacted=True))

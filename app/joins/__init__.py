@@ -2,7 +2,8 @@
 
 - :mod:`app.joins.spec` — what a spec says, and its validation (``SpecError``);
 - :mod:`app.joins.catalog` — the built-in specs (moods, movies) and ``ETJ_JOINS_FILE``;
-- :mod:`app.joins.state` — where a join's state lives: a row per join, and its indexes;
+- :mod:`app.joins.state` — where a join's state lives: a row per join and per dimension version,
+  and its indexes;
 - :mod:`app.joins.keys` — the byte keys of those rows;
 - :mod:`app.joins.car_state` — the car join's tables, keys and rows (that join is no spec: two
   agents, one-to-many; its state layout sits beside the specs' all the same).

@@ -14,6 +14,15 @@ expiry X ++ u32be(partition) ++ u64be(bucket) ++ u32be(len(key)) ++ key   -> 1
        of a :data:`BUCKET_MS` bucket), in time order: "keys with joins older than the horizon"
        is one range, and an event writes its bucket's row only once per key and bucket
 
+version V ++ u32be(len(key)) ++ key ++ u64be(event_time) ++ digest(values) -> [event_time, *values]
+       one row per dimension version (a mood, a movie's version): one key's versions are one
+       prefix in event-time order, so "the version before t" is one bounded reverse read and
+       "the next version time after t" one forward read; a batch writes the versions it
+       changes, never a row that grows with the key's history. ``digest`` (8 bytes of
+       BLAKE2b of the values' JSON) tells apart versions at the same time (ties): their
+       order among themselves is not the tie rule's, so a time's versions are read together
+       and sorted (:mod:`app.joins.state`)
+
 The length prefix keeps a key from being a prefix of another (``"ab"`` vs ``"abc"``). Event times
 are >= 0 (app.inputs.records), so plain unsigned big-endian bytes sort like the numbers. Rows of the
 layout before this one began with the length prefix (a ``0x00`` byte): :func:`is_join_row`
@@ -22,14 +31,18 @@ tells them apart.
 
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
+from typing import Any
+
+import orjson
 
 from app.state.ordered_keys import prefix_end
 
-__all__ = ["BUCKET_MS", "ID", "JOIN", "bucket", "key_group", "expiry_key", "expiry_range", "id_key",
+__all__ = ["BUCKET_MS", "ID", "JOIN", "VERSION", "version_key", "version_range", "bucket", "key_group", "expiry_key", "expiry_range", "id_key",
            "is_join_row", "join_key", "join_range", "split_expiry_key", "split_join_key"]
 
-JOIN, ID, EXPIRY = b"J", b"I", b"X"
+JOIN, ID, EXPIRY, VERSION = b"J", b"I", b"X", b"V"
 #: the width of an expiry bucket, ~17.5 minutes: a key's joins of one bucket share one
 #: ``X`` row (a fixed width: the rows stay valid whatever the retention)
 BUCKET_MS = 1 << 20
@@ -105,3 +118,18 @@ def split_expiry_key(raw: bytes) -> tuple[int, int, str]:
     n = int.from_bytes(raw[at:at + _U32], "big")
     return (int.from_bytes(raw[1:1 + _U32], "big"), int.from_bytes(raw[1 + _U32:at], "big"),
             raw[at + _U32:at + _U32 + n].decode("utf-8"))
+
+
+def version_key(key: str, event_time: int, values: list[Any]) -> bytes:
+    """The ``V`` row of one version of ``key``'s dimension."""
+    digest = hashlib.blake2b(orjson.dumps(values), digest_size=8).digest()
+    return VERSION + _key(key) + event_time.to_bytes(_U64, "big") + digest
+
+
+def version_range(key: str, start: int | None, end: int | None) -> tuple[bytes, bytes]:
+    """[lo, hi) of the version keys of ``key`` with ``start <= event_time < end`` (None: open)."""
+    prefix = VERSION + _key(key)
+    lo = prefix + max(start or 0, 0).to_bytes(_U64, "big")
+    if end is None or end > _MAX_TIME:
+        return lo, prefix_end(prefix)  # type: ignore[return-value]  (never all 0xff: V...)
+    return lo, prefix + max(end, 0).to_bytes(_U64, "big")

@@ -1,17 +1,27 @@
-"""Where a join's state lives: one row per join, ordered by key and event time; one set of
-rules (:mod:`app.logic.event_join`).
+"""Where a join's state lives: one row per join and one per dimension version, ordered by key
+and event time; one set of rules (:mod:`app.logic.event_join`).
 
 Every join spec keeps three tables (names from the spec, :class:`app.joins.spec.TableNames`):
 
-- ``dimension``: key -> the key's versions ``[[event_time, *values], ...]`` (sorted; purged
-  behind the horizon when written, keeping the last one before it);
-- ``joins``: one row per join under ``J (key, event_time, join id)`` (:mod:`app.joins.keys`),
+- ``joins``: one row per dimension version under ``V (key, event_time, digest of the values)``
+  -> ``[event_time, *values]`` (:mod:`app.joins.keys`): the version an event joins is one
+  bounded reverse read (the last version before its time) and its tie group's rows; the next
+  version after one is one forward read. A batch writes the versions it changes; the purge
+  behind the horizon deletes all but the last version before it (tombstones). Why: the
+  versions were one row per key, rewritten whole by every batch that changed the key: 6,000
+  moods of 200 characters made a 1.3 MB row, past Kafka's 1 MB request limit (the worker
+  exited on every restart), and every batch paid O(history) for the key;
+- ``joins``, too: one row per join under ``J (key, event_time, join id)``,
   with two indexes in the same table: ``I (key, join id) -> event_time`` (a join by its id) and
   ``X (partition, time bucket, key)`` (which keys have joins in which ~17-minute bucket: the
   purge and the review are one range of it, then one range of each key's joins). Only ``J``
   rows go to the changelog; :class:`JoinsTable` rebuilds the indexes from them on recovery,
   so an event costs one changelog row;
-- ``clock``: partition -> stream time.
+- ``clock``: partition -> stream time;
+- ``dimension``: the layout before ``V`` rows, key -> ``[[event_time, *values], ...]``; still
+  recovered (an older worker's changelog, an older bootstrap) and read once per key: a key
+  found there is converted to ``V`` rows, and the old row tombstoned once the record that
+  converted it is delivered (:meth:`JoinState._convert`).
 
 Why this layout, for every join: an event writes its own row, whatever its key's fan-in, and a
 dimension version re-joins the events between it and the key's next version — one range read
@@ -37,22 +47,21 @@ Gap-free re-emits: with a join's current revision go the revisions it superseded
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import replace
 from typing import Any, Callable, Iterable
 
-from app.compat.stores import StoreIO
-from app.joins.keys import (BUCKET_MS, ID, JOIN, bucket, expiry_key, expiry_range, id_key,
+from app.compat.stores import StoreIO, iter_range
+from app.joins.keys import (BUCKET_MS, ID, JOIN, VERSION, bucket, version_key, version_range, expiry_key, expiry_range, id_key,
                             join_key, join_range, key_group, split_expiry_key, split_join_key)
 from app.joins.spec import JoinSpec
 from app.logic.event_join import (Event, Join, Purged, Revision, Version, affected_floor,
-                                  affected_from, affected_until, insert_version, purgeable,
-                                  rejoin_affected, undelivered_revisions)
+                                  affected_until, purge_history, rejoin_affected,
+                                  undelivered_revisions)
 from app.state.ordered_keys import prefix_end
 from app.state.overlay import Overlay
 from app.state.range_scan import RangeTable
 
-__all__ = ["JoinState", "JoinsTable", "StateLayoutError"]
+__all__ = ["JoinState", "JoinsTable", "StateLayoutError", "stored_versions"]
 
 #: (partition, source of a revision) -> is its output known to be in the log?
 Delivered = Callable[[int, Any], bool]
@@ -73,7 +82,7 @@ class JoinsTable(RangeTable):
     #: the spec the table belongs to (for the error that names it)
     join_name: str = "?"
     #: in the snapshots' fingerprint: a snapshot of the layout before is never installed
-    state_layout = "joins-by-key-time"
+    state_layout = "joins-and-versions-by-key-time"
     #: the memory store's layout (app.compat.stores.SplitSortedDict): the id index is looked up
     #: by point only (unsorted); a key's joins are scanned within the key only (per key); the
     #: kind of a row is its first byte
@@ -85,7 +94,7 @@ class JoinsTable(RangeTable):
 
     @staticmethod
     def group_key(key: bytes) -> bytes | None:
-        return key_group(key) if key[:1] == JOIN else None
+        return key_group(key) if key[:1] in (JOIN, VERSION) else None
 
     group_end = staticmethod(prefix_end)  # where a key's joins end
 
@@ -93,7 +102,7 @@ class JoinsTable(RangeTable):
         events = list(batch)
         for event in events:
             key = event.message.key
-            if not (isinstance(key, bytes) and key[:1] == JOIN):
+            if not (isinstance(key, bytes) and key[:1] in (JOIN, VERSION)):
                 raise StateLayoutError(
                     f"join {self.join_name!r}: changelog {self.changelog_topic.get_topic_name()}"
                     f" holds a row of an older state layout (key {key!r:.60}); this version "
@@ -103,6 +112,8 @@ class JoinsTable(RangeTable):
         io = StoreIO(self)
         derived: dict[int, list[tuple[Any, bytes | None, Any]]] = {}
         for event in events:
+            if event.message.key[:1] != JOIN:
+                continue  # a version: no index
             p = event.message.partition
             key, t, jid = split_join_key(event.message.key)
             rows = derived.setdefault(p, [])
@@ -114,6 +125,18 @@ class JoinsTable(RangeTable):
                 rows.append((expiry_key(p, t, key), b"1", 1))
         for p, rows in derived.items():
             io.write(p, rows)
+
+
+def stored_versions(joins: Any, history: Any, key: str, partition: int) -> list[Version] | None:
+    """A key's versions as the join sees them, oldest first (ties in the tie rule's order):
+    its ``V`` rows in the joins table, or its row of the layout before (``history``, the
+    ``dimension`` table) when it was not converted yet; None when it has none (the web view,
+    the tests)."""
+    rows = sorted(v for _, v in iter_range(joins, *version_range(key, None, None), partition))
+    if rows:
+        return rows
+    old = history.get(key)
+    return sorted(old) if old else None
 
 
 class JoinState:
@@ -132,7 +155,9 @@ class JoinState:
         self.emitted = emitted or self.delivered
         self._clocks = {}  # partition -> stream time, in the batch being handled
         self._moved = set()  # partitions whose stream time moved in it
-        self._owned: dict[tuple[int, str], list[Version]] = {}  # histories copied in it
+        #: (partition, key) -> the record that converted its old-layout row (``_convert``)
+        self._converting: dict[tuple[int, str], Any] = {}
+        self._converted_now: set[tuple[int, str]] = set()  # ... in the batch being handled
 
     # --- rows --------------------------------------------------------------------------------
     def load(self, raw: Any) -> Join:
@@ -205,7 +230,11 @@ class JoinState:
             self.clock.put(p, p, t)
         self._clocks.clear()
         self._moved.clear()
-        self._owned.clear()
+        self._converted_now.clear()
+        for (p, key), src in list(self._converting.items()):
+            if self.delivered(p, src):  # its V rows are in the log: the old row may go
+                self.history.delete(p, key)
+                del self._converting[(p, key)]
         return moved
 
     _clocks: dict[int, Any]
@@ -216,7 +245,8 @@ class JoinState:
                  release_from: int | None, src: Any = None) -> tuple[list[Revision], bool]:
         old_time, raw = self._find(p, e.key, e.id)
         existing = None if raw is None else self.load(raw)
-        j, rev = self.rules.arrive(self.history.get(p, e.key) or [], e, existing, release_from)
+        j, rev = self.rules.arrive(self._answering(p, e.key, e.event_time, src), e, existing,
+                                   release_from)
         if j is None:  # a duplicate: perhaps re-delivered after a crash lost its output
             if existing is None:
                 return [], False
@@ -227,39 +257,100 @@ class JoinState:
         self._put(p, e.key, e.id, j, old_time)
         return ([rev] if rev else []), (existing is None and j.revision == 0)
 
+    # --- a key's versions: one ``V`` row each (app.joins.keys) ------------------------------
+    def _group(self, p: int, key: str, t: int) -> list[Version]:
+        """The key's versions at time ``t``, sorted (ties: the tie rule is the list order)."""
+        return sorted(v for _, v in self.joins.scan(p, *version_range(key, t, t + 1)))
+
+    def _time_before(self, p: int, key: str, t: int) -> int | None:
+        """The greatest version time before ``t`` (one reverse read), or None."""
+        row = self.joins.edge(p, *version_range(key, None, t), last=True)
+        return None if row is None else row[1][0]  # type: ignore[no-any-return]
+
+    def _time_from(self, p: int, key: str, t: int) -> int | None:
+        """The least version time at or after ``t`` (one forward read), or None."""
+        row = self.joins.edge(p, *version_range(key, t, None))
+        return None if row is None else row[1][0]  # type: ignore[no-any-return]
+
+    def _answering(self, p: int, key: str, t: int, src: Any) -> list[Version]:
+        """The versions an event at ``t`` can join (the tie group of the as-of time): what the
+        rules see of the key's history for it — :func:`app.logic.event_join.as_of` over them
+        gives what it gives over the whole history."""
+        self._convert(p, key, src)
+        if self.rules.asof == "before":
+            at = self._time_before(p, key, t)
+        else:
+            at = self._time_before(p, key, t + 1)
+            if at is None:  # before every version: the earliest
+                at = self._time_from(p, key, 0)
+        return [] if at is None else self._group(p, key, at)
+
+    def _purge(self, p: int, key: str, horizon: int) -> int:
+        """Delete the key's versions before ``horizon`` but the last (the greatest of the last
+        time's): tombstones in the changelog. Reads only the rows before the horizon."""
+        rows = list(self.joins.scan(p, *version_range(key, None, horizon)))
+        if len(rows) < 2:
+            return 0
+        last = rows[-1][1][0]
+        keep = max(v for _, v in rows if v[0] == last)
+        dropped = 0
+        for k, v in rows:
+            if v != keep:
+                self.joins.delete(p, k)
+                dropped += 1
+        return dropped
+
+    def _convert(self, p: int, key: str, src: Any) -> None:
+        """A key whose versions are still one ``dimension`` row (the layout before one row per
+        version: a changelog or a bootstrap written by an older version) gets them as ``V``
+        rows; the old row is deleted (a tombstone) once ``src``, the record that converted
+        it, is delivered: its changelog rows, the ``V`` rows with them, are then in the log,
+        so a crash never leaves the tombstone without the rows. Until then each batch that
+        reads the key writes its rows again (a batch dropped at a rebalance takes its
+        changelog rows with it, not the rows already in the store). Versions the retention
+        has already let go are not written again."""
+        if (p, key) in self._converted_now:
+            return
+        old = self.history.get(p, key)
+        if not old:
+            return
+        clock = self.stream_time(p)
+        versions = old if clock is None else purge_history(
+            sorted(old), clock - self.spec.retention_ms)
+        for v in versions:
+            self.joins.put(p, version_key(key, v[0], v[1:]), list(v))
+        self._converted_now.add((p, key))
+        self._converting[(p, key)] = src
+
     def on_version(self, p: int, key: str, v: Version, horizon: int | None,
                    release_from: int | None, src: Any = None) -> list[Revision]:
-        history = self._own_history(p, key)
-        if not insert_version(history, v):  # a duplicate: perhaps re-delivered after a crash
-            self.history.put(p, key, history)  # its row again (module docstring)
+        self._convert(p, key, src)
+        t = v[0]
+        vk = version_key(key, t, v[1:])
+        if self.joins.get(p, vk) is not None:  # a duplicate: perhaps re-delivered after a crash
+            self.joins.put(p, vk, v)  # its row again (module docstring)
             return self._again(p, key, v, src)
+        if horizon is not None and t < horizon:  # kept only if it is the last before it
+            before = self._time_before(p, key, horizon)
+            if before is not None and before >= t and max(self._group(p, key, before)) > v:
+                return self._again(p, key, v, src)  # no effect, unless it is re-delivered
+        self.joins.put(p, vk, v)
         if horizon is not None:
-            drop = purgeable(history, horizon)
-            if drop:
-                del history[:drop]  # in place: the list is this batch's own
-        self.history.put(p, key, history)
-        i = bisect_left(history, v)
-        if i == len(history) or history[i] != v:  # older than the last version before the
-            return self._again(p, key, v, src)  # horizon: no effect, unless it is re-delivered
+            self._purge(p, key, horizon)
         rule = self.rules.asof
-        floor = affected_floor(history, v, rule, horizon)
-        cands = self._joins_of(p, key, floor, affected_until(history, v, rule))
-        revs = list(rejoin_affected(self.rules, history, key, v, cands, horizon, release_from))
+        prev, nxt = self._time_before(p, key, t), self._time_from(p, key, t + 1)
+        window = ((self._group(p, key, prev) if prev is not None else [])
+                  + self._group(p, key, t)
+                  + (self._group(p, key, nxt) if nxt is not None else []))
+        floor = affected_floor(window, v, rule, horizon)
+        cands = self._joins_of(p, key, floor, affected_until(window, v, rule))
+        revs = list(rejoin_affected(self.rules, window, key, v, cands, horizon, release_from))
         changed = {r.id for r in revs}
         for jid, j in cands:
             if jid in changed:
                 self._settle(p, j, src)
                 self._put(p, key, jid, j, j.event_time)
         return revs
-
-    def _own_history(self, p: int, key: str) -> list[Version]:
-        """The key's versions as a list this batch may change in place: copied from the
-        store's once per batch (the store keeps its own until the batch is flushed), not once
-        per version — a key with 10,000 versions in retention copied them for each new one."""
-        history = self._owned.get((p, key))
-        if history is None:
-            history = self._owned[(p, key)] = list(self.history.get(p, key) or ())
-        return history
 
     def _again(self, p: int, key: str, v: Version, src: Any) -> list[Revision]:
         """A version seen before, or too old to change anything: re-emit (and write again) the
@@ -269,8 +360,13 @@ class JoinState:
         before the crash (the chaos run found the gap: revision 1 never sent). Only joins at
         or after the first time ``v`` could ever answer are read."""
         out: list[Revision] = []
-        history = self.history.get(p, key) or []
-        start = affected_from(history, v, self.rules.asof) if history else None
+        first = self._time_from(p, key, 0)
+        if first is None:
+            start = None
+        elif self.rules.asof == "before":
+            start = v[0] + 1
+        else:
+            start = None if v[0] <= first else v[0]
         for jid, j in self._joins_of(p, key, start, None):
             made = src is not None and (j.source == src or any(u[0] == src for u in j.unsent))
             if made or (j.answer_time == v[0] and j.answer == v[1:]):
@@ -304,14 +400,8 @@ class JoinState:
             aged.add(key)
         versions = 0
         for key in aged:  # keys that aged: their old versions too
-            history = self.history.get(p, key)
-            if history:
-                drop = purgeable(history, horizon)
-                if drop:
-                    versions += drop
-                    history = self._own_history(p, key)
-                    del history[:drop]
-                    self.history.put(p, key, history)
+            self._convert(p, key, src)
+            versions += self._purge(p, key, horizon)
         out: list[Revision] = []
         lag = self.spec.review_lag_ms
         if lag is not None:
@@ -319,10 +409,10 @@ class JoinState:
             lo, hi = expiry_range(p, bucket(review_from), None)
             for xk, _ in list(joins.scan(p, lo, hi)):
                 _, start, key = split_expiry_key(xk)
-                history = self.history.get(p, key) or []
                 for jid, j in self._joins_of(p, key, max(start, review_from), start + BUCKET_MS):
                     t = j.event_time
-                    rev = self.rules.rejoin(jid, key, j, history, "revisit", release_from)
+                    rev = self.rules.rejoin(jid, key, j, self._answering(p, key, t, src),
+                                            "revisit", release_from)
                     if rev:
                         self._settle(p, j, src)
                         self._put(p, key, jid, j, t)

@@ -117,9 +117,9 @@ def row_hint(topic: str, exc: BaseException) -> str:
     if not (topic.endswith("-changelog") and refused_for_good(exc)):
         return ""
     return ("; a table row outgrew what the producer or the topic accepts: raise "
-            "ETJ_PRODUCER_MAX_REQUEST_BYTES and the changelog topic's max.message.bytes, or, "
-            "for a join whose keys have many events in retention, give it the per-join layout "
-            "(docs/operating/recovery.md)")
+            "ETJ_PRODUCER_MAX_REQUEST_BYTES and the changelog topic's max.message.bytes (a "
+            "join keeps a row per join and per dimension version, so such a row holds one "
+            "record's fields: docs/operating/recovery.md#state-layout-changes)")
 
 
 async def send_alone(app: Any, topic: str, key: bytes | None, value: bytes | None) -> Any:

@@ -120,6 +120,12 @@ class Overlay:
         every write of the batch)."""
         return self.io.scan(partition, lo, hi)
 
+    def edge(self, partition: int, lo: bytes, hi: bytes | None,
+             last: bool = False) -> tuple[bytes, Any] | None:
+        """(key, value) of the first (``last``: the last) row ``lo <= key < hi`` of an ordered
+        table, or None (the store has every write of the batch)."""
+        return self.io.edge(partition, lo, hi, last)
+
     @property
     def pending(self) -> int:
         """Rows changed and not flushed yet."""
@@ -189,6 +195,14 @@ class MemoryIO:
             return iter(())
         return iter([(k, self.data[(partition, k)])
                      for k in keys.irange(lo, hi, inclusive=(True, False))])
+
+    def edge(self, partition: int, lo: bytes, hi: bytes | None,
+             last: bool = False) -> tuple[bytes, Any] | None:
+        keys = self._sorted.get(partition)
+        if not keys:
+            return None
+        key = next(iter(keys.irange(lo, hi, inclusive=(True, False), reverse=last)), None)
+        return None if key is None else (key, self.data[(partition, key)])
 
     def write_one(self, partition: int, key: Any, value: Any) -> None:
         self.write(partition, [(key, None if value is None else b"", value)])

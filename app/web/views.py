@@ -42,6 +42,7 @@ from app.compat.stores import estimated_keys
 from app.faust_app import app, settings
 from app.joins import car_state
 from app.joins.keys import join_range, split_join_key
+from app.joins.state import stored_versions
 from app.logic.car_join import ZoneReading, join
 from app.state.range_scan import scan
 from app.inputs.records import MAX_ID
@@ -200,7 +201,7 @@ def parse_id(text: str) -> int:
 @routed(mood_history, "consultant")
 async def moods(view: View, request: Request, consultant: str, partition: int) -> Response:
     """Mood history of a consultant: [(event time, mood)], oldest first, as the join sees it."""
-    history = mood_history.get(consultant)
+    history = stored_versions(recent_joins, mood_history, consultant, partition)
     if history is None and not _joins_of(consultant, partition):
         return view.error(404, f"unknown consultant {consultant!r}", consultant=consultant)
     return view.json({
@@ -238,7 +239,7 @@ async def list_joins(view: View, request: Request) -> Response:
 async def joins(view: View, request: Request, consultant: str, partition: int) -> Response:
     """A consultant's recent joins (newer than the horizon) with current revision and cause."""
     found = _joins_of(consultant, partition)
-    if not found and mood_history.get(consultant) is None:
+    if not found and stored_versions(recent_joins, mood_history, consultant, partition) is None:
         return view.error(404, f"unknown consultant {consultant!r}", consultant=consultant)
     rows = []
     spec = mood_engine.spec

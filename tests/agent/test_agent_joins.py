@@ -11,6 +11,7 @@ from typing import Any
 
 from app import metrics as jm
 from app.joins.keys import BUCKET_MS, expiry_key, id_key, join_key
+from app.joins.state import stored_versions
 from tests.oracle import exact_answer
 from app.inputs.records import parse
 from app.settings import Settings
@@ -55,7 +56,7 @@ async def test_a_rating_is_held_until_its_movie_arrives_then_released(join_harne
         last = h.outputs()[-1]
         assert (last["title"], last["revision"], last["previous_title"]) == (
             "Alien (1979)", 2, "Alien")
-        assert h.engine.tables.history["m1"] == [[T - 10 * DAY, "Alien (1979)"],
+        assert stored_versions(h.engine.tables.joins, h.engine.tables.history, "m1", 0) == [[T - 10 * DAY, "Alien (1979)"],
                                                  [T + 5, "Alien"]]
 
 

@@ -13,9 +13,15 @@ import pytest
 
 from app.agents.event_join import engines
 from app.faust_app import settings
+from app.joins.state import stored_versions
 
 _t = engines["moods"].tables
-mood_history, stream_clock = _t.history, _t.clock
+stream_clock = _t.clock
+
+
+def moods_of(key: str, partition: int = 0) -> Any:
+    """The key's versions as stored (one ``V`` row each in the joins table), or None."""
+    return stored_versions(_t.joins, _t.history, key, partition)
 
 
 @pytest.fixture
@@ -32,7 +38,7 @@ async def test_recommendation_then_late_mood_emits_arrival_then_correction(harne
     out = harness.outputs(settings.output_topic)
     assert [(r["revision"], r["mood"], r["previous_mood"], r["cause"]) for r in out] == [
         (1, None, None, "arrival"), (2, "happy", None, "late-dimension")]
-    assert mood_history["ann"] == [[50, "happy"]]
+    assert moods_of("ann") == [[50, "happy"]]
     assert harness.joins("ann")["j"].revision == 2  # revision held in state
     assert stream_clock[0] == 100
 
@@ -55,7 +61,7 @@ async def test_too_old_record_goes_to_late_and_leaves_state_alone(harness):
                       {"name": "ann", "mood": "sad", "event_time": now - settings.retention_ms - 1})
     [late] = harness.outputs(settings.late_topic)
     assert late["record"]["mood"] == "sad" and late["horizon"] == now - settings.retention_ms
-    assert mood_history.get("ann") is None
+    assert moods_of("ann") is None
 
 
 async def test_tick_purges_state_behind_the_horizon(harness):
@@ -69,7 +75,7 @@ async def test_tick_purges_state_behind_the_horizon(harness):
                        "id": "y"})
     await harness.put(settings.ticks_topic, None, b"{}")
     assert list(harness.joins("ann")) == ["y"]  # x is final and dropped
-    assert mood_history["ann"] == [[20, "b"]]  # the last mood before the horizon stays
+    assert moods_of("ann") == [[20, "b"]]  # the last mood before the horizon stays
 
 
 async def test_a_redelivered_recommendation_re_emits_its_revision_only_if_undelivered(harness):
@@ -109,7 +115,7 @@ async def test_a_bug_in_parsing_dead_letters_the_record_and_the_agent_goes_on(ha
         engine._parsers[settings.moods_topic] = real
     [dead] = harness.outputs(settings.dead_letter_topic)
     assert dead["error"] == "internal error: RuntimeError('boom')"
-    assert mood_history["ann"] == [[5, "ok"]]
+    assert moods_of("ann") == [[5, "ok"]]
 
 
 async def test_the_door_dead_letters_a_wrong_partition_and_a_record_from_the_future(
@@ -138,7 +144,7 @@ async def test_the_door_dead_letters_a_wrong_partition_and_a_record_from_the_fut
     assert "partitioner=murmur2_random" in wrong["error"] and wrong["value"].count("sad")
     assert "ms ahead of" in future["error"] and "ETJ_MAX_FUTURE_MS" in future["error"]
     assert refused._value.get() == before + 1
-    assert mood_history.get("ann") is None
+    assert moods_of("ann", p) is None and moods_of("ann", (p + 1) % 4) is None
     assert stream_clock[p] == 2_000
     assert harness.outputs(settings.late_topic) == []
     assert [(r["id"], r["mood"]) for r in harness.outputs(settings.output_topic)] == [

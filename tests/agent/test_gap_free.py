@@ -227,7 +227,7 @@ async def test_moods_a_redelivered_record_writes_its_rows_again(join_harness):
         await h.event({"consultant": "ann", "recommendation": "tea", "event_time": T + 10,
                        "id": "x"})
         first = state_rows(h)
-        assert {t.rsplit("-", 2)[-2] for t, _ in first} >= {"joins", "history"}, first
+        assert any(k[:1] == b"V" for t, k in first if t.endswith("-joins-changelog")), first
         h.sent.changelog.clear()
         await h.dimension(mood("sad", T))
         await h.event({"consultant": "ann", "recommendation": "tea", "event_time": T + 10,

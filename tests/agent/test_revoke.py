@@ -22,6 +22,7 @@ from app.loop import pipeline
 from app.agents.event_join import engines
 from app.faust_app import app
 from app.inputs.inbox import Batch
+from app.joins.keys import version_key
 from tests.agent.conftest import Record
 
 T = 1_790_000_000_000
@@ -164,8 +165,9 @@ async def test_a_held_record_let_go_later_keeps_its_own_partition(join_harness):
             engine.loop.merge.partitions[1].waiting_since -= 60  # its wait timed out
             await h.tick(partition=0)  # the next turn of the loop lets it go
         assert held(engine) == 0
+        vk = version_key("ann", T, ["calm"])  # the mood's own row (app.joins.keys)
         rows = [(p, k, v) for topic, p, k, v in h.sent.changelog
-                if topic == t.history.changelog_topic.get_topic_name()]
-        assert rows == [(1, b'"ann"', b'[[%d,"calm"]]' % T)]
-        assert t.history.data.data["ann"] == [[T, "calm"]]
-        assert t.history.data._key_partition["ann"] == 1
+                if topic == t.joins.changelog_topic.get_topic_name() and k[:1] == b"V"]
+        assert rows == [(1, vk, b'[%d,"calm"]' % T)]
+        assert t.joins.data.data[vk] == [T, "calm"]
+        assert t.joins.data._key_partition[vk] == 1

@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from app.commands.sample_traffic import sample_moods_and_events
-from app.joins.keys import EXPIRY, ID, JOIN, expiry_key, id_key, split_join_key
+from app.joins.keys import EXPIRY, ID, JOIN, VERSION, expiry_key, id_key, split_join_key
 from app.state.snapshot_store import Snapshots
 from tests.harness import S3Broker
 from tests.faults import send, settle_and_check
@@ -34,7 +34,9 @@ from tests.harness import Names, bootstrap, wait_for
 
 START = 1_790_000_000_000
 OFFSET_KEY = b"__faust\0offset__"  # faust.stores.rocksdb.Store.offset_key
-HISTORY = "mood-history"
+#: the table the snapshots are watched on: the mood join's ordered table, where a mood is a
+#: ``V`` row (app.joins.keys) next to the joins
+HISTORY = "recent-joins"
 PARTITIONS = 4
 
 # a sitecustomize for the stale-snapshot test: the worker's consumer reports a log-start offset
@@ -124,7 +126,7 @@ async def assert_equals_full_replay(names: Names, datadir: Path) -> int:
         log = await read_changelog(names, changelog(names, table))
         for p in range(PARTITIONS):
             got = tables.get((table, p), {})
-            joins_table = any(k[:1] in (JOIN, ID, EXPIRY) for k in got)
+            joins_table = any(k[:1] in (JOIN, ID, EXPIRY, VERSION) for k in got)
             got, index = split_index_rows(got)
             want = replay(log.get(p, []))
             assert got == want, (f"{table}[{p}]: {len(got)} rows, full replay {len(want)}; "
@@ -139,10 +141,10 @@ async def assert_equals_full_replay(names: Names, datadir: Path) -> int:
 def split_index_rows(rows: dict[bytes, bytes]) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
     """A joins table's rows: (its changelog's rows, the index rows the worker derives from
     them: app.joins.keys); (every row, {}) for another table."""
-    if not any(k[:1] in (JOIN, ID, EXPIRY) for k in rows):
+    if not any(k[:1] in (JOIN, ID, EXPIRY, VERSION) for k in rows):
         return rows, {}
-    return ({k: v for k, v in rows.items() if k[:1] == JOIN},
-            {k: v for k, v in rows.items() if k[:1] != JOIN})
+    return ({k: v for k, v in rows.items() if k[:1] in (JOIN, VERSION)},
+            {k: v for k, v in rows.items() if k[:1] not in (JOIN, VERSION)})
 
 
 def check_index_rows(table: str, p: int, joins: dict[bytes, bytes],
@@ -153,6 +155,8 @@ def check_index_rows(table: str, p: int, joins: dict[bytes, bytes],
     buckets = {k for k in index if k[:1] == EXPIRY}
     want_ids = {}
     for k in joins:
+        if k[:1] != JOIN:
+            continue  # a version: no index rows
         key, t, jid = split_join_key(k)
         want_ids[id_key(key, jid)] = str(t).encode()
         assert expiry_key(p, t, key) in buckets, (table, p, k)
@@ -346,11 +350,16 @@ async def test_corrupt_and_stale_snapshots_are_refused_and_the_changelog_is_repl
     for p in stale:  # from the log start: the records before it are "gone"
         got = tables.get((HISTORY, p), {})
         assert got == replay(records.get(p, []), from_offset=log_start[p]), p
-        assert got and all(k.decode().strip('"').startswith("new") for k in got), (
+        assert got and all(row_key(k).startswith("new") for k in got), (
             "new consultants only: the stale snapshot's old ones must not be there", p)
-    history = [k.decode().strip('"') for p in corrupt for k in tables.get((HISTORY, p), {})]
+    history = [row_key(k) for p in corrupt for k in tables.get((HISTORY, p), {})]
     assert any(k.startswith("old") for k in history) and any(k.startswith("new")
                                                              for k in history)
+
+
+def row_key(raw: bytes) -> str:
+    """The join key (consultant) of a ``V`` or ``J`` row (app.joins.keys)."""
+    return raw[5:5 + int.from_bytes(raw[1:5], "big")].decode()
 
 
 async def _history_grew(names: Names, past: dict[int, int]) -> bool:

@@ -424,3 +424,16 @@ def test_snapshots_take_their_settings_from_config_and_credentials_from_a_secret
     env = {e["name"]: e for e in worker_container(docs)["env"]}
     assert env["AWS_ENDPOINT_URL"] == {"name": "AWS_ENDPOINT_URL", "value": "http://minio:9000"}
     assert "AWS_ACCESS_KEY_ID" not in env and "ETJ_SNAPSHOT_URL" not in config_map_env(docs)
+
+
+def test_the_worker_runs_with_two_malloc_arenas_in_the_image_and_the_chart():
+    """glibc's default of up to 8 arenas per core lets each allocating thread (RocksDB's, the
+    fetch thread, the executors) keep freed memory the others cannot reuse
+    (docs/operating/scaling.md#memory): the image sets 2, the chart too, and a value of null
+    leaves glibc's default."""
+    env = " ".join(a for i, a in final_stage() if i == "ENV")
+    assert re.search(r"\bMALLOC_ARENA_MAX=2\b", env), env
+    worker_env = {e["name"]: e.get("value") for e in worker_container(render())["env"]}
+    assert worker_env["MALLOC_ARENA_MAX"] == "2"
+    unset = {e["name"] for e in worker_container(render({"mallocArenaMax": None}))["env"]}
+    assert "MALLOC_ARENA_MAX" not in unset

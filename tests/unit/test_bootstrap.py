@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.state import snapshot_service
-from app.batch.state_files import OFFSET_KEY, _database, arrow_rows, history_rows
+from app.batch.state_files import (OFFSET_KEY, _database, arrow_rows, arrow_version_rows,
+                                   history_rows, version_rows)
 from app.logic.event_join import insert_version
 from app.state.snapshot_service import SnapshotService
 from app.state.snapshot_store import (BootstrapMarker, FileStore, MissingObject, SnapshotError, Snapshots,
@@ -33,12 +34,51 @@ floats = st.floats(allow_nan=False, allow_infinity=False).map(lambda f: f + 0.0)
 
 
 def worker_rows(records: list[tuple]) -> dict[bytes, bytes]:
-    """What a worker's dimension table holds after these records: each version inserted as
-    the join's state does, the row written with Faust's json codec (orjson)."""
+    """What a worker's dimension table held, in the layout before one row per version, after
+    these records: each version inserted as the join's state did, the row written with Faust's
+    json codec (orjson). :func:`history_rows` still writes it: old changelogs for the tests of
+    their conversion."""
     histories: dict[str, list] = {}
     for key, *version in records:
         insert_version(histories.setdefault(key, []), list(version))
     return {orjson.dumps(k): orjson.dumps(h) for k, h in histories.items()}
+
+
+def worker_version_rows(records: list[tuple]) -> dict[bytes, bytes]:
+    """The version rows a worker's join state writes for these records (each a version of
+    the movies spec's shape, through :class:`app.joins.state.JoinState`), as its changelog
+    carries them."""
+    from app.joins.catalog import movie_spec
+    from app.joins.spec import resolve
+    from app.joins.state import JoinState
+    from app.settings import Settings
+    from app.state.overlay import MemoryIO, Overlay
+
+    state = JoinState(resolve(movie_spec(Settings())), Overlay(MemoryIO(bytes_keys=False)),
+                      Overlay(MemoryIO()), Overlay(MemoryIO(bytes_keys=False)))
+    for key, *version in records:
+        state.on_version(0, key, list(version), None, None)
+    return {k: v for _, _, k, v in state.joins.flush() if k[:1] == b"V" and v is not None}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(keys, times, texts), max_size=40))
+def test_version_rows_are_the_bytes_a_worker_writes_for_the_same_versions(records):
+    rows = version_rows(records)
+    assert dict(rows) == worker_version_rows(records)
+    assert [k for k, _ in rows] == sorted(k for k, _ in rows)  # RocksDB's order
+    assert len({k for k, _ in rows}) == len(rows)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(keys, times, texts), max_size=30))
+def test_the_arrow_version_rows_are_the_same_rows(records):
+    import pyarrow as pa
+
+    table = pa.table({"k": pa.array([r[0] for r in records], pa.string()),
+                      "t": pa.array([r[1] for r in records], pa.int64()),
+                      "v": pa.array([r[2] for r in records], pa.string())})
+    assert arrow_version_rows(table, ["k", "t", "v"]) == version_rows(records)
 
 
 @settings(max_examples=200, deadline=None)

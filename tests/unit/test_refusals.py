@@ -102,7 +102,7 @@ async def test_refused_by_send_itself_fails_stop_when_not_refusable(exits, caplo
         await delivery.send_direct(app, "x-changelog", b"k", b"v", 0)
     assert exits == [delivery.EXIT_CODE]
     # it stops again after every restart: the log says what to change
-    assert "ETJ_PRODUCER_MAX_REQUEST_BYTES" in caplog.text and "per-join" in caplog.text
+    assert "ETJ_PRODUCER_MAX_REQUEST_BYTES" in caplog.text and "per dimension version" in caplog.text
 
 
 async def test_a_row_refused_later_by_the_broker_says_what_to_change(exits, caplog):
