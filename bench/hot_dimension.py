@@ -93,7 +93,7 @@ def run(moods: int = 100_000, seed: int = 1, partitions: int = 4) -> dict[str, A
             "outputs": len(t["outputs"]), "batching": "default"}
 
 
-BENCH = Bench("hot_dimension", run, (RPS, EXACT, RATIO), strict=True,
+BENCH = Bench("hot_dimension", run, (RPS, EXACT, RATIO),
               # one consultant with 100,000 moods of ~200 bytes in retention, default batching
               suite=lambda quick, runs: {"moods": 20_000 if quick else 100_000})
 
