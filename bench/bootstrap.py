@@ -46,7 +46,7 @@ SPEEDUP = Figure("bootstrap_speedup", goal=5,
                  note="today's path (produce + replay, producer batching) ÷ bootstrap")
 T0 = 1_700_000_000_000
 WORDS = ("the", "night", "return", "star", "last", "city", "love", "war", "of", "blue")
-TABLE = "movies-dimension"
+TABLE = "movies-joins"  # the versions are V rows of the join's ordered table (app.joins.keys)
 
 
 def catalogue_rows(keys: int, seed: int = 3) -> Iterator[tuple[str, str, int]]:

@@ -105,22 +105,7 @@ def _json_type(data: Any) -> str:
 
 def parse(model: type[M], key: bytes | None, value: bytes | None) -> M:
     """Decode and validate one record, or raise :class:`InvalidRecord` saying why."""
-    if value is None or value == b"":
-        raise InvalidRecord("empty value (tombstone or null): nothing to join")
-    try:
-        text = value.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidRecord(f"value is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
-    try:
-        data: Any = json.loads(text, object_pairs_hook=_no_duplicate_fields)
-    except InvalidRecord:
-        raise
-    except ValueError as exc:
-        raise InvalidRecord(f"value is not valid JSON: {exc}") from exc
-    except RecursionError as exc:
-        raise InvalidRecord("value is nested too deeply to be a record") from exc
-    if not isinstance(data, dict):
-        raise InvalidRecord(f"value must be a JSON object, got {_json_type(data)}")
+    data = _json_object(value)
     try:
         record = model.model_validate(data)
     except ValidationError as exc:
@@ -441,7 +426,8 @@ def convert_time(raw: Any, time_format: str) -> Any:
 
 
 def _json_object(value: bytes | None) -> dict[str, Any]:
-    """A record value as a JSON object, or :class:`InvalidRecord` with :func:`parse`'s reason."""
+    """A record value as a JSON object, or :class:`InvalidRecord` saying why not (the judge of
+    every refusal, flat and shaped sides alike)."""
     if value is None or value == b"":
         raise InvalidRecord("empty value (tombstone or null): nothing to join")
     try:

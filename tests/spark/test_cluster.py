@@ -62,7 +62,9 @@ pytestmark = pytest.mark.xdist_group("image")
 ARGS = ["--no-progress"]
 PAGE = DOCS / "batch" / "cluster.md"
 PARTITIONS = 4
-TABLE = "movies-dimension"
+#: the table the catalogue lands in: the movies join's ordered table, a version a ``V`` row
+#: (app.joins.keys), as tests/spark/test_bootstrap_broker.py
+TABLE = "movies-joins"
 
 
 @pytest.fixture(scope="module")
@@ -180,11 +182,15 @@ def test_only_a_local_master_gets_this_interpreter_and_loopback(monkeypatch):
 # --- exact, reconcile, backfill ---------------------------------------------------------------
 
 def test_exact_reconcile_and_backfill_on_the_cluster_equal_the_in_process_run(
-        spark, on_cluster, installed_on_nodes, mood_archives, names: Names, tmp_path):
-    """The mood join and a user's spec, each command on the cluster (executors with the project
-    installed, nothing sent) and in this process: the same answers, reports and corrections;
-    the backfill's corrections reach the broker from the driver, and a consumer of the log and
-    the corrections ends on the exact answer."""
+        spark, on_cluster, executor_env, installed_on_nodes, mood_archives, names: Names,
+        tmp_path):
+    """The mood join and a user's spec, each command on the cluster and in this process: the
+    same answers, reports and corrections; the backfill's corrections reach the broker from the
+    driver, and a consumer of the log and the corrections ends on the exact answer. The six
+    commands run on executors that share no file and no package with the driver (the project
+    travels with the job: ``pack-env``'s archive); then the spec's exact answer, whose UDF
+    runs on the executors, once more on executors that have the project installed and are
+    sent nothing."""
     cluster = on_cluster
     # the mood join: one wrong answer in the log, a late mood
     moods = ["--moods", mood_archives["moods"], "--events", mood_archives["events"]]
@@ -226,9 +232,13 @@ def test_exact_reconcile_and_backfill_on_the_cluster_equal_the_in_process_run(
                 ["backfill", *clicks, "--revisions", clicks_revs, "--dry-run", "--out",
                  out("clicks-fixes.jsonl"), *ARGS]]
 
-    remote = run_jobs(cluster, jobs("cluster"), tmp_path,
-                      conf={"spark.executorEnv.PYTHONPATH": installed_on_nodes})
+    remote = run_jobs(cluster, jobs("cluster"), tmp_path, archives=[f"{executor_env}#{ALIAS}"],
+                      conf={"spark.pyspark.python": f"./{ALIAS}/bin/python"})
     assert [r["code"] for r in remote] == [0, 1, 0, 0, 1, 0], remote
+    installed = run_jobs(cluster, [["exact", *clicks, "--out",
+                                    str(tmp_path / "installed-clicks.parquet"), *ARGS]],
+                         tmp_path, conf={"spark.executorEnv.PYTHONPATH": installed_on_nodes})
+    assert [r["code"] for r in installed] == [0], installed
     local = []
     for argv in jobs("local"):
         try:
@@ -247,9 +257,10 @@ def test_exact_reconcile_and_backfill_on_the_cluster_equal_the_in_process_run(
             return pq.read_table(path).to_pylist()  # type: ignore[no-any-return]
         return read_lines(path)
 
-    for name in ("moods.jsonl", "moods-report.jsonl", "moods-fixes.jsonl", "clicks.parquet",
-                 "clicks-report.jsonl", "clicks-fixes.jsonl"):
-        got, want = read(tmp_path / f"cluster-{name}"), read(tmp_path / f"local-{name}")
+    for side, name in [*(("cluster", n) for n in (
+            "moods.jsonl", "moods-report.jsonl", "moods-fixes.jsonl", "clicks.parquet",
+            "clicks-report.jsonl", "clicks-fixes.jsonl")), ("installed", "clicks.parquet")]:
+        got, want = read(tmp_path / f"{side}-{name}"), read(tmp_path / f"local-{name}")
         if "report" in name:
             assert got == want, name
         else:
