@@ -6,7 +6,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -14,6 +14,9 @@ from hypothesis import settings as hypothesis_settings
 from app.dev.local_broker import LocalBroker
 from tests import leftovers
 from tests.harness import Names, Stopped, Worker, make_names
+
+if TYPE_CHECKING:
+    from tests.image.engine import Engine
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -60,6 +63,22 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     SESSION_LOGS.append(b.log_path)
     yield b
     b.stop()
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator["Engine"]:
+    """The running Docker daemon, or one started here (Debian's docker.io installed if absent),
+    for the whole session: the image tier and the Spark cluster of containers share it, on one
+    xdist worker (``ONE_WORKER``). Each had its own, package- and module-scoped: whichever
+    started the daemon stopped it at its end, under the other's running containers (a worker
+    container got SIGTERM mid-test)."""
+    from tests.image.engine import Engine
+
+    e = Engine(tmp_path_factory.mktemp("dockerd")).start()
+    e.remove_leftovers()
+    SESSION_LOGS.append(e.log_path)
+    yield e
+    e.stop()
 
 
 @pytest.fixture

@@ -17,15 +17,6 @@ from tests.image.containers import Container, new_volume, start_container
 from tests.image.engine import Engine
 
 
-@pytest.fixture(scope="package")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """The running Docker daemon, or one started here (and stopped at the tier's end)."""
-    e = Engine(tmp_path_factory.mktemp("dockerd")).start()
-    e.remove_leftovers()
-    yield e
-    e.stop()
-
-
 @dataclass(frozen=True)
 class Image:
     """The image under test and how it was made in this session."""

@@ -95,13 +95,15 @@ def test_the_image_runs_what_the_chart_runs_and_a_drift_is_caught(engine, image)
     assert "/health/" in built["healthcheck"]
 
     # the environment the chart gives a pod (with snapshots: its credentials too) has only
-    # names the worker reads: settings, boto3's, the pod's own name
+    # names the worker reads: settings, boto3's, the pod's own name, glibc's arenas
+    # (MALLOC_ARENA_MAX: docs/operating/scaling.md)
     env = pod_spec({"snapshots": {"credentialsSecret": "s", "region": "eu-west-1"}},
                    secrets={"s": {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "v"}}).env
     settings = {"ETJ_" + name.upper() for name in Settings.model_fields}
     assert {n for n in env if n.startswith("ETJ_")} <= settings
     assert {n for n in env if not n.startswith("ETJ_")} == {
-        "POD_NAME", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"}
+        "POD_NAME", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+        "MALLOC_ARENA_MAX"}
 
     # the same check on a chart that moved away from the image
     moved = pod_spec({"persistence": {"mountPath": "/data"}, "logLevel": "debug",

@@ -68,16 +68,6 @@ TABLE = "movies-joins"
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """The running Docker daemon, or one started here (installed if absent; stopped at the
-    module's end if started here)."""
-    e = Engine(tmp_path_factory.mktemp("dockerd")).start()
-    e.remove_leftovers()
-    yield e
-    e.stop()
-
-
-@pytest.fixture(scope="module")
 def cluster(engine: Engine, tmp_path_factory: pytest.TempPathFactory,
             ) -> Iterator[ContainerCluster]:
     """A master and two workers of one core each; the session's temporary folder (every test's
