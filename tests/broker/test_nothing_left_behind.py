@@ -32,8 +32,10 @@ def make(target: str, tmp_path: Path, **variables: str) -> tuple[subprocess.Pope
     (process, its probe, its output file)."""
     probe = uuid.uuid4().hex
     out = tmp_path / f"make-{target}.out"
-    env = {**os.environ, PROBE: probe, "ETJ_WEB_PORT": str(free_port()),
-           "ETJ_DATADIR": str(tmp_path / "state")}
+    # not an xdist worker's environment: the run under test is a run of its own (it marks and
+    # reaps its own processes, tests/conftest.py)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},
+           PROBE: probe, "ETJ_WEB_PORT": str(free_port()), "ETJ_DATADIR": str(tmp_path / "state")}
     with out.open("wb") as sink:
         proc = subprocess.Popen(["make", "--no-print-directory", "-C", str(ROOT), target,
                                  *[f"{k}={v}" for k, v in variables.items()]],
