@@ -104,6 +104,8 @@ def declare_join(spec: JoinSpec) -> JoinTopology:
     joins = range_table(app, names.joins, default=None, table_class=JoinsTable,
                         **{**_bytes_json, **n})
     joins.join_name = spec.name
+    if spec.hold_ms is not None:  # its held joins' index is derived on recovery too
+        joins.hold_shape = (len(spec.payload_fields), len(spec.dimension.copy))
     tables = JoinTables(app.Table(names.dimension, default=None, **js), joins,
                         app.Table(names.clock, default=None, **js))
     return JoinTopology(spec, app.topic(*spec.inputs, allow_empty=True, **raw),

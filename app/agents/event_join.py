@@ -34,7 +34,7 @@ from app.loop.types import Out
 from app.compat.stores import StoreIO, committed_offset
 from app.faust_app import app, settings
 from app.joins.state import JoinState
-from app.logic.event_join import Revision
+from app.logic.event_join import CAUSES, Revision
 from app.state.overlay import Overlay
 from app.inputs.records import InvalidRecord, as_dict
 from app.topology import JoinTopology, joins
@@ -64,11 +64,14 @@ class JoinEngine:
         self._parsers = {spec.events.topic: spec.events.parser(),
                          spec.dimension.topic: spec.dimension.parser()}
         self._revisions = {c: metrics.revisions_out.labels(spec.name, c)
-                           for c in ("arrival", "late-dimension", "revisit", "backfill")}
+                           for c in CAUSES}
         self._released = metrics.released.labels(spec.name)
         self._held = metrics.held.labels(spec.name)
         self._counts: dict[str, int] = {}  # cause (or "released") -> revisions of this batch
-        self._inner = spec.mode == "inner"
+        #: does the spec hold events (inner, or a bounded hold)? Then a first revision not
+        #: made by its event's arrival is a release
+        self._inner = spec.mode == "inner" or spec.hold_ms is not None
+        self._hold = spec.hold_ms is not None
         self._stream_time: dict[int, Any] = {}  # partition -> its stream-time gauge
         self._tps: dict[tuple[int, int], TP] = {}
         #: flow control: the dimension, then the events (ties go to the dimension)
@@ -187,15 +190,21 @@ class JoinEngine:
         clock = self.state.advance(partition, event_time)
         horizon = clock - spec.retention_ms
         release_from = self._release_from(clock)
+        src = [0 if is_event else 1, offset]
+        # holds this record's stream time ended answer first: what comes at or after the
+        # bound does not join their first answer (app.joins.state.JoinState.release_holds)
+        ended = self.state.release_holds(partition, clock, src) if self._hold else ()
         if is_event:
             revisions, held = self.state.on_event(partition, spec.event_of(rec), horizon,
-                                                  release_from, [0, offset])
+                                                  release_from, src)
             if held:
                 self._held.inc()
         else:
             revisions = self.state.on_version(partition, spec.key_of(rec, spec.dimension),
                                               spec.version_of(rec), horizon, release_from,
-                                              [1, offset])
+                                              src)
+        if ended:
+            revisions = [*ended, *revisions]
         return [self._revision_out(r) for r in revisions]
 
     def on_tick(self, partition: int, offset: int | None = None) -> list[Out]:
@@ -203,8 +212,14 @@ class JoinEngine:
         clock = self.state.stream_time(partition)
         if clock is None:
             return []
+        src = None if offset is None else [2, offset]
+        ended: list[Revision] = []
+        if self._hold:  # holds first: a join is answered before the horizon purges it
+            ended = self.state.released_unsent(partition, clock)
+            ended += self.state.release_holds(partition, clock, src)
         revisions, purged = self.state.on_tick(partition, clock, self._release_from(clock),
-                                               None if offset is None else [2, offset])
+                                               src)
+        revisions = ended + revisions
         if purged.joins:
             metrics.joins_finalised.labels(self.spec.name).inc(purged.joins)
         if purged.unmatched:

@@ -14,6 +14,15 @@ expiry X ++ u32be(partition) ++ u64be(bucket) ++ u32be(len(key)) ++ key   -> 1
        of a :data:`BUCKET_MS` bucket), in time order: "keys with joins older than the horizon"
        is one range, and an event writes its bucket's row only once per key and bucket
 
+held   H ++ u32be(partition) ++ u64be(event_time) ++ u32be(len(key)) ++ key ++ join id -> 1
+       the joins a bounded hold keeps waiting (``hold_ms``: revision 0), in time order per
+       partition: "the holds that ended by stream time S" is one range, its first row the
+       next hold to end; derived like ``I`` and ``X``, only for a spec with a hold
+released R ++ (as ``H``) -> the source of the release    (the same layout, kind ``R``)
+       a hold that ended, until the revision that answered it is known delivered: a crash
+       between the changelog and the output loses that revision, and the record that moved
+       the stream time is no record of the join's key (its re-delivery re-emits nothing of it)
+
 version V ++ u32be(len(key)) ++ key ++ u64be(event_time) ++ digest(values) -> [event_time, *values]
        one row per dimension version (a mood, a movie's version): one key's versions are one
        prefix in event-time order, so "the version before t" is one bounded reverse read and
@@ -39,10 +48,10 @@ import orjson
 
 from app.state.ordered_keys import prefix_end
 
-__all__ = ["BUCKET_MS", "ID", "JOIN", "VERSION", "version_key", "version_range", "bucket", "key_group", "expiry_key", "expiry_range", "id_key",
+__all__ = ["BUCKET_MS", "HELD", "RELEASED", "held_key", "held_range", "split_held_key", "ID", "JOIN", "VERSION", "version_key", "version_range", "bucket", "key_group", "expiry_key", "expiry_range", "id_key",
            "is_join_row", "join_key", "join_range", "split_expiry_key", "split_join_key"]
 
-JOIN, ID, EXPIRY, VERSION = b"J", b"I", b"X", b"V"
+JOIN, ID, EXPIRY, VERSION, HELD, RELEASED = b"J", b"I", b"X", b"V", b"H", b"R"
 #: the width of an expiry bucket, ~17.5 minutes: a key's joins of one bucket share one
 #: ``X`` row (a fixed width: the rows stay valid whatever the retention)
 BUCKET_MS = 1 << 20
@@ -118,6 +127,31 @@ def split_expiry_key(raw: bytes) -> tuple[int, int, str]:
     n = int.from_bytes(raw[at:at + _U32], "big")
     return (int.from_bytes(raw[1:1 + _U32], "big"), int.from_bytes(raw[1 + _U32:at], "big"),
             raw[at + _U32:at + _U32 + n].decode("utf-8"))
+
+
+def held_key(partition: int, event_time: int, key: str, jid: str, kind: bytes = HELD) -> bytes:
+    """The ``H`` row of a join a bounded hold keeps waiting (``kind`` R: a released one)."""
+    return (kind + partition.to_bytes(_U32, "big") + event_time.to_bytes(_U64, "big")
+            + _key(key) + jid.encode("utf-8"))
+
+
+def held_range(partition: int, start: int | None, end: int | None,
+               kind: bytes = HELD) -> tuple[bytes, bytes]:
+    """[lo, hi) of the held (``kind`` R: released) keys of ``partition`` with
+    ``start <= event_time < end``."""
+    prefix = kind + partition.to_bytes(_U32, "big")
+    lo = prefix + max(start or 0, 0).to_bytes(_U64, "big")
+    if end is None:
+        return lo, kind + (partition + 1).to_bytes(_U32, "big")
+    return lo, prefix + max(end, 0).to_bytes(_U64, "big")
+
+
+def split_held_key(raw: bytes) -> tuple[int, int, str, str]:
+    """(partition, event time, key, join id) of a :func:`held_key`."""
+    at = 1 + _U32 + _U64
+    n = int.from_bytes(raw[at:at + _U32], "big")
+    return (int.from_bytes(raw[1:1 + _U32], "big"), int.from_bytes(raw[1 + _U32:at], "big"),
+            raw[at + _U32:at + _U32 + n].decode("utf-8"), raw[at + _U32 + n:].decode("utf-8"))
 
 
 def version_key(key: str, event_time: int, values: list[Any]) -> bytes:

@@ -116,6 +116,9 @@ class JoinConfig(BaseModel):
                                    "ETJ_PARTITIONS")
     tables: TableNames | None = Field(None, description="table names; default <name>-dimension, "
                                       "<name>-joins, <name>-clock, <name>-active|-expiry")
+    hold_ms: int | None = Field(None, gt=0, description="left mode only: an event with no "
+                                "applicable version waits up to this much of its partition's "
+                                "stream time for one, then answers as left does")
 
 
 @dataclass(frozen=True)
@@ -185,10 +188,12 @@ class JoinSpec:
     tables: TableNames
     #: the partition count of its co-partitioned topics (None: ETJ_PARTITIONS)
     partitions: int | None = None
+    #: a bounded hold (left mode): stream-time ms an unanswered event waits for a version
+    hold_ms: int | None = None
 
     @cached_property
     def rules(self) -> JoinRules:
-        return JoinRules(self.asof, self.mode)
+        return JoinRules(self.asof, self.mode, self.hold_ms)
 
     @cached_property
     def payload_fields(self) -> tuple[str, ...]:
@@ -282,7 +287,7 @@ class JoinSpec:
                 "retention_ms": self.retention_ms, "window_ms": self.window_ms,
                 "late_dimensions": self.late_dimensions, "layout": self.layout,
                 "review_lag_ms": self.review_lag_ms, "partitions": self.partitions,
-                "tables": self.tables.model_dump()}
+                "tables": self.tables.model_dump(), "hold_ms": self.hold_ms}
 
 
 # --- resolution ----------------------------------------------------------------------------------
@@ -479,7 +484,8 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinS
                     cfg.tables or TableNames(
                         dimension=f"{cfg.name}-dimension", joins=f"{cfg.name}-joins",
                         clock=f"{cfg.name}-clock",
-                        index=None), cfg.partitions)
+                        index=None), cfg.partitions, hold_ms=cfg.hold_ms)
+    _check_hold(where, cfg)
     out = spec.output_fields
     dupes = sorted({f for f in out if out.count(f) > 1})
     if dupes:
@@ -491,6 +497,24 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinS
                         f"{cfg.retention_ms}: events between the two would be admitted with "
                         "their state already purged")
     return spec
+
+
+def _check_hold(where: str, cfg: JoinConfig) -> None:
+    """A bounded hold is the middle of left and inner: it must end before the state it waits
+    in is purged (or the event falls out of the emit window), so a held event is always
+    answered."""
+    hold = cfg.hold_ms
+    if hold is None:
+        return
+    if cfg.mode != "left":
+        raise SpecError(f"{where}: hold_ms is for mode 'left' (an inner join already holds an "
+                        f"event until a version comes), got mode {cfg.mode!r}")
+    if hold >= cfg.retention_ms:
+        raise SpecError(f"{where}: hold_ms {hold} must be less than retention_ms "
+                        f"{cfg.retention_ms}: a held event must be answered before it is purged")
+    if cfg.window_ms is not None and hold > cfg.window_ms:
+        raise SpecError(f"{where}: hold_ms {hold} exceeds window_ms {cfg.window_ms}: a held "
+                        "event must be answered while it is in the emit window")
 
 
 def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig]) -> list[JoinSpec]:

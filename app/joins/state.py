@@ -50,8 +50,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Iterable
 
+import orjson
+
 from app.compat.stores import StoreIO, iter_range
-from app.joins.keys import (BUCKET_MS, ID, JOIN, VERSION, bucket, version_key, version_range, expiry_key, expiry_range, id_key,
+from app.joins.keys import (BUCKET_MS, ID, JOIN, RELEASED, VERSION, bucket, held_key,
+                            held_range, split_held_key, version_key, version_range, expiry_key, expiry_range, id_key,
                             join_key, join_range, key_group, split_expiry_key, split_join_key)
 from app.joins.spec import JoinSpec
 from app.logic.event_join import (Event, Join, Purged, Revision, Version, affected_floor,
@@ -87,6 +90,9 @@ class JoinsTable(RangeTable):
     #: by point only (unsorted); a key's joins are scanned within the key only (per key); the
     #: kind of a row is its first byte
     kind_by_first_byte = True
+    #: (payload fields, dimension fields) of a spec with a bounded hold: its ``H``/``R`` rows
+    #: are derived from its ``J`` rows too (:func:`hold_rows`); None: no hold
+    hold_shape: tuple[int, int] | None = None
 
     @staticmethod
     def point_key(key: bytes) -> bool:
@@ -123,8 +129,32 @@ class JoinsTable(RangeTable):
             else:
                 rows.append((id_key(key, jid), str(t).encode(), t))
                 rows.append((expiry_key(p, t, key), b"1", 1))
+            if self.hold_shape is not None:
+                value = event.message.value
+                raw = None if value is None else (
+                    orjson.loads(value) if isinstance(value, (bytes, str)) else value)
+                rows += hold_rows(p, key, t, jid, raw, *self.hold_shape)
         for p, rows in derived.items():
             io.write(p, rows)
+
+
+def hold_rows(p: int, key: str, t: int, jid: str, raw: Any, n_payload: int, n_dim: int,
+              ) -> list[tuple[bytes, bytes | None, Any]]:
+    """The ``H``/``R`` rows a stored join (``raw``; None: deleted) implies, as store rows
+    (key, encoded or None to delete, value): held (revision 0) -> an ``H`` row; answered by
+    its hold's end (a ``hold-end`` revision, current or superseded and not yet known
+    delivered) -> an ``R`` row naming its source, which the next tick checks (re-emit after a
+    crash, or forget once delivered)."""
+    h, r = held_key(p, t, key, jid), held_key(p, t, key, jid, RELEASED)
+    if raw is None:
+        return [(h, None, None), (r, None, None)]
+    j = Join.from_json(raw, n_payload, n_dim)
+    rows: list[tuple[bytes, bytes | None, Any]] = [(h, b"1", 1) if j.revision == 0
+                                                    else (h, None, None)]
+    src = j.source if j.cause == "hold-end" else next(
+        (u[0] for u in j.unsent if u[2] == "hold-end"), None)
+    rows.append((r, orjson.dumps(src), src) if src is not None else (r, None, None))
+    return rows
 
 
 def stored_versions(joins: Any, history: Any, key: str, partition: int) -> list[Version] | None:
@@ -158,6 +188,10 @@ class JoinState:
         #: (partition, key) -> the record that converted its old-layout row (``_convert``)
         self._converting: dict[tuple[int, str], Any] = {}
         self._converted_now: set[tuple[int, str]] = set()  # ... in the batch being handled
+        #: a bounded hold (ms of stream time), None: none; partition -> the event time of its
+        #: first held join (None: none), read once per batch (``release_holds``)
+        self.hold = spec.hold_ms
+        self._next_hold: dict[int, int | None] = {}
 
     # --- rows --------------------------------------------------------------------------------
     def load(self, raw: Any) -> Join:
@@ -180,7 +214,8 @@ class JoinState:
         return [replace(r, again=True) for r in undelivered_revisions(
             self.rules, jid, key, j, lambda s: self.emitted(p, s))]
 
-    def _put(self, p: int, key: str, jid: str, j: Join, old_time: int | None) -> None:
+    def _put(self, p: int, key: str, jid: str, j: Join, old_time: int | None,
+             was_held: bool = False) -> None:
         joins = self.joins
         t = j.event_time
         if old_time is not None and old_time != t:
@@ -191,6 +226,22 @@ class JoinState:
             xk = expiry_key(p, t, key)
             if joins.get(p, xk) is None:
                 joins.put(p, xk, 1, local=True)
+        if self.hold is not None:
+            self._held_rows(p, key, jid, j, old_time, was_held)
+
+    def _held_rows(self, p: int, key: str, jid: str, j: Join, old_time: int | None,
+                   was_held: bool) -> None:
+        """Keep the ``H`` index of a hold spec's join (app.joins.keys): a join held now has
+        its row at its time; one held before and no more (answered by a version), or moved,
+        loses the old one."""
+        t = j.event_time
+        if was_held and old_time is not None and (old_time != t or j.revision):
+            self.joins.delete(p, held_key(p, old_time, key, jid), local=True)
+        if j.revision == 0:
+            self.joins.put(p, held_key(p, t, key, jid), 1, local=True)
+            nxt = self._next_hold.get(p, -1)
+            if nxt != -1 and (nxt is None or t < nxt):
+                self._next_hold[p] = t
 
     def _find(self, p: int, key: str, jid: str) -> tuple[int | None, Any]:
         """(event time, stored row) of a join by its id; (None, None) when there is none."""
@@ -231,6 +282,7 @@ class JoinState:
         self._clocks.clear()
         self._moved.clear()
         self._converted_now.clear()
+        self._next_hold.clear()
         for (p, key), src in list(self._converting.items()):
             if self.delivered(p, src):  # its V rows are in the log: the old row may go
                 self.history.delete(p, key)
@@ -246,7 +298,7 @@ class JoinState:
         old_time, raw = self._find(p, e.key, e.id)
         existing = None if raw is None else self.load(raw)
         j, rev = self.rules.arrive(self._answering(p, e.key, e.event_time, src), e, existing,
-                                   release_from)
+                                   release_from, self.stream_time(p))
         if j is None:  # a duplicate: perhaps re-delivered after a crash lost its output
             if existing is None:
                 return [], False
@@ -254,7 +306,8 @@ class JoinState:
             return self.unsent(p, e.id, e.key, existing), False
         if rev:
             self._settle(p, j, src)
-        self._put(p, e.key, e.id, j, old_time)
+        self._put(p, e.key, e.id, j, old_time,
+                  existing is not None and Join.stored_revision(raw, self.np, self.nd) == 0)
         return ([rev] if rev else []), (existing is None and j.revision == 0)
 
     # --- a key's versions: one ``V`` row each (app.joins.keys) ------------------------------
@@ -344,12 +397,13 @@ class JoinState:
                   + (self._group(p, key, nxt) if nxt is not None else []))
         floor = affected_floor(window, v, rule, horizon)
         cands = self._joins_of(p, key, floor, affected_until(window, v, rule))
+        held = {jid for jid, j in cands if j.revision == 0} if self.hold is not None else ()
         revs = list(rejoin_affected(self.rules, window, key, v, cands, horizon, release_from))
         changed = {r.id for r in revs}
         for jid, j in cands:
             if jid in changed:
                 self._settle(p, j, src)
-                self._put(p, key, jid, j, j.event_time)
+                self._put(p, key, jid, j, j.event_time, jid in held)
         return revs
 
     def _again(self, p: int, key: str, v: Version, src: Any) -> list[Revision]:
@@ -390,9 +444,13 @@ class JoinState:
             end = start + BUCKET_MS
             for jk, raw in list(joins.scan(p, *join_range(key, start, min(end, horizon)))):
                 _, t, jid = split_join_key(jk)
-                unmatched += Join.stored_revision(raw, self.np, self.nd) == 0
+                never = Join.stored_revision(raw, self.np, self.nd) == 0
+                unmatched += never
                 purged += 1
                 joins.delete(p, jk)
+                if self.hold is not None:
+                    for hk, _, _ in hold_rows(p, key, t, jid, None, self.np, self.nd):
+                        joins.delete(p, hk, local=True)
                 if joins.get(p, id_key(key, jid)) == t:
                     joins.delete(p, id_key(key, jid), local=True)
             if end <= horizon:  # the whole bucket is behind the horizon
@@ -411,10 +469,70 @@ class JoinState:
                 _, start, key = split_expiry_key(xk)
                 for jid, j in self._joins_of(p, key, max(start, review_from), start + BUCKET_MS):
                     t = j.event_time
+                    was_held = j.revision == 0
                     rev = self.rules.rejoin(jid, key, j, self._answering(p, key, t, src),
                                             "revisit", release_from)
                     if rev:
                         self._settle(p, j, src)
-                        self._put(p, key, jid, j, t)
+                        self._put(p, key, jid, j, t, was_held)
                         out.append(rev)
         return out, Purged(purged, unmatched, versions)
+
+    # --- a bounded hold (``hold_ms``) -------------------------------------------------------
+    def release_holds(self, p: int, clock: int, src: Any = None) -> list[Revision]:
+        """Answer the joins of ``p`` whose hold ended at stream time ``clock`` (event time +
+        hold <= clock), oldest first, as ``left`` answers (cause ``hold-end``). Called for
+        every record before it is joined, so a version that comes after the stream time
+        passed an event's bound does not join its first answer, replay or not. Cost per
+        record: a dict lookup and a comparison (the first hold's time is read once per
+        batch); a release is one range of the ``H`` index."""
+        hold = self.hold
+        if hold is None:
+            return []
+        nxt = self._next_hold.get(p, -1)
+        if nxt == -1:
+            nxt = self._next_hold[p] = self._first_held(p)
+        if nxt is None or nxt + hold > clock:
+            return []
+        out: list[Revision] = []
+        joins = self.joins
+        for hk, _ in list(joins.scan(p, *held_range(p, None, clock - hold + 1))):
+            _, t, key, jid = split_held_key(hk)
+            joins.delete(p, hk, local=True)
+            raw = joins.get(p, join_key(key, t, jid))
+            if raw is None:
+                continue
+            j = self.load(raw)
+            rev = self.rules.release(jid, key, j, self._answering(p, key, t, src))
+            if rev is None:
+                continue
+            self._settle(p, j, src)
+            self._put(p, key, jid, j, t)
+            joins.put(p, held_key(p, t, key, jid, RELEASED), src, local=True)
+            out.append(rev)
+        self._next_hold[p] = self._first_held(p)
+        return out
+
+    def _first_held(self, p: int) -> int | None:
+        row = self.joins.edge(p, *held_range(p, None, None))
+        return None if row is None else split_held_key(row[0])[1]
+
+    def released_unsent(self, p: int, clock: int) -> list[Revision]:
+        """A tick: the revisions that ended holds and may have been lost with a crash (their
+        ``R`` rows, app.joins.keys), re-emitted when they are not on their way from this
+        process; an ``R`` row goes once its revision is known delivered."""
+        if self.hold is None:
+            return []
+        out: list[Revision] = []
+        joins = self.joins
+        for rk, src in list(joins.scan(p, *held_range(p, None, None, RELEASED))):
+            _, t, key, jid = split_held_key(rk)
+            raw = joins.get(p, join_key(key, t, jid))
+            if raw is None or src is None or self.delivered(p, src):
+                joins.delete(p, rk, local=True)
+                continue
+            if not self.emitted(p, src):
+                j = self.load(raw)
+                out += self.unsent(p, jid, key, j)
+                joins.put(p, join_key(key, t, jid), raw)  # its row again (module docstring)
+        return out

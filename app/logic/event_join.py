@@ -14,6 +14,11 @@ stamped with the same millisecond → the greatest mood string; the batch twin o
 
 Mode ``left`` emits every event at once (answer null while unknown); mode ``inner`` *holds* an
 event (stored, revision 0, nothing emitted) until a version applies, then emits revision 1.
+A *bounded hold* (``left`` with ``hold_ms``) is the middle: an event with no applicable version
+is held like ``inner`` holds it, but only while its partition's stream time is before
+``event_time + hold_ms`` (:meth:`JoinRules.holds`); then :meth:`JoinRules.release` answers it
+as ``left`` would have (cause ``hold-end``), and later versions correct it as ever. The bound
+is in stream time, not wall time, so a replay holds and releases the same events.
 
 Shapes:
 - a version: ``[event_time, value, ...]`` (JSON list, as stored; histories are sorted lists)
@@ -40,12 +45,13 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
-Cause = Literal["arrival", "late-dimension", "revisit", "backfill"]
+Cause = Literal["arrival", "late-dimension", "revisit", "backfill", "hold-end"]
 AsOf = Literal["before", "at-or-before-else-earliest"]
 Mode = Literal["left", "inner"]
 Version = list[Any]  # [event_time, *copied values]
 
 AS_OF_RULES: tuple[AsOf, ...] = ("before", "at-or-before-else-earliest")
+CAUSES: tuple[Cause, ...] = ("arrival", "late-dimension", "revisit", "backfill", "hold-end")
 MODES: tuple[Mode, ...] = ("left", "inner")
 
 #: separator of the derived join id (cannot appear in ordinary text fields)
@@ -247,21 +253,47 @@ def _revision(jid: str, key: str, j: Join) -> Revision:
 
 @dataclass(frozen=True, slots=True)
 class JoinRules:
-    """The rules of one spec: its as-of rule and mode. Every method is pure."""
+    """The rules of one spec: its as-of rule, mode and bounded hold. Every method is pure."""
 
     asof: AsOf = "before"
     mode: Mode = "left"
+    #: ``left`` only: hold an event with no applicable version while stream time is before
+    #: ``event_time + hold_ms`` (None: no hold, answer at once)
+    hold_ms: int | None = None
+
+    def holds(self, event_time: int, clock: int | None) -> bool:
+        """Is an unanswered event at ``event_time`` still within its hold at stream time
+        ``clock`` (None: unknown, the event's own time)? Always False without a hold."""
+        hold = self.hold_ms
+        if hold is None:
+            return False
+        return event_time + hold > (event_time if clock is None else clock)
+
+    def release(self, jid: str, key: str, j: Join, history: Sequence[Version],
+                cause: Cause = "hold-end") -> Revision | None:
+        """A held join whose hold ended: its first revision, with whatever answer applies now
+        (normally none: a version that came within the hold released it already). None when
+        ``j`` is not held."""
+        if j.revision != 0:
+            return None
+        j.answer, j.answer_time = self.answer(history, j.event_time)
+        j.previous = None
+        j.revision = 1
+        j.cause = cause
+        return _revision(jid, key, j)
 
     def answer(self, history: Sequence[Version], t: int) -> tuple[list[Any] | None, int | None]:
         v = as_of(history, t, self.asof)
         return (None, None) if v is None else (list(v[1:]), v[0])
 
     def arrive(self, history: Sequence[Version], event: Event, existing: Join | None,
-               release_from: int | None = None) -> tuple[Join | None, Revision | None]:
+               release_from: int | None = None, clock: int | None = None,
+               ) -> tuple[Join | None, Revision | None]:
         """An event arrives: (the join to store, or None when state is unchanged; what to emit).
 
         A duplicate with the same content changes nothing. ``release_from``: in inner mode, an
         event older than this is not emitted even when a version applies (the emit window).
+        ``clock``: the partition's stream time, for a bounded hold (:meth:`holds`).
         """
         if existing is not None:
             rev = self.rejoin(event.id, event.key, existing, history, "arrival", release_from,
@@ -270,7 +302,7 @@ class JoinRules:
                                                                 list(event.payload))
             return (existing if rev or not same else None), rev
         answer, answer_time = self.answer(history, event.event_time)
-        held = answer is None and self.mode == "inner"
+        held = answer is None and (self.mode == "inner" or self.holds(event.event_time, clock))
         if not held and self.mode == "inner" and release_from is not None \
                 and event.event_time < release_from:
             held = True
@@ -321,9 +353,10 @@ class KeyState:
 
 
 def add_event(rules: JoinRules, state: KeyState, event: Event,
-              release_from: int | None = None) -> tuple[bool, list[Revision]]:
+              release_from: int | None = None, clock: int | None = None,
+              ) -> tuple[bool, list[Revision]]:
     """Join an event on arrival; returns (joins changed, revisions)."""
-    j, rev = rules.arrive(state.history, event, state.joins.get(event.id), release_from)
+    j, rev = rules.arrive(state.history, event, state.joins.get(event.id), release_from, clock)
     if j is None:
         return False, []
     state.joins[event.id] = j
@@ -354,6 +387,17 @@ def rejoin_affected(rules: JoinRules, history: Sequence[Version], key: str, vers
             rev = rules.rejoin(jid, key, j, history, "late-dimension", release_from)
             if rev:
                 yield rev
+
+
+def release_held(rules: JoinRules, state: KeyState, key: str, clock: int) -> list[Revision]:
+    """Answer the held joins whose hold ended at stream time ``clock``, oldest first."""
+    out = []
+    for jid, j in sorted(state.joins.items(), key=lambda item: item[1].event_time):
+        if j.revision == 0 and not rules.holds(j.event_time, clock):
+            rev = rules.release(jid, key, j, state.history)
+            if rev:
+                out.append(rev)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
