@@ -152,7 +152,9 @@ def reconcile_join(spark: SparkSession, steps: Steps, spec: JoinSpec, events: Pa
     with steps.step(f"{spec.name}: reading archives, exact answer, latest revision per id"):
         exact, inputs = exact_join(spark, spec, events, dimension, scope, method)
         log = read_output(spark, spec, revisions, scope, inputs).cache()
-        comparison = S.compare_joins(spec, exact, S.latest_revisions(spec, log)).cache()
+        holding = S.holding_ids(spec, inputs["events"], inputs["dimension"])
+        comparison = S.compare_joins(spec, exact, S.latest_revisions(spec, log),
+                                     holding).cache()
         counts = count_statuses(comparison)
     with steps.step(f"{spec.name}: examples, revision-log checks, refused records"):
         rows = sample_rows(comparison, "id", max(examples, sample))

@@ -20,6 +20,8 @@ from app.batch import spec_joins as S
 from app.joins.spec import JoinSpec
 
 STATUSES = ("matched", "wrong", "missing", "extra")
+#: a join a bounded hold still holds at the archive's end: not missing, not a difference
+HELD = "held"
 
 
 @dataclass
@@ -52,9 +54,13 @@ class Report:
     def render(self) -> str:
         c = self.counts
         expected = c.get("matched", 0) + c.get("wrong", 0) + c.get("missing", 0)
+        expected += c.get(HELD, 0)
         lines = [f"== {self.title}",
                  f"   exact answer: {expected} · output archive: {self.records} records",
                  "   " + "  ".join(f"{s} {c.get(s, 0)}" for s in STATUSES)]
+        if c.get(HELD):
+            lines.append(f"   held {c[HELD]} (no version yet, still within hold_ms of the "
+                         "inputs' end: not missing)")
         if any(self.refused.values()):
             lines.append("   refused as from the future (not joined): " + ", ".join(
                 f"{name} {n}" for name, n in self.refused.items()))
@@ -68,7 +74,8 @@ class Report:
         """The report's first JSON line: counts per kind, and whether the view converged."""
         return {"kind": "summary", "view": self.view, "title": self.title,
                 "converged": self.converged, "differences": self.differences,
-                "counts": {s: self.counts.get(s, 0) for s in STATUSES},
+                "counts": {**{s: self.counts.get(s, 0) for s in STATUSES},
+                           **({HELD: self.counts[HELD]} if self.counts.get(HELD) else {})},
                 "output_records": self.records, "problems": self.problems,
                 "refused_future": self.refused,
                 "sampled": len(self.differences_sample)}
@@ -104,7 +111,7 @@ def sample_rows(comparison: DataFrame, key: str, per_status: int) -> list[Any]:
     if per_status <= 0:
         return []
     w = Window.partitionBy("status").orderBy(key)
-    return (comparison.where(F.col("status") != "matched")
+    return (comparison.where(~F.col("status").isin("matched", HELD))
             .withColumn("_n", F.row_number().over(w)).where(F.col("_n") <= per_status)
             .orderBy("status", key).collect())
 

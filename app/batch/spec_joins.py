@@ -244,21 +244,46 @@ def _same_answer(spec: JoinSpec, a: str, b: str) -> Column:
     return cond
 
 
-def compare_joins(spec: JoinSpec, exact: DataFrame, latest: DataFrame) -> DataFrame:
-    """Full outer comparison by join id: ``status`` in matched / wrong / missing / extra.
+def compare_joins(spec: JoinSpec, exact: DataFrame, latest: DataFrame,
+                  holding: DataFrame | None = None) -> DataFrame:
+    """Full outer comparison by join id: ``status`` in matched / wrong / missing / extra, or
+    ``held``: a join the log does not have yet, that no version answers and whose id is in
+    ``holding`` (a bounded hold still waiting at the archive's end: :func:`holding_ids`).
 
     Columns: id, status, ``expected`` (struct of :func:`answer_columns` or null), ``actual``
     (the latest revision as a struct of :func:`revision_columns` or null).
     """
     e = exact.select("id", F.struct(*answer_columns(spec)).alias("expected"))
     a = latest.select("id", F.struct(*revision_columns(spec)).alias("actual"))
-    status = (F.when(F.col("actual").isNull(), "missing")
+    missing = F.when(F.col("actual").isNull(), "missing")
+    if holding is not None:
+        unanswered = F.col("expected").getField(spec.time_as).isNull()
+        missing = F.when(F.col("actual").isNull() & unanswered & F.col("_holding").isNotNull(),
+                         "held").when(F.col("actual").isNull(), "missing")
+        e = e.join(holding.select("id", F.lit(True).alias("_holding")), "id", "left")
+    status = (missing
               .when(F.col("expected").isNull(), "extra")
               .when(_same_answer(spec, "expected", "actual"), "matched")
               .otherwise("wrong"))
     return (e.join(a, "id", "full_outer")
             .select("id", status.alias("status"), "expected", "actual"))
     # (id, status, expected, actual)
+
+
+def holding_ids(spec: JoinSpec, events: DataFrame, dimension: DataFrame) -> DataFrame | None:
+    """The join ids a bounded hold (``hold_ms``) may still be holding when the inputs end: events
+    within ``hold_ms`` of the greatest event time of both inputs (the batch twin knows no
+    partition's stream time; the greatest is each partition's at most, so a partition whose
+    stream lags may hold more: those show as ``missing``). None: the spec has no hold."""
+    if spec.hold_ms is None:
+        return None
+    end = (events.select(F.col(spec.events.time).alias("_t"))
+           .unionByName(dimension.select(F.col(spec.dimension.time).alias("_t")))
+           .agg(F.max("_t")).first()[0])
+    if end is None:
+        return None
+    return (events.where(F.col(spec.events.time) + spec.hold_ms > end)
+            .select(join_id(spec).alias("id")).distinct())
 
 
 def backfill_revisions(spec: JoinSpec, comparison: DataFrame) -> DataFrame:

@@ -237,6 +237,12 @@ class JoinState:
         t = j.event_time
         if was_held and old_time is not None and (old_time != t or j.revision):
             self.joins.delete(p, held_key(p, old_time, key, jid), local=True)
+        if old_time is not None and old_time != t and j.revision:  # a release moves with it
+            rk = held_key(p, old_time, key, jid, RELEASED)
+            src = self.joins.get(p, rk)
+            if src is not None:
+                self.joins.delete(p, rk, local=True)
+                self.joins.put(p, held_key(p, t, key, jid, RELEASED), src, local=True)
         if j.revision == 0:
             self.joins.put(p, held_key(p, t, key, jid), 1, local=True)
             nxt = self._next_hold.get(p, -1)

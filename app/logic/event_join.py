@@ -296,10 +296,11 @@ class JoinRules:
         ``clock``: the partition's stream time, for a bounded hold (:meth:`holds`).
         """
         if existing is not None:
-            rev = self.rejoin(event.id, event.key, existing, history, "arrival", release_from,
-                              event.event_time, list(event.payload))
+            # compared before the rejoin: a held join's rejoin moves it without a revision
             same = (existing.event_time, existing.payload) == (event.event_time,
                                                                 list(event.payload))
+            rev = self.rejoin(event.id, event.key, existing, history, "arrival", release_from,
+                              event.event_time, list(event.payload))
             return (existing if rev or not same else None), rev
         answer, answer_time = self.answer(history, event.event_time)
         held = answer is None and (self.mode == "inner" or self.holds(event.event_time, clock))

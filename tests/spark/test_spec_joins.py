@@ -157,3 +157,31 @@ def test_the_range_filters_in_spark_are_the_pure_rule(spark, ts, start, length):
     for role in ("events", "dimension-before", "dimension-earliest", "output"):
         got = sorted(row["at"] for row in in_range(df, r, role, "at").collect())
         assert got == sorted(t for t in ts if needs(r, role, t)), role
+
+
+def test_reconcile_knows_a_held_join_is_not_missing(spark):
+    """A bounded hold may still hold an event when the inputs end: reconcile calls it ``held``
+    (no difference) when no version answers it and it is within ``hold_ms`` of their end."""
+    from pyspark.sql import functions as F
+
+    from app.batch.spec_joins import compare_joins, holding_ids, revision_columns
+
+    spec = resolve({**click_spec(), "hold_ms": 100})
+    ev = spark.createDataFrame([("c1", "u1", 1000, 1.0, True, None, None),
+                                ("c2", "u1", 5000, 1.0, True, None, None),  # answered: u1@10
+                                ("c3", "u2", 4950, 1.0, True, None, None)],  # u2: no level
+                               EVENT_DDL)
+    dim = spark.createDataFrame([("u1", 10, 1, "a", None)], LEVEL_DDL)
+    exact = spec_joins(spec, ev, dim)
+    # the log has c1 only
+    latest = exact.where(F.col("id") == "c1").select(
+        *[F.col(c) if c in exact.columns else
+          F.lit(1).alias(c) if c == "revision" else
+          F.lit("arrival").alias(c) if c == "cause" else
+          F.lit(None).cast("string").alias(c) for c in revision_columns(spec)])
+    holding = holding_ids(spec, ev, dim)
+    assert sorted(r["id"] for r in holding.collect()) == ["c2", "c3"]
+    status = {r["id"]: r["status"] for r in compare_joins(spec, exact, latest, holding).collect()}
+    assert status == {"c1": "matched", "c2": "missing", "c3": "held"}
+    without = {r["id"]: r["status"] for r in compare_joins(spec, exact, latest).collect()}
+    assert without["c3"] == "missing"
