@@ -25,11 +25,11 @@ joins_finalised = Counter("etj_joins_finalised", "Joins dropped from state past 
                           ["join"])
 stream_time = Gauge("etj_stream_time_ms", "Greatest event time seen", ["join", "partition"])
 
-# --- inner mode: events that wait for their dimension ---
-held = Counter("etj_join_held", "Events held (inner mode) because no dimension version applied",
-               ["join"])
-released = Counter("etj_join_released", "Held events emitted when their dimension arrived",
-                   ["join"])
+# --- inner mode and a bounded hold: events that wait for their dimension ---
+held = Counter("etj_join_held", "Events held (inner mode, or a bounded hold) because no "
+               "dimension version applied", ["join"])
+released = Counter("etj_join_released", "Held events emitted: their dimension arrived, or "
+                   "their hold ended", ["join"])
 unmatched = Counter("etj_join_unmatched",
                     "Held events dropped at the horizon: their dimension never arrived", ["join"])
 

@@ -28,6 +28,8 @@ RUN_BY = {
     ("docs/joins/declarative.md", "shaped-read"): "test_examples.py",
     ("docs/joins/car-zone.md", "zone-key"): "test_examples.py",
     ("README.md", "minimal-spec"): "test_examples.py",
+    ("docs/joins/declarative.md", "hold-spec"): "test_examples.py",
+    ("docs/joins/declarative.md", "hold-scenario"): "test_examples.py",
     ("docs/concepts/event-time.md", "copartition-error"): "test_quoted_messages.py",
     # on a Spark cluster of containers: the cluster is that module's
     ("docs/batch/cluster.md", "bootstrap-on-a-cluster"): "tests/spark/test_cluster.py",
@@ -90,3 +92,25 @@ def test_the_shaped_records_example_reads_as_the_page_says() -> None:
         else:
             got.append(json.dumps(as_dict(rec)))
     assert got == block(DECLARATIVE, "shaped-read").strip().splitlines()
+
+
+def test_the_hold_example_is_valid_and_its_scenario_is_what_the_engine_answers() -> None:
+    """declarative.md#a-bounded-hold-hold_ms: the spec's keys resolve (on the worked example),
+    and the scenario's records replayed through the engine give the outputs listed."""
+    from tests.unit.test_hold import Worker
+
+    keys = json.loads(block(DECLARATIVE, "hold-spec"))
+    [tiers] = json.loads(block(DECLARATIVE, "joins.json"))
+    assert resolve_all([{**tiers, **keys}])[0].hold_ms == 5000
+    w = Worker()  # the mood spec with hold_ms 50
+    assert w.spec.hold_ms == 50
+    for line in block(DECLARATIVE, "hold-scenario").strip().splitlines():
+        record, said = (part.strip() for part in line.split("->"))
+        kind, at, value = record.split()
+        key, t = at.split("@")
+        n = len(w.out)
+        w.record("v" if kind == "mood" else "e", key, int(t), value)
+        got = "; ".join(f"{r.id} revision {r.revision} "
+                        f"{'null' if r.answer is None else r.answer[0]} [{r.cause}]"
+                        for r, _ in w.out[n:]) or "(held)"
+        assert got == said, line
