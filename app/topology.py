@@ -81,6 +81,8 @@ class JoinTopology:
     ticks: TopicT  # (partition p) -> revisit p
     output: TopicT  # join id -> revision
     tables: JoinTables
+    #: (partition) -> its finality promise (app.logic.finality); None: the spec has none
+    final: TopicT | None = None
 
     @property
     def copartition_groups(self) -> list[CopartitionGroup]:
@@ -110,7 +112,8 @@ def declare_join(spec: JoinSpec) -> JoinTopology:
                         app.Table(names.clock, default=None, **js))
     return JoinTopology(spec, app.topic(*spec.inputs, allow_empty=True, **raw),
                         app.topic(spec.ticks, internal=True, **raw),
-                        app.topic(spec.output, **_out), tables)
+                        app.topic(spec.output, **_out), tables,
+                        app.topic(spec.final_topic, **_out) if spec.final_topic else None)
 
 
 #: spec name -> its topics and tables, for every join this worker runs

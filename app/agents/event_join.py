@@ -33,7 +33,8 @@ from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
 from app.compat.stores import StoreIO, committed_offset
 from app.faust_app import app, settings
-from app.joins.state import JoinState
+from app.joins.state import FinalJoinError, JoinState
+from app.logic.finality import next_step, ready_before
 from app.logic.event_join import CAUSES, Revision
 from app.state.overlay import Overlay
 from app.inputs.records import InvalidRecord, as_dict
@@ -74,6 +75,15 @@ class JoinEngine:
         self._hold = spec.hold_ms is not None
         self._stream_time: dict[int, Any] = {}  # partition -> its stream-time gauge
         self._tps: dict[tuple[int, int], TP] = {}
+        #: finality (app.logic.finality): the promises' topic (None: none), emit=final, per
+        #: partition the batches whose promise waits for their delivery ((stream time at the
+        #: batch's end, the record that moved it)), the record that last moved the stream
+        #: time, and the partitions whose promise this batch has looked at
+        self._final_topic = spec.final_topic
+        self._emit_final = spec.emit == "final"
+        self._pending: dict[int, list[tuple[int, Any]]] = {}
+        self._mover: dict[int, Any] = {}
+        self._promised_now: set[int] = set()
         #: flow control: the dimension, then the events (ties go to the dimension)
         self.loop = DurableLoop(self, (spec.events.topic, spec.dimension.topic, spec.ticks),
                                 merged=(spec.dimension.topic, spec.events.topic),
@@ -125,6 +135,50 @@ class JoinEngine:
     def _out(self, rev: Revision, again: bool = False) -> Out:
         return Out(self.output, rev.id.encode(), orjson.dumps(self.spec.to_wire(rev)), again)
 
+    def _outs(self, partition: int, revisions: list[Revision]) -> list[Out]:
+        """The sends of ``revisions`` of ``partition``: all of them, unless the spec keeps
+        promises: then none of a join its partition's promise covers (only a re-emit of one
+        the log has: app.logic.finality), and with emit=final none at all (each join's final
+        revision goes with the promise that covers it)."""
+        if self._final_topic is None:
+            return [self._revision_out(r) for r in revisions]
+        if self._emit_final:
+            for r in revisions:
+                self._revision_out(r)  # counted as made
+            return []
+        before = self.state.promise(partition).final_before
+        return [self._revision_out(r) for r in revisions
+                if before is None or r.event_time >= before]
+
+    # --- finality ------------------------------------------------------------------------------
+    def _promise(self, partition: int, src: Any) -> list[Out]:
+        """At a batch's first record of ``partition``: settle, re-send or make its promise
+        (:func:`app.logic.finality.next_step`); the sends it needs, carried by this record."""
+        self._promised_now.add(partition)
+        state = self.state
+        promise = state.promise(partition)
+        pending = self._pending.get(partition)
+        ready = None if not pending else ready_before(
+            pending, lambda s: self.delivered(partition, s), self.spec.retention_ms)
+        source = promise.source
+        step, lo, hi = next_step(promise, ready,
+                                 source is not None and self.delivered(partition, source),
+                                 source is not None and self.emitted(partition, source))
+        if step == "none":
+            return []
+        if step == "settled":
+            state.save_promise(partition, promise)
+            return []
+        assert hi is not None
+        promise.source = src
+        state.save_promise(partition, promise)
+        again = step == "again"
+        outs = ([self._out(r, again) for r in state.final_revisions(partition, lo, hi)]
+                if self._emit_final else [])
+        value = {"join": self.join, "partition": partition, "final_before": hi}
+        outs.append(Out(self._final_topic, str(partition).encode(), orjson.dumps(value), True))
+        return outs
+
     # --- time ----------------------------------------------------------------------------------
     def end_batch(self) -> None:
         """The loop's batch is handled: stream times to the clock table and the gauges, the
@@ -132,7 +186,10 @@ class JoinEngine:
         for cause, n in self._counts.items():
             (self._released if cause == "released" else self._revisions[cause]).inc(n)
         self._counts.clear()
+        self._promised_now.clear()
         for partition, t in self.state.end_batch().items():
+            if self._final_topic is not None:
+                self._pending.setdefault(partition, []).append((t, self._mover[partition]))
             gauge = self._stream_time.get(partition)
             if gauge is None:
                 gauge = self._stream_time[partition] = metrics.stream_time.labels(
@@ -181,22 +238,30 @@ class JoinEngine:
                                 value, str(parsed))]
         rec = parsed
         event_time = getattr(rec, self._side(topic).time)
+        src = [0 if is_event else 1, offset]
+        promised = self._promise(partition, src) if (
+            self._final_topic is not None and partition not in self._promised_now) else ()
         clock = self.state.stream_time(partition)
         limit = None if clock is None else self._limit(clock, is_event)
         if limit is not None and event_time < limit:
             metrics.late_records.labels(spec.name, topic).inc()
-            return [Out(self.late_topic, key, sinks.late_record(
+            return [*promised, Out(self.late_topic, key, sinks.late_record(
                 topic, partition, offset, as_dict(rec), event_time, clock, limit))]
+        if self._final_topic is not None and (clock is None or event_time > clock):
+            self._mover[partition] = src  # the record whose delivery makes its batch's promise
         clock = self.state.advance(partition, event_time)
         horizon = clock - spec.retention_ms
         release_from = self._release_from(clock)
-        src = [0 if is_event else 1, offset]
         # holds this record's stream time ended answer first: what comes at or after the
         # bound does not join their first answer (app.joins.state.JoinState.release_holds)
         ended = self.state.release_holds(partition, clock, src) if self._hold else ()
         if is_event:
-            revisions, held = self.state.on_event(partition, spec.event_of(rec), horizon,
-                                                  release_from, src)
+            try:
+                revisions, held = self.state.on_event(partition, spec.event_of(rec), horizon,
+                                                      release_from, src)
+            except FinalJoinError as exc:
+                return [*promised, dead_letter(spec.name, self.dead_letters, topic, partition,
+                                               offset, key, value, str(exc))]
             if held:
                 self._held.inc()
         else:
@@ -205,26 +270,34 @@ class JoinEngine:
                                               src)
         if ended:
             revisions = [*ended, *revisions]
-        return [self._revision_out(r) for r in revisions]
+        outs = self._outs(partition, revisions)
+        return [*promised, *outs] if promised else outs
 
     def on_tick(self, partition: int, offset: int | None = None) -> list[Out]:
         """Revisit partition ``partition``: purge state behind the horizon (and review)."""
+        src = None if offset is None else [2, offset]
+        promised = self._promise(partition, src) if (
+            self._final_topic is not None and src is not None
+            and partition not in self._promised_now) else []
         clock = self.state.stream_time(partition)
         if clock is None:
-            return []
-        src = None if offset is None else [2, offset]
+            return promised
         ended: list[Revision] = []
         if self._hold:  # holds first: a join is answered before the horizon purges it
             ended = self.state.released_unsent(partition, clock)
             ended += self.state.release_holds(partition, clock, src)
+        keep_from = None
+        if self._emit_final:  # a join stays until its final revision is delivered
+            keep_from = self.state.promise(partition).delivered_before
+            keep_from = 0 if keep_from is None else keep_from
         revisions, purged = self.state.on_tick(partition, clock, self._release_from(clock),
-                                               src)
+                                               src, keep_from)
         revisions = ended + revisions
         if purged.joins:
             metrics.joins_finalised.labels(self.spec.name).inc(purged.joins)
         if purged.unmatched:
             metrics.unmatched.labels(self.spec.name).inc(purged.unmatched)
-        return [self._revision_out(r) for r in revisions]
+        return [*promised, *self._outs(partition, revisions)]
 
 
 #: spec name -> engine, for every join this worker runs (app.topology.joins)

@@ -87,6 +87,10 @@ def join_topics(s: Settings, spec: JoinSpec) -> list[TopicUse]:
            TopicUse(spec.output, n, "output: the revision log", "you", WRITE, s.partitions),
            TopicUse(spec.ticks, n, "internal: revisit ticks, co-partitioned with the inputs",
                     "the worker", OWN, p)]
+    if spec.final_topic is not None:
+        out.insert(3, TopicUse(spec.final_topic, n, "output: finality promises, one record "
+                               "per join partition (key: the partition)", "you", WRITE, 1,
+                               compacted=True))
     for table, what in ((t.dimension, "the dimension's versions per key in the layout before "
                                       "a row per version, read once to convert them"),
                         (t.joins, "the dimension's versions, a row per version, and the joins "

@@ -119,6 +119,11 @@ class JoinConfig(BaseModel):
     hold_ms: int | None = Field(None, gt=0, description="left mode only: an event with no "
                                 "applicable version waits up to this much of its partition's "
                                 "stream time for one, then answers as left does")
+    finality: bool = Field(False, description="publish finality promises on "
+                           "<output>-final: per partition, every join before a time is final")
+    emit: Literal["all", "final"] = Field(
+        "all", description="all: every revision, as soon as it is known; final: one revision "
+        "per join, when it becomes final (implies finality)")
 
 
 @dataclass(frozen=True)
@@ -190,6 +195,15 @@ class JoinSpec:
     partitions: int | None = None
     #: a bounded hold (left mode): stream-time ms an unanswered event waits for a version
     hold_ms: int | None = None
+    #: publish finality promises (app.logic.finality) on :attr:`final_topic`
+    finality: bool = False
+    #: "all" revisions, or only each join's "final" one
+    emit: Literal["all", "final"] = "all"
+
+    @property
+    def final_topic(self) -> str | None:
+        """``<output>-final``: the finality promises (None: the spec publishes none)."""
+        return f"{self.output}-final" if self.finality or self.emit == "final" else None
 
     @cached_property
     def rules(self) -> JoinRules:
@@ -287,7 +301,9 @@ class JoinSpec:
                 "retention_ms": self.retention_ms, "window_ms": self.window_ms,
                 "late_dimensions": self.late_dimensions, "layout": self.layout,
                 "review_lag_ms": self.review_lag_ms, "partitions": self.partitions,
-                "tables": self.tables.model_dump(), "hold_ms": self.hold_ms}
+                "tables": self.tables.model_dump(), "hold_ms": self.hold_ms,
+                "finality": self.final_topic is not None, "final_topic": self.final_topic,
+                "emit": self.emit}
 
 
 # --- resolution ----------------------------------------------------------------------------------
@@ -484,7 +500,8 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinS
                     cfg.tables or TableNames(
                         dimension=f"{cfg.name}-dimension", joins=f"{cfg.name}-joins",
                         clock=f"{cfg.name}-clock",
-                        index=None), cfg.partitions, hold_ms=cfg.hold_ms)
+                        index=None), cfg.partitions, hold_ms=cfg.hold_ms,
+                    finality=cfg.finality or cfg.emit == "final", emit=cfg.emit)
     _check_hold(where, cfg)
     out = spec.output_fields
     dupes = sorted({f for f in out if out.count(f) > 1})
@@ -521,7 +538,7 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig]) -> list[JoinSpec]:
     """Resolve every spec, then refuse what only shows across specs (shared names, loops)."""
     specs = [resolve(raw, i) for i, raw in enumerate(raws)]
     for what, of in (("name", lambda s: [s.name]), ("ticks topic", lambda s: [s.ticks]),
-                     ("output topic", lambda s: [s.output]),
+                     ("output topic", lambda s: [s.output, *filter(None, [s.final_topic])]),
                      ("table name", lambda s: [n for n in s.tables.model_dump().values()
                                                if n is not None])):
         seen: dict[str, str] = {}
@@ -541,6 +558,9 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig]) -> list[JoinSpec]:
                                 f"from different starts ({other[1]!r}, {side.start!r}): a "
                                 "worker reads a topic once")
     for s in specs:
+        if s.final_topic in inputs:
+            raise SpecError(f"join spec {s.name!r} writes its promises to {s.final_topic}, "
+                            f"which join {inputs[s.final_topic]!r} reads")
         if s.output in inputs:
             raise SpecError(f"join spec {s.name!r} writes {s.output}, which join "
                             f"{inputs[s.output]!r} reads: a join must not feed itself")

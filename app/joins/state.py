@@ -57,6 +57,7 @@ from app.joins.keys import (BUCKET_MS, ID, JOIN, RELEASED, VERSION, bucket, held
                             held_range, split_held_key, version_key, version_range, expiry_key, expiry_range, id_key,
                             join_key, join_range, key_group, split_expiry_key, split_join_key)
 from app.joins.spec import JoinSpec
+from app.logic.finality import Promise
 from app.logic.event_join import (Event, Join, Purged, Revision, Version, affected_floor,
                                   affected_until, purge_history, rejoin_affected,
                                   undelivered_revisions)
@@ -64,7 +65,7 @@ from app.state.ordered_keys import prefix_end
 from app.state.overlay import Overlay
 from app.state.range_scan import RangeTable
 
-__all__ = ["JoinState", "JoinsTable", "StateLayoutError", "stored_versions"]
+__all__ = ["FinalJoinError", "JoinState", "JoinsTable", "StateLayoutError", "stored_versions"]
 
 #: (partition, source of a revision) -> is its output known to be in the log?
 Delivered = Callable[[int, Any], bool]
@@ -72,6 +73,11 @@ Delivered = Callable[[int, Any], bool]
 
 class StateLayoutError(RuntimeError):
     """A changelog holds rows of a state layout this version cannot read."""
+
+
+class FinalJoinError(ValueError):
+    """An event re-uses the id of a join that is final (behind the horizon): revising it would
+    break the finality promise, so the record goes to the dead letters with this reason."""
 
 
 def _untracked(p: int, src: Any) -> bool:
@@ -192,6 +198,8 @@ class JoinState:
         #: first held join (None: none), read once per batch (``release_holds``)
         self.hold = spec.hold_ms
         self._next_hold: dict[int, int | None] = {}
+        #: partition -> its finality promise (app.logic.finality), read once per batch
+        self._promises: dict[int, Promise] = {}
 
     # --- rows --------------------------------------------------------------------------------
     def load(self, raw: Any) -> Join:
@@ -289,6 +297,7 @@ class JoinState:
         self._moved.clear()
         self._converted_now.clear()
         self._next_hold.clear()
+        self._promises.clear()
         for (p, key), src in list(self._converting.items()):
             if self.delivered(p, src):  # its V rows are in the log: the old row may go
                 self.history.delete(p, key)
@@ -302,6 +311,11 @@ class JoinState:
     def on_event(self, p: int, e: Event, horizon: int | None,
                  release_from: int | None, src: Any = None) -> tuple[list[Revision], bool]:
         old_time, raw = self._find(p, e.key, e.id)
+        if old_time is not None and horizon is not None and old_time < horizon \
+                and old_time != e.event_time and self.spec.final_topic is not None:
+            raise FinalJoinError(f"join {e.id} is final (its event time {old_time} is behind "
+                                 f"the horizon {horizon}): an event re-using its id with time "
+                                 f"{e.event_time} would revise it")
         existing = None if raw is None else self.load(raw)
         j, rev = self.rules.arrive(self._answering(p, e.key, e.event_time, src), e, existing,
                                    release_from, self.stream_time(p))
@@ -436,19 +450,21 @@ class JoinState:
         return out
 
     def on_tick(self, p: int, clock: int, release_from: int | None, src: Any = None,
-                ) -> tuple[list[Revision], Purged]:
+                keep_from: int | None = None) -> tuple[list[Revision], Purged]:
         """Purge the joins behind the horizon (final) and the versions their keys no longer
         need; review the recent ones if the spec asks for it (``review_lag_ms``: a safety
-        net, since versions re-join at once)."""
+        net, since versions re-join at once). ``keep_from``: purge no join at or after it
+        (emit=final: a join stays until its final revision is delivered)."""
         horizon = clock - self.spec.retention_ms
         joins = self.joins
-        lo, hi = expiry_range(p, None, horizon)
+        purge_before = horizon if keep_from is None else min(horizon, keep_from)
+        lo, hi = expiry_range(p, None, purge_before)
         purged = unmatched = 0
         aged: set[str] = set()
         for xk, _ in list(joins.scan(p, lo, hi)):
             _, start, key = split_expiry_key(xk)
             end = start + BUCKET_MS
-            for jk, raw in list(joins.scan(p, *join_range(key, start, min(end, horizon)))):
+            for jk, raw in list(joins.scan(p, *join_range(key, start, min(end, purge_before)))):
                 _, t, jid = split_join_key(jk)
                 never = Join.stored_revision(raw, self.np, self.nd) == 0
                 unmatched += never
@@ -459,7 +475,7 @@ class JoinState:
                         joins.delete(p, hk, local=True)
                 if joins.get(p, id_key(key, jid)) == t:
                     joins.delete(p, id_key(key, jid), local=True)
-            if end <= horizon:  # the whole bucket is behind the horizon
+            if end <= purge_before:  # the whole bucket is behind the horizon
                 joins.delete(p, xk, local=True)
             aged.add(key)
         versions = 0
@@ -541,4 +557,31 @@ class JoinState:
                 j = self.load(raw)
                 out += self.unsent(p, jid, key, j)
                 joins.put(p, join_key(key, t, jid), raw)  # its row again (module docstring)
+        return out
+
+    # --- finality (app.logic.finality) ------------------------------------------------------
+    def promise(self, p: int) -> Promise:
+        """Partition ``p``'s promise (its clock-table row), read once per batch."""
+        promise = self._promises.get(p)
+        if promise is None:
+            promise = self._promises[p] = Promise.from_json(self.clock.get(p, f"final:{p}"))
+        return promise
+
+    def save_promise(self, p: int, promise: Promise) -> None:
+        """With the batch's changelog: durable before the batch's outputs carry it."""
+        self._promises[p] = promise
+        self.clock.put(p, f"final:{p}", promise.to_json())
+
+    def final_revisions(self, p: int, lo: int | None, hi: int) -> list[Revision]:
+        """The current revisions of the emitted joins of ``p`` with ``lo <= event time < hi``
+        (emit=final: the joins a promise makes final), by bucket then key then time."""
+        out: list[Revision] = []
+        for xk, _ in list(self.joins.scan(p, *expiry_range(p, None if lo is None else bucket(lo),
+                                                           hi))):
+            _, start, key = split_expiry_key(xk)
+            first = start if lo is None else max(start, lo)
+            for jid, j in self._joins_of(p, key, first, min(start + BUCKET_MS, hi)):
+                rev = self.rules.current(jid, key, j)
+                if rev is not None:
+                    out.append(rev)
         return out

@@ -24,7 +24,7 @@ def test_the_inventory_is_every_topic_the_topology_declares():
     channels = [topology.dead_letters, topology.late, cars.arrivals, cars.moves, cars.ticks,
                 cars.zone_inputs, cars.output]
     for j in topology.joins.values():
-        channels += [j.inputs, j.ticks, j.output]
+        channels += [j.inputs, j.ticks, j.output, *filter(None, [j.final])]
     declared = {t for ch in channels for t in ch.topics}
     changelogs = {table.changelog_topic.get_topic_name() for table in app.tables.values()}
     leader = app._leader_assignor._leader_topic_name
