@@ -84,6 +84,9 @@ class JoinEngine:
         self._pending: dict[int, list[tuple[int, Any]]] = {}
         self._mover: dict[int, Any] = {}
         self._promised_now: set[int] = set()
+        #: lineage: the record being handled ({topic, partition, offset}) and its partition
+        self._handling: dict[str, Any] | None = None
+        self._handling_p = 0
         #: flow control: the dimension, then the events (ties go to the dimension)
         self.loop = DurableLoop(self, (spec.events.topic, spec.dimension.topic, spec.ticks),
                                 merged=(spec.dimension.topic, spec.events.topic),
@@ -133,7 +136,18 @@ class JoinEngine:
         return self._out(rev)
 
     def _out(self, rev: Revision, again: bool = False) -> Out:
-        return Out(self.output, rev.id.encode(), orjson.dumps(self.spec.to_wire(rev)), again)
+        """Its send, with its lineage: ``source``, the input record that made it (topic,
+        partition, offset; docs/concepts/revision-log.md#lineage) — the revision's own when it
+        has one (a re-emit, a final revision), else the record being handled. Cost: one small
+        dict per revision."""
+        wire = self.spec.to_wire(rev)
+        src = rev.source
+        if src is None:
+            wire["source"] = self._handling
+        else:
+            wire["source"] = {"topic": self.inputs[src[0]], "partition": self._handling_p,
+                              "offset": src[1]}
+        return Out(self.output, rev.id.encode(), orjson.dumps(wire), again)
 
     def _outs(self, partition: int, revisions: list[Revision]) -> list[Out]:
         """The sends of ``revisions`` of ``partition``: all of them, unless the spec keeps
@@ -239,6 +253,8 @@ class JoinEngine:
         rec = parsed
         event_time = getattr(rec, self._side(topic).time)
         src = [0 if is_event else 1, offset]
+        self._handling = {"topic": topic, "partition": partition, "offset": offset}
+        self._handling_p = partition
         promised = self._promise(partition, src) if (
             self._final_topic is not None and partition not in self._promised_now) else ()
         clock = self.state.stream_time(partition)
@@ -276,6 +292,8 @@ class JoinEngine:
     def on_tick(self, partition: int, offset: int | None = None) -> list[Out]:
         """Revisit partition ``partition``: purge state behind the horizon (and review)."""
         src = None if offset is None else [2, offset]
+        self._handling = {"topic": self.spec.ticks, "partition": partition, "offset": offset}
+        self._handling_p = partition
         promised = self._promise(partition, src) if (
             self._final_topic is not None and src is not None
             and partition not in self._promised_now) else []

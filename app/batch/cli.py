@@ -303,7 +303,7 @@ def run_reconcile(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec 
 
 def run_backfill(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec | None,
                  scope: jobs.Scope) -> int:
-    from app.batch.publish import publish  # aiokafka: only when publishing
+    from app.batch.publish import publish, with_lineage  # aiokafka: only when publishing
 
     if spec is None or not (args.events and args.dimension and args.revisions):
         raise SystemExit("backfill: give --events, --dimension (moods: --moods) and "
@@ -320,7 +320,8 @@ def run_backfill(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec |
         except ValueError as exc:
             raise SystemExit(f"backfill: {exc}") from None
         todo = found.cache()
-        rows = jobs.rows_as_wire(todo)
+        rows = with_lineage(jobs.rows_as_wire(todo), [
+            *args.events, *args.dimension, *args.late_events, *args.late_dimension])
     if args.out:
         with steps.step(f"writing {len(rows)} revisions -> {args.out}"):
             archives.write_table(todo, args.out)

@@ -238,6 +238,10 @@ class Revision:
     #: a repeat of a revision emitted before (re-emitted for a re-delivered record): if the
     #: broker refuses it for good, the record that triggered the repeat is not to blame
     again: bool = False
+    #: the input record that made it, as the engine stamped it (:attr:`Join.source`), when it
+    #: is not the record being handled: a re-emit, a join's current revision; None: the
+    #: record being handled made it (lineage: the agent names it on the wire)
+    source: Any = None
 
     @property
     def result(self) -> tuple[Any, ...]:
@@ -339,8 +343,13 @@ class JoinRules:
         return _revision(jid, key, j)
 
     def current(self, jid: str, key: str, j: Join) -> Revision | None:
-        """The latest emitted revision of ``j``, exactly as emitted (None if held)."""
-        return _revision(jid, key, j) if j.revision else None
+        """The latest emitted revision of ``j``, exactly as emitted (None if held), with the
+        record that made it."""
+        if not j.revision:
+            return None
+        rev = _revision(jid, key, j)
+        rev.source = j.source
+        return rev
 
 
 # --- one key's whole state (what the property tests and the batch side drive) -----------------
@@ -448,7 +457,7 @@ def unsent_revisions(rules: JoinRules, jid: str, key: str, j: Join,
     ``delivered`` (oldest first), then the current one. Re-emitting a revision that did reach
     the log repeats it (same number, same answer); skipping one that did not leaves a gap."""
     out = [Revision(jid, key, u[3], tuple(u[4]), None if u[5] is None else tuple(u[5]), u[6],
-                    u[1], None if u[7] is None else tuple(u[7]), u[2])
+                    u[1], None if u[7] is None else tuple(u[7]), u[2], source=u[0])
            for u in j.unsent if delivered is not None and not delivered(u[0])]
     rev = rules.current(jid, key, j)
     return out + [rev] if rev else out

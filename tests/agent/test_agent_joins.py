@@ -45,11 +45,12 @@ async def test_a_rating_is_held_until_its_movie_arrives_then_released(join_harne
         assert h.engine.tables.joins[expiry_key(0, T, "m1")] == 1  # m1 has joins near T
         assert h.engine.tables.joins[id_key("m1", "r1")] == T
         # 2. the movie arrives, stamped after the rating: the earliest version, released now
-        await h.dimension(movie("m1", "Alien", T + 5))
+        await h.dimension(movie("m1", "Alien", T + 5), offset=7)
         assert h.outputs() == [{
             "id": "r1", "movie_id": "m1", "user_id": "u1", "rating": 4.0, "event_time": T,
             "title": "Alien", "movie_event_time": T + 5, "revision": 1, "previous_title": None,
-            "cause": "late-dimension"}]
+            "cause": "late-dimension",  # lineage: the movie record released it
+            "source": {"topic": h.spec.dimension.topic, "partition": 0, "offset": 7}}]
         assert count(jm.released, "movies") == released0 + 1
         # 3. an older version arrives late: the rating now joins it (greatest <= its time)
         await h.dimension(movie("m1", "Alien (1979)", T - 10 * DAY))

@@ -88,7 +88,7 @@ async def test_the_worked_example_works_as_written(names, worker_factory, tmp_pa
             pytest.fail(f"the worker did not take record {i} ({line})")
 
     [latest] = [line for line in block("latest").splitlines() if line.strip()]
-    expected = block("output").splitlines()
+    expected = prefixed(block("output")).splitlines()  # its lineage names prefixed topics
     deadline = time.monotonic() + 60
     while True:
         got = run(faust_command(latest), env).splitlines()
