@@ -8,8 +8,9 @@ event per consultant far in the future makes every join of the workload final.
 
 Read back from the topics: no revision of ``fin`` is produced after a promise of its partition
 that covered it (the promise's record is never older than such a revision), promises never go
-back, ``fin``'s latest answers are the oracle's; ``fin-final`` carries one revision per join
-(a crash may repeat it, never change it), equal to the oracle's answer.
+back, ``fin``'s latest answers are the oracle's and each revision names a record of its partition
+(lineage); ``fin-final`` carries one revision per join (a crash may repeat it, never change it),
+equal to the oracle's answer.
 """
 
 from __future__ import annotations
@@ -140,6 +141,11 @@ async def test_no_revision_after_a_promise_through_a_kill_and_a_rebalance(
         if first_cover is not None and ts > first_cover:
             broken.append((r["id"], r["revision"], r["event_time"], ts, first_cover))
     assert not broken, f"{len(broken)} revisions after a promise covering them: {broken[:3]}"
+    # lineage: each revision names a record of its own partition, of an input of its spec
+    inputs = {fin["events"]["topic"], fin["dimension"]["topic"], fin["ticks"]}
+    assert all(r["source"]["topic"] in inputs and r["source"]["offset"] >= 0
+               and r["source"]["partition"] == partition_of(r["consultant"].encode(), PARTITIONS)
+               for _, r in revisions)
     latest = latest_by_id(r for _, r in revisions)
     assert {jid: mood_answer(r) for jid, r in latest.items() if jid in expected} == expected
     assert any(r["revision"] > 1 for _, r in revisions), "the workload must have corrections"
