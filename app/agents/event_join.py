@@ -84,9 +84,14 @@ class JoinEngine:
         self._pending: dict[int, list[tuple[int, Any]]] = {}
         self._mover: dict[int, Any] = {}
         self._promised_now: set[int] = set()
-        #: lineage: the record being handled ({topic, partition, offset}) and its partition
-        self._handling: dict[str, Any] | None = None
+        #: the group generation ``_pending`` belongs to: a rebalance drops the batches in
+        #: flight unacked (their partitions' records are read again), so it starts over
+        self._generation: Any = None
+        #: lineage: the record being handled (topic, partition, offset; three attributes, no
+        #: object per record)
+        self._handling = ""
         self._handling_p = 0
+        self._handling_offset: int | None = None
         #: flow control: the dimension, then the events (ties go to the dimension)
         self.loop = DurableLoop(self, (spec.events.topic, spec.dimension.topic, spec.ticks),
                                 merged=(spec.dimension.topic, spec.events.topic),
@@ -142,11 +147,10 @@ class JoinEngine:
         dict per revision."""
         wire = self.spec.to_wire(rev)
         src = rev.source
-        if src is None:
-            wire["source"] = self._handling
-        else:
-            wire["source"] = {"topic": self.inputs[src[0]], "partition": self._handling_p,
-                              "offset": src[1]}
+        wire["source"] = ({"topic": self._handling, "partition": self._handling_p,
+                           "offset": self._handling_offset} if src is None else
+                          {"topic": self.inputs[src[0]], "partition": self._handling_p,
+                           "offset": src[1]})
         return Out(self.output, rev.id.encode(), orjson.dumps(wire), again)
 
     def _outs(self, partition: int, revisions: list[Revision]) -> list[Out]:
@@ -201,6 +205,9 @@ class JoinEngine:
             (self._released if cause == "released" else self._revisions[cause]).inc(n)
         self._counts.clear()
         self._promised_now.clear()
+        if self._final_topic is not None and app.consumer_generation_id != self._generation:
+            self._pending.clear()
+            self._generation = app.consumer_generation_id
         for partition, t in self.state.end_batch().items():
             if self._final_topic is not None:
                 self._pending.setdefault(partition, []).append((t, self._mover[partition]))
@@ -253,8 +260,7 @@ class JoinEngine:
         rec = parsed
         event_time = getattr(rec, self._side(topic).time)
         src = [0 if is_event else 1, offset]
-        self._handling = {"topic": topic, "partition": partition, "offset": offset}
-        self._handling_p = partition
+        self._handling, self._handling_p, self._handling_offset = topic, partition, offset
         promised = self._promise(partition, src) if (
             self._final_topic is not None and partition not in self._promised_now) else ()
         clock = self.state.stream_time(partition)
@@ -292,8 +298,8 @@ class JoinEngine:
     def on_tick(self, partition: int, offset: int | None = None) -> list[Out]:
         """Revisit partition ``partition``: purge state behind the horizon (and review)."""
         src = None if offset is None else [2, offset]
-        self._handling = {"topic": self.spec.ticks, "partition": partition, "offset": offset}
-        self._handling_p = partition
+        self._handling, self._handling_p, self._handling_offset = (self.spec.ticks, partition,
+                                                                   offset)
         promised = self._promise(partition, src) if (
             self._final_topic is not None and src is not None
             and partition not in self._promised_now) else []
