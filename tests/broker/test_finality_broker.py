@@ -1,7 +1,8 @@
 """Finality on a real broker, through a kill -9 and a rebalance (issue 48, item 3).
 
-Two specs over the mood topics, one worker run: ``fin`` emits every revision and publishes its
-promises on ``<output>-final``; ``fin-final`` emits only each join's final revision
+Two specs with the mood join's rules, one worker run: ``fin`` emits every revision, holds an
+unanswered event up to 5 s of stream time (``hold_ms``) and publishes its promises on
+``<output>-final``; ``fin-final`` emits only each join's final revision
 (``"emit": "final"``). An out-of-order workload (moods up to 23 s late) is sent; the first
 worker is killed -9 mid-stream, a second one recovers, a third joins (a rebalance), then one
 event per consultant far in the future makes every join of the workload final.
@@ -33,6 +34,7 @@ START = 1_790_000_000_000
 CONSULTANTS = tuple(f"c{i}" for i in range(12))
 RETENTION_MS = 30_000  # above the workload's disorder (3 s + 20 s): nothing is late
 PARTITIONS = 4  # ETJ_PARTITIONS of the tests
+HOLD_MS = 5000  # fin holds an unanswered event (events arrive at most 3 s out of order)
 
 
 def spec(names: Names, name: str, **over: Any) -> dict[str, Any]:
@@ -74,7 +76,8 @@ async def read_timed(names: Names, topic: str, idle_s: float = 1.5) -> list[tupl
 
 async def test_no_revision_after_a_promise_through_a_kill_and_a_rebalance(
         names, worker_factory, tmp_path):
-    fin, final = spec(names, "fin", finality=True), spec(names, "fin-final", emit="final")
+    fin = spec(names, "fin", finality=True, hold_ms=HOLD_MS)
+    final = spec(names, "fin-final", emit="final")
     path = tmp_path / "joins.json"
     path.write_text(json.dumps([fin, final]))
     records = sample_moods_and_events(seed=48, count=240, start_ms=START, late_ratio=0.3,
@@ -149,3 +152,8 @@ async def test_no_revision_after_a_promise_through_a_kill_and_a_rebalance(
     latest = latest_by_id(r for _, r in revisions)
     assert {jid: mood_answer(r) for jid, r in latest.items() if jid in expected} == expected
     assert any(r["revision"] > 1 for _, r in revisions), "the workload must have corrections"
+    # the bounded hold, through the kill and the rebalance: no event was answered null on
+    # arrival (each arrived within its hold); those no mood answered in time ended their hold
+    firsts = [r for _, r in revisions if r["revision"] == 1 and r["id"] in expected]
+    assert not [r for r in firsts if r["mood"] is None and r["cause"] == "arrival"]
+    assert any(r["cause"] == "hold-end" for r in firsts)
