@@ -76,17 +76,29 @@ def leader_topic(s: Settings) -> str:
     return f"{s.app_id}-__assignor-__leader"
 
 
+def _keyed(side: Any) -> str:
+    """What a repartitioned input may be keyed by (any count of partitions, too)."""
+    return " (any key, any partition count: repartitioned)" if side.repartition else ""
+
+
 def join_topics(s: Settings, spec: JoinSpec) -> list[TopicUse]:
     n = spec.name
     t = spec.tables
     p = spec.partitions or s.partitions
-    out = [TopicUse(spec.events.topic, n, "input: events", "you", READ, p,
+    out = [TopicUse(spec.events.topic, n, "input: events" + _keyed(spec.events), "you",
+                    READ, None if spec.events.repartition else p,
                     timed_by_timestamp=spec.events.from_timestamp),
-           TopicUse(spec.dimension.topic, n, "input: dimension versions", "you", READ, p,
+           TopicUse(spec.dimension.topic, n, "input: dimension versions" + _keyed(
+               spec.dimension), "you", READ, None if spec.dimension.repartition else p,
                     timed_by_timestamp=spec.dimension.from_timestamp),
            TopicUse(spec.output, n, "output: the revision log", "you", WRITE, s.partitions),
            TopicUse(spec.ticks, n, "internal: revisit ticks, co-partitioned with the inputs",
                     "the worker", OWN, p)]
+    for name, side in (("events", spec.events), ("dimension", spec.dimension)):
+        if side.repartition:
+            out.append(TopicUse(side.repartition, n, f"internal: {side.topic}'s records re-keyed "
+                                f"by {side.path_of(side.key)} (the {name}' repartition topic), "
+                                "co-partitioned with the inputs", "the worker", OWN, p))
     for table, what in ((t.dimension, "the dimension's versions per key in the layout before "
                                       "a row per version, read once to convert them"),
                         (t.joins, "the dimension's versions, a row per version, and the joins "
@@ -227,7 +239,7 @@ Retention for the batch twin's ranges: [an event-time range](../batch/index.md#a
 def page() -> str:
     """The whole of docs/operating/topics.md."""
     s = Settings.model_construct()  # defaults, whatever this process's environment says
-    own = [u for spec in resolve_all([_example_spec()]) for u in join_topics(s, spec)]
+    own = [u for spec in resolve_all([_example_spec()], s.app_id) for u in join_topics(s, spec)]
     return (_HEADER + tables(s, load_specs(s))
             + "\n## A join of your own\n\nThe README's example spec `tiers` "
             "([declarative joins](../joins/declarative.md)) adds these, with the same ACLs "
