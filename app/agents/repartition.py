@@ -11,7 +11,7 @@ other worker. Kafka Streams re-keys the same way (``selectKey`` then a repartiti
 
 Each record is passed on unchanged: its value, its Kafka timestamp (a ``$timestamp`` side and
 the door's records-from-the-future rule read it after the hop) and its headers; only the key
-changes. It is validated here with the side's own parser, so a record the join would refuse
+changes. It is validated here with the side's own parser (:mod:`app.joins.rekey`), so a record the join would refuse
 (a missing key field, a wrong type, a time without a zone) goes to the dead letters naming
 the user's topic and offset, with the reason, and never reaches the join. The door of
 :mod:`app.inputs.admission` is not applied here (the keys are not the join's yet): the join's
@@ -34,31 +34,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from app.faust_app import app, settings
 from app.inputs.records import InvalidRecord
+from app.joins.rekey import rekeyer
 from app.joins.spec import JoinSpec, Side
 from app.loop.acks import dead_letter
 from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
 from app.topology import RepartitionHop, joins
 
-__all__ = ["RepartitionEngine", "engines", "key_path_value"]
-
-
-def key_path_value(value: bytes | None, path: tuple[str, ...]) -> bytes | None:
-    """The UTF-8 bytes of the string at ``path`` of a JSON object (None: not there, or not a
-    string; the side's parser then says why)."""
-    try:
-        node: Any = orjson.loads(value) if value else None
-    except orjson.JSONDecodeError:
-        return None
-    for part in path:
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return node.encode() if isinstance(node, str) else None
+__all__ = ["RepartitionEngine", "engines"]
 
 
 class RepartitionEngine:
@@ -75,10 +60,8 @@ class RepartitionEngine:
         self.join = spec.name  # the metrics' label: the hop is part of its join
         self.source, self.target = side.topic, side.repartition
         self.dead_letters = settings.dead_letter_topic
-        self._path = tuple(side.path_of(side.key).split("."))
-        #: (key, value, timestamp) -> the flat record: the join's own rules for this side
-        self._parse = side.parser()
-        self._key, self._time = side.key, side.time
+        #: (value, timestamp) -> (the join key's bytes, the event time): the join's own rules
+        self._rekey = rekeyer(side)
         self.loop = DurableLoop(self, (self.source,), hop=True)
         body = agent_body(self.loop)
         body.__qualname__ = body.__name__ = f"{spec.name}_{hop.name}_repartition"
@@ -93,9 +76,7 @@ class RepartitionEngine:
               timestamp: int | None = None) -> tuple[Any, int]:
         """(the join key's bytes, the event time); raises :class:`InvalidRecord` with the
         join's reason for a record it would refuse."""
-        join_key = key_path_value(value, self._path)
-        record = self._parse(join_key, value, timestamp)
-        return str(getattr(record, self._key)).encode(), getattr(record, self._time)
+        return self._rekey(value, timestamp)
 
     def pass_on(self, topic: str, record: Any, parsed: Any) -> list[Out]:
         """The record to the repartition topic, keyed by its join key, as it came."""

@@ -151,11 +151,15 @@ def inventory(s: Settings, specs: Iterable[JoinSpec]) -> list[TopicUse]:
 
 # --- the page -------------------------------------------------------------------------------
 
-def _example_spec() -> dict[str, Any]:
-    """The README's example spec (``tiers``), as a join of your own."""
+def _example_spec(repartition: str | None = None) -> dict[str, Any]:
+    """The README's example spec (``tiers``), as a join of your own (with ``"repartition":
+    true`` on the side ``repartition`` names)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     block = text.split("<!-- example: minimal-spec -->", 1)[1].split("```json", 1)[1]
-    return json.loads(block.split("```", 1)[0])[0]  # type: ignore[no-any-return]
+    spec: dict[str, Any] = json.loads(block.split("```", 1)[0])[0]
+    if repartition is not None:
+        spec[repartition] = {**spec[repartition], "repartition": True}
+    return spec
 
 
 def _table(uses: list[TopicUse]) -> str:
@@ -245,7 +249,14 @@ def page() -> str:
             "([declarative joins](../joins/declarative.md)) adds these, with the same ACLs "
             "as any join's; run alone (`ETJ_JOINS_FILE` and no `ETJ_BUILTIN_JOINS`), the worker "
             "uses these and the topics of *every join* above, nothing else:\n\n"
-            + _table(own))
+            + _table(own)
+            + "\nWith `\"repartition\": true` on a side ([any record key]"
+            "(../joins/declarative.md#any-record-key)), that side's topic may have any key and "
+            "any partition count, and the worker creates one more internal topic (covered by the "
+            "prefixed ACL); for `tiers` with its events side repartitioned:\n\n"
+            + _table([u for spec in resolve_all([_example_spec(repartition="events")], s.app_id)
+                      for u in join_topics(s, spec) if u.topic in (
+                          spec.events.topic, spec.events.repartition)]))
 
 
 def main(argv: list[str]) -> int:
