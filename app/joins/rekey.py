@@ -16,7 +16,7 @@ import orjson
 
 from app.joins.spec import Side
 
-__all__ = ["key_at", "rekeyer"]
+__all__ = ["any_key_parser", "key_at", "rekeyer"]
 
 
 def key_at(value: bytes | None, path: tuple[str, ...]) -> bytes | None:
@@ -33,15 +33,29 @@ def key_at(value: bytes | None, path: tuple[str, ...]) -> bytes | None:
     return node.encode() if isinstance(node, str) else None
 
 
+def any_key_parser(side: Side) -> Callable[..., Any]:
+    """``(key, value, timestamp=None) -> the flat record`` of a side, whatever its record key
+    (the key is ignored: the record is read as if keyed by its key field); raises
+    :class:`~app.inputs.records.InvalidRecord` with the reason the join would give. What the
+    hop and ``archive`` read a repartitioned side's own topic with."""
+    path = tuple(side.path_of(side.key).split("."))
+    parse = side.parser()
+
+    def parse_any_key(key: bytes | None, value: bytes | None,
+                      timestamp: int | None = None) -> Any:
+        return parse(key_at(value, path), value, timestamp)
+
+    return parse_any_key
+
+
 def rekeyer(side: Side) -> Callable[[bytes | None, int | None], tuple[bytes, int]]:
     """``(value, Kafka timestamp) -> (join key bytes, event time)`` of one side; raises
     :class:`~app.inputs.records.InvalidRecord` with the reason the join would give."""
-    path = tuple(side.path_of(side.key).split("."))
-    parse = side.parser()
+    parse = any_key_parser(side)
     key, time = side.key, side.time
 
     def rekey(value: bytes | None, timestamp: int | None = None) -> tuple[bytes, int]:
-        record = parse(key_at(value, path), value, timestamp)
+        record = parse(None, value, timestamp)
         return str(getattr(record, key)).encode(), getattr(record, time)
 
     return rekey

@@ -81,3 +81,29 @@ def test_a_repartition_topic_that_is_one_of_the_spec_own_topics_is_refused():
     assert refused(repartitioned(output="etj-views-events-repartition")) == (
         "join spec #1 'views': etj-views-events-repartition, the repartition topic of views, "
         "is one of the spec's own topics")
+
+
+def test_the_archive_of_a_repartitioned_side_is_its_own_topic_read_whatever_the_key(
+        tmp_path, monkeypatch):
+    """The batch twin keys by the field, never by the record key: ``archive`` of the side's own
+    topic keeps records keyed by a session or not at all, as the hop reads them; a side without
+    ``repartition`` still leaves out a record whose key disagrees."""
+    import json
+
+    from app.commands import archive as A
+
+    path = tmp_path / "joins.json"
+    path.write_text(json.dumps([spec(events={
+        "repartition": True, "time_format": "epoch_ms",
+        "fields": {"id": "str", "user.id": "str", "page": "str", "at": "time"},
+        "copy": ["user.id", "page", "at"]})]))
+    monkeypatch.setattr(A, "settings", Settings(joins_file=path))
+    sides = A.input_models()
+    click = json.dumps({"id": "c1", "user": {"id": "u1"}, "page": "/", "at": 5}).encode()
+    expected = {"id": "c1", "user_id": "u1", "page": "/", "at": 5}
+    assert A.archive_value(sides["views"], b"session-9", click) == expected
+    assert A.archive_value(sides["views"], None, click) == expected
+    assert A.archive_value(sides["views"], None, b'{"id": "c2", "page": "/", "at": 5}') is None
+    tier = json.dumps({"user_id": "u1", "tier": "gold"}).encode()
+    assert A.archive_value(sides["tiers"], b"session-9", tier, 1) is None  # not repartitioned
+    assert A.archive_value(sides["tiers"], b"u1", tier, 1) is not None
