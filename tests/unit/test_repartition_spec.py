@@ -107,3 +107,16 @@ def test_the_archive_of_a_repartitioned_side_is_its_own_topic_read_whatever_the_
     tier = json.dumps({"user_id": "u1", "tier": "gold"}).encode()
     assert A.archive_value(sides["tiers"], b"session-9", tier, 1) is None  # not repartitioned
     assert A.archive_value(sides["tiers"], b"u1", tier, 1) is not None
+
+
+def test_topics_create_plans_the_repartition_topic_with_the_join_count():
+    from app.commands.topics import plan
+
+    settings = Settings.model_construct()
+    uses = inventory(settings, resolve_all([repartitioned(partitions=6)], settings.app_id))
+    todo, lines = plan(uses, {"views": 3, "tiers": 6}, inputs=False)
+    assert "create   etj-views-events-repartition (internal of views, 6 partitions, " \
+           "cleanup.policy=delete)" in lines
+    assert "exists   views" in lines  # 3 partitions: any count will do for a repartitioned side
+    assert [u.topic for u in todo if u.topic.endswith("-repartition")] == [
+        "etj-views-events-repartition"]
