@@ -3,7 +3,8 @@
 A spec names the event topic and the dimension topic, the key field and event-time field of
 each, the fields to copy into the output, the output topic, the retention, the mode
 (``left``/``inner``), an optional emit window and the as-of rule (see
-:mod:`app.logic.event_join`). It is written as plain data (a dict, or JSON in ``ETJ_JOINS_FILE``)
+:mod:`app.logic.event_join`); a side keyed otherwise says ``"repartition": true`` and is read
+through ``<app id>-<join>-<side>-repartition`` (:attr:`Side.repartition`, :attr:`Side.input`). It is written as plain data (a dict, or JSON in ``ETJ_JOINS_FILE``)
 and resolved into a :class:`JoinSpec` that knows how to read its records and write its output.
 
 Every mistake a person can make in one is refused with a :class:`SpecError` that names the spec
