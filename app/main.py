@@ -22,6 +22,7 @@ runtime.use_event_loop(app.etj)  # before `faust worker` makes its loop (Faust i
 runtime.use_gc_thresholds()  # fewer collections: a table of a million rows is long-lived
 from app import topology  # noqa: F401  (topics -> tables, for every join spec and the car join)
 from app.agents import event_join  # noqa: F401  (agents: one per join spec)
+from app.agents import repartition  # noqa: F401  (agents: a repartitioned side's hop)
 if topology.cars:  # ETJ_BUILTIN_JOINS
     from app.agents import car_join  # noqa: F401  (agents: car positions x zone pollution)
 from app import timers  # noqa: F401  (timers: revisit ticks for every agent)

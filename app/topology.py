@@ -6,7 +6,10 @@ output topics; revisit ticks (app.timers) come back in through each join's own t
 - Each join spec (the built-in ``moods`` and ``movies``, and every spec of ``ETJ_JOINS_FILE``,
   :mod:`app.joins.catalog`) gets the same shape, :class:`JoinTopology`: its events, dimension
   and ticks topics read by ONE agent (one sequential loop per worker owns both sides of a key),
-  its output revision log, and three tables named by the spec (:mod:`app.joins.state`).
+  its output revision log, and three tables named by the spec (:mod:`app.joins.state`); a side
+  with ``"repartition": true`` adds a :class:`RepartitionHop`: its topic read by a hop agent
+  (:mod:`app.agents.repartition`) that re-keys it into an internal repartition topic, which the
+  join's agent reads in its place.
 - The car join (car positions × zone pollution, one-to-many), when this worker runs it, is one
   :class:`CarJoinTopology`: two agents, the car side reading arrivals and sending moves keyed
   by zone id, the zone side reading zone readings, the moves and its ticks, co-partitioned by
@@ -31,7 +34,7 @@ from app.compat.table_codec import TableSchema
 from app.faust_app import app, settings
 from app.joins.car_state import CAR_POSITIONS, ZONE_CARS, ZONE_POLLUTION, ZoneCarsTable
 from app.joins.catalog import load_specs
-from app.joins.spec import JoinSpec
+from app.joins.spec import JoinSpec, Side
 from app.joins.state import JoinsTable
 from app.state.range_scan import range_table
 
@@ -73,14 +76,27 @@ class JoinTables:
 
 
 @dataclass(frozen=True)
+class RepartitionHop:
+    """A side with ``"repartition": true``: its records re-keyed by the join key
+    (:mod:`app.agents.repartition`) through an internal topic the join reads instead."""
+
+    spec: JoinSpec
+    name: str  # "events" or "dimension"
+    side: Side
+    source: TopicT  # the user's topic (any key), read by the hop's agent
+    target: TopicT  # <app id>-<join>-<side>-repartition: join key -> the record as it came
+
+
+@dataclass(frozen=True)
 class JoinTopology:
     """One join spec's topics and tables."""
 
     spec: JoinSpec
-    inputs: TopicT  # events + dimension + ticks, read by one agent
+    inputs: TopicT  # events + dimension (or their repartition topics) + ticks, read by one agent
     ticks: TopicT  # (partition p) -> revisit p
     output: TopicT  # join id -> revision
     tables: JoinTables
+    hops: tuple[RepartitionHop, ...] = ()  # its repartitioned sides
 
     @property
     def copartition_groups(self) -> list[CopartitionGroup]:
@@ -89,11 +105,13 @@ class JoinTopology:
 
     @property
     def produced_by_others(self) -> list[str]:
-        return [self.spec.events.topic, self.spec.dimension.topic]
+        """Inputs others produce, keyed by the key field (a repartitioned one is keyed by
+        anything: its partitioner is not sampled)."""
+        return [s.topic for s in (self.spec.events, self.spec.dimension) if not s.repartition]
 
     @property
     def internal_topics(self) -> list[TopicT]:
-        return [self.ticks]
+        return [self.ticks, *(h.target for h in self.hops)]
 
 
 def declare_join(spec: JoinSpec) -> JoinTopology:
@@ -106,9 +124,13 @@ def declare_join(spec: JoinSpec) -> JoinTopology:
     joins.join_name = spec.name
     tables = JoinTables(app.Table(names.dimension, default=None, **js), joins,
                         app.Table(names.clock, default=None, **js))
+    hops = tuple(RepartitionHop(spec, name, side, app.topic(side.topic, allow_empty=True, **_out),
+                                app.topic(side.input, internal=True, **raw))
+                 for name, side in (("events", spec.events), ("dimension", spec.dimension))
+                 if side.repartition)
     return JoinTopology(spec, app.topic(*spec.inputs, allow_empty=True, **raw),
                         app.topic(spec.ticks, internal=True, **raw),
-                        app.topic(spec.output, **_out), tables)
+                        app.topic(spec.output, **_out), tables, hops)
 
 
 #: spec name -> its topics and tables, for every join this worker runs

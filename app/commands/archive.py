@@ -60,6 +60,7 @@ from app.kafka.security import aiokafka_auth
 from app.logic.event_range import EventRange, Role, needs, parse_time
 from app.logic.future_records import kafka_timestamp
 from app.inputs.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse
+from app.joins.rekey import any_key_parser
 
 
 @dataclass
@@ -77,18 +78,21 @@ def input_models() -> dict[str, type[WireModel] | Side]:
     whether or not this configuration's worker runs it), and the car join's. A spec side shaped
     otherwise (nested paths, another time format, ``$timestamp``) is given as its
     :class:`~app.joins.spec.Side`: its records are archived as the worker reads them, flat with
-    an epoch-ms time, so the batch twin reads them as any spec's (one parser for both)."""
+    an epoch-ms time, so the batch twin reads them as any spec's (one parser for both); so is a
+    repartitioned side (any record key), whose own topic is archived, read as its hop reads it."""
     models: dict[str, type[WireModel] | Side] = {settings.car_arrivals_topic: CarArrivalIn,
                                                  settings.zones_topic: ZoneIn}
     for spec in batch_specs(settings).values():
         for side in (spec.events, spec.dimension):
-            models[side.topic] = side if side.shaped else side.model
+            models[side.topic] = side if side.shaped or side.repartition else side.model
     return models
 
 
 @functools.lru_cache(maxsize=None)
 def _side_parser(side: Side) -> Any:
-    return side.parser()
+    """A side's parser; a repartitioned side's topic is keyed by anything, and read as the hop
+    reads it (:func:`app.joins.rekey.any_key_parser`)."""
+    return any_key_parser(side) if side.repartition else side.parser()
 
 
 #: Parquet columns of the car join's topics (field, arrow type), wire-contract order; the same

@@ -76,17 +76,29 @@ def leader_topic(s: Settings) -> str:
     return f"{s.app_id}-__assignor-__leader"
 
 
+def _keyed(side: Any) -> str:
+    """What a repartitioned input may be keyed by (any count of partitions, too)."""
+    return " (any key, any partition count: repartitioned)" if side.repartition else ""
+
+
 def join_topics(s: Settings, spec: JoinSpec) -> list[TopicUse]:
     n = spec.name
     t = spec.tables
     p = spec.partitions or s.partitions
-    out = [TopicUse(spec.events.topic, n, "input: events", "you", READ, p,
+    out = [TopicUse(spec.events.topic, n, "input: events" + _keyed(spec.events), "you",
+                    READ, None if spec.events.repartition else p,
                     timed_by_timestamp=spec.events.from_timestamp),
-           TopicUse(spec.dimension.topic, n, "input: dimension versions", "you", READ, p,
+           TopicUse(spec.dimension.topic, n, "input: dimension versions" + _keyed(
+               spec.dimension), "you", READ, None if spec.dimension.repartition else p,
                     timed_by_timestamp=spec.dimension.from_timestamp),
            TopicUse(spec.output, n, "output: the revision log", "you", WRITE, s.partitions),
            TopicUse(spec.ticks, n, "internal: revisit ticks, co-partitioned with the inputs",
                     "the worker", OWN, p)]
+    for name, side in (("events", spec.events), ("dimension", spec.dimension)):
+        if side.repartition:
+            out.append(TopicUse(side.repartition, n, f"internal: {side.topic}'s records re-keyed "
+                                f"by {side.path_of(side.key)} (the {name}' repartition topic), "
+                                "co-partitioned with the inputs", "the worker", OWN, p))
     for table, what in ((t.dimension, "the dimension's versions per key in the layout before "
                                       "a row per version, read once to convert them"),
                         (t.joins, "the dimension's versions, a row per version, and the joins "
@@ -139,11 +151,15 @@ def inventory(s: Settings, specs: Iterable[JoinSpec]) -> list[TopicUse]:
 
 # --- the page -------------------------------------------------------------------------------
 
-def _example_spec() -> dict[str, Any]:
-    """The README's example spec (``tiers``), as a join of your own."""
+def _example_spec(repartition: str | None = None) -> dict[str, Any]:
+    """The README's example spec (``tiers``), as a join of your own (with ``"repartition":
+    true`` on the side ``repartition`` names)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     block = text.split("<!-- example: minimal-spec -->", 1)[1].split("```json", 1)[1]
-    return json.loads(block.split("```", 1)[0])[0]  # type: ignore[no-any-return]
+    spec: dict[str, Any] = json.loads(block.split("```", 1)[0])[0]
+    if repartition is not None:
+        spec[repartition] = {**spec[repartition], "repartition": True}
+    return spec
 
 
 def _table(uses: list[TopicUse]) -> str:
@@ -227,13 +243,20 @@ Retention for the batch twin's ranges: [an event-time range](../batch/index.md#a
 def page() -> str:
     """The whole of docs/operating/topics.md."""
     s = Settings.model_construct()  # defaults, whatever this process's environment says
-    own = [u for spec in resolve_all([_example_spec()]) for u in join_topics(s, spec)]
+    own = [u for spec in resolve_all([_example_spec()], s.app_id) for u in join_topics(s, spec)]
     return (_HEADER + tables(s, load_specs(s))
             + "\n## A join of your own\n\nThe README's example spec `tiers` "
             "([declarative joins](../joins/declarative.md)) adds these, with the same ACLs "
             "as any join's; run alone (`ETJ_JOINS_FILE` and no `ETJ_BUILTIN_JOINS`), the worker "
             "uses these and the topics of *every join* above, nothing else:\n\n"
-            + _table(own))
+            + _table(own)
+            + "\nWith `\"repartition\": true` on a side ([any record key]"
+            "(../joins/declarative.md#any-record-key)), that side's topic may have any key and "
+            "any partition count, and the worker creates one more internal topic (covered by the "
+            "prefixed ACL); for `tiers` with its events side repartitioned:\n\n"
+            + _table([u for spec in resolve_all([_example_spec(repartition="events")], s.app_id)
+                      for u in join_topics(s, spec) if u.topic in (
+                          spec.events.topic, spec.events.repartition)]))
 
 
 def main(argv: list[str]) -> int:

@@ -5,6 +5,7 @@
 - :mod:`app.joins.state` — where a join's state lives: a row per join and per dimension version,
   and its indexes;
 - :mod:`app.joins.keys` — the byte keys of those rows;
+- :mod:`app.joins.rekey` — the join key of a record keyed otherwise (a repartitioned side's hop);
 - :mod:`app.joins.car_state` — the car join's tables, keys and rows (that join is no spec: two
   agents, one-to-many; its state layout sits beside the specs' all the same).
 

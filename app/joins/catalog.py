@@ -90,7 +90,7 @@ def load_specs(s: Settings) -> list[JoinSpec]:
             if name in builtins]
     if s.joins_file is not None:
         raws += read_joins_file(s.joins_file)
-    return resolve_all(raws)
+    return resolve_all(raws, s.app_id)
 
 
 def batch_specs(s: Settings) -> dict[str, JoinSpec]:

@@ -26,6 +26,9 @@ RUN_BY = {
     ("docs/joins/declarative.md", "shaped-spec"): "test_examples.py",
     ("docs/joins/declarative.md", "shaped-records"): "test_examples.py",
     ("docs/joins/declarative.md", "shaped-read"): "test_examples.py",
+    ("docs/joins/declarative.md", "rekey-spec"): "test_examples.py",
+    ("docs/joins/declarative.md", "rekey-records"): "test_examples.py",
+    ("docs/joins/declarative.md", "rekey-read"): "test_examples.py",
     ("docs/joins/car-zone.md", "zone-key"): "test_examples.py",
     ("README.md", "minimal-spec"): "test_examples.py",
     ("docs/concepts/event-time.md", "copartition-error"): "test_quoted_messages.py",
@@ -90,3 +93,26 @@ def test_the_shaped_records_example_reads_as_the_page_says() -> None:
         else:
             got.append(json.dumps(as_dict(rec)))
     assert got == block(DECLARATIVE, "shaped-read").strip().splitlines()
+
+
+def test_the_rekey_example_passes_records_on_as_the_page_says() -> None:
+    """declarative.md#any-record-key: each record, keyed by a session or not at all, through
+    the hop's rules (:mod:`app.joins.rekey`) is passed on keyed by its user id, or is the dead
+    letter listed."""
+    from app.inputs.records import InvalidRecord
+    from app.joins.rekey import rekeyer
+
+    spec = resolve_all([json.loads(block(DECLARATIVE, "rekey-spec"))])[0]
+    assert spec.inputs[0] == spec.events.repartition == "etj-clicks-events-repartition"
+    rekey = rekeyer(spec.events)
+    got = []
+    for line in block(DECLARATIVE, "rekey-records").strip().splitlines():
+        topic, _key, value = line.split(" ", 2)
+        assert topic == spec.events.topic
+        try:
+            key, _time = rekey(value.encode(), None)
+        except InvalidRecord as exc:
+            got.append(f"dead letter: {exc}")
+        else:
+            got.append(f"{spec.events.repartition} {key.decode()}")
+    assert got == block(DECLARATIVE, "rekey-read").strip().splitlines()
