@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 
 import click
 from faust.cli import argument, option
@@ -41,7 +42,12 @@ async def sink(self: object, target: str, join_name: str, dsn: str, table: str, 
     if join_name not in joins:
         raise SystemExit(f"no event-time join {join_name!r} (a revision log); this "
                          f"configuration runs: {', '.join(joins) or 'none'}")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler(sys.stdout)  # the CLI's own logging shows warnings only
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    sink_log = logging.getLogger(PostgresSink.__module__)
+    sink_log.addHandler(handler)
+    sink_log.setLevel(logging.INFO)
+    sink_log.propagate = False
     table = table or table_name_for(join_name)
     runner = PostgresSink(bootstrap_servers(settings.broker_url), joins[join_name].spec.output,
                           dsn, table, group or f"etj-sink-{table}",

@@ -39,6 +39,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -47,6 +48,8 @@ __all__ = ["BatchPlan", "PostgresSink", "Rejected", "SinkCounts", "Upsert", "cre
 
 log = logging.getLogger(__name__)
 
+#: the totals are logged at most this often (and when the sink stops)
+LOG_EVERY_S = 10.0
 #: a table name this sink creates: a plain SQL identifier (quoted anyway)
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -240,7 +243,7 @@ class PostgresSink:
             max_poll_records=self.max_records, **self.auth)
         conn: Any = await self._connect()  # a wrong DSN fails here, before any record
         await consumer.start()
-        idle = 0.0
+        idle, logged = 0.0, time.monotonic()
         try:
             while not self.stop.is_set():
                 batch = await consumer.getmany(timeout_ms=500, max_records=self.max_records)
@@ -288,9 +291,10 @@ class PostgresSink:
                 c.upserts += max(moved, 0)
                 c.deletes += len(plan.deletes)
                 c.rejected += len(plan.rejected)
-                log.info("sink %s: %d records, %d rows moved forward, %d rejected "
-                         "(totals: %s)", self.table, len(records), moved, len(plan.rejected),
-                         c)
+                now = time.monotonic()
+                if now - logged >= LOG_EVERY_S:
+                    logged = now
+                    log.info("sink %s: %s", self.table, c)
         finally:
             await consumer.stop()
             if conn is not None:
