@@ -142,32 +142,34 @@ def create_sql(table: str) -> list[str]:
     if not NAME.match(table) or not NAME.match(table + "_rejected"):
         raise ValueError(f"table name {table!r}: letters, digits and _ only, at most 63")
     return [
-        f'CREATE TABLE IF NOT EXISTS "{table}" ('
-        " id text PRIMARY KEY,"
-        " revision bigint NOT NULL,"
-        " record jsonb NOT NULL,"
-        " kafka_partition integer NOT NULL,"
-        " kafka_offset bigint NOT NULL,"
-        " updated_at timestamptz NOT NULL DEFAULT now())",
-        f'CREATE TABLE IF NOT EXISTS "{table}_rejected" ('
-        " kafka_partition integer NOT NULL,"
-        " kafka_offset bigint NOT NULL,"
-        " kafka_key bytea,"
-        " kafka_value bytea,"
-        " reason text NOT NULL,"
-        " rejected_at timestamptz NOT NULL DEFAULT now(),"
-        " PRIMARY KEY (kafka_partition, kafka_offset))",
+        f'CREATE TABLE IF NOT EXISTS "{table}" (\n'
+        "    id text PRIMARY KEY,\n"
+        "    revision bigint NOT NULL,\n"
+        "    record jsonb NOT NULL,\n"
+        "    kafka_partition integer NOT NULL,\n"
+        "    kafka_offset bigint NOT NULL,\n"
+        "    updated_at timestamptz NOT NULL DEFAULT now()\n"
+        ")",
+        f'CREATE TABLE IF NOT EXISTS "{table}_rejected" (\n'
+        "    kafka_partition integer NOT NULL,\n"
+        "    kafka_offset bigint NOT NULL,\n"
+        "    kafka_key bytea,\n"
+        "    kafka_value bytea,\n"
+        "    reason text NOT NULL,\n"
+        "    rejected_at timestamptz NOT NULL DEFAULT now(),\n"
+        "    PRIMARY KEY (kafka_partition, kafka_offset)\n"
+        ")",
     ]
 
 
 def upsert_sql(table: str) -> str:
     """The consumer rule as one statement: a row only moves to a higher revision."""
-    return (f'INSERT INTO "{table}" AS t (id, revision, record, kafka_partition, kafka_offset)'
-            " VALUES (%s, %s, %s, %s, %s)"
-            " ON CONFLICT (id) DO UPDATE SET revision = excluded.revision,"
-            " record = excluded.record, kafka_partition = excluded.kafka_partition,"
-            " kafka_offset = excluded.kafka_offset, updated_at = now()"
-            " WHERE t.revision < excluded.revision")
+    return (f'INSERT INTO "{table}" AS t (id, revision, record, kafka_partition, kafka_offset)\n'
+            "VALUES (%s, %s, %s, %s, %s)\n"
+            "ON CONFLICT (id) DO UPDATE SET revision = excluded.revision,\n"
+            "    record = excluded.record, kafka_partition = excluded.kafka_partition,\n"
+            "    kafka_offset = excluded.kafka_offset, updated_at = now()\n"
+            "WHERE t.revision < excluded.revision")
 
 
 @dataclass
