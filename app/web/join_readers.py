@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 from app.agents.event_join import JoinEngine, engines
 from app.faust_app import settings
 from app.joins import car_state
-from app.joins.keys import join_range, split_join_key
+from app.joins.keys import JOIN, VERSION, join_range, key_group, split_join_key
 from app.joins.state import stored_versions
 from app.kafka.partitioner import partition_for
 from app.logic.car_join import join as join_car
@@ -80,7 +80,29 @@ class EventTimeReader(JoinReader):
     def describe(self) -> dict[str, Any]:
         spec = self.engine.spec
         return {**spec.describe(), "kind": self.kind, "key": spec.dimension.key,
-                "key_url": f"/joins/{spec.name}/{{key}}/"}
+                "key_url": f"/joins/{spec.name}/{{key}}/", "timeline": self.timeline_fields()}
+
+    def timeline_fields(self) -> dict[str, str | None]:
+        """Which output fields the timeline page draws (``/timeline/?join=<name>``): a dot's
+        event time (None when the spec does not copy it: no dots), its answer (the first copied
+        dimension field: the band's name), what it said before, and its label."""
+        spec = self.engine.spec
+        events, dim = spec.events, spec.dimension.copy
+        answer = dim[0] if dim else None
+        label = next((f for f in spec.payload_fields), "id")
+        return {"time": events.time if events.time in events.copy else None,
+                "answer": answer, "previous": None if answer is None else f"previous_{answer}",
+                "label": label}
+
+    def local_keys(self, partitions: set[int]) -> set[str]:
+        """Keys with rows (joins or versions) in ``partitions`` of this worker's store."""
+        out = set()
+        for raw in list(self.engine.tables.joins.keys()):
+            if isinstance(raw, bytes) and raw[:1] in (JOIN, VERSION):
+                key = key_group(raw)[5:].decode("utf-8")
+                if self.partition_of(key) in partitions:
+                    out.add(key)
+        return out
 
     def joins_of(self, key: str, partition: int) -> list[tuple[str, Any]]:
         """(join id, join) of the key's joins in retention, by event time (one range read)."""

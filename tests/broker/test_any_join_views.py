@@ -7,7 +7,8 @@ late (a correction). Then, whichever worker is asked:
 1. ``/joins/tiers/`` describes the spec (it is a join's name, so it is not read as a consultant);
 2. ``/joins/tiers/<user>/`` answers from the worker that owns the user (``served_by``), with
    the user's tier versions and the latest revision of each of their views — what the output's
-   consumer rule converges to; an unknown user or join is a 404;
+   consumer rule converges to; an unknown user or join is a 404; the timeline page's key
+   picker of the join (``/timeline/?join=tiers``) lists every user, gathered from both workers;
 3. the mood join's old URL ``/joins/<consultant>/`` still answers a consultant's joins, and so
    does ``/joins/moods/<consultant>/``;
 4. ``watch --join tiers --from-beginning`` prints every revision of the output, one line each.
@@ -143,6 +144,12 @@ def test_a_user_spec_is_looked_at_by_key_on_its_owner_and_watched(names, worker_
         assert [v["tier"] for v in first["versions"]] == ["bronze", "gold"]
         assert first["joins"] == [latest[f"{u}-v0"], latest[f"{u}-v1"]]
     assert owners == {a.url, b.url}, "both workers own some users"
+    # the timeline page's key picker for the join: every user, from both workers' partitions
+    status, picker = a.get("/timeline/api/joins/tiers/keys/")
+    assert status == 200 and picker["keys"] == USERS, picker
+    assert sorted(picker["workers"]) == sorted([a.url, b.url]), picker
+    assert a.get("/joins/tiers/")[1]["timeline"] == {
+        "time": "at", "answer": "tier", "previous": "previous_tier", "label": "page"}
     assert a.get("/joins/tiers/nobody/")[0] == 404
     assert b.get("/joins/nojoin/u0/")[0] == 404
 
