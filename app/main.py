@@ -31,8 +31,9 @@ from app.commands import archive  # noqa: F401  (tools: a topic -> JSON lines, f
 from app.commands import join_latest  # noqa: F401  (tools: join-latest NAME)
 from app.commands import snapshots  # noqa: F401  (tools: the table snapshots in a store)
 from app.commands import topics  # noqa: F401  (tools: topics create [--inputs] [--dry-run])
+from app.commands import sink  # noqa: F401  (tools: sink postgres --join NAME --dsn DSN)
 from app.web import views  # noqa: F401  (views: state, health, metrics over HTTP; GET /joins/)
-if "moods" in event_join.engines:  # the timeline draws the mood join (and the car join's zones)
+if event_join.engines:  # the timeline draws any event-time join (and the car join's zones)
     from app.web import timeline  # noqa: F401  (the live timeline page, /timeline/)
 
 __all__ = ["app"]

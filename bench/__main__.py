@@ -29,8 +29,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SUITE = ("throughput", "car_throughput", "movies_throughput", "repartition", "hot_key",
          "hot_dimension",
          "peer_quix", "scale_workers", "correction_latency", "state_growth", "recovery",
-         "flow_control", "zone_fanout", "spark_vs_duckdb", "snapshot_restore", "bootstrap",
-         "image_start", "spark_cluster", "chaos")
+         "flow_control", "zone_fanout", "sink_postgres", "spark_vs_duckdb", "snapshot_restore",
+         "bootstrap", "image_start", "spark_cluster", "chaos")
 
 
 def suite() -> dict[str, Bench]:

@@ -32,6 +32,8 @@ RUN_BY = {
     ("docs/joins/car-zone.md", "zone-key"): "test_examples.py",
     ("README.md", "minimal-spec"): "test_examples.py",
     ("docs/concepts/event-time.md", "copartition-error"): "test_quoted_messages.py",
+    ("docs/operating/postgres-sink.md", "sink-tables"): "test_postgres_sink_page.py",
+    ("docs/operating/postgres-sink.md", "sink-upsert"): "test_postgres_sink_page.py",
     # on a Spark cluster of containers: the cluster is that module's
     ("docs/batch/cluster.md", "bootstrap-on-a-cluster"): "tests/spark/test_cluster.py",
 }
