@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from app.dev.local_broker import free_port
+from tests.apt import AptError, install
 
 PACKAGE = "postgresql"
 BIN_ROOT = Path("/usr/lib/postgresql")
@@ -40,16 +41,13 @@ def install_missing() -> Path:
     found = bin_dir()
     if found is not None:
         return found
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = ["apt-get", "install", "-y", "-q", "--no-install-recommends", PACKAGE]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:  # an old package list: update once, then try again
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, timeout=600)
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    try:
+        install([PACKAGE], "--no-install-recommends")
+    except AptError as exc:
+        raise PostgresError(str(exc)) from None
     found = bin_dir()
-    if done.returncode != 0 or found is None:
-        raise PostgresError(f"`{' '.join(cmd)}` failed ({done.returncode}):\n"
-                            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    if found is None:
+        raise PostgresError(f"{PACKAGE} installed, but no server under {BIN_ROOT}")
     return found
 
 
