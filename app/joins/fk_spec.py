@@ -11,7 +11,8 @@ The built-in car join is one (:mod:`app.joins.catalog`), so its names fix the sh
   left side's copies, the right side's, the left ``time_as``, the right ``time_as``
   (``car_id, zone_id, fuel_level, pollution_level, car_event_time, zone_event_time``);
 - a move: ``op``, the right key it concerns (under the right key's name), then the left row's
-  key, foreign key, copies and time under their names.
+  key, foreign key (``left_<name>`` if it has the right key's name), copies and time under
+  their names.
 
 Every mistake is a :class:`~app.joins.spec.SpecError` naming the spec and the field, raised
 at import time like an event-time spec's.
@@ -108,8 +109,14 @@ class FkJoinSpec:
                 self.left_time_as, self.right_time_as)
 
     @property
+    def move_fk(self) -> str:
+        """A move's name of the left row's foreign key: its own, or ``left_<name>`` when that
+        is the right key's name (which a move gives the right key it concerns)."""
+        return self.fk if self.fk != self.fk_as else f"left_{self.fk}"
+
+    @property
     def move_fields(self) -> tuple[str, ...]:
-        return ("op", self.fk_as, self.left.key, self.fk, *self.left.copy, self.left.time)
+        return ("op", self.fk_as, self.left.key, self.move_fk, *self.left.copy, self.left.time)
 
     @property
     def right_inputs(self) -> tuple[str, str, str]:
@@ -157,7 +164,8 @@ class FkJoinSpec:
 
     def move_to_wire(self, move: Move) -> dict[str, Any]:
         left = move.left
-        wire = {"op": move.op, self.fk_as: move.fk, self.left.key: left.key, self.fk: left.fk}
+        wire = {"op": move.op, self.fk_as: move.fk, self.left.key: left.key,
+                self.move_fk: left.fk}
         wire.update(zip(self.left.copy, left.values))
         wire[self.left.time] = left.event_time
         return wire
@@ -170,7 +178,7 @@ class FkJoinSpec:
             if op not in ("ADD", "DEL"):
                 raise InvalidRecord(f"move op {op!r} is neither ADD nor DEL")
             return Move(op, wire[self.fk_as], Left(
-                wire[self.left.key], wire[self.fk], tuple(wire[f] for f in self.left.copy),
+                wire[self.left.key], wire[self.move_fk], tuple(wire[f] for f in self.left.copy),
                 wire[self.left.time]))
         except (KeyError, TypeError) as exc:
             raise InvalidRecord(f"not a move of join {self.name!r}: missing {exc}") from None
@@ -214,15 +222,15 @@ def resolve_fk(raw: dict[str, Any] | FkJoinConfig, index: int | None = None) -> 
     if not cfg.right.copy_fields:
         raise SpecError(f"{where}: right.copy is empty: a join must copy at least one field")
     start = parse_start(where, "start", cfg.start) or "earliest"
-    # the foreign key is read like a copied field: resolve the left side with it copied too
     fk_entry = cfg.left.foreign_key
-    left_cfg = cfg.left.model_copy(update={"copy_fields": [*cfg.left.copy_fields, fk_entry]})
-    left_full = resolve_side(where, "left", left_cfg,
-                             parse_start(where, "left.start", cfg.left.start) or start)
-    fk = left_full.copy[-1]
-    left = Side(left_full.topic, left_full.key, left_full.time, left_full.copy[:-1],
-                left_full.model, left_full.paths, left_full.time_format,
-                left_full.from_timestamp, left_full.start)
+    left = resolve_side(where, "left", cfg.left,
+                        parse_start(where, "left.start", cfg.left.start) or start)
+    flat_of = {path: flat for flat, path in left.paths} or {f: f for f in left.field_names}
+    if fk_entry not in flat_of:
+        raise SpecError(f"{where}: left.foreign_key names {fk_entry!r}, a field "
+                        f"{cfg.left.topic} records do not have (they have: "
+                        f"{', '.join(p for p in flat_of if p != KAFKA_TIMESTAMP)})")
+    fk = flat_of[fk_entry]
     right = resolve_side(where, "right", cfg.right,
                          parse_start(where, "right.start", cfg.right.start) or start)
     if fk_entry == KAFKA_TIMESTAMP or fk in (left.key, left.time):
