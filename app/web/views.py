@@ -228,8 +228,13 @@ JOIN_ROW = ("id", "event_time", "recommendation", "mood", "mood_event_time", "re
 async def list_joins(view: View, request: Request) -> Response:
     """Every join spec (topics, fields, mode, as-of rule, retention, window) and this worker's
     counters of it (not routed: every worker runs the same specs)."""
-    return view.json({"joins": [{**e.spec.describe(), "counters": metrics.snapshot(name)}
-                                for name, e in engines.items()]})
+    return view.json({"joins": [
+        *({**e.spec.describe(), "counters": metrics.snapshot(name)}
+          for name, e in engines.items()),
+        # foreign-key joins: {"name", "kind": "foreign-key", "left": {..., "foreign_key"},
+        # "right": {...}, "output", "moves", "ticks", "tables", ...}
+        *({**t.spec.describe(), "counters": metrics.snapshot(name)}
+          for name, t in topology.fk_joins.items())]})
 # -> {"joins": [{"name", "events": {...}, "dimension": {...}, "output", "output_fields", "mode",
 #                "asof", "retention_ms", "window_ms", ..., "counters": {"records", "held", ...}}]}
 

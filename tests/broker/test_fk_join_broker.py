@@ -120,6 +120,13 @@ def test_a_users_foreign_key_join_is_exact_against_the_oracle(names: Names, work
     assert ("DEL", "c1", "c2") in o1 and ("ADD", "c2", "c2") in o1, o1
     assert not [m for m in moves if m["order_id"] == "o2" and m["left_customer_id"] == "c2"]
 
+    status, body = w.get("/joins/")  # listed with its kind, sides, keys and tables
+    listed = {j["name"]: j for j in body["joins"]}["order-regions"] if status == 200 else {}
+    assert listed.get("kind") == "foreign-key", (status, body)
+    assert (listed["left"]["foreign_key"], listed["tables"]["index"]) == (
+        "customer_id", "order-regions-index")
+    assert listed["counters"]["dead_letters"] == 2
+
     dead = [v for _, v in asyncio.run(read_all(names, names.dead_letter_topic, idle_s=0.5))]
     reasons = {json.loads(d["value"])["order_id"]: d["error"] for d in dead
                if d.get("topic") == spec.left.topic}
