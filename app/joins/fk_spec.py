@@ -1,5 +1,6 @@
-"""Foreign-key join specs (``"kind": "foreign-key"``): a left table joined with a right table on a
-field of the left row, each the latest version per key (docs/joins/declarative.md#foreign-key-joins).
+"""Foreign-key join specs (``"kind": "foreign-key"``): a left table joined with a right table on
+a field of the left row, each the latest version per key
+(docs/joins/declarative.md#foreign-key-joins).
 
 The spec names two sides written as an event-time spec's (dotted paths, time formats,
 ``$timestamp``, ``start``, ``fields`` or ``model``: :func:`app.joins.spec.resolve_side`), plus

@@ -138,28 +138,30 @@ def newest_per_car(outputs: Iterable[CarPollution]) -> dict[int, CarPollution]:
 # --- the generic rules' values in the car join's words -------------------------------------
 
 
-def _left(a: CarArrival) -> fk.Left:
+def to_left(a: CarArrival) -> fk.Left:
+    """An arrival as the generic rules' left version (and back: :func:`to_arrival`)."""
     return fk.Left(a.car_id, a.to_zone_id, (a.fuel_level,), a.event_time)
 
 
-def _arrival(left: fk.Left) -> CarArrival:
+def to_arrival(left: fk.Left) -> CarArrival:
     return CarArrival(left.key, left.fk, left.values[0], left.event_time)
 
 
-def _right(z: ZoneReading | None) -> fk.Right | None:
+def to_right(z: ZoneReading | None) -> fk.Right | None:
+    """A reading as the generic rules' right version (and back: :func:`to_reading`)."""
     return None if z is None else fk.Right(z.zone_id, (z.pollution_level,), z.event_time)
 
 
-def _reading(right: fk.Right) -> ZoneReading:
+def to_reading(right: fk.Right) -> ZoneReading:
     return ZoneReading(right.key, right.values[0], right.event_time)
 
 
 def _move(m: fk.Move) -> Move:
-    return Move(m.op, m.fk, _arrival(m.left))
+    return Move(m.op, m.fk, to_arrival(m.left))
 
 
 def _output(j: fk.Joined) -> CarPollution:
-    return join(_arrival(j.left), None if j.right is None else _reading(j.right))
+    return join(to_arrival(j.left), None if j.right is None else to_reading(j.right))
 
 
 # --- car side: car id -> CarPosition ----------------------------------------------------------
@@ -174,7 +176,7 @@ class CarPosition:
 
     def moves(self) -> list[Move]:
         """The moves that put the car where it is now (DEL first, as they were first sent)."""
-        return [_move(m) for m in fk.Position(_left(self.arrival), self.left_zone).moves()]
+        return [_move(m) for m in fk.Position(to_left(self.arrival), self.left_zone).moves()]
 
 
 def apply_arrival(position: CarPosition | None,
@@ -188,9 +190,10 @@ def apply_arrival(position: CarPosition | None,
     - equal to the position (re-delivery): the position's moves again, nothing to store;
     - older: nothing at all (an old arrival arriving late never moves the car back).
     """
-    old = None if position is None else fk.Position(_left(position.arrival), position.left_zone)
-    new, moves = fk.apply_left(old, _left(arrival))
-    return (None if new is None else CarPosition(_arrival(new.left), new.left_fk),
+    old = (None if position is None
+           else fk.Position(to_left(position.arrival), position.left_zone))
+    new, moves = fk.apply_left(old, to_left(arrival))
+    return (None if new is None else CarPosition(to_arrival(new.left), new.left_fk),
             [_move(m) for m in moves])
 
 
@@ -202,16 +205,16 @@ def apply_add(stored: CarArrival | None, move: Move,
     """ADD (:func:`app.logic.fk_join.apply_add`): (store ``move.arrival`` under (zone, car)?,
     the output to send). An ADD older than the stored entry (possible only through
     re-delivery) changes nothing."""
-    store, out = fk.apply_add(None if stored is None else _left(stored),
-                              fk.Move(move.op, move.zone_id, _left(move.arrival)),
-                              _right(reading))
+    store, out = fk.apply_add(None if stored is None else to_left(stored),
+                              fk.Move(move.op, move.zone_id, to_left(move.arrival)),
+                              to_right(reading))
     return store, None if out is None else _output(out)
 
 
 def apply_del(stored: CarArrival | None, move: Move) -> bool:
     """DEL: remove the (zone, car) entry? Only if it is older than the arrival that moved it."""
-    return fk.apply_del(None if stored is None else _left(stored),
-                        fk.Move(move.op, move.zone_id, _left(move.arrival)))
+    return fk.apply_del(None if stored is None else to_left(stored),
+                        fk.Move(move.op, move.zone_id, to_left(move.arrival)))
 
 
 def apply_reading(stored: ZoneReading | None, reading: ZoneReading,
@@ -222,9 +225,9 @@ def apply_reading(stored: ZoneReading | None, reading: ZoneReading,
     ``cars`` is only iterated when the reading is not older than the stored one (pass a lazy
     range scan). An equal reading (re-delivery) re-emits the outputs without storing.
     """
-    right = _right(reading)
+    right = to_right(reading)
     assert right is not None
-    store, outs = fk.apply_right(_right(stored), right, (_left(c) for c in cars))
+    store, outs = fk.apply_right(to_right(stored), right, (to_left(c) for c in cars))
     return store, [_output(o) for o in outs]
 
 
@@ -240,5 +243,5 @@ def exact_car_view(arrivals: Iterable[CarArrival],
     fuel; that zone's greatest reading by ``(event_time, pollution_level)`` its pollution (none:
     null). The batch twin uses the same order.
     """
-    view = fk.exact_view((_left(a) for a in arrivals), (_right(z) for z in zones))
+    view = fk.exact_view((to_left(a) for a in arrivals), (to_right(z) for z in zones))
     return {car: _output(j) for car, j in view.items()}
