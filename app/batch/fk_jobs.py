@@ -27,27 +27,17 @@ from app.batch.jobs import Inputs, Paths, Scope, admit_input
 from app.batch.report import (Report, count_statuses, difference, first_per_status,
                               sample_rows)
 from app.batch.session import Steps
-from app.joins.columns import Column, model_columns
+from app.joins.columns import fk_output_columns, model_columns
 from app.joins.fk_spec import FkJoinSpec
 
-__all__ = ["backfill_fk", "exact_fk", "fk_kinds", "output_columns_fk", "reconcile_fk"]
-
-
-def output_columns_fk(spec: FkJoinSpec) -> list[Column]:
-    """The output's columns: the left side's required, the right side's nullable."""
-    left = {c.name: Column(c.name, c.kind, c.required)
-            for c in model_columns(spec.left.model)}
-    right = {c.name: Column(c.name, c.kind, False) for c in model_columns(spec.right.model)}
-    return [left[spec.left.key], Column(spec.fk_as, left[spec.fk].kind),
-            *(left[f] for f in spec.left.copy), *(right[f] for f in spec.right.copy),
-            Column(spec.left_time_as, "int"), Column(spec.right_time_as, "int", False)]
+__all__ = ["backfill_fk", "describe_fk", "exact_fk", "fk_kinds", "reconcile_fk"]
 
 
 def fk_kinds(spec: FkJoinSpec) -> tuple[A.ArchiveKind, A.ArchiveKind, A.ArchiveKind]:
     """How its archives are read: left, right, output (the checks of its wire models)."""
     return (A.kind_of(spec.left.topic, model_columns(spec.left.model)),
             A.kind_of(spec.right.topic, model_columns(spec.right.model)),
-            A.kind_of(spec.output, output_columns_fk(spec), unwrap=False))
+            A.kind_of(spec.output, fk_output_columns(spec), unwrap=False))
 
 
 def read_fk_inputs(spark: SparkSession, spec: FkJoinSpec, left: Paths, right: Paths,
