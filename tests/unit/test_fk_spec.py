@@ -150,3 +150,18 @@ def test_a_left_change_moves_the_row_and_the_consumer_ends_on_the_exact_view():
             Joined(lefts[1], None)]
     assert newest_per_key(outs) == exact_view(lefts, rights) == {
         "o1": Joined(lefts[1], rights[1])}
+
+
+def test_its_topics_are_on_the_topics_page_and_made_by_topics_create(tmp_path):
+    """The inventory ``topics create`` and docs/operating/topics.md are made from."""
+    from app.docgen.topics_doc import inventory
+
+    path = tmp_path / "joins.json"
+    path.write_text(json.dumps([orders(partitions=6)]))
+    s = Settings(joins_file=path)
+    uses = {u.topic: u for u in inventory(s, []) if u.join == "orders"}
+    assert set(uses) == {"o", "c", "out", "moves", "ticks", *(
+        f"{s.app_id}-orders-{t}-changelog" for t in ("left", "right", "index"))}
+    assert uses["moves"].created_by == "the worker" and uses["moves"].partitions == 6
+    assert uses[f"{s.app_id}-orders-index-changelog"].compacted
+    assert uses["c"].timed_by_timestamp and not uses["o"].timed_by_timestamp
