@@ -23,8 +23,9 @@ runtime.use_gc_thresholds()  # fewer collections: a table of a million rows is l
 from app import topology  # noqa: F401  (topics -> tables, for every join spec and the car join)
 from app.agents import event_join  # noqa: F401  (agents: one per join spec)
 from app.agents import repartition  # noqa: F401  (agents: a repartitioned side's hop)
+from app.agents import fk_join  # noqa: F401  (agents: two per foreign-key spec)
 if topology.cars:  # ETJ_BUILTIN_JOINS
-    from app.agents import car_join  # noqa: F401  (agents: car positions x zone pollution)
+    from app.agents import car_join  # noqa: F401  (the car join's agents, in its words)
 from app import timers  # noqa: F401  (timers: revisit ticks for every agent)
 from app.commands import sample_traffic  # noqa: F401  (tools)
 from app.commands import archive  # noqa: F401  (tools: a topic -> JSON lines, for app.batch)

@@ -53,8 +53,8 @@ from faust.cli import argument, option
 
 from app.kafka.connection import bootstrap_servers
 from app.faust_app import app, settings
-from app.joins.catalog import batch_specs, load_specs, topic_roles
-from app.joins.columns import model_columns, output_columns
+from app.joins.catalog import batch_fk_specs, batch_specs, load_fk_specs, load_specs, topic_roles
+from app.joins.columns import fk_output_columns, model_columns, output_columns
 from app.joins.spec import Side
 from app.kafka.security import aiokafka_auth
 from app.logic.event_range import EventRange, Role, needs, parse_time
@@ -85,6 +85,9 @@ def input_models() -> dict[str, type[WireModel] | Side]:
     for spec in batch_specs(settings).values():
         for side in (spec.events, spec.dimension):
             models[side.topic] = side if side.shaped or side.repartition else side.model
+    for fk in batch_fk_specs(settings).values():  # foreign-key joins, the car join among them
+        for side in (fk.left, fk.right):
+            models[side.topic] = side if side.shaped else side.model
     return models
 
 
@@ -112,6 +115,12 @@ def parquet_columns(topic: str) -> list[tuple[str, str]] | None:
                                ("event_time", "int64")],
         settings.car_pollution_topic: _CAR_OUT,
     }
+    for fk in load_fk_specs(settings):
+        if fk.name != "cars":  # the car join's columns are the ones above (Id: int64)
+            for t, cols in ((fk.left.topic, model_columns(fk.left.model)),
+                            (fk.right.topic, model_columns(fk.right.model)),
+                            (fk.output, fk_output_columns(fk))):
+                known[t] = [(c.name, c.arrow) for c in cols]
     for spec in load_specs(settings):
         for t, cols in ((spec.events.topic, model_columns(spec.events.model)),
                         (spec.dimension.topic, model_columns(spec.dimension.model)),

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from app.docgen import generated_files
-from app.joins.catalog import load_specs
+from app.joins.catalog import load_fk_specs, load_specs
+from app.joins.fk_spec import FkJoinSpec
 from app.joins.spec import JoinSpec, resolve_all
 from app.settings import Settings
 
@@ -110,25 +111,36 @@ def join_topics(s: Settings, spec: JoinSpec) -> list[TopicUse]:
     return out
 
 
-def car_topics(s: Settings) -> list[TopicUse]:
-    j = "car join"
-    return [replace(u, partitions=s.partitions, compacted=u.what.startswith("changelog"))
-            for u in [
-        TopicUse(s.car_arrivals_topic, j, "input: car arrivals", "you", READ),
-        TopicUse(s.zones_topic, j, "input: zone pollution readings", "you", READ),
-        TopicUse(s.car_pollution_topic, j, "output: the car view", "you", WRITE),
-        # moves are written by the car side and read by the zone side: one worker does both
-        TopicUse(s.car_moves_topic, j, "internal: DEL/ADD moves of cars, keyed by zone id",
-                 "the worker", OWN),
-        TopicUse(s.car_ticks_topic, j, "internal: wake-ups of the zone side's flow control",
-                 "the worker", OWN),
-        TopicUse(changelog(s, "car-positions"), j, "changelog of table `car-positions`",
-                 "the worker", OWN),
-        TopicUse(changelog(s, "zone-pollution"), j, "changelog of table `zone-pollution`",
-                 "the worker", OWN),
-        TopicUse(changelog(s, "zone-cars"), j, "changelog of table `zone-cars`", "the worker",
-                 OWN),
-    ]]
+def fk_topics(s: Settings, spec: FkJoinSpec) -> list[TopicUse]:
+    """A foreign-key join's topics (the car join's in its own words)."""
+    p = spec.partitions or s.partitions
+    t = spec.tables
+    if spec.name == "cars":
+        j = "car join"
+        words = ["input: car arrivals", "input: zone pollution readings",
+                 "output: the car view", "internal: DEL/ADD moves of cars, keyed by zone id",
+                 "internal: wake-ups of the zone side's flow control"]
+        tables = [f"changelog of table `{n}`" for n in (t.left, t.right, t.index)]
+    else:
+        j = spec.name
+        words = ["input: left table (latest version per key)",
+                 "input: right table (latest version per key)",
+                 "output: each left row with its right version, keyed by left key",
+                 "internal: DEL/ADD moves of left rows, keyed by right key",
+                 "internal: wake-ups of the right side's flow control"]
+        tables = [f"changelog of table `{t.left}`: the newest left version per key",
+                  f"changelog of table `{t.right}`: the newest right version per key",
+                  f"changelog of table `{t.index}`: the left rows under each right key"]
+    # moves are written by the left side and read by the right side: one worker does both
+    return [TopicUse(spec.left.topic, j, words[0], "you", READ, p,
+                     timed_by_timestamp=spec.left.from_timestamp),
+            TopicUse(spec.right.topic, j, words[1], "you", READ, p,
+                     timed_by_timestamp=spec.right.from_timestamp),
+            TopicUse(spec.output, j, words[2], "you", WRITE, s.partitions),
+            TopicUse(spec.moves, j, words[3], "the worker", OWN, p),
+            TopicUse(spec.ticks, j, words[4], "the worker", OWN, p),
+            *(TopicUse(changelog(s, n), j, what, "the worker", OWN, p, compacted=True)
+              for n, what in zip((t.left, t.right, t.index), tables))]
 
 
 def shared_topics(s: Settings) -> list[TopicUse]:
@@ -146,7 +158,9 @@ def inventory(s: Settings, specs: Iterable[JoinSpec]) -> list[TopicUse]:
     out: list[TopicUse] = []
     for spec in specs:
         out += join_topics(s, spec)
-    return out + (car_topics(s) if "cars" in s.builtins else []) + shared_topics(s)
+    for fk in load_fk_specs(s):
+        out += fk_topics(s, fk)
+    return out + shared_topics(s)
 
 
 # --- the page -------------------------------------------------------------------------------
@@ -173,8 +187,8 @@ def tables(s: Settings, specs: list[JoinSpec]) -> str:
     """The per-join tables and the ACL commands of one configuration (markdown)."""
     uses = inventory(s, specs)
     out = []
-    cars = ["car join"] if "cars" in s.builtins else []
-    for join in [*(sp.name for sp in specs), *cars, "every join"]:
+    fks = ["car join" if f.name == "cars" else f.name for f in load_fk_specs(s)]
+    for join in [*(sp.name for sp in specs), *fks, "every join"]:
         title = join if join in ("car join", "every join") else f"join `{join}`"
         out.append(f"\n### {title[0].upper() + title[1:]}\n\n")
         out.append(_table([u for u in uses if u.join == join]))

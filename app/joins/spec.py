@@ -597,3 +597,25 @@ def copartition_groups(specs: Iterable[JoinSpec]) -> list[tuple[str, ...]]:
     """The topic groups that must be co-partitioned (one per spec)."""
     return [s.inputs for s in specs]
 
+
+
+# --- the steps other kinds of spec reuse (app.joins.fk_spec) -------------------------------------
+
+def spec_where(spec: Any, index: int | None) -> str:
+    """How a message names a spec: ``join spec #2 'orders'``."""
+    return _where(spec, index)
+
+
+def validation_message(exc: ValidationError) -> str:
+    """A pydantic error as ``field: reason; ...``."""
+    return _describe(exc)
+
+
+def parse_start(spec: str, where: str, raw: str | None) -> str | int | None:
+    """A ``start`` setting: earliest, latest, or epoch ms of an ISO-8601 time with a zone."""
+    return _start(spec, where, raw)
+
+
+def resolve_side(spec: str, side: str, cfg: SideConfig, start: str | int) -> Side:
+    """One input resolved: its fields, paths, time and wire model (the rules of every side)."""
+    return _side(spec, side, cfg, start)

@@ -8,14 +8,13 @@ Two kinds, one shape (:class:`JoinReader`), so a view never asks which join it s
   dimension version and one ``J`` row per join (:mod:`app.joins.state`). A key's answer is its
   versions and, per join in retention, the latest revision (what the output's consumer rule
   converges to);
-- **foreign-key** (the car join today: :mod:`app.joins.car_state`): the key is the dimension's
-  key (a zone), whose row and whose current members (the cars in it) live in the same
-  partition, so one owner answers: the latest version and each member's current join.
+- **foreign-key** (the car join, a user's ``"kind": "foreign-key"`` specs:
+  :mod:`app.joins.fk_state`): the key is the right key (a zone), whose row and whose current
+  left rows (the cars in it) live in the same partition, so one owner answers: the latest
+  version and each left row's current join.
 
 Why the join key for both: it is what a table row is keyed and partitioned by, so the owner is
-one hash away (:func:`partition_of`), and a key's answer is one range read on one worker. A
-foreign-key spec (after the car join becomes one) plugs in with a :class:`ForeignKeyReader`
-built from its tables; nothing in the views changes.
+one hash away (:func:`partition_of`), and a key's answer is one range read on one worker.
 """
 
 from __future__ import annotations
@@ -25,11 +24,12 @@ from typing import Any, Callable, Iterable
 
 from app.agents.event_join import JoinEngine, engines
 from app.faust_app import settings
-from app.joins import car_state
+from app.joins import car_state, fk_state
 from app.joins.keys import JOIN, VERSION, join_range, key_group, split_join_key
 from app.joins.state import stored_versions
 from app.kafka.partitioner import partition_for
 from app.logic.car_join import join as join_car
+from app.logic.fk_join import Joined
 from app.state.range_scan import scan
 from app import topology
 
@@ -206,11 +206,33 @@ def car_reader(cars: Any) -> ForeignKeyReader:
         parse=parse_id)
 
 
+def fk_reader(t: "topology.FkJoinTopology") -> ForeignKeyReader:
+    """A foreign-key spec's join (a user's), read by right key: its latest version and the
+    left rows pointing at it now, each joined as the output carries it."""
+    spec = t.spec
+
+    def version(key: Any) -> Any:
+        row = t.right_table.get(key)
+        return None if row is None else fk_state.right_of(key, row)
+
+    return ForeignKeyReader(
+        name=spec.name, output=spec.output, table=t.right_table,
+        partitions=spec.partitions or settings.partitions,
+        description={**spec.describe(), "key": spec.right.key},
+        dimension=version,
+        members=lambda key, p: fk_state.left_rows_in(t.index_table, t.index_keys, key, p),
+        joined=lambda left, right: spec.to_wire(Joined(left, right)),
+        version_fields=lambda r: dict(zip((spec.right.time, *spec.right.copy),
+                                          (r.event_time, *r.values))),
+        parse=parse_id if spec.right_key_type is int else str)
+
+
 def build_readers() -> dict[str, JoinReader]:
-    """Name -> reader of every join this worker runs (specs first, then the car join)."""
+    """Name -> reader of every join this worker runs (event-time specs, then foreign-key
+    specs: the car join in its own words, :func:`car_reader`)."""
     out: dict[str, JoinReader] = {name: EventTimeReader(e) for name, e in engines.items()}
-    if topology.cars is not None:
-        out["cars"] = car_reader(topology.cars)
+    for name, t in topology.fk_joins.items():
+        out[name] = car_reader(t) if name == "cars" else fk_reader(t)
     return out
 
 

@@ -30,6 +30,9 @@ RUN_BY = {
     ("docs/joins/declarative.md", "rekey-records"): "test_examples.py",
     ("docs/joins/declarative.md", "rekey-read"): "test_examples.py",
     ("docs/joins/car-zone.md", "zone-key"): "test_examples.py",
+    ("docs/joins/declarative.md", "fk-spec"): "test_examples.py",
+    ("docs/joins/car-zone.md", "car-spec"): "test_examples.py",
+    ("docs/joins/declarative.md", "fk-messages"): "test_examples.py",
     ("README.md", "minimal-spec"): "test_examples.py",
     ("docs/concepts/event-time.md", "copartition-error"): "test_quoted_messages.py",
     ("docs/operating/postgres-sink.md", "sink-tables"): "test_postgres_sink_page.py",
@@ -118,3 +121,43 @@ def test_the_rekey_example_passes_records_on_as_the_page_says() -> None:
         else:
             got.append(f"{spec.events.repartition} {key.decode()}")
     assert got == block(DECLARATIVE, "rekey-read").strip().splitlines()
+
+
+def test_the_foreign_key_example_resolves_and_its_mistakes_say_what_the_page_says() -> None:
+    """declarative.md#foreign-key-joins: the spec resolves with the output fields the page
+    lists, and each mistake gives the message quoted there."""
+    from app.joins.fk_spec import resolve_fk
+    from app.joins.spec import SpecError
+
+    raw = json.loads(block(DECLARATIVE, "fk-spec"))
+    spec = resolve_fk(raw, 0)
+    assert spec.output_fields == ("order_id", "customer_id", "amount", "region", "order_time",
+                                  "region_time")
+    assert spec.describe()["kind"] == "foreign-key"
+    assert spec.describe()["left"]["foreign_key"] == "customer_id"
+
+    def broken(edit) -> str:
+        bad = json.loads(json.dumps(raw))
+        edit(bad)
+        try:
+            resolve_fk(bad, 0)
+        except SpecError as exc:
+            return f"app.joins.spec.SpecError: {exc}"
+        raise AssertionError("accepted")
+
+    def int_fk(s):
+        s["left"]["fields"]["customer.id"] = "int"
+
+    got = [broken(lambda s: s["left"].pop("foreign_key")),
+           broken(lambda s: s["left"].update(foreign_key="customer")),
+           broken(int_fk),
+           broken(lambda s: s["right"].pop("time_as")),
+           broken(lambda s: s.update(kind="fk"))]
+    assert got == block(DECLARATIVE, "fk-messages").strip().splitlines()
+
+
+def test_the_car_spec_on_the_page_is_the_built_in_one() -> None:
+    """car-zone.md: the car join is the foreign-key spec shown, with the default settings."""
+    from app.joins.catalog import car_spec
+
+    assert json.loads(block(DOCS / "joins" / "car-zone.md", "car-spec")) == car_spec(Settings())
