@@ -222,7 +222,7 @@ def fk_reader(t: "topology.FkJoinTopology") -> ForeignKeyReader:
         dimension=version,
         members=lambda key, p: fk_state.left_rows_in(t.index_table, t.index_keys, key, p),
         joined=lambda left, right: spec.to_wire(Joined(left, right)),
-        version_fields=lambda r: dict(zip((spec.right.time, *spec.right.copy),
+        version_fields=lambda r: dict(zip(("event_time", *spec.right.copy),
                                           (r.event_time, *r.values))),
         parse=parse_id if spec.right_key_type is int else str)
 

@@ -127,6 +127,17 @@ def test_a_users_foreign_key_join_is_exact_against_the_oracle(names: Names, work
         "customer_id", "order-regions-index")
     assert listed["counters"]["dead_letters"] == 2
 
+    # looked at by key (its right key, a customer): the customer's version and the orders now
+    # pointing at it, each as the output carries it (app.web.join_readers.fk_reader)
+    status, body = w.get("/joins/order-regions/c2/")
+    assert status == 200, body
+    assert [(v["region"], v["event_time"]) for v in body["versions"]] == [
+        ("us", BASE + 1000)], body
+    assert sorted(j["order_id"] for j in body["joins"]) == sorted(
+        o for o, v in expected.items() if v["customer_id"] == "c2"), body
+    assert all(j == expected[j["order_id"]] for j in body["joins"]), body
+    assert w.get("/joins/order-regions/nobody/")[0] == 404
+
     dead = [v for _, v in asyncio.run(read_all(names, names.dead_letter_topic, idle_s=0.5))]
     reasons = {json.loads(d["value"])["order_id"]: d["error"] for d in dead
                if d.get("topic") == spec.left.topic}
