@@ -27,7 +27,8 @@ from typing import Any, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.inputs.records import KAFKA_TIMESTAMP, InvalidRecord
-from app.joins.spec import (JoinSpec, Side, SideConfig, SpecError, parse_start, resolve_side,
+from app.joins.spec import (JoinSpec, Side, SideConfig, SpecError, parse_start,
+                            refuse_different_starts, resolve_side,
                             spec_where, validation_message)
 from app.logic.fk_join import Joined, Left, Move, Right
 
@@ -317,15 +318,9 @@ def check_together(event_specs: Sequence[JoinSpec], fk_specs: Sequence[FkJoinSpe
             claim("topic", t, f.name)
         for n in f.tables.model_dump().values():
             claim("table name", n, f.name)
-    reads = {side.topic: (s.name, side.start) for s in event_specs
-             for side in (s.events, s.dimension)}
-    for f in fk_specs:
-        for side in (f.left, f.right):
-            other = reads.setdefault(side.topic, (f.name, side.start))
-            if other[1] != side.start:
-                raise SpecError(f"join specs {other[0]!r} and {f.name!r} read {side.topic} "
-                                f"from different starts ({other[1]!r}, {side.start!r}): a "
-                                "worker reads a topic once")
+    reads = refuse_different_starts(
+        [*((s.name, side) for s in event_specs for side in (s.events, s.dimension)),
+         *((f.name, side) for f in fk_specs for side in (f.left, f.right))])
     for name, written in [*((s.name, (s.output, s.ticks)) for s in event_specs),
                           *((f.name, (f.output, f.moves, f.ticks)) for f in fk_specs)]:
         for t in written:

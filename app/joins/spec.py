@@ -31,7 +31,7 @@ from app.inputs.records import (KAFKA_TIMESTAMP, MAX_EVENT_TIME, TIME_FORMATS, I
                                 WireModel, iso_to_ms)
 
 __all__ = ["FIELD_TYPES", "JoinSpec", "Side", "SpecError", "TableNames", "copartition_groups",
-           "repartition_topic", "resolve", "resolve_all"]
+           "refuse_different_starts", "repartition_topic", "resolve", "resolve_all"]
 
 
 class SpecError(ValueError):
@@ -547,6 +547,19 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None,
     return spec
 
 
+def refuse_different_starts(sides: Iterable[tuple[str, Side]]) -> dict[str, tuple[str, Any]]:
+    """Refuse two joins reading one topic from different starts (a worker reads a topic once,
+    from one position); ``sides``: (join name, side). Topic -> (the first join, its start)."""
+    starts: dict[str, tuple[str, Any]] = {}
+    for name, side in sides:
+        other = starts.setdefault(side.topic, (name, side.start))
+        if other[1] != side.start:
+            raise SpecError(f"join specs {other[0]!r} and {name!r} read {side.topic} "
+                            f"from different starts ({other[1]!r}, {side.start!r}): a "
+                            "worker reads a topic once")
+    return starts
+
+
 def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig],
                 app_id: str = "etj") -> list[JoinSpec]:
     """Resolve every spec, then refuse what only shows across specs (shared names, loops)."""
@@ -563,14 +576,7 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig],
                                     f"{what} {value!r}")
                 seen[value] = s.name
     inputs = {t: s.name for s in specs for t in (s.events.topic, s.dimension.topic)}
-    starts: dict[str, tuple[str, str | int]] = {}
-    for s in specs:
-        for side in (s.events, s.dimension):
-            other = starts.setdefault(side.topic, (s.name, side.start))
-            if other[1] != side.start:
-                raise SpecError(f"join specs {other[0]!r} and {s.name!r} read {side.topic} "
-                                f"from different starts ({other[1]!r}, {side.start!r}): a "
-                                "worker reads a topic once")
+    refuse_different_starts((s.name, side) for s in specs for side in (s.events, s.dimension))
     readers: dict[str, list[str]] = {}
     for s in specs:
         for name, side in (("events", s.events), ("dimension", s.dimension)):
