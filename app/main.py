@@ -22,16 +22,19 @@ runtime.use_event_loop(app.etj)  # before `faust worker` makes its loop (Faust i
 runtime.use_gc_thresholds()  # fewer collections: a table of a million rows is long-lived
 from app import topology  # noqa: F401  (topics -> tables, for every join spec and the car join)
 from app.agents import event_join  # noqa: F401  (agents: one per join spec)
+from app.agents import repartition  # noqa: F401  (agents: a repartitioned side's hop)
+from app.agents import fk_join  # noqa: F401  (agents: two per foreign-key spec)
 if topology.cars:  # ETJ_BUILTIN_JOINS
-    from app.agents import car_join  # noqa: F401  (agents: car positions x zone pollution)
+    from app.agents import car_join  # noqa: F401  (the car join's agents, in its words)
 from app import timers  # noqa: F401  (timers: revisit ticks for every agent)
 from app.commands import sample_traffic  # noqa: F401  (tools)
 from app.commands import archive  # noqa: F401  (tools: a topic -> JSON lines, for app.batch)
 from app.commands import join_latest  # noqa: F401  (tools: join-latest NAME)
 from app.commands import snapshots  # noqa: F401  (tools: the table snapshots in a store)
 from app.commands import topics  # noqa: F401  (tools: topics create [--inputs] [--dry-run])
+from app.commands import sink  # noqa: F401  (tools: sink postgres --join NAME --dsn DSN)
 from app.web import views  # noqa: F401  (views: state, health, metrics over HTTP; GET /joins/)
-if "moods" in event_join.engines:  # the timeline draws the mood join (and the car join's zones)
+if event_join.engines:  # the timeline draws any event-time join (and the car join's zones)
     from app.web import timeline  # noqa: F401  (the live timeline page, /timeline/)
 
 __all__ = ["app"]

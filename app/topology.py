@@ -6,11 +6,15 @@ output topics; revisit ticks (app.timers) come back in through each join's own t
 - Each join spec (the built-in ``moods`` and ``movies``, and every spec of ``ETJ_JOINS_FILE``,
   :mod:`app.joins.catalog`) gets the same shape, :class:`JoinTopology`: its events, dimension
   and ticks topics read by ONE agent (one sequential loop per worker owns both sides of a key),
-  its output revision log, and three tables named by the spec (:mod:`app.joins.state`).
-- The car join (car positions × zone pollution, one-to-many), when this worker runs it, is one
-  :class:`CarJoinTopology`: two agents, the car side reading arrivals and sending moves keyed
-  by zone id, the zone side reading zone readings, the moves and its ticks, co-partitioned by
-  zone id; three tables (:mod:`app.joins.car_state`).
+  its output revision log, and three tables named by the spec (:mod:`app.joins.state`); a side
+  with ``"repartition": true`` adds a :class:`RepartitionHop`: its topic read by a hop agent
+  (:mod:`app.agents.repartition`) that re-keys it into an internal repartition topic, which the
+  join's agent reads in its place.
+- Each foreign-key spec (one-to-many: the built-in car join, car positions × zone pollution,
+  and any ``"kind": "foreign-key"`` spec of ``ETJ_JOINS_FILE``) is one :class:`FkJoinTopology`:
+  two agents, the left side reading its topic and sending moves keyed by the right key, the
+  right side reading the right topic, the moves and its ticks, co-partitioned by right key;
+  three tables (:mod:`app.joins.fk_state`).
 - Each of them says what it adds to the worker's lists (co-partitioned groups, topics others
   produce to, internal topics, ticks topics), which are made from :data:`running`.
 - Every agent's inputs are read as raw bytes: validation happens in :mod:`app.inputs.records`, so a bad
@@ -29,11 +33,13 @@ from faust.types import TopicT
 
 from app.compat.table_codec import TableSchema
 from app.faust_app import app, settings
-from app.joins.car_state import CAR_POSITIONS, ZONE_CARS, ZONE_POLLUTION, ZoneCarsTable
-from app.joins.catalog import load_specs
-from app.joins.spec import JoinSpec
+from app.joins.car_state import ZoneCarsTable
+from app.joins.catalog import load_fk_specs, load_specs
+from app.joins.fk_spec import FkJoinSpec
+from app.joins.fk_state import INT_KEYS, JSON_KEYS, IndexKeys, index_table_class
+from app.joins.spec import JoinSpec, Side
 from app.joins.state import JoinsTable
-from app.state.range_scan import range_table
+from app.state.range_scan import RangeTable, range_table
 
 #: (name, topics, partition count) of topics that must be co-partitioned (app.kafka.copartition)
 CopartitionGroup = tuple[str, tuple[str, ...], int]
@@ -73,14 +79,27 @@ class JoinTables:
 
 
 @dataclass(frozen=True)
+class RepartitionHop:
+    """A side with ``"repartition": true``: its records re-keyed by the join key
+    (:mod:`app.agents.repartition`) through an internal topic the join reads instead."""
+
+    spec: JoinSpec
+    name: str  # "events" or "dimension"
+    side: Side
+    source: TopicT  # the user's topic (any key), read by the hop's agent
+    target: TopicT  # <app id>-<join>-<side>-repartition: join key -> the record as it came
+
+
+@dataclass(frozen=True)
 class JoinTopology:
     """One join spec's topics and tables."""
 
     spec: JoinSpec
-    inputs: TopicT  # events + dimension + ticks, read by one agent
+    inputs: TopicT  # events + dimension (or their repartition topics) + ticks, read by one agent
     ticks: TopicT  # (partition p) -> revisit p
     output: TopicT  # join id -> revision
     tables: JoinTables
+    hops: tuple[RepartitionHop, ...] = ()  # its repartitioned sides
     #: (partition) -> its finality promise (app.logic.finality); None: the spec has none
     final: TopicT | None = None
 
@@ -91,11 +110,13 @@ class JoinTopology:
 
     @property
     def produced_by_others(self) -> list[str]:
-        return [self.spec.events.topic, self.spec.dimension.topic]
+        """Inputs others produce, keyed by the key field (a repartitioned one is keyed by
+        anything: its partitioner is not sampled)."""
+        return [s.topic for s in (self.spec.events, self.spec.dimension) if not s.repartition]
 
     @property
     def internal_topics(self) -> list[TopicT]:
-        return [self.ticks]
+        return [self.ticks, *(h.target for h in self.hops)]
 
 
 def declare_join(spec: JoinSpec) -> JoinTopology:
@@ -110,9 +131,13 @@ def declare_join(spec: JoinSpec) -> JoinTopology:
         joins.hold_shape = (len(spec.payload_fields), len(spec.dimension.copy))
     tables = JoinTables(app.Table(names.dimension, default=None, **js), joins,
                         app.Table(names.clock, default=None, **js))
+    hops = tuple(RepartitionHop(spec, name, side, app.topic(side.topic, allow_empty=True, **_out),
+                                app.topic(side.input, internal=True, **raw))
+                 for name, side in (("events", spec.events), ("dimension", spec.dimension))
+                 if side.repartition)
     return JoinTopology(spec, app.topic(*spec.inputs, allow_empty=True, **raw),
                         app.topic(spec.ticks, internal=True, **raw),
-                        app.topic(spec.output, **_out), tables,
+                        app.topic(spec.output, **_out), tables, hops,
                         app.topic(spec.final_topic, **_out) if spec.final_topic else None)
 
 
@@ -120,70 +145,88 @@ def declare_join(spec: JoinSpec) -> JoinTopology:
 joins: dict[str, JoinTopology] = {spec.name: declare_join(spec) for spec in load_specs(settings)}
 
 
-# --- the car join (one-to-many) ------------------------------------------------------------------
+# --- every foreign-key join (one-to-many), the car join among them --------------------------------
 
 @dataclass(frozen=True)
-class CarJoinTopology:
-    """The car join's topics and tables (their rows: :mod:`app.joins.car_state`).
+class FkJoinTopology:
+    """A foreign-key join's topics and tables (their rows: :mod:`app.joins.fk_state`).
 
-    Two agents: the car side reads arrivals and sends moves keyed by zone id; the zone side
-    reads zone readings, the moves and its ticks in ONE agent, co-partitioned by zone id (same
-    key bytes, same partition count), so a zone's reading and its cars are owned and updated
-    together. All on ETJ_PARTITIONS."""
+    Two agents: the left side reads the left topic and sends moves keyed by the right key; the
+    right side reads the right topic, the moves and its ticks in ONE agent, co-partitioned by
+    right key (same key bytes, same partition count), so a right key's version and the left
+    rows pointing at it are owned and updated together. The left table and its changelog are
+    partitioned with the join's count too (another count would split a left key's state)."""
 
-    arrivals: TopicT  # etj-car-arrivals (car id -> arrival), read by the car side
-    moves: TopicT  # internal, zone id -> {op: ADD|DEL, zone_id, car_id, arrival fields}
-    ticks: TopicT  # internal, (p) -> wake the zone side's flow control up on p
-    zone_inputs: TopicT  # zones + moves + ticks, read by the zone side
-    output: TopicT  # etj-car-pollution (car id -> car x zone)
-    positions: faust.Table  # car-positions
-    pollution: faust.Table  # zone-pollution
-    zone_cars: ZoneCarsTable  # zone-cars, a range table
+    spec: FkJoinSpec
+    left_input: TopicT  # left key -> left record, read by the left side
+    moves: TopicT  # internal, right key -> {op: ADD|DEL, right key, left row}
+    ticks: TopicT  # internal, (p) -> wake the right side's flow control up on p
+    right_inputs: TopicT  # right + moves + ticks, read by the right side
+    output: TopicT  # left key -> left row x right version
+    left_table: faust.Table  # left key -> newest version (car-positions)
+    right_table: faust.Table  # right key -> newest version (zone-pollution)
+    index_table: RangeTable  # (right key, left key) -> left version, a range table (zone-cars)
+    index_keys: IndexKeys
 
     @property
     def copartition_groups(self) -> list[CopartitionGroup]:
-        """Car arrivals are joined with nothing, but their table (car positions) and its
-        changelog are partitioned with ETJ_PARTITIONS: a different count splits a car's
-        state."""
-        return [("the car join's zone side", (settings.zones_topic, settings.car_moves_topic,
-                                              settings.car_ticks_topic), settings.partitions),
-                ("the car join's car side", (settings.car_arrivals_topic,), settings.partitions)]
+        spec, n = self.spec, self.spec.partitions or settings.partitions
+        if spec.name == "cars":  # the names its start-up messages always had
+            return [("the car join's zone side", spec.right_inputs, n),
+                    ("the car join's car side", (spec.left.topic,), n)]
+        return [(f"join {spec.name!r} (right side)", spec.right_inputs, n),
+                (f"join {spec.name!r} (left side)", (spec.left.topic,), n)]
 
     @property
     def produced_by_others(self) -> list[str]:
-        return [settings.car_arrivals_topic, settings.zones_topic]
+        return [self.spec.left.topic, self.spec.right.topic]
 
     @property
     def internal_topics(self) -> list[TopicT]:
         return [self.moves, self.ticks]
 
+    # the car join's words for the same things (its views, tests and docs)
+    arrivals = property(lambda self: self.left_input)
+    zone_inputs = property(lambda self: self.right_inputs)
+    positions = property(lambda self: self.left_table)
+    pollution = property(lambda self: self.right_table)
+    zone_cars = property(lambda self: self.index_table)
 
-def declare_car_join() -> CarJoinTopology:
-    """Declared only on a worker that runs the car join: another one neither subscribes to its
-    topics nor creates its changelogs."""
-    return CarJoinTopology(
-        arrivals=app.topic(settings.car_arrivals_topic, allow_empty=True, **_raw),
-        moves=app.topic(settings.car_moves_topic, internal=True, **_raw),
-        ticks=app.topic(settings.car_ticks_topic, internal=True, **_raw),
-        zone_inputs=app.topic(settings.zones_topic, settings.car_moves_topic,
-                              settings.car_ticks_topic, allow_empty=True, **_raw),
-        output=app.topic(settings.car_pollution_topic, **_out),
-        positions=app.Table(CAR_POSITIONS, default=None, **_json),
-        pollution=app.Table(ZONE_POLLUTION, default=None, **_json),
-        zone_cars=range_table(app, ZONE_CARS, default=None, table_class=ZoneCarsTable,
-                              **_bytes_json))
 
+def declare_fk_join(spec: FkJoinSpec) -> FkJoinTopology:
+    """A foreign-key spec's topics and tables, with its partition count (ETJ_PARTITIONS unless
+    it gives one). Declared only on a worker that runs the join."""
+    n = {"partitions": spec.partitions or settings.partitions}
+    raw, js, bj = {**_raw, **n}, {**_json, **n}, {**_bytes_json, **n}
+    keys = INT_KEYS if spec.int_keys else JSON_KEYS
+    names = spec.tables
+    return FkJoinTopology(
+        spec=spec,
+        left_input=app.topic(spec.left.topic, allow_empty=True, **raw),
+        moves=app.topic(spec.moves, internal=True, **raw),
+        ticks=app.topic(spec.ticks, internal=True, **raw),
+        right_inputs=app.topic(*spec.right_inputs, allow_empty=True, **raw),
+        output=app.topic(spec.output, **_out),
+        left_table=app.Table(names.left, default=None, **js),
+        right_table=app.Table(names.right, default=None, **js),
+        index_table=range_table(app, names.index, default=None,
+                                table_class=index_table_class(keys, ZoneCarsTable), **bj),
+        index_keys=keys)
+
+
+#: spec name -> its topics and tables, for every foreign-key join this worker runs
+fk_joins: dict[str, FkJoinTopology] = {spec.name: declare_fk_join(spec)
+                                       for spec in load_fk_specs(settings)}
 
 #: the car join's topics and tables if this worker runs it (ETJ_BUILTIN_JOINS), else None:
 #: the one place that says whether it runs
-cars: CarJoinTopology | None = declare_car_join() if "cars" in settings.builtins else None
+cars: FkJoinTopology | None = fk_joins.get("cars")
 
 
 # --- what must be co-partitioned, and what this worker owns ------------------------------------
 
 #: every join this worker runs, each saying what it adds to the worker's lists below
-running: list[JoinTopology | CarJoinTopology] = [*joins.values(),
-                                                  *([] if cars is None else [cars])]
+running: list[JoinTopology | FkJoinTopology] = [*joins.values(), *fk_joins.values()]
 
 
 def copartition_groups() -> list[CopartitionGroup]:
@@ -200,17 +243,20 @@ app.produced_by_others = [t for j in running for t in j.produced_by_others]
 #: count, before the consumer's subscription could have a broker auto-create them with its own
 app.internal_topics = [t for j in running for t in j.internal_topics]
 
+def _input_sides() -> list[Side]:
+    """Every input side of every join this worker runs."""
+    return [*(side for j in joins.values() for side in (j.spec.events, j.spec.dimension)),
+            *(side for f in fk_joins.values() for side in (f.spec.left, f.spec.right))]
+
+
 #: input topic -> where a new deployment starts reading it (a spec's ``start``: "latest", or
 #: epoch ms), only for a partition without a committed offset
 #: (app.compat.consumer_thread.seek_to_start); a topic not listed starts at its earliest
-app.input_starts = {side.topic: side.start for j in joins.values()
-                    for side in (j.spec.events, j.spec.dimension) if side.start != "earliest"}
+app.input_starts = {side.topic: side.start for side in _input_sides() if side.start != "earliest"}
 
 #: input topics whose event time is their Kafka timestamp: a LogAppendTime one is named at
 #: start (app.kafka.timestamps)
-app.timestamp_topics = sorted({side.topic for j in joins.values()
-                               for side in (j.spec.events, j.spec.dimension)
-                               if side.from_timestamp})
+app.timestamp_topics = sorted({side.topic for side in _input_sides() if side.from_timestamp})
 
 #: every agent's ticks topic: the revisit timer sends one tick per owned partition to each
 ticks_topics: list[TopicT] = [j.ticks for j in running]

@@ -26,10 +26,11 @@ from tests.leftovers import whole_run
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: the benchmarks of ``make bench``, in the order they run (each module's ``BENCH``)
-SUITE = ("throughput", "car_throughput", "movies_throughput", "hot_key", "hot_dimension",
+SUITE = ("throughput", "car_throughput", "movies_throughput", "repartition", "hot_key",
+         "hot_dimension",
          "peer_quix", "scale_workers", "correction_latency", "state_growth", "recovery",
-         "flow_control", "first_answers", "zone_fanout", "spark_vs_duckdb", "snapshot_restore", "bootstrap",
-         "image_start", "spark_cluster", "chaos")
+         "flow_control", "first_answers", "zone_fanout", "sink_postgres", "spark_vs_duckdb",
+         "snapshot_restore", "bootstrap", "image_start", "spark_cluster", "chaos")
 
 
 def suite() -> dict[str, Bench]:

@@ -118,6 +118,13 @@ def say_reaped(left: dict[int, str], who: str) -> None:
               file=sys.stderr, flush=True)
 
 
+def own_run_environ() -> dict[str, str]:
+    """This process's environment for a pytest or ``make`` run of its own, started from a test:
+    without pytest-xdist's variables, which would make it take itself for a worker of this run
+    (it would neither mark nor reap its own processes, tests/conftest.py)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+
+
 @contextmanager
 def whole_run(who: str) -> Iterator[None]:
     """A run (``make bench``, one benchmark) that ends with everything it started, however it

@@ -55,15 +55,15 @@ class JoinEngine:
         self.late_topic = settings.late_topic
         self.dead_letters = settings.dead_letter_topic
         #: a revision's source: [input, offset], input = its topic's index here
-        self.inputs = (spec.events.topic, spec.dimension.topic, spec.ticks)
+        self.inputs = spec.inputs  # a repartitioned side's: its repartition topic
         self.overlays = (Overlay(StoreIO(t.history)), Overlay(StoreIO(t.joins)),
                          Overlay(StoreIO(t.clock)))
         self.state = JoinState(spec, *self.overlays, self.delivered, self.emitted)
         #: (key, value, timestamp) -> the flat record: msgspec's fast path for a flat side
         #: with an epoch-ms time, the shaped parser for one with nested paths, another time
         #: format or the Kafka timestamp (docs/joins/declarative.md#records-shaped-otherwise)
-        self._parsers = {spec.events.topic: spec.events.parser(),
-                         spec.dimension.topic: spec.dimension.parser()}
+        self._parsers = {spec.events.input: spec.events.parser(),
+                         spec.dimension.input: spec.dimension.parser()}
         self._revisions = {c: metrics.revisions_out.labels(spec.name, c)
                            for c in CAUSES}
         self._released = metrics.released.labels(spec.name)
@@ -93,8 +93,8 @@ class JoinEngine:
         self._handling_p = 0
         self._handling_offset: int | None = None
         #: flow control: the dimension, then the events (ties go to the dimension)
-        self.loop = DurableLoop(self, (spec.events.topic, spec.dimension.topic, spec.ticks),
-                                merged=(spec.dimension.topic, spec.events.topic),
+        self.loop = DurableLoop(self, spec.inputs,
+                                merged=(spec.dimension.input, spec.events.input),
                                 ticks=spec.ticks)
         body = agent_body(self.loop)
         body.__qualname__ = body.__name__ = f"{spec.name}_join"
@@ -152,6 +152,12 @@ class JoinEngine:
                           {"topic": self.inputs[src[0]], "partition": self._handling_p,
                            "offset": src[1]})
         return Out(self.output, rev.id.encode(), orjson.dumps(wire), again)
+
+    def lineage(self, src: Any, partition: int) -> dict[str, Any] | None:
+        """A stored source (``[input, offset]``) as the output names it (None: unknown)."""
+        if src is None:
+            return None
+        return {"topic": self.inputs[src[0]], "partition": partition, "offset": src[1]}
 
     def _outs(self, partition: int, revisions: list[Revision]) -> list[Out]:
         """The sends of ``revisions`` of ``partition``: all of them, unless the spec keeps
@@ -234,7 +240,7 @@ class JoinEngine:
 
     def _side(self, topic: str) -> Any:
         """The spec side (events or dimension) an input topic feeds."""
-        return self.spec.events if topic == self.spec.events.topic else self.spec.dimension
+        return self.spec.events if topic == self.spec.events.input else self.spec.dimension
 
     # --- the loop's callbacks ------------------------------------------------------------------
     def parse(self, topic: str, key: bytes | None, value: bytes | None,
@@ -248,7 +254,7 @@ class JoinEngine:
                   value: bytes | None, parsed: Any = None) -> list[Out]:
         """One event or dimension record: validate, route late ones, join, return the sends."""
         spec = self.spec
-        is_event = topic == spec.events.topic
+        is_event = topic == spec.events.input
         if parsed is None:
             try:
                 parsed, _ = self.parse(topic, key, value)

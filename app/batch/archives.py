@@ -91,8 +91,14 @@ def kind_of(name: str, columns: Sequence[WireColumn], unwrap: bool = True) -> Ar
         finite=tuple(c.name for c in columns if c.finite), unwrap=unwrap,
         lengths=tuple((c.name, c.min_length, c.max_length) for c in columns
                       if c.min_length is not None or c.max_length is not None),
-        bounds=tuple((c.name, c.ge, c.lt) for c in columns
-                     if c.ge is not None or c.lt is not None))
+        bounds=tuple((c.name, c.ge, _within_bigint(c.lt)) for c in columns
+                     if c.ge is not None or _within_bigint(c.lt) is not None))
+
+
+def _within_bigint(lt: int | None) -> int | None:
+    """An upper bound a bigint column can break (an id's ``le=2**63-1`` is none: Spark cannot
+    even be handed 2**63 as a literal)."""
+    return lt if lt is not None and lt <= 2**63 - 1 else None
 
 
 MOODS = ArchiveKind("moods", "name string, mood string, event_time bigint, ingestion_time bigint",

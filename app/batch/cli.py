@@ -11,6 +11,10 @@ the built-in ``moods`` and ``movies`` and every spec of ``ETJ_JOINS_FILE`` or
 ``--moods``/``--events`` are the mood join's inputs, as before (``--moods`` is also the
 ``--dimension`` of ``--join moods``). ``--cars``/``--zones`` are the car view's.
 
+A foreign-key join (``"kind": "foreign-key"``, the car join ``cars`` among them) is named the
+same way, ``--join NAME``; its inputs are ``--left`` and ``--right``, its output archive
+``--revisions`` (:mod:`app.batch.fk_jobs`).
+
 ``bootstrap --join NAME --dimension CATALOGUE...`` writes the join's dimension table as the
 workers' starting state (:mod:`app.batch.bootstrap`, docs/operating/bootstrap.md).
 
@@ -36,6 +40,7 @@ from app.batch import archives, jobs
 from app.batch.pack import DEFAULT_OUT
 from app.batch.session import Steps, batch_session
 from app.batch.spec_joins import METHODS
+from app.joins.fk_spec import FkJoinSpec
 from app.joins.spec import JoinSpec, SpecError
 from app.logic.event_range import EventRange, parse_time
 
@@ -69,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="the join's dimension archive(s) (moods: etj-moods, as --moods)")
     common.add_argument("--moods", nargs="+", default=[],
                         help="etj-moods archive(s): the mood join's dimension")
+    common.add_argument("--left", nargs="+", default=[],
+                        help="a foreign-key join's left archive(s) (cars: etj-car-arrivals)")
+    common.add_argument("--right", nargs="+", default=[],
+                        help="a foreign-key join's right archive(s) (cars: etj-zones)")
     common.add_argument("--from", dest="start", type=_time, metavar="TIME",
                         help="only the joins of events at or after TIME (epoch ms, or ISO: "
                         "2026-10-01, 2026-10-01T12:00Z); earlier dimension versions are still "
@@ -177,6 +186,8 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
         spark = batch_session(f"etj-{args.job}", args.master, not args.no_progress,
                               _conf(args.conf))
     try:
+        if isinstance(spec, FkJoinSpec):
+            return run_fk(spark, args, spec, scope)
         return JOBS[args.job](spark, args, spec, scope)
     finally:
         if own:
@@ -192,10 +203,10 @@ def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return s
 
 
-def _join(args: argparse.Namespace) -> JoinSpec | None:
+def _join(args: argparse.Namespace) -> JoinSpec | FkJoinSpec | None:
     """The join of ``--join`` (or moods, when only its legacy options are given); its
     dimension archives land in ``args.dimension``. None: no join asked for (cars only)."""
-    from app.joins.catalog import batch_specs
+    from app.joins.catalog import batch_fk_specs, batch_specs
 
     name = args.join
     if name is None and (args.moods or args.events or args.dimension
@@ -214,11 +225,23 @@ def _join(args: argparse.Namespace) -> JoinSpec | None:
                              "--late-dimension")
         args.late_dimension = [*args.late_dimension, *args.late_moods]
     if name is None:
+        if args.left or args.right:
+            raise ValueError("--left/--right are a foreign-key join's inputs: give --join NAME")
         return None
+    fks = batch_fk_specs(_settings(args))
+    if name in fks:
+        if args.events or args.dimension:
+            raise ValueError(f"join {name!r} is a foreign-key join: its inputs are --left and "
+                             "--right, not --events/--dimension")
+        return fks[name]
+    if args.left or args.right:
+        raise ValueError(f"--left/--right are a foreign-key join's inputs; join {name!r} reads "
+                         "--events and --dimension")
     specs = batch_specs(_settings(args))
     if name not in specs:
         raise ValueError(f"unknown join {name!r}; this configuration has: "
-                         f"{', '.join(specs)} (more with --joins-file / ETJ_JOINS_FILE)")
+                         f"{', '.join([*specs, *fks])} (more with --joins-file / "
+                         "ETJ_JOINS_FILE)")
     return specs[name]
 
 
@@ -245,6 +268,72 @@ def _no_car_range(args: argparse.Namespace, scope: jobs.Scope) -> None:
     if scope.range.bounded:
         raise SystemExit(f"{args.job}: the car view is the view of now; --from/--to apply to "
                          "the event-time joins only")
+
+
+def _fk_inputs(args: argparse.Namespace, spec: FkJoinSpec, scope: jobs.Scope,
+               *more: str) -> None:
+    """A foreign-key job's options are all given, and no event-time range."""
+    _no_car_range(args, scope)
+    missing = [f"--{o}" for o in ("left", "right", *more) if not getattr(args, o)]
+    if missing:
+        raise SystemExit(f"{args.job}: join {spec.name} (foreign-key) needs "
+                         f"{', '.join(missing)}")
+
+
+def run_fk(spark: SparkSession, args: argparse.Namespace, spec: FkJoinSpec,
+           scope: jobs.Scope) -> int:
+    """exact, reconcile or backfill of a foreign-key join (:mod:`app.batch.fk_jobs`)."""
+    from app.batch import fk_jobs
+
+    steps = _steps(spark, args)
+    if args.job == "exact":
+        _fk_inputs(args, spec, scope, "out")
+        with steps.step(f"{spec.name} -> {args.out}"):
+            view, inputs = fk_jobs.exact_fk(spark, spec, args.left, args.right, scope)
+            archives.write_table(view, args.out)
+            _say_refused(inputs.refused_counts())
+        return 0
+    if args.job == "reconcile":
+        _fk_inputs(args, spec, scope, "revisions")
+        report = fk_jobs.reconcile_fk(spark, steps, spec, args.left, args.right,
+                                      args.revisions, scope, args.examples,
+                                      args.sample if args.report else 0)
+        print(report.render(), flush=True)
+        if args.report:
+            lines = jobs.write_report(args.report, [report])
+            print(f"report: {lines} line(s) -> {args.report}", flush=True)
+        print("CONVERGED" if report.converged else "NOT CONVERGED (exit code 1)", flush=True)
+        return 0 if report.converged else 1
+    if args.job == "backfill":
+        from app.batch.publish import publish  # aiokafka: only when publishing
+
+        _fk_inputs(args, spec, scope, "revisions")
+        revisions = list(args.revisions)
+        if args.ledger and os.path.exists(args.ledger) and os.path.getsize(args.ledger):
+            revisions.append(args.ledger)
+        with steps.step(f"{spec.name}: computing the keys whose output changes"):
+            found, inputs = fk_jobs.backfill_fk(spark, spec, args.left, args.right, revisions,
+                                                scope)
+            todo = found.cache()
+            rows = jobs.rows_as_wire(todo)
+        if args.out:
+            with steps.step(f"writing {len(rows)} outputs -> {args.out}"):
+                archives.write_table(todo, args.out)
+        todo.unpersist()
+        _say_refused(inputs.refused_counts())
+        for r in rows[:5]:
+            print(f"backfill {spec.left.key} {r[spec.left.key]}: {r}", flush=True)
+        if args.dry_run:
+            print(f"backfill: {len(rows)} output(s) to publish (dry run: nothing sent)",
+                  flush=True)
+            return 0
+        topic, broker = args.topic or spec.output, args.broker or _settings(args).broker_url
+        with steps.step(f"publishing {len(rows)} outputs to {topic}"):
+            sent = publish(broker, topic, rows, key_field=spec.left.key, ledger=args.ledger)
+        print(f"backfill: published {sent} output(s) to {topic}", flush=True)
+        return 0
+    raise SystemExit(f"{args.job}: join {spec.name} is a foreign-key join; {args.job} is for "
+                     "event-time joins (exact, reconcile and backfill take it)")
 
 
 def run_exact(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec | None,

@@ -53,13 +53,14 @@ from faust.cli import argument, option
 
 from app.kafka.connection import bootstrap_servers
 from app.faust_app import app, settings
-from app.joins.catalog import batch_specs, load_specs, topic_roles
-from app.joins.columns import model_columns, output_columns
+from app.joins.catalog import batch_fk_specs, batch_specs, load_fk_specs, load_specs, topic_roles
+from app.joins.columns import fk_output_columns, model_columns, output_columns
 from app.joins.spec import Side
 from app.kafka.security import aiokafka_auth
 from app.logic.event_range import EventRange, Role, needs, parse_time
 from app.logic.future_records import kafka_timestamp
 from app.inputs.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse
+from app.joins.rekey import any_key_parser
 
 
 @dataclass
@@ -77,18 +78,24 @@ def input_models() -> dict[str, type[WireModel] | Side]:
     whether or not this configuration's worker runs it), and the car join's. A spec side shaped
     otherwise (nested paths, another time format, ``$timestamp``) is given as its
     :class:`~app.joins.spec.Side`: its records are archived as the worker reads them, flat with
-    an epoch-ms time, so the batch twin reads them as any spec's (one parser for both)."""
+    an epoch-ms time, so the batch twin reads them as any spec's (one parser for both); so is a
+    repartitioned side (any record key), whose own topic is archived, read as its hop reads it."""
     models: dict[str, type[WireModel] | Side] = {settings.car_arrivals_topic: CarArrivalIn,
                                                  settings.zones_topic: ZoneIn}
     for spec in batch_specs(settings).values():
         for side in (spec.events, spec.dimension):
+            models[side.topic] = side if side.shaped or side.repartition else side.model
+    for fk in batch_fk_specs(settings).values():  # foreign-key joins, the car join among them
+        for side in (fk.left, fk.right):
             models[side.topic] = side if side.shaped else side.model
     return models
 
 
 @functools.lru_cache(maxsize=None)
 def _side_parser(side: Side) -> Any:
-    return side.parser()
+    """A side's parser; a repartitioned side's topic is keyed by anything, and read as the hop
+    reads it (:func:`app.joins.rekey.any_key_parser`)."""
+    return any_key_parser(side) if side.repartition else side.parser()
 
 
 #: Parquet columns of the car join's topics (field, arrow type), wire-contract order; the same
@@ -108,6 +115,12 @@ def parquet_columns(topic: str) -> list[tuple[str, str]] | None:
                                ("event_time", "int64")],
         settings.car_pollution_topic: _CAR_OUT,
     }
+    for fk in load_fk_specs(settings):
+        if fk.name != "cars":  # the car join's columns are the ones above (Id: int64)
+            for t, cols in ((fk.left.topic, model_columns(fk.left.model)),
+                            (fk.right.topic, model_columns(fk.right.model)),
+                            (fk.output, fk_output_columns(fk))):
+                known[t] = [(c.name, c.arrow) for c in cols]
     for spec in load_specs(settings):
         for t, cols in ((spec.events.topic, model_columns(spec.events.model)),
                         (spec.dimension.topic, model_columns(spec.dimension.model)),

@@ -1,5 +1,5 @@
 """Tools: ``faust -A app.main sample-traffic`` (out-of-order inputs of both joins), ``watch``
-(mood revisions) and ``watch-cars`` (the car view).
+(mood revisions, or any join's output with ``--join``) and ``watch-cars`` (the car view).
 
 The generators are pure functions of a seed so tests replay exactly the scenario a user sees.
 """
@@ -143,21 +143,60 @@ async def sample_traffic(self: object, rate: float, count: int, disorder_ms: int
         await producer.stop()
 
 
-@app.command(option("--from-beginning", is_flag=True, default=False, help="Replay the topic."))
-async def watch(self: object, from_beginning: bool) -> None:
-    """Print each revision of the output topic as one readable line."""
-    consumer = AIOKafkaConsumer(settings.output_topic,
+#: the fields a ``watch --join`` line starts with, when the output has them
+LEADING = ("id", "revision", "cause")
+
+
+def revision_line(record: dict) -> str:
+    """One output record of any join as one readable line: id, revision and cause first, then
+    every other field as ``name=value`` in the record's order."""
+    head = []
+    if "id" in record:
+        head.append(str(record["id"]))
+    if "revision" in record:
+        head.append(f"rev {record['revision']}")
+    if "cause" in record:
+        head.append(f"[{record['cause']}]")
+    rest = [f"{k}={json.dumps(v)}" for k, v in record.items() if k not in LEADING]
+    return " ".join(head + rest)
+
+
+def mood_line(r: dict) -> str:
+    """A mood revision as ``watch`` (without ``--join``) has always printed it."""
+    what = (f"CORRECTION {r['previous_mood']} -> {r['mood']}" if r["revision"] > 1
+            else f"joined mood={r['mood']}")
+    return (f"{r['consultant']:>6} {r['recommendation']:<8} t={r['event_time']} "
+            f"rev {r['revision']} [{r['cause']}] {what}")
+
+
+@app.command(option("--from-beginning", is_flag=True, default=False, help="Replay the topic."),
+             option("--join", type=str, default=None,
+                    help="The join whose output to follow (default: the mood join's)."))
+async def watch(self: object, from_beginning: bool, join: str | None) -> None:
+    """Print each revision of a join's output topic as one readable line."""
+    from app.web.join_readers import output_topics
+
+    if join is None:
+        topic, line = settings.output_topic, mood_line
+    else:
+        topics = output_topics()
+        if join not in topics:
+            raise SystemExit(f"unknown join {join!r}: this configuration runs "
+                             f"{', '.join(sorted(topics)) or 'none'}")
+        topic, line = topics[join], revision_line
+    consumer = AIOKafkaConsumer(topic,
                                 bootstrap_servers=bootstrap_servers(settings.broker_url),
                                 auto_offset_reset="earliest" if from_beginning else "latest",
                                 **aiokafka_auth(settings))
     await consumer.start()
     try:
         async for msg in consumer:
-            r = json.loads(msg.value)
-            what = (f"CORRECTION {r['previous_mood']} -> {r['mood']}" if r["revision"] > 1
-                    else f"joined mood={r['mood']}")
-            print(f"{r['consultant']:>6} {r['recommendation']:<8} t={r['event_time']} "
-                  f"rev {r['revision']} [{r['cause']}] {what}", flush=True)
+            try:
+                record = json.loads(msg.value)
+                text = line(record)
+            except (ValueError, TypeError, KeyError) as exc:  # shown, never fatal
+                text = f"(unreadable record at {msg.partition}/{msg.offset}: {exc!r})"
+            print(text, flush=True)
     finally:
         await consumer.stop()
 

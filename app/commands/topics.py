@@ -51,8 +51,9 @@ def plan(uses: list[TopicUse], existing: dict[str, int], inputs: bool,
             lines.append(f"missing  {u.topic} ({u.kind} of {u.join}: created with --inputs)")
         else:
             todo.append(u)
-            lines.append(f"create   {u.topic} ({u.kind} of {u.join}, {u.partitions} "
-                         f"partitions, cleanup.policy={policy})")
+            lines.append(f"create   {u.topic} ({u.kind} of {u.join}, "
+                         f"{u.partitions or 'ETJ_PARTITIONS'} partitions, "
+                         f"cleanup.policy={policy})")
     return todo, lines
 
 

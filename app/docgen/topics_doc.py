@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from app.docgen import generated_files
-from app.joins.catalog import load_specs
+from app.joins.catalog import load_fk_specs, load_specs
+from app.joins.fk_spec import FkJoinSpec
 from app.joins.spec import JoinSpec, resolve_all
 from app.settings import Settings
 
@@ -76,17 +77,29 @@ def leader_topic(s: Settings) -> str:
     return f"{s.app_id}-__assignor-__leader"
 
 
+def _keyed(side: Any) -> str:
+    """What a repartitioned input may be keyed by (any count of partitions, too)."""
+    return " (any key, any partition count: repartitioned)" if side.repartition else ""
+
+
 def join_topics(s: Settings, spec: JoinSpec) -> list[TopicUse]:
     n = spec.name
     t = spec.tables
     p = spec.partitions or s.partitions
-    out = [TopicUse(spec.events.topic, n, "input: events", "you", READ, p,
+    out = [TopicUse(spec.events.topic, n, "input: events" + _keyed(spec.events), "you",
+                    READ, None if spec.events.repartition else p,
                     timed_by_timestamp=spec.events.from_timestamp),
-           TopicUse(spec.dimension.topic, n, "input: dimension versions", "you", READ, p,
+           TopicUse(spec.dimension.topic, n, "input: dimension versions" + _keyed(
+               spec.dimension), "you", READ, None if spec.dimension.repartition else p,
                     timed_by_timestamp=spec.dimension.from_timestamp),
            TopicUse(spec.output, n, "output: the revision log", "you", WRITE, s.partitions),
            TopicUse(spec.ticks, n, "internal: revisit ticks, co-partitioned with the inputs",
                     "the worker", OWN, p)]
+    for name, side in (("events", spec.events), ("dimension", spec.dimension)):
+        if side.repartition:
+            out.append(TopicUse(side.repartition, n, f"internal: {side.topic}'s records re-keyed "
+                                f"by {side.path_of(side.key)} (the {name}' repartition topic), "
+                                "co-partitioned with the inputs", "the worker", OWN, p))
     if spec.final_topic is not None:
         out.insert(3, TopicUse(spec.final_topic, n, "output: finality promises, one record "
                                "per join partition (key: the partition)", "you", WRITE, 1,
@@ -102,25 +115,36 @@ def join_topics(s: Settings, spec: JoinSpec) -> list[TopicUse]:
     return out
 
 
-def car_topics(s: Settings) -> list[TopicUse]:
-    j = "car join"
-    return [replace(u, partitions=s.partitions, compacted=u.what.startswith("changelog"))
-            for u in [
-        TopicUse(s.car_arrivals_topic, j, "input: car arrivals", "you", READ),
-        TopicUse(s.zones_topic, j, "input: zone pollution readings", "you", READ),
-        TopicUse(s.car_pollution_topic, j, "output: the car view", "you", WRITE),
-        # moves are written by the car side and read by the zone side: one worker does both
-        TopicUse(s.car_moves_topic, j, "internal: DEL/ADD moves of cars, keyed by zone id",
-                 "the worker", OWN),
-        TopicUse(s.car_ticks_topic, j, "internal: wake-ups of the zone side's flow control",
-                 "the worker", OWN),
-        TopicUse(changelog(s, "car-positions"), j, "changelog of table `car-positions`",
-                 "the worker", OWN),
-        TopicUse(changelog(s, "zone-pollution"), j, "changelog of table `zone-pollution`",
-                 "the worker", OWN),
-        TopicUse(changelog(s, "zone-cars"), j, "changelog of table `zone-cars`", "the worker",
-                 OWN),
-    ]]
+def fk_topics(s: Settings, spec: FkJoinSpec) -> list[TopicUse]:
+    """A foreign-key join's topics (the car join's in its own words)."""
+    p = spec.partitions or s.partitions
+    t = spec.tables
+    if spec.name == "cars":
+        j = "car join"
+        words = ["input: car arrivals", "input: zone pollution readings",
+                 "output: the car view", "internal: DEL/ADD moves of cars, keyed by zone id",
+                 "internal: wake-ups of the zone side's flow control"]
+        tables = [f"changelog of table `{n}`" for n in (t.left, t.right, t.index)]
+    else:
+        j = spec.name
+        words = ["input: left table (latest version per key)",
+                 "input: right table (latest version per key)",
+                 "output: each left row with its right version, keyed by left key",
+                 "internal: DEL/ADD moves of left rows, keyed by right key",
+                 "internal: wake-ups of the right side's flow control"]
+        tables = [f"changelog of table `{t.left}`: the newest left version per key",
+                  f"changelog of table `{t.right}`: the newest right version per key",
+                  f"changelog of table `{t.index}`: the left rows under each right key"]
+    # moves are written by the left side and read by the right side: one worker does both
+    return [TopicUse(spec.left.topic, j, words[0], "you", READ, p,
+                     timed_by_timestamp=spec.left.from_timestamp),
+            TopicUse(spec.right.topic, j, words[1], "you", READ, p,
+                     timed_by_timestamp=spec.right.from_timestamp),
+            TopicUse(spec.output, j, words[2], "you", WRITE, s.partitions),
+            TopicUse(spec.moves, j, words[3], "the worker", OWN, p),
+            TopicUse(spec.ticks, j, words[4], "the worker", OWN, p),
+            *(TopicUse(changelog(s, n), j, what, "the worker", OWN, p, compacted=True)
+              for n, what in zip((t.left, t.right, t.index), tables))]
 
 
 def shared_topics(s: Settings) -> list[TopicUse]:
@@ -138,16 +162,22 @@ def inventory(s: Settings, specs: Iterable[JoinSpec]) -> list[TopicUse]:
     out: list[TopicUse] = []
     for spec in specs:
         out += join_topics(s, spec)
-    return out + (car_topics(s) if "cars" in s.builtins else []) + shared_topics(s)
+    for fk in load_fk_specs(s):
+        out += fk_topics(s, fk)
+    return out + shared_topics(s)
 
 
 # --- the page -------------------------------------------------------------------------------
 
-def _example_spec() -> dict[str, Any]:
-    """The README's example spec (``tiers``), as a join of your own."""
+def _example_spec(repartition: str | None = None) -> dict[str, Any]:
+    """The README's example spec (``tiers``), as a join of your own (with ``"repartition":
+    true`` on the side ``repartition`` names)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     block = text.split("<!-- example: minimal-spec -->", 1)[1].split("```json", 1)[1]
-    return json.loads(block.split("```", 1)[0])[0]  # type: ignore[no-any-return]
+    spec: dict[str, Any] = json.loads(block.split("```", 1)[0])[0]
+    if repartition is not None:
+        spec[repartition] = {**spec[repartition], "repartition": True}
+    return spec
 
 
 def _table(uses: list[TopicUse]) -> str:
@@ -161,8 +191,8 @@ def tables(s: Settings, specs: list[JoinSpec]) -> str:
     """The per-join tables and the ACL commands of one configuration (markdown)."""
     uses = inventory(s, specs)
     out = []
-    cars = ["car join"] if "cars" in s.builtins else []
-    for join in [*(sp.name for sp in specs), *cars, "every join"]:
+    fks = ["car join" if f.name == "cars" else f.name for f in load_fk_specs(s)]
+    for join in [*(sp.name for sp in specs), *fks, "every join"]:
         title = join if join in ("car join", "every join") else f"join `{join}`"
         out.append(f"\n### {title[0].upper() + title[1:]}\n\n")
         out.append(_table([u for u in uses if u.join == join]))
@@ -231,13 +261,20 @@ Retention for the batch twin's ranges: [an event-time range](../batch/index.md#a
 def page() -> str:
     """The whole of docs/operating/topics.md."""
     s = Settings.model_construct()  # defaults, whatever this process's environment says
-    own = [u for spec in resolve_all([_example_spec()]) for u in join_topics(s, spec)]
+    own = [u for spec in resolve_all([_example_spec()], s.app_id) for u in join_topics(s, spec)]
     return (_HEADER + tables(s, load_specs(s))
             + "\n## A join of your own\n\nThe README's example spec `tiers` "
             "([declarative joins](../joins/declarative.md)) adds these, with the same ACLs "
             "as any join's; run alone (`ETJ_JOINS_FILE` and no `ETJ_BUILTIN_JOINS`), the worker "
             "uses these and the topics of *every join* above, nothing else:\n\n"
-            + _table(own))
+            + _table(own)
+            + "\nWith `\"repartition\": true` on a side ([any record key]"
+            "(../joins/declarative.md#any-record-key)), that side's topic may have any key and "
+            "any partition count, and the worker creates one more internal topic (covered by the "
+            "prefixed ACL); for `tiers` with its events side repartitioned:\n\n"
+            + _table([u for spec in resolve_all([_example_spec(repartition="events")], s.app_id)
+                      for u in join_topics(s, spec) if u.topic in (
+                          spec.events.topic, spec.events.repartition)]))
 
 
 def main(argv: list[str]) -> int:

@@ -5,11 +5,16 @@
 - :mod:`app.joins.state` — where a join's state lives: a row per join and per dimension version,
   and its indexes;
 - :mod:`app.joins.keys` — the byte keys of those rows;
-- :mod:`app.joins.car_state` — the car join's tables, keys and rows (that join is no spec: two
-  agents, one-to-many; its state layout sits beside the specs' all the same).
+- :mod:`app.joins.rekey` — the join key of a record keyed otherwise (a repartitioned side's hop);
+- :mod:`app.joins.fk_spec` — foreign-key specs (``"kind": "foreign-key"``): a left table joined
+  with a right table on a field of the left row; the built-in car join is one;
+- :mod:`app.joins.fk_state` — where a foreign-key join's state lives: the newest version per key
+  of each side, and the left rows under each right key (range scans);
+- :mod:`app.joins.car_state` — the car join's tables, keys and rows in its own words (the bytes
+  of :mod:`app.joins.fk_state`).
 
 Every spec's topics and tables are declared by :mod:`app.topology`, its agent is
-:mod:`app.agents.event_join`, its rules are pure, in :mod:`app.logic.event_join` (the car
-join's: :mod:`app.agents.car_join`, :mod:`app.logic.car_join`). This package imports neither
+:mod:`app.agents.event_join`, its rules are pure, in :mod:`app.logic.event_join` (a foreign-key
+spec's: :mod:`app.agents.fk_join`, :mod:`app.logic.fk_join`). This package imports neither
 topology nor agents (no cycle).
 """

@@ -17,8 +17,10 @@
 Ids are keys as they are (a JSON number in the changelog), except in ``zone-cars``. Nothing is
 purged by event time: the tables hold *current* state, bounded by the number of cars and zones.
 
-Why one module: these keys and rows are the bytes of every changelog and snapshot, so any change
-to them is a state layout change (docs/operating/recovery.md#state-layout-changes). The agents
+The car join is a foreign-key spec: its rows and keys are :mod:`app.joins.fk_state`'s (the
+agents write them through it); this module says them in the car join's words for its views and
+tests. Why one home: these keys and rows are the bytes of every changelog and snapshot, so any
+change to them is a state layout change (docs/operating/recovery.md#state-layout-changes). The agents
 (:mod:`app.agents.car_join`) write them and the views read them through this module alone, by
 field name; tests/unit/test_car_state.py holds them to the bytes the code wrote before this
 module existed.
@@ -28,8 +30,12 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Sequence
 
-from app.state.ordered_keys import decode_zone_car, encode_zone_car, prefix_end, zone_prefix
-from app.logic.car_join import CarArrival, CarPosition, ZoneReading
+from app.joins import fk_state
+from app.joins.fk_state import INT_KEYS, IndexRows, left_rows_in
+from app.logic.car_join import (CarArrival, CarPosition, ZoneReading, to_arrival, to_left,
+                                to_reading, to_right)
+from app.logic.fk_join import Position
+from app.state.ordered_keys import prefix_end, zone_prefix
 from app.state.overlay import Overlay
 from app.state.range_scan import RangeTable, scan
 
@@ -41,34 +47,25 @@ __all__ = ["CAR_POSITIONS", "CarPositions", "ZONE_CARS", "ZONE_POLLUTION", "Zone
 CAR_POSITIONS, ZONE_POLLUTION, ZONE_CARS = "car-positions", "zone-pollution", "zone-cars"
 
 
-# --- rows: the rules' values <-> what a table holds --------------------------------------------
+# --- rows: the rules' values <-> what a table holds (app.joins.fk_state's, in car words) --------
 
 def position_row(position: CarPosition) -> list[Any]:
-    a = position.arrival
-    return [a.event_time, a.to_zone_id, a.fuel_level, position.left_zone]
+    return fk_state.position_row(Position(to_left(position.arrival), position.left_zone))
 
 
 def position_of(car_id: int, row: Sequence[Any]) -> CarPosition:
-    event_time, zone_id, fuel_level, left_zone = row
-    return CarPosition(CarArrival(car_id, zone_id, fuel_level, event_time), left_zone)
+    p = fk_state.position_of(car_id, row)
+    return CarPosition(to_arrival(p.left), p.left_fk)
 
 
 def reading_row(reading: ZoneReading) -> list[Any]:
-    return [reading.event_time, reading.pollution_level]
+    right = to_right(reading)
+    assert right is not None
+    return fk_state.right_row(right)
 
 
 def reading_of(zone_id: int, row: Sequence[Any]) -> ZoneReading:
-    event_time, pollution_level = row
-    return ZoneReading(zone_id, pollution_level, event_time)
-
-
-def _zone_car_row(arrival: CarArrival) -> list[Any]:
-    return [arrival.event_time, arrival.fuel_level]
-
-
-def _zone_car_of(zone_id: int, car_id: int, row: Sequence[Any]) -> CarArrival:
-    event_time, fuel_level = row
-    return CarArrival(car_id, zone_id, fuel_level, event_time)
+    return to_reading(fk_state.right_of(zone_id, row))
 
 
 # --- zone-cars: a zone's cars, one key range -----------------------------------------------------
@@ -99,9 +96,7 @@ def zone_car_rows(table: Any, zone_id: int, partition: int) -> Iterator[tuple[by
 def cars_in_zone(table: Any, zone_id: int, partition: int) -> Iterator[CarArrival]:
     """The cars of one zone, each as the arrival that put it there, by car id (see
     :func:`zone_car_rows`; bench/zone_fanout.py times this very code)."""
-    for key, row in zone_car_rows(table, zone_id, partition):
-        _, car_id = decode_zone_car(key)
-        yield _zone_car_of(zone_id, car_id, row)
+    return (to_arrival(left) for left in left_rows_in(table, INT_KEYS, zone_id, partition))
 
 
 # --- the tables through a batch's overlay (the agents) -----------------------------------------
@@ -136,21 +131,21 @@ class ZonePollution:
 
 class ZoneCars:
     """zone-cars, read and written as the :class:`~app.logic.car_join.CarArrival` that put a
-    car in a zone."""
+    car in a zone (:class:`app.joins.fk_state.IndexRows` with the 16-byte keys)."""
 
     def __init__(self, rows: Overlay) -> None:
         self.rows = rows
+        self._index = IndexRows(rows, INT_KEYS)
 
     def get(self, partition: int, zone_id: int, car_id: int) -> CarArrival | None:
-        row = self.rows.get(partition, encode_zone_car(zone_id, car_id))
-        return None if row is None else _zone_car_of(zone_id, car_id, row)
+        left = self._index.get(partition, zone_id, car_id)
+        return None if left is None else to_arrival(left)
 
     def put(self, partition: int, zone_id: int, arrival: CarArrival) -> None:
-        self.rows.put(partition, encode_zone_car(zone_id, arrival.car_id),
-                      _zone_car_row(arrival))
+        self._index.put(partition, zone_id, to_left(arrival))
 
     def delete(self, partition: int, zone_id: int, car_id: int) -> None:
-        self.rows.delete(partition, encode_zone_car(zone_id, car_id))
+        self._index.delete(partition, zone_id, car_id)
 
     def in_zone(self, partition: int, zone_id: int) -> Iterator[CarArrival]:
         return cars_in_zone(self.rows, zone_id, partition)

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from app.joins.fk_spec import FkJoinSpec, check_together, is_foreign_key, resolve_fk
 from app.joins.spec import JoinSpec, SpecError, resolve_all
 from app.logic.event_range import Role
 from app.settings import Settings
@@ -66,6 +67,26 @@ def movie_spec(s: Settings) -> dict[str, Any]:
     }
 
 
+def car_spec(s: Settings) -> dict[str, Any]:
+    """``cars``: car positions x zone pollution (docs/joins/car-zone.md), a foreign-key join:
+    a car's newest arrival points at a zone, whose newest reading it carries. Its tables keep
+    the names (and bytes) they had before it was a spec."""
+    return {
+        "kind": "foreign-key",
+        "name": "cars",
+        "left": {"topic": s.car_arrivals_topic, "model": "app.inputs.records:CarArrivalIn",
+                 "key": "car_id", "time": "event_time", "foreign_key": "to_zone_id",
+                 "copy": ["fuel_level"], "time_as": "car_event_time"},
+        "right": {"topic": s.zones_topic, "model": "app.inputs.records:ZoneIn",
+                  "key": "zone_id", "time": "event_time", "copy": ["pollution_level"],
+                  "time_as": "zone_event_time"},
+        "output": s.car_pollution_topic,
+        "moves": s.car_moves_topic,
+        "ticks": s.car_ticks_topic,
+        "tables": {"left": "car-positions", "right": "zone-pollution", "index": "zone-cars"},
+    }
+
+
 def read_joins_file(path: Path) -> list[dict[str, Any]]:
     """The specs of a JSON file: a list of spec objects (or ``{"joins": [...]}``)."""
     try:
@@ -81,16 +102,29 @@ def read_joins_file(path: Path) -> list[dict[str, Any]]:
     return data
 
 
-def load_specs(s: Settings) -> list[JoinSpec]:
-    """Every spec this worker runs, validated together (raises :class:`SpecError`): the
-    built-in ones ``ETJ_BUILTIN_JOINS`` names (all without ``ETJ_JOINS_FILE``, none with it),
-    then the file's."""
+def load_all(s: Settings) -> tuple[list[JoinSpec], list[FkJoinSpec]]:
+    """Every spec this worker runs, event-time ones and foreign-key ones, validated together
+    (raises :class:`SpecError`): the built-in ones ``ETJ_BUILTIN_JOINS`` names (all without
+    ``ETJ_JOINS_FILE``, none with it), then the file's."""
     builtins = s.builtins
-    raws = [make(s) for name, make in (("moods", mood_spec), ("movies", movie_spec))
-            if name in builtins]
+    raws = [make(s) for name, make in (("moods", mood_spec), ("movies", movie_spec),
+                                       ("cars", car_spec)) if name in builtins]
     if s.joins_file is not None:
         raws += read_joins_file(s.joins_file)
-    return resolve_all(raws)
+    events = resolve_all([r for r in raws if not is_foreign_key(r)], s.app_id)
+    fks = [resolve_fk(r, i) for i, r in enumerate(raws) if is_foreign_key(r)]
+    check_together(events, fks)
+    return events, fks
+
+
+def load_specs(s: Settings) -> list[JoinSpec]:
+    """The event-time specs this worker runs (:func:`load_all`)."""
+    return load_all(s)[0]
+
+
+def load_fk_specs(s: Settings) -> list[FkJoinSpec]:
+    """The foreign-key specs this worker runs (:func:`load_all`), the car join among them."""
+    return load_all(s)[1]
 
 
 def batch_specs(s: Settings) -> dict[str, JoinSpec]:
@@ -99,6 +133,13 @@ def batch_specs(s: Settings) -> dict[str, JoinSpec]:
     runs it, and this configuration's (``ETJ_JOINS_FILE``'s), which win on a name."""
     every_builtin = s.model_copy(update={"joins_file": None, "builtin_joins": None})
     return {spec.name: spec for spec in [*load_specs(every_builtin), *load_specs(s)]}
+
+
+def batch_fk_specs(s: Settings) -> dict[str, FkJoinSpec]:
+    """Name -> foreign-key spec the batch twin computes (as :func:`batch_specs`): the car join,
+    and those of this configuration."""
+    every_builtin = s.model_copy(update={"joins_file": None, "builtin_joins": None})
+    return {spec.name: spec for spec in [*load_fk_specs(every_builtin), *load_fk_specs(s)]}
 
 
 def topic_roles(specs: list[JoinSpec]) -> dict[str, list[tuple[Role, str | None]]]:

@@ -19,10 +19,12 @@ from typing import Any, Literal
 
 from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 
+from app.joins.fk_spec import FkJoinSpec
 from app.joins.spec import JoinSpec
 from app.inputs.records import WireModel
 
-__all__ = ["Column", "Kind", "model_columns", "output_columns", "ARROW_TYPES"]
+__all__ = ["Column", "Kind", "fk_output_columns", "model_columns", "output_columns",
+           "ARROW_TYPES"]
 
 Kind = Literal["str", "int", "float", "bool"]
 _KINDS: dict[Any, Kind] = {str: "str", int: "int", float: "float", bool: "bool"}
@@ -117,3 +119,13 @@ def output_columns(spec: JoinSpec) -> list[Column]:
     out += [replace(dims[f], name=f"previous_{f}", required=False) for f in spec.dimension.copy]
     out.append(Column("cause", "str", required=False))
     return out
+
+
+def fk_output_columns(spec: FkJoinSpec) -> list[Column]:
+    """The columns of a foreign-key join's output (``spec.output_fields``): the left side's as
+    it requires them, the right side's nullable (no right version yet)."""
+    left = {c.name: Column(c.name, c.kind, c.required) for c in model_columns(spec.left.model)}
+    right = {c.name: Column(c.name, c.kind, False) for c in model_columns(spec.right.model)}
+    return [left[spec.left.key], Column(spec.fk_as, left[spec.fk].kind),
+            *(left[f] for f in spec.left.copy), *(right[f] for f in spec.right.copy),
+            Column(spec.left_time_as, "int"), Column(spec.right_time_as, "int", False)]

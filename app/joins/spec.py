@@ -3,7 +3,8 @@
 A spec names the event topic and the dimension topic, the key field and event-time field of
 each, the fields to copy into the output, the output topic, the retention, the mode
 (``left``/``inner``), an optional emit window and the as-of rule (see
-:mod:`app.logic.event_join`). It is written as plain data (a dict, or JSON in ``ETJ_JOINS_FILE``)
+:mod:`app.logic.event_join`); a side keyed otherwise says ``"repartition": true`` and is read
+through ``<app id>-<join>-<side>-repartition`` (:attr:`Side.repartition`, :attr:`Side.input`). It is written as plain data (a dict, or JSON in ``ETJ_JOINS_FILE``)
 and resolved into a :class:`JoinSpec` that knows how to read its records and write its output.
 
 Every mistake a person can make in one is refused with a :class:`SpecError` that names the spec
@@ -16,20 +17,21 @@ consumes anything. Co-partitioning, which needs the broker, is checked at start
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
 from typing import Annotated, Any, Callable, Iterable, Literal, Sequence
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationError,
                       create_model)
 
 from app.logic.event_join import AsOf, Event, JoinRules, Mode, Revision, Version, derive_id
 from app.inputs.records import (KAFKA_TIMESTAMP, MAX_EVENT_TIME, TIME_FORMATS, InvalidRecord,
                                 WireModel, iso_to_ms)
 
-__all__ = ["FIELD_TYPES", "JoinSpec", "Side", "SpecError", "TableNames", "copartition_groups", "resolve",
-           "resolve_all"]
+__all__ = ["FIELD_TYPES", "JoinSpec", "Side", "SpecError", "TableNames", "copartition_groups",
+           "refuse_different_starts", "repartition_topic", "resolve", "resolve_all"]
 
 
 class SpecError(ValueError):
@@ -75,6 +77,10 @@ class SideConfig(BaseModel):
     id: str | None = Field(None, description="events only: field holding the join id")
     time_as: str | None = Field(None, description="dimension only: output field of the joined "
                                                   "version's event time")
+    repartition: StrictBool = Field(False, description="re-key the records by the key field through "
+                              "an internal topic <app id>-<join>-<side>-repartition (records "
+                              "keyed otherwise, or not at all); off: the record key must equal "
+                              "the key field")
 
 
 class TableNames(BaseModel):
@@ -144,6 +150,15 @@ class Side:
     #: where a new deployment starts: "earliest", "latest" or epoch ms (the first offset at or
     #: after it); only without a committed offset
     start: str | int = "earliest"
+    #: the internal topic its records are re-keyed through (``"repartition": true``), which
+    #: the join reads instead of :attr:`topic`; None: the join reads :attr:`topic` itself
+    repartition: str | None = None
+
+    @property
+    def input(self) -> str:
+        """The topic the join's agent reads for this side: the repartition topic, or the
+        user's topic itself."""
+        return self.repartition or self.topic
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -222,8 +237,14 @@ class JoinSpec:
 
     @property
     def inputs(self) -> tuple[str, str, str]:
-        """The co-partitioned topics: events, dimension and the internal ticks."""
-        return (self.events.topic, self.dimension.topic, self.ticks)
+        """The co-partitioned topics the join reads: events, dimension (each its repartition
+        topic when it has one) and the internal ticks."""
+        return (self.events.input, self.dimension.input, self.ticks)
+
+    @property
+    def repartitioned(self) -> tuple[Side, ...]:
+        """The sides re-keyed through a repartition topic (``"repartition": true``)."""
+        return tuple(s for s in (self.events, self.dimension) if s.repartition)
 
     def event_of(self, record: WireModel) -> Event:
         """The logic's view of a validated event record."""
@@ -293,7 +314,8 @@ class JoinSpec:
         def side(s: Side) -> dict[str, Any]:
             return {"topic": s.topic, "key": s.key, "time": s.time, "copy": list(s.copy),
                     "fields": list(s.field_names), "time_format": s.time_format,
-                    "start": s.start, **({"paths": dict(s.paths)} if s.shaped else {})}
+                    "start": s.start, **({"paths": dict(s.paths)} if s.shaped else {}),
+                    **({"repartition": s.repartition} if s.repartition else {})}
         return {"name": self.name, "events": {**side(self.events), "id": self.id_field},
                 "dimension": {**side(self.dimension), "time_as": self.time_as},
                 "output": self.output, "output_fields": list(self.output_fields),
@@ -421,7 +443,18 @@ def _start(spec: str, where: str, raw: str | None) -> str | int | None:
                         "such as 2026-01-01T00:00:00Z)") from None
 
 
-def _side(spec: str, side: str, cfg: SideConfig, start: str | int) -> Side:
+#: Kafka's rule for a topic name (``kafka.common.internals.Topic``)
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+def repartition_topic(app_id: str, join: str, side: str) -> str:
+    """The internal topic a side's records are re-keyed through: ``<app id>-<join>-<side>-
+    repartition`` (Kafka Streams names its own ``<application id>-<name>-repartition``)."""
+    return f"{app_id}-{join}-{side}-repartition"
+
+
+def _side(spec: str, side: str, cfg: SideConfig, start: str | int,
+          repartition: str | None = None) -> Side:
     if (cfg.fields is None) == (cfg.model is None):
         raise SpecError(f"{spec}: {side}: give either 'fields' (name -> type) or 'model'")
     if cfg.time == KAFKA_TIMESTAMP and cfg.time_format != "epoch_ms":
@@ -460,11 +493,26 @@ def _side(spec: str, side: str, cfg: SideConfig, start: str | int) -> Side:
     paths = tuple((f, p) for p, f in flat.items() if p != KAFKA_TIMESTAMP) \
         if cfg.fields is not None else ()
     return Side(cfg.topic, flat[cfg.key], flat[cfg.time], tuple(flat[p] for p in copy_paths),
-                model, paths, cfg.time_format, cfg.time == KAFKA_TIMESTAMP, start)
+                model, paths, cfg.time_format, cfg.time == KAFKA_TIMESTAMP, start, repartition)
 
 
-def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinSpec:
-    """Validate one spec (plain data or a :class:`JoinConfig`) and resolve it."""
+def _repartition(spec: str, side: str, cfg: SideConfig, app_id: str, join: str) -> str | None:
+    """The repartition topic of a side with ``"repartition": true`` (None without), refused
+    when Kafka would refuse its name."""
+    if not cfg.repartition:
+        return None
+    topic = repartition_topic(app_id, join, side)
+    if not _TOPIC_NAME.match(topic):
+        raise SpecError(f"{spec}: {side}.repartition: its topic {topic!r} (<app id>-<join>-"
+                        f"<side>-repartition) is not a valid Kafka topic name (letters, digits, "
+                        "'.', '_', '-', at most 249): change ETJ_APP_ID")
+    return topic
+
+
+def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None,
+            app_id: str = "etj") -> JoinSpec:
+    """Validate one spec (plain data or a :class:`JoinConfig`) and resolve it. ``app_id``
+    (``ETJ_APP_ID``) names a repartitioned side's internal topic."""
     where = _where(raw, index)
     try:
         cfg = raw if isinstance(raw, JoinConfig) else JoinConfig.model_validate(raw)
@@ -481,9 +529,11 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinS
         raise SpecError(f"{where}: dimension.copy is empty: a join must copy at least one field")
     start = _start(where, "start", cfg.start) or "earliest"
     events = _side(where, "events", cfg.events,
-                   _start(where, "events.start", cfg.events.start) or start)
+                   _start(where, "events.start", cfg.events.start) or start,
+                   _repartition(where, "events", cfg.events, app_id, cfg.name))
     dimension = _side(where, "dimension", cfg.dimension,
-                      _start(where, "dimension.start", cfg.dimension.start) or start)
+                      _start(where, "dimension.start", cfg.dimension.start) or start,
+                      _repartition(where, "dimension", cfg.dimension, app_id, cfg.name))
     for f in dimension.copy:
         if not dimension.model.model_fields[f].is_required():
             raise SpecError(f"{where}: dimension.copy field {f!r} is optional, but null means "
@@ -492,6 +542,10 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None) -> JoinS
     if len(set(topics)) != 3 or cfg.output in topics:
         raise SpecError(f"{where}: events {cfg.events.topic}, dimension {cfg.dimension.topic}, "
                         f"ticks {cfg.ticks} and output {cfg.output} must be four different topics")
+    for side in (events, dimension):
+        if side.repartition in (*topics, cfg.output):
+            raise SpecError(f"{where}: {side.repartition}, the repartition topic of "
+                            f"{side.topic}, is one of the spec's own topics")
     id_field = None if cfg.events.id is None else dict(
         (p, f) for f, p in events.paths).get(cfg.events.id, cfg.events.id)
     spec = JoinSpec(cfg.name, events, dimension, id_field, cfg.dimension.time_as,
@@ -534,9 +588,23 @@ def _check_hold(where: str, cfg: JoinConfig) -> None:
                         "event must be answered while it is in the emit window")
 
 
-def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig]) -> list[JoinSpec]:
+def refuse_different_starts(sides: Iterable[tuple[str, Side]]) -> dict[str, tuple[str, Any]]:
+    """Refuse two joins reading one topic from different starts (a worker reads a topic once,
+    from one position); ``sides``: (join name, side). Topic -> (the first join, its start)."""
+    starts: dict[str, tuple[str, Any]] = {}
+    for name, side in sides:
+        other = starts.setdefault(side.topic, (name, side.start))
+        if other[1] != side.start:
+            raise SpecError(f"join specs {other[0]!r} and {name!r} read {side.topic} "
+                            f"from different starts ({other[1]!r}, {side.start!r}): a "
+                            "worker reads a topic once")
+    return starts
+
+
+def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig],
+                app_id: str = "etj") -> list[JoinSpec]:
     """Resolve every spec, then refuse what only shows across specs (shared names, loops)."""
-    specs = [resolve(raw, i) for i, raw in enumerate(raws)]
+    specs = [resolve(raw, i, app_id) for i, raw in enumerate(raws)]
     for what, of in (("name", lambda s: [s.name]), ("ticks topic", lambda s: [s.ticks]),
                      ("output topic", lambda s: [s.output, *filter(None, [s.final_topic])]),
                      ("table name", lambda s: [n for n in s.tables.model_dump().values()
@@ -549,14 +617,19 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig]) -> list[JoinSpec]:
                                     f"{what} {value!r}")
                 seen[value] = s.name
     inputs = {t: s.name for s in specs for t in (s.events.topic, s.dimension.topic)}
-    starts: dict[str, tuple[str, str | int]] = {}
+    refuse_different_starts((s.name, side) for s in specs for side in (s.events, s.dimension))
+    readers: dict[str, list[str]] = {}
     for s in specs:
-        for side in (s.events, s.dimension):
-            other = starts.setdefault(side.topic, (s.name, side.start))
-            if other[1] != side.start:
-                raise SpecError(f"join specs {other[0]!r} and {s.name!r} read {side.topic} "
-                                f"from different starts ({other[1]!r}, {side.start!r}): a "
-                                "worker reads a topic once")
+        for name, side in (("events", s.events), ("dimension", s.dimension)):
+            readers.setdefault(side.topic, []).append(f"{s.name!r} {name}")
+    for s in specs:
+        for name, side in (("events", s.events), ("dimension", s.dimension)):
+            others = [r for r in readers[side.topic] if r != f"{s.name!r} {name}"]
+            if side.repartition and others:
+                raise SpecError(f"join spec {s.name!r}: {name}.repartition: {side.topic} is "
+                                f"also read by {', '.join(others)}; a worker hands a topic's "
+                                "records to one agent, and a repartitioned topic's go to its "
+                                "repartition hop")
     for s in specs:
         if s.final_topic in inputs:
             raise SpecError(f"join spec {s.name!r} writes its promises to {s.final_topic}, "
@@ -574,3 +647,25 @@ def copartition_groups(specs: Iterable[JoinSpec]) -> list[tuple[str, ...]]:
     """The topic groups that must be co-partitioned (one per spec)."""
     return [s.inputs for s in specs]
 
+
+
+# --- the steps other kinds of spec reuse (app.joins.fk_spec) -------------------------------------
+
+def spec_where(spec: Any, index: int | None) -> str:
+    """How a message names a spec: ``join spec #2 'orders'``."""
+    return _where(spec, index)
+
+
+def validation_message(exc: ValidationError) -> str:
+    """A pydantic error as ``field: reason; ...``."""
+    return _describe(exc)
+
+
+def parse_start(spec: str, where: str, raw: str | None) -> str | int | None:
+    """A ``start`` setting: earliest, latest, or epoch ms of an ISO-8601 time with a zone."""
+    return _start(spec, where, raw)
+
+
+def resolve_side(spec: str, side: str, cfg: SideConfig, start: str | int) -> Side:
+    """One input resolved: its fields, paths, time and wire model (the rules of every side)."""
+    return _side(spec, side, cfg, start)

@@ -381,7 +381,12 @@ class JoinState:
         so a crash never leaves the tombstone without the rows. Until then each batch that
         reads the key writes its rows again (a batch dropped at a rebalance takes its
         changelog rows with it, not the rows already in the store). Versions the retention
-        has already let go are not written again."""
+        has already let go are not written again.
+
+        The record waited for is the *first* that converted the key: any batch that wrote the
+        rows, once delivered, puts them in the log. Waiting for the latest instead never ended
+        for a key every batch reads (each batch named a record not yet delivered at its end):
+        the old row stayed and every batch rewrote the key's whole history (findings.md)."""
         if (p, key) in self._converted_now:
             return
         old = self.history.get(p, key)
@@ -393,7 +398,7 @@ class JoinState:
         for v in versions:
             self.joins.put(p, version_key(key, v[0], v[1:]), list(v))
         self._converted_now.add((p, key))
-        self._converting[(p, key)] = src
+        self._converting.setdefault((p, key), src)
 
     def on_version(self, p: int, key: str, v: Version, horizon: int | None,
                    release_from: int | None, src: Any = None) -> list[Revision]:

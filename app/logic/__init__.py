@@ -10,7 +10,10 @@ In the order a record meets the rules:
   twin, ``archive``) and which records answering it needs;
 - :mod:`app.logic.event_join` — the as-of join of any join spec: version order, join id,
   revisions;
-- :mod:`app.logic.car_join` — the one-to-many car join: car positions x zone pollution.
+- :mod:`app.logic.fk_join` — the foreign-key join of any spec: newest version per key, moves,
+  re-joins, the consumer rule;
+- :mod:`app.logic.car_join` — the one-to-many car join (car positions x zone pollution) in its
+  own words over :mod:`app.logic.fk_join`.
 
 Nothing here imports Faust or the rest of app (tests/unit/test_import_direction.py).
 """

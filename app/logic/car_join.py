@@ -1,5 +1,8 @@
 """The one-to-many car join as pure rules: car positions x zone pollution (docs/joins/car-zone.md).
 
+The car join is a foreign-key join: its rules are :mod:`app.logic.fk_join`'s (the agents run
+them directly); this module says them in the car join's words, for its tests, oracle and views.
+
 Two sides, each a small state machine the Faust agents drive (they only load/store state and
 send what these functions return; the property tests drive them directly). How the values are
 stored, keys and rows, is :mod:`app.joins.car_state`'s alone:
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal
+
+from app.logic import fk_join as fk
 
 Op = Literal["ADD", "DEL"]
 ArrivalOrder = tuple[int, int, float]  # (event_time, to_zone_id, fuel_level)
@@ -130,6 +135,35 @@ def newest_per_car(outputs: Iterable[CarPollution]) -> dict[int, CarPollution]:
     return best
 
 
+# --- the generic rules' values in the car join's words -------------------------------------
+
+
+def to_left(a: CarArrival) -> fk.Left:
+    """An arrival as the generic rules' left version (and back: :func:`to_arrival`)."""
+    return fk.Left(a.car_id, a.to_zone_id, (a.fuel_level,), a.event_time)
+
+
+def to_arrival(left: fk.Left) -> CarArrival:
+    return CarArrival(left.key, left.fk, left.values[0], left.event_time)
+
+
+def to_right(z: ZoneReading | None) -> fk.Right | None:
+    """A reading as the generic rules' right version (and back: :func:`to_reading`)."""
+    return None if z is None else fk.Right(z.zone_id, (z.pollution_level,), z.event_time)
+
+
+def to_reading(right: fk.Right) -> ZoneReading:
+    return ZoneReading(right.key, right.values[0], right.event_time)
+
+
+def _move(m: fk.Move) -> Move:
+    return Move(m.op, m.fk, to_arrival(m.left))
+
+
+def _output(j: fk.Joined) -> CarPollution:
+    return join(to_arrival(j.left), None if j.right is None else to_reading(j.right))
+
+
 # --- car side: car id -> CarPosition ----------------------------------------------------------
 
 
@@ -142,16 +176,13 @@ class CarPosition:
 
     def moves(self) -> list[Move]:
         """The moves that put the car where it is now (DEL first, as they were first sent)."""
-        out = []
-        if self.left_zone is not None and self.left_zone != self.arrival.to_zone_id:
-            out.append(Move("DEL", self.left_zone, self.arrival))
-        out.append(Move("ADD", self.arrival.to_zone_id, self.arrival))
-        return out
+        return [_move(m) for m in fk.Position(to_left(self.arrival), self.left_zone).moves()]
 
 
 def apply_arrival(position: CarPosition | None,
                   arrival: CarArrival) -> tuple[CarPosition | None, list[Move]]:
-    """Apply one arrival: (the new position to store, or None to keep the old; moves to send).
+    """Apply one arrival (:func:`app.logic.fk_join.apply_left`): (the new position to store,
+    or None to keep the old; moves to send).
 
     - first arrival of the car: ADD;
     - newer than the position, other zone: DEL old zone, ADD new zone (a real move);
@@ -159,19 +190,11 @@ def apply_arrival(position: CarPosition | None,
     - equal to the position (re-delivery): the position's moves again, nothing to store;
     - older: nothing at all (an old arrival arriving late never moves the car back).
     """
-    if position is None:
-        new = CarPosition(arrival)
-        return new, new.moves()
-    current = position.arrival
-    if arrival.order < current.order:
-        return None, []
-    if arrival.order == current.order:
-        return None, position.moves()
-    if arrival.to_zone_id != current.to_zone_id:
-        new = CarPosition(arrival, current.to_zone_id)
-        return new, [Move("DEL", current.to_zone_id, arrival), Move("ADD", arrival.to_zone_id,
-                                                                    arrival)]
-    return CarPosition(arrival, position.left_zone), [Move("ADD", arrival.to_zone_id, arrival)]
+    old = (None if position is None
+           else fk.Position(to_left(position.arrival), position.left_zone))
+    new, moves = fk.apply_left(old, to_left(arrival))
+    return (None if new is None else CarPosition(to_arrival(new.left), new.left_fk),
+            [_move(m) for m in moves])
 
 
 # --- zone side: zone id -> ZoneReading; (zone id, car id) -> the car's arrival -----------------
@@ -179,30 +202,33 @@ def apply_arrival(position: CarPosition | None,
 
 def apply_add(stored: CarArrival | None, move: Move,
               reading: ZoneReading | None) -> tuple[bool, CarPollution | None]:
-    """ADD: (store ``move.arrival`` under (zone, car)?, the output to send).
-
-    An ADD older than the stored entry (possible only through re-delivery) changes nothing.
-    """
-    if stored is not None and move.arrival.order < stored.order:
-        return False, None
-    return move.arrival != stored, join(move.arrival, reading)
+    """ADD (:func:`app.logic.fk_join.apply_add`): (store ``move.arrival`` under (zone, car)?,
+    the output to send). An ADD older than the stored entry (possible only through
+    re-delivery) changes nothing."""
+    store, out = fk.apply_add(None if stored is None else to_left(stored),
+                              fk.Move(move.op, move.zone_id, to_left(move.arrival)),
+                              to_right(reading))
+    return store, None if out is None else _output(out)
 
 
 def apply_del(stored: CarArrival | None, move: Move) -> bool:
     """DEL: remove the (zone, car) entry? Only if it is older than the arrival that moved it."""
-    return stored is not None and stored.order < move.arrival.order
+    return fk.apply_del(None if stored is None else to_left(stored),
+                        fk.Move(move.op, move.zone_id, to_left(move.arrival)))
 
 
 def apply_reading(stored: ZoneReading | None, reading: ZoneReading,
                   cars: Iterable[CarArrival]) -> tuple[bool, list[CarPollution]]:
-    """A reading: (store it?, one output per car of the zone).
+    """A reading (:func:`app.logic.fk_join.apply_right`): (store it?, one output per car of
+    the zone).
 
     ``cars`` is only iterated when the reading is not older than the stored one (pass a lazy
     range scan). An equal reading (re-delivery) re-emits the outputs without storing.
     """
-    if stored is not None and reading.order < stored.order:
-        return False, []
-    return reading != stored, [join(car, reading) for car in cars]
+    right = to_right(reading)
+    assert right is not None
+    store, outs = fk.apply_right(to_right(stored), right, (to_left(c) for c in cars))
+    return store, [_output(o) for o in outs]
 
 
 # --- the reference answer ---------------------------------------------------------------------
@@ -210,20 +236,12 @@ def apply_reading(stored: ZoneReading | None, reading: ZoneReading,
 
 def exact_car_view(arrivals: Iterable[CarArrival],
                    zones: Iterable[ZoneReading]) -> dict[int, CarPollution]:
-    """Brute-force reference answer: car id -> its output. Order of input is irrelevant.
+    """Brute-force reference answer (:func:`app.logic.fk_join.exact_view`): car id -> its
+    output. Order of input is irrelevant.
 
     Per car, the greatest arrival by ``(event_time, to_zone_id, fuel_level)`` gives its zone and
     fuel; that zone's greatest reading by ``(event_time, pollution_level)`` its pollution (none:
     null). The batch twin uses the same order.
     """
-    newest_car: dict[int, CarArrival] = {}
-    for a in arrivals:
-        cur = newest_car.get(a.car_id)
-        if cur is None or a.order > cur.order:
-            newest_car[a.car_id] = a
-    newest_zone: dict[int, ZoneReading] = {}
-    for z in zones:
-        cur_z = newest_zone.get(z.zone_id)
-        if cur_z is None or z.order > cur_z.order:
-            newest_zone[z.zone_id] = z
-    return {car: join(a, newest_zone.get(a.to_zone_id)) for car, a in newest_car.items()}
+    view = fk.exact_view((to_left(a) for a in arrivals), (to_right(z) for z in zones))
+    return {car: _output(j) for car, j in view.items()}

@@ -61,13 +61,17 @@ class DurableLoop:
     handling, its delivery (:mod:`app.loop.pipeline`)."""
 
     def __init__(self, engine: Engine, topics: Sequence[str], merged: Sequence[str] = (),
-                 ticks: str | None = None) -> None:
+                 ticks: str | None = None, hop: bool = False) -> None:
         """``topics``: every input; ``merged``: those flow control orders by event time (ties:
-        the first); ``ticks``: the agent's ticks topic (None: none)."""
+        the first); ``ticks``: the agent's ticks topic (None: none); ``hop``: the engine
+        passes records on, keyed otherwise (:class:`~app.loop.types.Hop`): they skip the door
+        (:mod:`app.inputs.admission`: the loop they are passed to judges them) and it is
+        handed each whole record (its timestamp and headers go with it)."""
         self.engine = engine
         self.join = engine.join
         self.ticks = ticks
-        self.intake = Intake(engine, topics, merged, ticks)
+        self.hop = hop
+        self.intake = Intake(engine, topics, merged, ticks, door=not hop)
         #: the intake's (what the stall guard and the tests read of a loop)
         self.inbox, self.merge = self.intake.inbox, self.intake.merge
         self.acked = AckedRuns()
@@ -134,6 +138,8 @@ class DurableLoop:
         try:
             if topic == self.ticks:
                 outs = self.engine.on_tick(partition, offset)
+            elif self.hop:
+                outs = self.engine.pass_on(topic, record, parsed)  # type: ignore[attr-defined]
             else:
                 outs = self.engine.on_record(topic, partition, offset, record.key,
                                              record.value, parsed)

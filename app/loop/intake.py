@@ -40,8 +40,11 @@ class Intake:
     max_batch = 5_000
 
     def __init__(self, engine: Engine, topics: Sequence[str], merged: Sequence[str] = (),
-                 ticks: str | None = None) -> None:
+                 ticks: str | None = None, door: bool = True) -> None:
         self.engine = engine
+        #: records pass the door (app.inputs.admission); False for a hop that only passes
+        #: records on, keyed otherwise (app.agents.repartition): the join's door judges them
+        self.door = door
         self.join = engine.join
         self.inbox = Inbox(engine.join, topics)
         self.ticks = ticks
@@ -84,7 +87,8 @@ class Intake:
                 ticks.append(b)
                 continue
             self._records_in[b.topic].inc(len(b.records))
-            merge.offer_batch(b.topic, b.partition, parse_batch(self.join, self.engine.parse, b),
+            merge.offer_batch(b.topic, b.partition,
+                              parse_batch(self.join, self.engine.parse, b, self.door),
                               b.highwater)
             ready.add(b.partition)
         forced = merge.forced
@@ -148,18 +152,21 @@ def lag(topic: str, partition: int, next_offset: int | None) -> bool:
     return highwater > next_offset  # type: ignore[no-any-return]
 
 
-def parse_batch(join: str, parse: Parse, b: Batch) -> list[tuple[int, int, Any]]:
+def parse_batch(join: str, parse: Parse, b: Batch,
+                judged: bool = True) -> list[tuple[int, int, Any]]:
     """``(event_time, offset, (topic, record, parsed))`` of a batch, for flow control:
     parsed, then through the door (:mod:`app.inputs.admission`: Kafka's partitioner, records from
-    the future); a record refused goes first, to the dead letters, and never moves stream
-    time."""
+    the future) unless not ``judged``; a record refused goes first, to the dead letters, and
+    never moves stream time."""
     topic = b.topic
-    try:
-        partitions = app.consumer.topic_partitions(topic)
-    except Exception:
-        partitions = None  # no metadata yet: the partitioner is not checked
-    judge = door(b.partition, partitions, int(time.time() * 1000), settings.max_future_ms,
-                 settings.check_partitioner)
+    judge: Any = None
+    if judged:
+        try:
+            partitions = app.consumer.topic_partitions(topic)
+        except Exception:
+            partitions = None  # no metadata yet: the partitioner is not checked
+        judge = door(b.partition, partitions, int(time.time() * 1000), settings.max_future_ms,
+                     settings.check_partitioner)
     out = []
     for record in b.records:
         try:
@@ -171,7 +178,7 @@ def parse_batch(join: str, parse: Parse, b: Batch) -> list[tuple[int, int, Any]]
                           record.partition, record.offset)
             parsed, event_time = InvalidRecord(f"internal error: {exc!r}"), -1
         else:
-            refused = judge(record, event_time)
+            refused = None if judge is None else judge(record, event_time)
             if refused is not None:
                 rule, reason = refused
                 metrics.refused.labels(join, topic, rule).inc()

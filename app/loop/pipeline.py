@@ -92,7 +92,9 @@ class DeliveryPipeline:
                 if unit.changelog is not None:
                     await unit.changelog.wait()  # a failure failed stop already
                 unit.sent = await send_records(
-                    app, [(o.topic, None, o.key, o.value) for o in unit.outs], refusable=True)
+                    app, [(o.topic, None, o.key, o.value) if o.timestamp is None
+                          else (o.topic, None, o.key, o.value, o.timestamp, o.headers)
+                          for o in unit.outs], refusable=True)
                 await acks.put(unit)
                 if acking.done():  # it only ends by raising
                     acking.result()

@@ -8,6 +8,7 @@ from ``durable`` (under ``TYPE_CHECKING``): an import cycle. The pattern of faus
 - :class:`Out` — a record to send once state is durable; :class:`Source` — an input record a
   batch handled (what its dead letter carries);
 - :class:`Engine` — the rules of one agent, over its tables' overlays: what a loop drives;
+  :class:`Hop` — one that passes records on (a repartition hop);
 - :class:`Unit` — one handled batch on its way to the broker.
 """
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from app.outputs.producer_batches import Sent
     from app.state.overlay import Overlay
 
-__all__ = ["Engine", "Out", "Source", "Unit"]
+__all__ = ["Engine", "Hop", "Out", "Source", "Unit"]
 
 
 @dataclass(slots=True)
@@ -33,6 +34,10 @@ class Out:
     #: a repeat of an output made by an earlier record (re-emitted after a crash or a
     #: rebalance): if the broker refuses it, the record that triggered the repeat is not to blame
     again: bool = False
+    #: the record's timestamp (epoch ms) and headers, kept when a record is passed on as it
+    #: came (a repartition hop, app.agents.repartition); None: the producer's clock, no headers
+    timestamp: int | None = None
+    headers: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,15 @@ class Engine(Protocol):
 
     def on_tick(self, partition: int, offset: int) -> list[Out]:
         """One tick of the agent's ticks topic."""
+
+
+class Hop(Engine, Protocol):
+    """An engine that passes records on to another topic (a repartition hop): handed each
+    whole consumer record, since what it sends keeps the record's timestamp and headers."""
+
+    def pass_on(self, topic: str, record: Any, parsed: Any) -> list[Out]:
+        """One input record (``parsed``: what :meth:`parse` made of it, or the
+        :class:`InvalidRecord`) -> what to send."""
 
 
 @dataclass(slots=True)

@@ -38,8 +38,9 @@ from app.kafka.partitioner import SEED
 
 __all__ = ["Sent", "send_records"]
 
-#: (topic, partition or None for the key's, key, value) of one record to produce
-Record = tuple[str, "int | None", "bytes | None", "bytes | None"]
+#: (topic, partition or None for the key's, key, value) of one record to produce; or with
+#: (timestamp, headers) after them, for a record passed on as it came (a repartition hop)
+Record = tuple[Any, ...]
 
 #: a builder's capacity when ``ETJ_PRODUCER_MAX_BATCH_SIZE`` is not set. aiokafka's default
 #: (16 KiB) suits records sent one at a time as they come; a loop hands over a whole batch at
@@ -48,6 +49,9 @@ Record = tuple[str, "int | None", "bytes | None", "bytes | None"]
 #: librdkafka's default batch is 1 MB; this stays under the broker's default
 #: ``message.max.bytes`` (1 MB) with room for the batch header.
 BATCH_BYTES = 512 * 1024
+
+#: the headers of a record that has none (aiokafka's builder reads them, never changes them)
+NO_HEADERS: list[tuple[str, bytes]] = []
 
 
 @dataclass(slots=True)
@@ -96,7 +100,13 @@ async def send_records(app: Any, records: Sequence[Record], *, refusable: bool =
     counts: dict[str, int] = {}
     #: (topic, partition) -> its builders, in order, each with the indices of its records
     per_tp: dict[tuple[str, int], list[tuple[Any, list[int]]]] = {}
-    for i, (topic, partition, key, value) in enumerate(records):
+    for i, record in enumerate(records):
+        if len(record) == 4:
+            topic, partition, key, value = record
+            timestamp, headers = None, NO_HEADERS
+        else:
+            topic, partition, key, value, timestamp, headers = record
+            headers = list(headers) if headers else NO_HEADERS  # the C builder wants a list
         if partition is None:
             n = counts.get(topic)
             if n is None:
@@ -120,9 +130,11 @@ async def send_records(app: Any, records: Sequence[Record], *, refusable: bool =
         if chain is None:
             chain = per_tp[tp] = [(new_builder(), [])]
         builder, indices = chain[-1]
-        if builder.append(key=key, value=value, timestamp=None) is None:  # full: a new one
+        if builder.append(key=key, value=value, timestamp=timestamp,
+                          headers=headers) is None:  # full: a new one
             builder = new_builder()
-            builder.append(key=key, value=value, timestamp=None)  # the first always fits
+            builder.append(key=key, value=value, timestamp=timestamp,
+                           headers=headers)  # the first always fits
             indices = []
             chain.append((builder, indices))
         indices.append(i)

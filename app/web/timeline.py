@@ -8,7 +8,10 @@ the page works whichever worker serves it. This module adds only what those view
   on the workers that own them, so the list is gathered from every worker of the group (each
   answers ``…/local/`` for the partitions it has active, standby copies left out).
 - ``/timeline/api/clock/{consultant}/``: stream time and retention horizon of the consultant's
-  partition, answered by its owner (``/stats/`` reports only the serving worker's partitions).
+  partition, answered by its owner (``/stats/`` reports only the serving worker's partitions);
+- ``/timeline/api/joins/{join}/keys/``: the key picker's list for any event-time join
+  (``/timeline/?join=<name>``), gathered the same way; that join's data is
+  ``/joins/{join}/{key}/`` (:mod:`app.web.views`), which already answers from the owner.
 
 No CDN and no build step: clusters (and these machines) often have no internet, so the assets
 are plain files served by aiohttp's static route.
@@ -30,8 +33,10 @@ from app.joins.car_state import reading_of, zone_car_rows
 from app.joins.keys import is_join_row, split_join_key
 from app.topology import owned_partitions
 from app.web.auth import peer_headers
-from app.web.views import (FORWARDED, input_partition, mood_engine, mood_history, recent_joins,
-                           routed, served_by, worker_ident, zone_cars, zone_pollution)
+from app.web.join_readers import EventTimeReader, readers
+from app.web.views import (FORWARDED, MOODS, input_partition, mood_engine, mood_history,
+                           page_if, recent_joins, routed, served_by, worker_ident, zone_cars,
+                           zone_pollution)
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +60,8 @@ async def timeline_page(view: View, request: Request) -> Response:
 
 def local_consultants() -> list[str]:
     """Consultants with state in partitions this worker owns (mood history or recent joins)."""
+    if mood_engine is None:  # this worker does not run the mood join (ETJ_BUILTIN_JOINS)
+        return []
     owned = set(owned_partitions(settings.moods_topic))
     names = {str(k) for k in list(mood_history.keys())}
     names |= {split_join_key(k)[0] for k in list(recent_joins.keys()) if is_join_row(k)}
@@ -159,7 +166,7 @@ async def zones(view: View, request: Request) -> Response:
 # -> {"zones": [{"zone_id", "pollution_level", "event_time", "cars"}], "workers": {...}}
 
 
-@app.page("/timeline/api/clock/{consultant}/")
+@page_if(MOODS, "/timeline/api/clock/{consultant}/")
 @routed(mood_history, "consultant")
 async def clock(view: View, request: Request, consultant: str, partition: int) -> Response:
     """Stream time and retention horizon of the partition that holds ``consultant``."""
@@ -170,3 +177,33 @@ async def clock(view: View, request: Request, consultant: str, partition: int) -
         "retention_horizon": None if stream_time is None else stream_time - settings.retention_ms,
     }, headers=NO_CACHE)
 # -> {"consultant", "partition", "served_by", "stream_time", "retention_ms", "retention_horizon"}
+
+
+# ---- any event-time join (/timeline/?join=<name>) --------------------------------------------
+
+def local_keys(name: str) -> dict[str, Any]:
+    """The keys of event-time join ``name`` whose partition this worker owns."""
+    reader = readers.get(name)
+    if not isinstance(reader, EventTimeReader):
+        return {"served_by": served_by(), "keys": [], "error": f"no event-time join {name!r}"}
+    owned = set(owned_partitions(reader.engine.spec.ticks))
+    return {"served_by": served_by(), "keys": sorted(reader.local_keys(owned))}
+
+
+@app.page("/timeline/api/joins/{join}/keys/local/")
+async def join_keys_local(view: View, request: Request, join: str) -> Response:
+    """Keys of an event-time join whose partition this worker owns."""
+    found = local_keys(join)
+    return view.json(found, status=404 if "error" in found else 200, headers=NO_CACHE)
+
+
+@app.page("/timeline/api/joins/{join}/keys/")
+async def join_keys(view: View, request: Request, join: str) -> Response:
+    """Every key with state of an event-time join, gathered from all workers, sorted."""
+    if not isinstance(readers.get(join), EventTimeReader):
+        return view.error(404, f"no event-time join {join!r}", join=join)
+    answers = await gather(f"/timeline/api/joins/{join}/keys/local/", lambda: local_keys(join))
+    keys = sorted({k for a in answers for k in a.get("keys", [])})
+    return view.json({"join": join, "keys": keys, "workers": _workers(answers, "keys")},
+                     headers=NO_CACHE)
+# -> {"join", "keys": [key, ...], "workers": {url: count | error}}

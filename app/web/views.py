@@ -41,13 +41,11 @@ from app.state.snapshot_service import restoring
 from app.compat.stores import estimated_keys
 from app.faust_app import app, settings
 from app.joins import car_state
-from app.joins.keys import join_range, split_join_key
 from app.joins.state import stored_versions
 from app.logic.car_join import ZoneReading, join
-from app.state.range_scan import scan
-from app.inputs.records import MAX_ID
 from app.topology import owned_partitions
 from app.web.auth import peer_headers
+from app.web.join_readers import JoinReader, parse_id, readers
 
 #: the mood join's engine: /moods/ and /joins/{consultant}/ read its tables (when this worker
 #: runs it: ETJ_BUILTIN_JOINS; the car views likewise)
@@ -132,27 +130,37 @@ def routed(table: Any, param: str,
             except ValueError as exc:
                 return view.error(404, f"unknown {param} {text!r}: {exc}", **{param: text})
             partition = input_partition(str(key))
-            owner = owner_of(table, partition)
-            here = worker_ident(app.conf.canonical_url)
-            if owner is not None and worker_ident(owner) != here and FORWARDED not in request.headers:
-                return await forward(view, request, owner)
-            state = recovery_state()
-            if not state["ready"]:
-                return view.error(503, "tables are recovering; retry", **state)
-            active = TP(table.changelog_topic.get_topic_name(), partition)
-            if not app.assignor.is_active(active):
-                return view.error(503, "partition not owned here (rebalancing?); retry",
-                                  partition=partition, owner=str(owner) if owner else None)
-            try:
-                return await fun(view, request, **{**kwargs, param: key,
-                                                   "partition": partition})
-            except Exception as exc:  # a bug must answer JSON, and be in the log
-                log.exception("view %s failed for %s=%r", fun.__name__, param, text)
-                return view.error(500, f"internal error: {exc!r}", **{param: text})
+            return await at_owner(view, request, table, partition, lambda: fun(
+                view, request, **{**kwargs, param: key, "partition": partition}),
+                fun.__name__, **{param: text})
 
         return get
 
     return decorate
+
+
+async def at_owner(view: View, request: Request, table: Any, partition: int,
+                   answer: Callable[[], Awaitable[Response]], what: str,
+                   **about: Any) -> Response:
+    """``answer()`` on the worker that has ``partition`` of ``table`` active: forwarded there
+    (one hop) from any other; 503 while this worker recovers or the partition moves; a bug in
+    ``answer`` is a JSON 500 naming ``about`` (the URL's key), never an HTML page."""
+    owner = owner_of(table, partition)
+    here = worker_ident(app.conf.canonical_url)
+    if owner is not None and worker_ident(owner) != here and FORWARDED not in request.headers:
+        return await forward(view, request, owner)
+    state = recovery_state()
+    if not state["ready"]:
+        return view.error(503, "tables are recovering; retry", **state)
+    active = TP(table.changelog_topic.get_topic_name(), partition)
+    if not app.assignor.is_active(active):
+        return view.error(503, "partition not owned here (rebalancing?); retry",
+                          partition=partition, owner=str(owner) if owner else None)
+    try:
+        return await answer()
+    except Exception as exc:  # a bug must answer JSON, and be in the log
+        log.exception("view %s failed for %r", what, about)
+        return view.error(500, f"internal error: {exc!r}", **about)
 
 
 async def forward(view: View, request: Request, owner: URL) -> Response:
@@ -185,16 +193,6 @@ def served_by() -> str:
     return str(app.conf.canonical_url)
 
 
-def parse_id(text: str) -> int:
-    """A car or zone id from a URL: decimal digits, within the ids the wire contract allows."""
-    if not text.isascii() or not text.isdigit():
-        raise ValueError("ids are non-negative integers")
-    value = int(text)
-    if value > MAX_ID:
-        raise ValueError(f"ids are at most {MAX_ID}")
-    return value
-
-
 # ---- keyed views ----------------------------------------------------------------------------
 
 @page_if(MOODS, "/moods/{consultant}/")
@@ -212,11 +210,8 @@ async def moods(view: View, request: Request, consultant: str, partition: int) -
 
 
 def _joins_of(consultant: str, partition: int) -> list[tuple[str, Any]]:
-    """(join id, join) of a consultant's joins in retention, by event time (one range of the
-    joins table: app.joins.keys)."""
-    state = mood_engine.state
-    return [(split_join_key(k)[2], state.load(raw))
-            for k, raw in scan(recent_joins, *join_range(consultant, None, None), partition)]
+    """(join id, join) of a consultant's joins in retention, by event time."""
+    return readers["moods"].joins_of(consultant, partition)  # type: ignore[attr-defined]
 
 
 #: the fields of a /joins/{consultant}/ row (its latest revision, without the consultant)
@@ -226,18 +221,36 @@ JOIN_ROW = ("id", "event_time", "recommendation", "mood", "mood_event_time", "re
 
 @app.page("/joins/")
 async def list_joins(view: View, request: Request) -> Response:
-    """Every join spec (topics, fields, mode, as-of rule, retention, window) and this worker's
-    counters of it (not routed: every worker runs the same specs)."""
-    return view.json({"joins": [{**e.spec.describe(), "counters": metrics.snapshot(name)}
-                                for name, e in engines.items()]})
-# -> {"joins": [{"name", "events": {...}, "dimension": {...}, "output", "output_fields", "mode",
-#                "asof", "retention_ms", "window_ms", ..., "counters": {"records", "held", ...}}]}
+    """Every join this worker runs (a spec's topics, fields, mode, as-of rule, retention,
+    window; the car join's topics and key) and this worker's counters of it (not routed: every
+    worker runs the same joins)."""
+    return view.json({"joins": [described(r) for r in readers.values()]})
+# -> {"joins": [{"name", "kind", "key", "key_url", "events": {...}, "dimension": {...},
+#                "output", ..., "counters": {"records", "held", ...}}]}
 
 
-@page_if(MOODS, "/joins/{consultant}/")
-@routed(recent_joins, "consultant")
-async def joins(view: View, request: Request, consultant: str, partition: int) -> Response:
+def described(reader: JoinReader) -> dict[str, Any]:
+    return {**reader.describe(), "counters": metrics.snapshot(reader.name)}
+
+
+@app.page("/joins/{name}/")
+async def join_or_consultant(view: View, request: Request, name: str) -> Response:
+    """``name`` a join's name: that join described (as one row of ``/joins/``); otherwise the
+    mood join's view of the consultant ``name`` (the URL's meaning before every join could be
+    looked at: it keeps answering it). A consultant whose name is a join's is read at
+    ``/joins/moods/<consultant>/``."""
+    reader = readers.get(name)
+    if reader is not None:
+        return view.json(described(reader))
+    if not MOODS:
+        return view.error(404, f"unknown join {name!r}", join=name, joins=sorted(readers))
+    return await consultant_joins(view, request)
+
+
+@routed(recent_joins, "name")
+async def consultant_joins(view: View, request: Request, name: str, partition: int) -> Response:
     """A consultant's recent joins (newer than the horizon) with current revision and cause."""
+    consultant = name
     found = _joins_of(consultant, partition)
     if not found and stored_versions(recent_joins, mood_history, consultant, partition) is None:
         return view.error(404, f"unknown consultant {consultant!r}", consultant=consultant)
@@ -252,6 +265,34 @@ async def joins(view: View, request: Request, consultant: str, partition: int) -
     return view.json({"consultant": consultant, "partition": partition,
                       "served_by": served_by(), "joins": rows})
 # -> {"consultant", "partition", "served_by", "joins": [{"id", "event_time", ..., "cause"}]}
+
+
+@app.page("/joins/{name}/{key}/")
+async def join_key_view(view: View, request: Request, name: str, key: str) -> Response:
+    """One key of any join (the join key: the dimension's key), answered by the worker that
+    owns it: its versions and its joins' latest revisions (app.web.join_readers)."""
+    reader = readers.get(name)
+    if reader is None:
+        return view.error(404, f"unknown join {name!r}", join=name, joins=sorted(readers))
+    try:
+        parsed = reader.parse_key(key)
+    except ValueError as exc:
+        return view.error(404, f"unknown key {key!r} of join {name!r}: {exc}", join=name,
+                          key=key)
+    partition = reader.partition_of(parsed)
+
+    async def answer() -> Response:
+        found = reader.read(parsed, partition)
+        if found is None:
+            return view.error(404, f"unknown key {key!r} of join {name!r}", join=name, key=key)
+        return view.json({"join": name, "kind": reader.kind, "key": parsed,
+                          "partition": partition, "served_by": served_by(), **found})
+
+    return await at_owner(view, request, reader.table, partition, answer, "join_key_view",
+                          join=name, key=key)
+# -> {"join", "kind", "key", "partition", "served_by", "versions": [{"event_time", ...}],
+#     "joins": [latest revision of each join, as the output carries it], "held",
+#     "stream_time", "retention_horizon"}   (the last two for event-time joins)
 
 
 #: most cars one /zones/{zone_id}/cars/ answer lists (``?limit=``, up to MAX_CARS_LIMIT)

@@ -82,8 +82,8 @@ def captured() -> Iterator[Sent]:
     async def fake_send_records(app_: Any, records: Any, *, refusable: bool = False,
                                 on_sent: Any = None) -> Delivery:
         out = Delivery()
-        for i, (topic, partition, key, value) in enumerate(records):
-            if topic.endswith("-changelog"):
+        for i, (topic, partition, key, value, *_) in enumerate(records):  # *_: a hop's
+            if topic.endswith("-changelog"):                                 # timestamp, headers
                 sent.changelog.append((topic, partition, key, value))
             else:
                 sent.append((topic, key, value))

@@ -10,10 +10,7 @@ an upgrade finds.
 
 from __future__ import annotations
 
-import asyncio
-
 import orjson
-import pytest
 
 from app.commands.sample_traffic import sample_moods_and_events
 from app.joins.keys import VERSION, version_key
@@ -31,9 +28,6 @@ def changelog(names, table: str) -> str:
     return f"{names.env['ETJ_APP_ID']}-{table}-changelog"
 
 
-@pytest.mark.xfail(strict=False, reason="known intermittent: a fresh clone's run (2 of 3) ended with old "
-                   "rows not yet converted or tombstoned in time; cause not found yet (issue V, "
-                   "closing note of 2026-11-28)")
 async def test_an_old_layout_history_row_is_converted_and_answers_exactly(names, worker_factory):
     records = sample_moods_and_events(seed=3, count=240, start_ms=START, late_ratio=0.3,
                                       consultants=("c0", "c1", "c2", "c3", "c4"))
@@ -54,6 +48,10 @@ async def test_an_old_layout_history_row_is_converted_and_answers_exactly(names,
     for key, p in zip(keys, partitions_of([k.encode() for k in keys], PARTITIONS)):
         await produce(names, topic, [(orjson.dumps(key), orjson.dumps(sorted(history[key])))],
                       partition=p)
+    # the old rows are in the log before the worker that converts them starts (a run ended
+    # with the changelog empty at the second worker's recovery: said here, not as a wrong answer)
+    written = {k for k, v in await read_all(names, topic, idle_s=1.0) if v is not None}
+    assert written == {orjson.dumps(k) for k in keys}, f"old rows not in {topic}: {written}"
 
     worker_factory(names, name="second").wait_ready()
     await send_paced(names, rest, pace_s=0.01)
@@ -65,30 +63,18 @@ async def test_an_old_layout_history_row_is_converted_and_answers_exactly(names,
     revs = await wait_for(exact, timeout_s=90)
     assert revs, diff(answers(await revisions_of(names)), expected)
 
-    # every old version became its own V row, and each old row got its tombstone
-    async def converted() -> tuple | None:
-        rows = await read_all(names, changelog(names, "recent-joins"))
+    # every old version became its own V row, and each old row got its tombstone: once the
+    # first record that converted the key is delivered, at the end of any later batch (the
+    # revisit ticks make one every second: ETJ_REVISIT_INTERVAL_S), touched or not
+    state: dict = {}
+
+    async def converted() -> bool:
+        rows = await read_all(names, changelog(names, "recent-joins"), idle_s=1.0)
         have = {k for k, v in rows if k[:1] == VERSION and v is not None}
         want = {version_key(k, t, [m]) for k, h in history.items() for t, m in h}
-        olds = await read_all(names, topic)
-        last = {}
-        for k, v in olds:
-            last[k] = v
+        last = dict(await read_all(names, topic, idle_s=1.0))
         state["missing"] = len(want - have)
         state["not_tombstoned"] = [k for k in keys if last.get(orjson.dumps(k), b"") is not None]
         return not state["missing"] and not state["not_tombstoned"]
 
-    # an old row's tombstone is written by the first batch that touches its key after the
-    # converting record is known delivered (app.joins.state): a key nothing touches again keeps
-    # its old row. So each key still holding one is touched, once a second, until none does
-    state: dict = {}
-    last_ms = max(v["event_time"] for _, _, v in records)
-    for touch in range(30):
-        if await converted():
-            break
-        await send_paced(names, [("event", k, {"consultant": k, "recommendation": "touch",
-                                               "event_time": last_ms + 1 + touch,
-                                               "id": f"touch-{k}-{touch}"})
-                                 for k in state["not_tombstoned"]], pace_s=0)
-        await asyncio.sleep(1)
-    assert await wait_for(converted, timeout_s=30), f"old rows not converted: {state}"
+    assert await wait_for(converted, timeout_s=60), f"old rows not converted: {state}"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from app.dev.local_broker import free_port
-from tests.leftovers import PROBE, carrying, wait_gone
+from tests.leftovers import PROBE, carrying, own_run_environ, wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def make(target: str, tmp_path: Path, **variables: str) -> tuple[subprocess.Pope
     out = tmp_path / f"make-{target}.out"
     # not an xdist worker's environment: the run under test is a run of its own (it marks and
     # reaps its own processes, tests/conftest.py)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},
+    env = {**own_run_environ(),
            PROBE: probe, "ETJ_WEB_PORT": str(free_port()), "ETJ_DATADIR": str(tmp_path / "state")}
     with out.open("wb") as sink:
         proc = subprocess.Popen(["make", "--no-print-directory", "-C", str(ROOT), target,

@@ -9,7 +9,6 @@ that came through it.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from app.dev.local_broker import LocalBroker, free_port
 from tests.broker.test_run_local import CORRECTION, JOINED, make_run, wait_for_a_correction
 from tests.broker.test_tls import certs, tls_broker, tls_env  # noqa: F401  (module fixtures)
 from tests.harness import SECURITY_PREFIX, make_names
+from tests.leftovers import own_run_environ
 from tests.tls_proxy import Certs, TlsBroker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,8 +36,8 @@ def own_kafka_env(broker: TlsBroker, certs: Certs, tmp: Path,
 
 
 def clean_environ() -> dict[str, str]:
-    """This process's environment without another broker's settings."""
-    return {k: v for k, v in os.environ.items()
+    """This process's environment for a run of its own, without another broker's settings."""
+    return {k: v for k, v in own_run_environ().items()
             if not k.startswith(SECURITY_PREFIX) and k not in ("ETJ_BOOTSTRAP", "ETJ_BROKER_URL")}
 
 

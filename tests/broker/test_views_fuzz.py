@@ -86,7 +86,9 @@ SEGMENTS = st.one_of(
     st.lists(st.sampled_from(PIECES), max_size=12).map(b"".join),
     st.binary(max_size=64).filter(lambda b: not set(b) & set(b" \r\n")))
 VIEWS = [b"/moods/%s/", b"/joins/%s/", b"/cars/%s/", b"/zones/%s/cars/", b"/zones/1/cars/?limit=%s",
-         b"/timeline/api/clock/%s/", b"/stats/?%s", b"/%s"]
+         b"/timeline/api/clock/%s/", b"/stats/?%s", b"/%s",
+         # every join by key (app.web.join_readers): an event-time, a foreign-key, any join
+         b"/joins/moods/%s/", b"/joins/cars/%s/", b"/joins/%s/x/", b"/timeline/api/joins/%s/keys/"]
 
 
 def worker_with_token(worker_factory, names) -> Worker:

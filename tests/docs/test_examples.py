@@ -26,11 +26,19 @@ RUN_BY = {
     ("docs/joins/declarative.md", "shaped-spec"): "test_examples.py",
     ("docs/joins/declarative.md", "shaped-records"): "test_examples.py",
     ("docs/joins/declarative.md", "shaped-read"): "test_examples.py",
+    ("docs/joins/declarative.md", "rekey-spec"): "test_examples.py",
+    ("docs/joins/declarative.md", "rekey-records"): "test_examples.py",
+    ("docs/joins/declarative.md", "rekey-read"): "test_examples.py",
     ("docs/joins/car-zone.md", "zone-key"): "test_examples.py",
+    ("docs/joins/declarative.md", "fk-spec"): "test_examples.py",
+    ("docs/joins/car-zone.md", "car-spec"): "test_examples.py",
+    ("docs/joins/declarative.md", "fk-messages"): "test_examples.py",
     ("README.md", "minimal-spec"): "test_examples.py",
     ("docs/joins/declarative.md", "hold-spec"): "test_examples.py",
     ("docs/joins/declarative.md", "hold-scenario"): "test_examples.py",
     ("docs/concepts/event-time.md", "copartition-error"): "test_quoted_messages.py",
+    ("docs/operating/postgres-sink.md", "sink-tables"): "test_postgres_sink_page.py",
+    ("docs/operating/postgres-sink.md", "sink-upsert"): "test_postgres_sink_page.py",
     # on a Spark cluster of containers: the cluster is that module's
     ("docs/batch/cluster.md", "bootstrap-on-a-cluster"): "tests/spark/test_cluster.py",
 }
@@ -114,3 +122,66 @@ def test_the_hold_example_is_valid_and_its_scenario_is_what_the_engine_answers()
                         f"{'null' if r.answer is None else r.answer[0]} [{r.cause}]"
                         for r, _ in w.out[n:]) or "(held)"
         assert got == said, line
+
+
+def test_the_rekey_example_passes_records_on_as_the_page_says() -> None:
+    """declarative.md#any-record-key: each record, keyed by a session or not at all, through
+    the hop's rules (:mod:`app.joins.rekey`) is passed on keyed by its user id, or is the dead
+    letter listed."""
+    from app.inputs.records import InvalidRecord
+    from app.joins.rekey import rekeyer
+
+    spec = resolve_all([json.loads(block(DECLARATIVE, "rekey-spec"))])[0]
+    assert spec.inputs[0] == spec.events.repartition == "etj-clicks-events-repartition"
+    rekey = rekeyer(spec.events)
+    got = []
+    for line in block(DECLARATIVE, "rekey-records").strip().splitlines():
+        topic, _key, value = line.split(" ", 2)
+        assert topic == spec.events.topic
+        try:
+            key, _time = rekey(value.encode(), None)
+        except InvalidRecord as exc:
+            got.append(f"dead letter: {exc}")
+        else:
+            got.append(f"{spec.events.repartition} {key.decode()}")
+    assert got == block(DECLARATIVE, "rekey-read").strip().splitlines()
+
+
+def test_the_foreign_key_example_resolves_and_its_mistakes_say_what_the_page_says() -> None:
+    """declarative.md#foreign-key-joins: the spec resolves with the output fields the page
+    lists, and each mistake gives the message quoted there."""
+    from app.joins.fk_spec import resolve_fk
+    from app.joins.spec import SpecError
+
+    raw = json.loads(block(DECLARATIVE, "fk-spec"))
+    spec = resolve_fk(raw, 0)
+    assert spec.output_fields == ("order_id", "customer_id", "amount", "region", "order_time",
+                                  "region_time")
+    assert spec.describe()["kind"] == "foreign-key"
+    assert spec.describe()["left"]["foreign_key"] == "customer_id"
+
+    def broken(edit) -> str:
+        bad = json.loads(json.dumps(raw))
+        edit(bad)
+        try:
+            resolve_fk(bad, 0)
+        except SpecError as exc:
+            return f"app.joins.spec.SpecError: {exc}"
+        raise AssertionError("accepted")
+
+    def int_fk(s):
+        s["left"]["fields"]["customer.id"] = "int"
+
+    got = [broken(lambda s: s["left"].pop("foreign_key")),
+           broken(lambda s: s["left"].update(foreign_key="customer")),
+           broken(int_fk),
+           broken(lambda s: s["right"].pop("time_as")),
+           broken(lambda s: s.update(kind="fk"))]
+    assert got == block(DECLARATIVE, "fk-messages").strip().splitlines()
+
+
+def test_the_car_spec_on_the_page_is_the_built_in_one() -> None:
+    """car-zone.md: the car join is the foreign-key spec shown, with the default settings."""
+    from app.joins.catalog import car_spec
+
+    assert json.loads(block(DOCS / "joins" / "car-zone.md", "car-spec")) == car_spec(Settings())

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.apt import AptError, install
+
 #: Debian's packages: the engine and the base image's builder
 PACKAGES = {"dockerd": "docker.io", "debootstrap": "debootstrap"}
 PIDFILE = Path("/var/run/docker.pid")
@@ -45,15 +47,10 @@ def install_missing() -> list[str]:
     missing = [pkg for tool, pkg in PACKAGES.items() if _which(tool) is None]
     if not missing:
         return []
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = ["apt-get", "install", "-y", "-q", *missing]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:  # an old package list: update once, then try again
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, timeout=600)
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        raise EngineError(f"`{' '.join(cmd)}` failed ({done.returncode}):\n"
-                          f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    try:
+        install(missing)
+    except AptError as exc:
+        raise EngineError(str(exc)) from None
     return missing
 
 

@@ -7,6 +7,7 @@ view equals the stream's exact view and that the batch consumer rule picks the s
 
 from __future__ import annotations
 
+import json
 import random
 
 from hypothesis import HealthCheck, given, settings
@@ -102,3 +103,78 @@ def test_batch_view_and_consumer_rule_equal_the_stream(spark, cars, zones, seed)
                                  for i, o in enumerate(outputs)], OUT_DDL + ", _pos bigint")
     assertDataFrameEqual(latest_car_outputs(log).drop("outputs"),
                          spark.createDataFrame(rows, OUT_DDL))
+
+
+def _lines(path, records) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def _read(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def test_the_batch_twin_computes_reconciles_and_backfills_foreign_key_joins_by_name(
+        spark, tmp_path, capsys):
+    """``--join cars`` (the car join as a foreign-key spec) and a user's foreign-key spec of a
+    joins file: exact, reconcile, backfill by name (app/batch/fk_jobs.py)."""
+    from app.batch.cli import main
+
+    rnd = random.Random(5)
+    cars = [CarArrival(rnd.randrange(6), rnd.randrange(4), rnd.choice([0.2, 0.7]),
+                       rnd.randrange(20)) for _ in range(20)]
+    zones = [ZoneReading(rnd.randrange(4), rnd.choice([1.0, 2.5]), rnd.randrange(20))
+             for _ in range(12)]
+    io = ["--join", "cars", "--no-progress",
+          "--left", _lines(tmp_path / "cars.jsonl", [
+              {"car_id": a.car_id, "to_zone_id": a.to_zone_id, "fuel_level": a.fuel_level,
+               "event_time": a.event_time} for a in cars]),
+          "--right", _lines(tmp_path / "zones.jsonl", [
+              {"zone_id": z.zone_id, "pollution_level": z.pollution_level,
+               "event_time": z.event_time} for z in zones])]
+    expected = {c: o.to_wire() for c, o in exact_car_view(cars, zones).items()}
+    # 1. exact
+    assert main(["exact", *io, "--out", str(tmp_path / "view.jsonl")], spark=spark) == 0
+    assert {r["car_id"]: r for r in _read(tmp_path / "view.jsonl")} == expected
+    # 2. reconcile: the stream's outputs converge; without one car's last output they do not
+    outputs = [o.to_wire() for o in stream_outputs([*cars, *zones], seed=2).outputs]
+    assert main(["reconcile", *io, "--revisions", _lines(tmp_path / "good.jsonl", outputs)],
+                spark=spark) == 0
+    car = outputs[-1]["car_id"]
+    dropped = [o for o in outputs if o["car_id"] != car]
+    bad = _lines(tmp_path / "bad.jsonl", dropped)
+    assert main(["reconcile", *io, "--revisions", bad], spark=spark) == 1
+    assert f"missing car_id {car}:" in capsys.readouterr().out
+    # 3. backfill: the exact row of that car, and nothing more; with it, the log converges
+    fixes = tmp_path / "fixes.jsonl"
+    assert main(["backfill", *io, "--revisions", bad, "--dry-run", "--out", str(fixes)],
+                spark=spark) == 0
+    assert _read(fixes) == [expected[car]]
+    assert main(["reconcile", *io, "--revisions", bad, str(fixes)], spark=spark) == 0
+
+    # 4. a user's spec by name (string keys; its archives are flat, as `archive` writes them)
+    spec = {"kind": "foreign-key", "name": "orders",
+            "left": {"topic": "o", "key": "order_id", "foreign_key": "customer.id",
+                     "time": "at", "fields": {"order_id": "str", "customer.id": "str",
+                                              "amount": "float", "at": "time"},
+                     "copy": ["amount"], "time_as": "order_time"},
+            "right": {"topic": "c", "key": "customer_id", "time": "at",
+                      "fields": {"customer_id": "str", "region": "str", "at": "time"},
+                      "copy": ["region"], "time_as": "region_time"},
+            "output": "out", "moves": "moves", "ticks": "ticks"}
+    joins = tmp_path / "joins.json"
+    joins.write_text(json.dumps([spec]))
+    assert main(["exact", "--join", "orders", "--joins-file", str(joins), "--no-progress",
+                 "--left", _lines(tmp_path / "o.jsonl", [
+                     {"order_id": "o1", "customer_id": "c1", "amount": 1.0, "at": 10},
+                     {"order_id": "o1", "customer_id": "c2", "amount": 1.0, "at": 20},
+                     {"order_id": "o2", "customer_id": "c3", "amount": 2.0, "at": 5}]),
+                 "--right", _lines(tmp_path / "c.jsonl", [
+                     {"customer_id": "c2", "region": "eu", "at": 1},
+                     {"customer_id": "c2", "region": "us", "at": 3}]),
+                 "--out", str(tmp_path / "orders.jsonl")], spark=spark) == 0
+    assert sorted(_read(tmp_path / "orders.jsonl"), key=lambda r: r["order_id"]) == [
+        {"order_id": "o1", "customer_id": "c2", "amount": 1.0, "region": "us",
+         "order_time": 20, "region_time": 3},
+        {"order_id": "o2", "customer_id": "c3", "amount": 2.0, "region": None,
+         "order_time": 5, "region_time": None}]

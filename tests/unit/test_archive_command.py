@@ -94,3 +94,25 @@ def test_a_range_keeps_what_the_joins_of_its_events_need(monkeypatch, tmp_path):
         A._archive_one(sink, 0, t, model, b"u", value.encode(), stats, None, r, views)
     sink.close()
     assert (stats.written, stats.out_of_range) == (1, 1)
+
+
+def test_a_foreign_key_spec_s_inputs_are_archived_flat_as_the_worker_reads_them(
+        monkeypatch, tmp_path):
+    """A foreign-key spec's nested, ISO-timed left side is archived as the worker reads it
+    (flat, epoch ms), so ``python -m app.batch ... --join NAME --left`` reads it as any spec's;
+    its output gets typed Parquet columns."""
+    from tests.unit.test_fk_spec import orders
+
+    path = tmp_path / "joins.json"
+    path.write_text(json.dumps([orders()]))
+    monkeypatch.setattr(A, "settings", Settings(joins_file=path))
+    left = A.input_models()["o"]
+    value = b'{"order_id": "o1", "customer": {"id": "c1"}, "amount": 2.5, ' \
+            b'"at": "2026-01-01T00:00:01Z"}'
+    assert A.archive_value(left, b"o1", value) == {
+        "order_id": "o1", "customer_id": "c1", "amount": 2.5, "at": 1_767_225_601_000}
+    assert A.archive_value(left, b"o1", b'{"order_id": "o1", "amount": 2.5, '
+                                        b'"at": "2026-01-01T00:00:01Z"}') is None
+    assert A.parquet_columns("out") == [
+        ("order_id", "string"), ("customer_id", "string"), ("amount", "double"),
+        ("region", "string"), ("order_time", "int64"), ("region_time", "int64")]

@@ -9,6 +9,12 @@
 //   /stats/                         -> this worker's counters
 //   /timeline/api/zones/            -> {zones: [{zone_id, pollution_level, event_time, cars}]}
 //   /zones/{z}/cars/                -> the cars of zone z
+// Any other event-time join (/timeline/?join=<name>), the same drawing from:
+//   /joins/                         -> the joins this worker runs (the join picker)
+//   /joins/{join}/                  -> its description, with `timeline`: which output fields
+//                                      are a dot's time, its answer, what it was, its label
+//   /timeline/api/joins/{join}/keys/ -> {keys: [key]}
+//   /joins/{join}/{key}/            -> {versions, joins, stream_time, retention_horizon, ...}
 "use strict";
 
 const POLL_MS = 1000;
@@ -20,6 +26,10 @@ const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
 const NO_MOOD = "#c8ccd2";
 
 const state = {
+  // the join drawn: "moods" keeps the mood join's own views; another event-time join is read
+  // through the views every join has (?join=<name>)
+  join: new URLSearchParams(location.search).get("join"),
+  fields: null,           // that join's `timeline` fields (/joins/{join}/)
   consultant: null,
   windowMs: 300000,
   moods: [], joins: [], clock: null, owner: null,
@@ -107,16 +117,39 @@ async function refreshStats() {
 
 // ---- consultant picker ----------------------------------------------------------------------
 
+function generic() {
+  return state.join !== null && state.join !== "moods";
+}
+
+// the join picker: every event-time join this worker runs; the default is the mood join when it
+// runs, else the first one
+async function refreshJoins() {
+  const {status, body} = await getJSON("/joins/");
+  if (status !== 200 || !body) return;
+  const names = body.joins.filter((j) => j.kind === "event-time").map((j) => j.name);
+  if (state.join === null) state.join = names.includes("moods") ? "moods" : (names[0] || "moods");
+  const sel = $("join");
+  sel.innerHTML = names.map((n) => `<option value="${esc(n)}">${esc(n)}</option>`).join("");
+  sel.value = state.join;
+  $("key-label").firstChild.textContent = generic() ? "Key " : "Consultant ";
+  if (generic()) {
+    const d = await getJSON(`/joins/${encodeURIComponent(state.join)}/`);
+    if (d.status === 200 && d.body) state.fields = d.body.timeline;
+  }
+}
+
 async function refreshConsultants() {
-  const {status, body} = await getJSON("/timeline/api/consultants/");
+  const path = generic() ? `/timeline/api/joins/${encodeURIComponent(state.join)}/keys/`
+                         : "/timeline/api/consultants/";
+  const {status, body} = await getJSON(path);
   if (status !== 200 || !body) return;
   const sel = $("consultant");
-  const names = body.consultants;
+  const names = generic() ? body.keys : body.consultants;
   const current = Array.from(sel.options).map((o) => o.value).filter((v) => v);
   if (names.join("\n") !== current.join("\n")) {
     const keep = state.consultant;
     sel.innerHTML = names.length ? names.map((n) => `<option value="${esc(n)}">${esc(n)}</option>`)
-      .join("") : `<option value="">no consultants yet</option>`;
+      .join("") : `<option value="">${generic() ? "no keys yet" : "no consultants yet"}</option>`;
     if (keep && !names.includes(keep)) {
       sel.insertAdjacentHTML("afterbegin", `<option value="${esc(keep)}">${esc(keep)}</option>`);
     }
@@ -139,7 +172,40 @@ function choose(name) {
 
 // ---- one consultant's state -----------------------------------------------------------------
 
+// one key of any event-time join, as the mood join's drawing wants it: versions as bands (named
+// by the first copied dimension field), joins as dots (their event time, answer and label)
+async function refreshKey() {
+  const who = state.consultant;
+  const f = state.fields;
+  if (!who || !f) return;
+  const r = await getJSON(`/joins/${encodeURIComponent(state.join)}/${encodeURIComponent(who)}/`);
+  if (who !== state.consultant) return;
+  const st = $("status");
+  if (r.status !== 200 || !r.body) {
+    st.textContent = `HTTP ${r.status}: ${(r.body && r.body.error) || "no answer"} (retrying)`;
+    st.className = "status error";
+    return;
+  }
+  const b = r.body;
+  const text = (v) => (v === null || v === undefined ? null : String(v));
+  state.moods = b.versions.map((v) => ({event_time: v.event_time, mood: text(v[f.answer])}));
+  state.joins = f.time === null ? [] : b.joins.map((j) => ({
+    id: j.id, event_time: j[f.time], recommendation: j[f.label], mood: text(j[f.answer]),
+    previous_mood: text(j[f.previous]), revision: j.revision, cause: j.cause}));
+  const now = Date.now();
+  for (const j of state.joins) {
+    const prev = state.seen.get(j.id);
+    if (!prev || prev.revision !== j.revision) state.seen.set(j.id, {revision: j.revision, at: now});
+  }
+  state.clock = {stream_time: b.stream_time, retention_horizon: b.retention_horizon,
+                 partition: b.partition, served_by: b.served_by};
+  st.className = "status";
+  st.textContent = `${state.join} · partition ${b.partition} · owner ${b.served_by} · ` +
+    `updated ${new Date().toLocaleTimeString()}`;
+}
+
 async function refreshTimeline() {
+  if (generic()) return refreshKey();
   const who = state.consultant;
   if (!who) return;
   const q = encodeURIComponent(who);
@@ -373,6 +439,7 @@ async function refreshZoneCars() {
 
 async function poll() {
   try {
+    if (state.tick === 0) await refreshJoins();
     const work = [refreshStats(), refreshTimeline()];
     if (state.tick % LIST_EVERY === 0) work.push(refreshConsultants());
     if (state.tick % 2 === 0) work.push(refreshZones());
@@ -388,6 +455,9 @@ async function poll() {
 }
 
 $("consultant").addEventListener("change", (e) => choose(e.target.value));
+$("join").addEventListener("change", (e) => {
+  location.href = "/timeline/?join=" + encodeURIComponent(e.target.value);
+});
 $("window").addEventListener("change", (e) => {
   state.windowMs = e.target.value === "all" ? null : Number(e.target.value);
   draw();
