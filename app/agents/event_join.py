@@ -167,9 +167,7 @@ class JoinEngine:
         if self._final_topic is None:
             return [self._revision_out(r) for r in revisions]
         if self._emit_final:
-            for r in revisions:
-                self._revision_out(r)  # counted as made
-            return []
+            return []  # counted when a promise sends them (_promise)
         before = self.state.promise(partition).final_before
         return [self._revision_out(r) for r in revisions
                 if before is None or r.event_time >= before]
@@ -197,8 +195,8 @@ class JoinEngine:
         promise.source = src
         state.save_promise(partition, promise)
         again = step == "again"
-        outs = ([self._out(r, again) for r in state.final_revisions(partition, lo, hi)]
-                if self._emit_final else [])
+        outs = ([self._out(r, True) if again else self._revision_out(r)
+                 for r in state.final_revisions(partition, lo, hi)] if self._emit_final else [])
         value = {"join": self.join, "partition": partition, "final_before": hi}
         outs.append(Out(self._final_topic, str(partition).encode(), orjson.dumps(value), True))
         return outs
