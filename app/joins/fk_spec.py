@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.inputs.records import KAFKA_TIMESTAMP, InvalidRecord
 from app.joins.spec import (JoinSpec, Side, SideConfig, SpecError, parse_start,
-                            refuse_different_starts, resolve_side,
+                            refuse_shared_inputs, resolve_side,
                             spec_where, validation_message)
 from app.logic.fk_join import Joined, Left, Move, Right
 
@@ -318,9 +318,11 @@ def check_together(event_specs: Sequence[JoinSpec], fk_specs: Sequence[FkJoinSpe
             claim("topic", t, f.name)
         for n in f.tables.model_dump().values():
             claim("table name", n, f.name)
-    reads = refuse_different_starts(
-        [*((s.name, side) for s in event_specs for side in (s.events, s.dimension)),
-         *((f.name, side) for f in fk_specs for side in (f.left, f.right))])
+    reads = refuse_shared_inputs(
+        [*((s.name, n, side) for s in event_specs
+           for n, side in (("events", s.events), ("dimension", s.dimension))),
+         *((f.name, n, side) for f in fk_specs for n, side in (("left", f.left),
+                                                                ("right", f.right)))])
     for name, written in [*((s.name, (s.output, s.ticks)) for s in event_specs),
                           *((f.name, (f.output, f.moves, f.ticks)) for f in fk_specs)]:
         for t in written:

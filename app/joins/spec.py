@@ -31,7 +31,7 @@ from app.inputs.records import (KAFKA_TIMESTAMP, MAX_EVENT_TIME, TIME_FORMATS, I
                                 WireModel, iso_to_ms)
 
 __all__ = ["FIELD_TYPES", "JoinSpec", "Side", "SpecError", "TableNames", "copartition_groups",
-           "refuse_different_starts", "repartition_topic", "resolve", "resolve_all"]
+           "refuse_shared_inputs", "repartition_topic", "resolve", "resolve_all"]
 
 
 class SpecError(ValueError):
@@ -588,17 +588,21 @@ def _check_hold(where: str, cfg: JoinConfig) -> None:
                         "event must be answered while it is in the emit window")
 
 
-def refuse_different_starts(sides: Iterable[tuple[str, Side]]) -> dict[str, tuple[str, Any]]:
-    """Refuse two joins reading one topic from different starts (a worker reads a topic once,
-    from one position); ``sides``: (join name, side). Topic -> (the first join, its start)."""
-    starts: dict[str, tuple[str, Any]] = {}
-    for name, side in sides:
-        other = starts.setdefault(side.topic, (name, side.start))
-        if other[1] != side.start:
-            raise SpecError(f"join specs {other[0]!r} and {name!r} read {side.topic} "
-                            f"from different starts ({other[1]!r}, {side.start!r}): a "
-                            "worker reads a topic once")
-    return starts
+def refuse_shared_inputs(sides: Iterable[tuple[str, str, Side]]) -> dict[str, tuple[str, Any]]:
+    """Refuse a topic read by two sides, of one join or two; ``sides``: (join name, side name,
+    side). Topic -> (its join, its start).
+
+    Why: a worker's consumer hands each topic's records to the one agent that reads it
+    (:mod:`app.compat.consumer`: an inbox per topic); a second reader would get nothing, with
+    no error (two helpers found it, 2026-11-28). Give each join a topic of its own."""
+    seen: dict[str, tuple[str, str, Any]] = {}
+    for name, side_name, side in sides:
+        other = seen.setdefault(side.topic, (name, side_name, side.start))
+        if other[:2] != (name, side_name):
+            raise SpecError(f"join specs {other[0]!r} ({other[1]}) and {name!r} ({side_name}) "
+                            f"both read {side.topic}: a worker hands a topic's records to one "
+                            "agent; give each join a topic of its own")
+    return {t: (n, start) for t, (n, _, start) in seen.items()}
 
 
 def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig],
@@ -617,19 +621,8 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig],
                                     f"{what} {value!r}")
                 seen[value] = s.name
     inputs = {t: s.name for s in specs for t in (s.events.topic, s.dimension.topic)}
-    refuse_different_starts((s.name, side) for s in specs for side in (s.events, s.dimension))
-    readers: dict[str, list[str]] = {}
-    for s in specs:
-        for name, side in (("events", s.events), ("dimension", s.dimension)):
-            readers.setdefault(side.topic, []).append(f"{s.name!r} {name}")
-    for s in specs:
-        for name, side in (("events", s.events), ("dimension", s.dimension)):
-            others = [r for r in readers[side.topic] if r != f"{s.name!r} {name}"]
-            if side.repartition and others:
-                raise SpecError(f"join spec {s.name!r}: {name}.repartition: {side.topic} is "
-                                f"also read by {', '.join(others)}; a worker hands a topic's "
-                                "records to one agent, and a repartitioned topic's go to its "
-                                "repartition hop")
+    refuse_shared_inputs((s.name, n, side) for s in specs
+                         for n, side in (("events", s.events), ("dimension", s.dimension)))
     for s in specs:
         if s.final_topic in inputs:
             raise SpecError(f"join spec {s.name!r} writes its promises to {s.final_topic}, "

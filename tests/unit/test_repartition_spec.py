@@ -72,9 +72,8 @@ def test_a_repartitioned_topic_read_by_another_join_is_refused():
     with pytest.raises(Exception) as exc:
         resolve_all([repartitioned(), other])
     assert str(exc.value) == (
-        "join spec 'views': events.repartition: views is also read by 'other' events; a "
-        "worker hands a topic's records to one agent, and a repartitioned topic's go to its "
-        "repartition hop")
+        "join specs 'views' (events) and 'other' (events) both read views: a worker hands a "
+        "topic's records to one agent; give each join a topic of its own")
 
 
 def test_a_repartition_topic_that_is_one_of_the_spec_own_topics_is_refused():

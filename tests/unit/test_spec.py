@@ -124,8 +124,12 @@ def test_conflicts_between_specs_are_refused():
     other = movies(name="films", ticks="etj-film-ticks")
     assert "share the output topic 'etj-rated-movies'" in refused([movies(), other])
     loop = movies(name="films", ticks="etj-film-ticks", output="etj-films",
-                  events__topic="etj-rated-movies")
+                  events__topic="etj-rated-movies", dimension__topic="etj-films-dimension")
     assert "writes etj-rated-movies, which join 'films' reads" in refused([movies(), loop])
+    shared = movies(name="films", ticks="etj-film-ticks", output="etj-films",
+                    events__topic="etj-film-ratings")  # the same dimension topic as movies
+    assert ("join specs 'movies' (dimension) and 'films' (dimension) both read etj-movies"
+            in refused([movies(), shared]))
 
 
 def test_joins_file_errors_name_the_file(tmp_path):
