@@ -280,7 +280,12 @@ def _struct_for(model: type[WireModel]) -> tuple[type[msgspec.Struct], tuple[str
         if nz:
             negzero.append(name)
         fields.append((name, typ) if info.is_required() else (name, typ, info.default))
-    struct = msgspec.defstruct(f"{model.__name__}Fast", fields, kw_only=True, frozen=True)
+    # gc=False: a record's fields are strings, numbers, booleans and None (``_field_type``
+    # refuses any other), which never make a cycle, so the collector need not track one
+    # object per record it parses (issue 47: ~30 tracked objects per record, ~4 µs of
+    # collections)
+    struct = msgspec.defstruct(f"{model.__name__}Fast", fields, kw_only=True, frozen=True,
+                               gc=False)
     return struct, tuple(finite), tuple(negzero)
 
 
