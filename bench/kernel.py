@@ -175,7 +175,10 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--profile", action="store_true", help="cProfile: the top functions")
     ap.add_argument("--shaped", action="store_true", help="a spec with shaped sides")
+    ap.add_argument("--sort", default="tottime", help="cProfile order: tottime, cumulative")
+    ap.add_argument("--top", type=int, default=35)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-freeze", action="store_true", help="no gc.freeze() before the run")
     args = ap.parse_args()
     os.environ.setdefault("ETJ_FLOW_CONTROL", "true")
     if args.shaped:
@@ -184,12 +187,18 @@ def main() -> None:
         os.environ["ETJ_JOINS_FILE"] = str(spec)
     from app.agents.event_join import engines
     from app.faust_app import app
+    from app import runtime
+    from app.runtime import use_gc_thresholds
+
+    use_gc_thresholds()  # the worker's (app.main)
 
     app.finalize()
     engine = engines["shaped" if args.shaped else "moods"]
     data = workload(args.records, args.consultants, seed=1)
     turns = batches(engine, shaped(data) if args.shaped else flat(data), args.partitions, args.fetch)
     gc.collect()
+    if not args.no_freeze and hasattr(runtime, "freeze_long_lived"):
+        runtime.freeze_long_lived()  # as the worker does once its tables are recovered
     prof = cProfile.Profile() if args.profile else None
     if prof is not None:
         prof.enable()
@@ -202,7 +211,7 @@ def main() -> None:
           f"{result['produced']} records produced; gc collections {result['gc_collections']}")
     if prof is not None:
         stats = pstats.Stats(prof)
-        stats.sort_stats("tottime").print_stats(35)
+        stats.sort_stats(args.sort).print_stats(args.top)
 
 
 if __name__ == "__main__":
