@@ -212,6 +212,20 @@ class SplitSortedDict(MutableMapping):
         return iter(inside)
 
 
+    def items_range(self, lo: bytes, hi: bytes | None) -> list[tuple[bytes, Any]]:
+        """(key, value) of ``lo <= key < hi``, in key order: :meth:`irange` with the values
+        read from the mapping the keys are in (a key's versions, read for every event, would
+        otherwise find their mapping once per row)."""
+        group = self._group(lo) if isinstance(lo, bytes) else None
+        if group is not None and lo.startswith(group) and hi is not None and (
+                hi.startswith(group) or hi == self._group_end(group)):
+            keys = self.groups.get(group)
+            if not keys:
+                return []
+            m = self.grouped
+            return [(k, m[k]) for k in keys[bisect_left(keys, lo):bisect_left(keys, hi)]]
+        return [(k, self[k]) for k in self.irange(lo, hi, inclusive=(True, False))]
+
     def edge(self, lo: bytes, hi: bytes | None, last: bool) -> Any:
         """The first (``last``: the last) key ``lo <= key < hi``, or None: a bounded read of
         one row, whatever the size of its group (a hot key's 100,000 versions)."""
@@ -300,6 +314,9 @@ def iter_range(table: faust.Table, lo: bytes, hi: bytes | None,
     store = table.data
     if isinstance(store, SortedMemoryStore):
         data = store.data
+        if isinstance(data, SplitSortedDict):
+            yield from data.items_range(lo, hi)
+            return
         for key in list(data.irange(lo, hi, inclusive=(True, False))):
             yield key, data[key]
     elif isinstance(store, RocksDBStore):
@@ -436,6 +453,8 @@ class StoreIO:
         store = self.table.data
         if isinstance(store, RocksDBStore):
             return _scan_rocksdb(store, lo, hi, partition, orjson.loads)
+        if isinstance(store, SortedMemoryStore) and isinstance(store.data, SplitSortedDict):
+            return iter(store.data.items_range(lo, hi))  # no generator frame per scan
         return iter_range(self.table, lo, hi, partition)
 
     def edge(self, partition: int, lo: bytes, hi: bytes | None,
