@@ -493,9 +493,10 @@ class StoreIO:
                 data[key] = value
                 where[key] = partition
 
-    def write_one(self, partition: int, key: Any, value: Any) -> None:
+    def write_one(self, partition: int, key: Any, value: Any, raw: bytes | None = None) -> None:
         """Write one row at once (``value`` None: delete it): an ordered table's rows are
-        written through, so that range scans read the store alone (:mod:`app.state.overlay`)."""
+        written through, so that range scans read the store alone (:mod:`app.state.overlay`).
+        ``raw``: ``value`` encoded already (RocksDB stores it as it is)."""
         data = self._memory()
         if data is not None:
             where = self._store._key_partition
@@ -510,7 +511,7 @@ class StoreIO:
         if value is None:
             db.delete(self.key_bytes(key))
         else:
-            db.put(self.key_bytes(key), orjson.dumps(value))
+            db.put(self.key_bytes(key), orjson.dumps(value) if raw is None else raw)
 
     def persist_offset(self, partition: int, offset: int) -> None:
         """The changelog offset a RocksDB partition's store holds (Faust's

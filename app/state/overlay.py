@@ -108,7 +108,15 @@ class Overlay:
                 return
             if self._direct is None:
                 self._rows[(partition, key)] = value
-            self.io.write_one(partition, key, None if value is _DELETED else value)
+            if value is _DELETED:
+                self.io.write_one(partition, key, None)
+                return
+            # RocksDB: encoded once, for the store and the changelog row alike (a JSON value
+            # is never bytes, so the dirty row's bytes say it is encoded: flush)
+            raw = orjson.dumps(value)
+            if not local:
+                self._dirty[(partition, key)] = raw
+            self.io.write_one(partition, key, value, raw)
             return
         k = (partition, key)
         self._rows[k] = value
@@ -140,7 +148,8 @@ class Overlay:
         dumps, key_bytes = orjson.dumps, io.key_bytes
         if self.through:
             for (partition, key), value in self._dirty.items():
-                out.append((topic, partition, key, None if value is _DELETED else dumps(value)))
+                out.append((topic, partition, key, None if value is _DELETED else
+                            value if type(value) is bytes else dumps(value)))
             self.clear()
             return out
         rows = self._rows
@@ -204,7 +213,7 @@ class MemoryIO:
         key = next(iter(keys.irange(lo, hi, inclusive=(True, False), reverse=last)), None)
         return None if key is None else (key, self.data[(partition, key)])
 
-    def write_one(self, partition: int, key: Any, value: Any) -> None:
+    def write_one(self, partition: int, key: Any, value: Any, raw: bytes | None = None) -> None:
         self.write(partition, [(key, None if value is None else b"", value)])
 
     def write(self, partition: int, rows: list[tuple[Any, bytes | None, Any]]) -> None:
