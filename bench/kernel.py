@@ -145,7 +145,7 @@ async def drive(engine: Any, turns: list[list[Any]]) -> dict[str, Any]:
             mock.patch.object(producer_batches, "_partitions", partitions):
         loop.pipeline.start()
         n = 0
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         for turn in turns:
             unit = loop.handle(turn)
             if unit is not None:
@@ -161,10 +161,24 @@ async def drive(engine: Any, turns: list[list[Any]]) -> dict[str, Any]:
             await loop.pipeline.hand_over(unit)
             while loop.in_flight:
                 await asyncio.sleep(0)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         loop.pipeline.stop()
     return {"handled": n, "seconds": seconds, "us_per_record": seconds / max(n, 1) * 1e6,
-            "produced": producer.records}
+            "cpu_us_per_record": cpu / max(n, 1) * 1e6, "produced": producer.records}
+
+
+class CollectorClock:
+    """The time the cyclic garbage collector takes (``gc.callbacks``), per generation."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds[info["generation"]] += time.perf_counter() - self._start
 
 
 def main() -> None:
@@ -202,13 +216,21 @@ def main() -> None:
     prof = cProfile.Profile() if args.profile else None
     if prof is not None:
         prof.enable()
+    clock = CollectorClock()
+    before = [s["collections"] for s in gc.get_stats()]
+    gc.callbacks.append(clock)
     result = asyncio.run(drive(engine, turns))
+    gc.callbacks.remove(clock)
     if prof is not None:
         prof.disable()
-    result["gc_collections"] = [s["collections"] for s in gc.get_stats()]
+    result["gc_collections"] = [s["collections"] - b for s, b in zip(gc.get_stats(), before)]
+    result["gc_us_per_record"] = sum(clock.seconds) / max(result["handled"], 1) * 1e6
+    result["tracked_objects"] = len(gc.get_objects())
     print(json.dumps(result) if args.json else
-          f"{result['handled']} records, {result['us_per_record']:.2f} µs/record, "
-          f"{result['produced']} records produced; gc collections {result['gc_collections']}")
+          f"{result['handled']} records, {result['us_per_record']:.2f} µs/record "
+          f"({result['cpu_us_per_record']:.2f} CPU), of which collector "
+          f"{result['gc_us_per_record']:.2f}; {result['produced']} records produced; gc "
+          f"collections {result['gc_collections']}, {result['tracked_objects']} tracked after")
     if prof is not None:
         stats = pstats.Stats(prof)
         stats.sort_stats(args.sort).print_stats(args.top)
