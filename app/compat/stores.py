@@ -226,6 +226,11 @@ class SplitSortedDict(MutableMapping):
             return [(k, m[k]) for k in keys[bisect_left(keys, lo):bisect_left(keys, hi)]]
         return [(k, self[k]) for k in self.irange(lo, hi, inclusive=(True, False))]
 
+    def edge_item(self, lo: bytes, hi: bytes | None, last: bool) -> tuple[bytes, Any] | None:
+        """(key, value) of :meth:`edge`'s key, or None."""
+        key = self.edge(lo, hi, last)
+        return None if key is None else (key, self[key])
+
     def edge(self, lo: bytes, hi: bytes | None, last: bool) -> Any:
         """The first (``last``: the last) key ``lo <= key < hi``, or None: a bounded read of
         one row, whatever the size of its group (a hot key's 100,000 versions)."""
@@ -466,9 +471,8 @@ class StoreIO:
             return _edge_rocksdb(store, lo, hi, partition, last)
         data = store.data
         if isinstance(data, SplitSortedDict):
-            key = data.edge(lo, hi, last)
-        else:
-            key = next(iter(data.irange(lo, hi, inclusive=(True, False), reverse=last)), None)
+            return data.edge_item(lo, hi, last)
+        key = next(iter(data.irange(lo, hi, inclusive=(True, False), reverse=last)), None)
         return None if key is None else (key, data[key])
 
     def write(self, partition: int, rows: list[tuple[Any, bytes | None, Any]]) -> None:

@@ -32,7 +32,7 @@ import orjson
 from faust.stores.rocksdb import Store as RocksDBStore
 from sortedcontainers import SortedList
 
-from app.compat.stores import StoreIO
+from app.compat.stores import SplitSortedDict, StoreIO
 
 __all__ = ["MemoryIO", "Overlay", "Row"]
 
@@ -59,6 +59,11 @@ class Overlay:
         self._direct: Any = None
         #: with it, (the memory store's mapping, its key -> partition map) to write to
         self._direct_write: Any = None
+        #: with it, when the mapping is split (app.compat.stores.SplitSortedDict, a join's
+        #: rows): its own range scan and edge read, without StoreIO's checks of the store's
+        #: kind on every call (a key's versions are read two or three times per record)
+        self._direct_scan: Any = None
+        self._direct_edge: Any = None
 
     def _resolve(self) -> None:
         """An ordered table in the memory store: read and write its mapping directly."""
@@ -67,6 +72,9 @@ class Overlay:
             if data is not None:
                 self._direct = data.get
                 self._direct_write = (data, self.io.key_partitions())
+                if isinstance(data, SplitSortedDict):
+                    self._direct_scan = data.items_range
+                    self._direct_edge = data.edge_item
 
     def get(self, partition: int, key: Any) -> Any:
         """The row's value (None: absent)."""
@@ -126,12 +134,18 @@ class Overlay:
     def scan(self, partition: int, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
         """(key, value) of ``lo <= key < hi``, in key order (an ordered table: the store has
         every write of the batch)."""
+        scan = self._direct_scan
+        if scan is not None:
+            return iter(scan(lo, hi))
         return self.io.scan(partition, lo, hi)
 
     def edge(self, partition: int, lo: bytes, hi: bytes | None,
              last: bool = False) -> tuple[bytes, Any] | None:
         """(key, value) of the first (``last``: the last) row ``lo <= key < hi`` of an ordered
         table, or None (the store has every write of the batch)."""
+        edge = self._direct_edge
+        if edge is not None:
+            return edge(lo, hi, last)  # type: ignore[no-any-return]
         return self.io.edge(partition, lo, hi, last)
 
     @property

@@ -44,7 +44,9 @@ def test_it_answers_as_one_sorted_mapping(seed, by_first_byte, group_end):
             assert list(d.irange(lo, hi, inclusive=(True, False))) == sorted(
                 x for x in ref if lo <= x < hi)
             # the scan's (key, value) pairs, values read from the key's own mapping
-            assert d.items_range(lo, hi) == [(x, ref[x]) for x in sorted(ref)
-                                             if lo <= x < hi]
+            inside = [(x, ref[x]) for x in sorted(ref) if lo <= x < hi]
+            assert d.items_range(lo, hi) == inside
+            assert d.edge_item(lo, hi, False) == (inside[0] if inside else None)
+            assert d.edge_item(lo, hi, True) == (inside[-1] if inside else None)
     scanned = [x for x in sorted(ref) if x[:1] != b"I"]
     assert list(d.irange(b"A", b"Z", inclusive=(True, False))) == scanned
