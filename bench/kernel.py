@@ -12,7 +12,8 @@ It counts work, so it compares two versions of the code on a noisy shared machin
 worker's rate does: run both, quote the ratio (and ``--profile`` for cProfile's call counts and
 where the time goes).
 
-``python -m bench.kernel [--records N] [--fetch N] [--profile] [--shaped]``; ``--shaped``
+``python -m bench.kernel [--records N] [--fetch N] [--profile] [--shaped] [--hot-key]``;
+``--hot-key``: bench.hot_key's workload (one key); ``--shaped``
 runs a ``ETJ_JOINS_FILE`` spec whose sides use dotted paths, an ISO-8601 time and a
 ``$timestamp`` side (the spec features the fast path must keep).
 """
@@ -189,6 +190,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--profile", action="store_true", help="cProfile: the top functions")
     ap.add_argument("--shaped", action="store_true", help="a spec with shaped sides")
+    ap.add_argument("--hot-key", action="store_true",
+                    help="bench.hot_key's workload: one consultant with every recommendation")
     ap.add_argument("--sort", default="tottime", help="cProfile order: tottime, cumulative")
     ap.add_argument("--top", type=int, default=35)
     ap.add_argument("--json", action="store_true")
@@ -208,7 +211,12 @@ def main() -> None:
 
     app.finalize()
     engine = engines["shaped" if args.shaped else "moods"]
-    data = workload(args.records, args.consultants, seed=1)
+    if args.hot_key:
+        from bench.hot_key import workload as hot_workload
+
+        data = hot_workload(int(args.records * 0.7), 1)
+    else:
+        data = workload(args.records, args.consultants, seed=1)
     turns = batches(engine, shaped(data) if args.shaped else flat(data), args.partitions, args.fetch)
     gc.collect()
     if not args.no_freeze and hasattr(runtime, "freeze_long_lived"):
