@@ -27,6 +27,11 @@ replaced or deleted, whatever the thresholds; only cyclic garbage (asyncio's fut
 exceptions, mostly) waits longer for a collection, in a generation 0 of at most
 :data:`GC_THRESHOLDS`'s first figure.
 
+Measured (2 cores, ``bench.recovery``'s 1M-key changelog, process start to ready): 26.6 s with
+the default thresholds, 23.5 s with these, 22.4 s with the collector off; ``bench.throughput``
+1-5 % more records/s (two runs each, interleaved). The collector stays on: a worker runs for
+weeks.
+
 After each recovery (:func:`freeze_long_lived`, called by
 :meth:`app.compat.recovery.EtjRecovery.on_recovery_completed`) the young generations are
 collected and every object alive is moved to the collector's permanent generation
@@ -35,11 +40,6 @@ worker's life, so a full collection that traversed them each time found nothing;
 collection traverses only what was made since. Rows replaced or deleted later are still freed
 by reference counting (rows form no cycles); only a cycle made of objects frozen at that
 moment would never be collected (a bounded leak per recovery).
-
-Measured (2 cores, ``bench.recovery``'s 1M-key changelog, process start to ready): 26.6 s with
-the default thresholds, 23.5 s with these, 22.4 s with the collector off; ``bench.throughput``
-1-5 % more records/s (two runs each, interleaved). The collector stays on: a worker runs for
-weeks.
 
 **Fail-stop** (:func:`fail_stop`): a record the worker produced and the broker did not take ends
 the process at once with :data:`EXIT_CODE`, committing nothing more; the supervisor starts it
