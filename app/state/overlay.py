@@ -37,6 +37,7 @@ from app.compat.stores import SplitSortedDict, StoreIO
 __all__ = ["MemoryIO", "Overlay", "Row"]
 
 _DELETED = object()
+_UNREAD = object()
 
 #: one changelog row: (topic, partition, key bytes, value bytes or None for a tombstone)
 Row = tuple[str, int, bytes, "bytes | None"]
@@ -85,9 +86,8 @@ class Overlay:
         if self._direct is not None:
             return self._direct(key)
         k = (partition, key)
-        try:
-            value = self._rows[k]
-        except KeyError:
+        value = self._rows.get(k, _UNREAD)  # a miss is the usual case (a key's first read in
+        if value is _UNREAD:                # the batch): no KeyError raised and caught
             value = self._rows[k] = self.io.get(partition, key)
         return None if value is _DELETED else value
 
