@@ -17,6 +17,7 @@ from faust.tables.recovery import Recovery
 from faust.utils.tracing import finish_span
 from mode.services import ServiceTask
 
+from app import runtime
 from app.compat.changelog_holes import Holes
 
 from app.compat.upstream import replaces
@@ -240,6 +241,9 @@ class EtjRecovery(Recovery):
             await Recovery.on_recovery_completed(self, generation_id)
         finally:
             consumer.__dict__.pop("perform_seek", None)
+        # not part of the patch: the recovered tables are long-lived, the collector need not
+        # traverse them again (app.runtime.freeze_long_lived)
+        runtime.freeze_long_lived()
 
     @replaces("faust.tables.recovery:Recovery._seek_offsets", "d76d5a8f46fa")
     async def _seek_offsets(self, consumer: Any, tps: Any, offsets: Any, title: str) -> None:

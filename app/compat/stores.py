@@ -212,6 +212,25 @@ class SplitSortedDict(MutableMapping):
         return iter(inside)
 
 
+    def items_range(self, lo: bytes, hi: bytes | None) -> list[tuple[bytes, Any]]:
+        """(key, value) of ``lo <= key < hi``, in key order: :meth:`irange` with the values
+        read from the mapping the keys are in (a key's versions, read for every event, would
+        otherwise find their mapping once per row)."""
+        group = self._group(lo) if isinstance(lo, bytes) else None
+        if group is not None and lo.startswith(group) and hi is not None and (
+                hi.startswith(group) or hi == self._group_end(group)):
+            keys = self.groups.get(group)
+            if not keys:
+                return []
+            m = self.grouped
+            return [(k, m[k]) for k in keys[bisect_left(keys, lo):bisect_left(keys, hi)]]
+        return [(k, self[k]) for k in self.irange(lo, hi, inclusive=(True, False))]
+
+    def edge_item(self, lo: bytes, hi: bytes | None, last: bool) -> tuple[bytes, Any] | None:
+        """(key, value) of :meth:`edge`'s key, or None."""
+        key = self.edge(lo, hi, last)
+        return None if key is None else (key, self[key])
+
     def edge(self, lo: bytes, hi: bytes | None, last: bool) -> Any:
         """The first (``last``: the last) key ``lo <= key < hi``, or None: a bounded read of
         one row, whatever the size of its group (a hot key's 100,000 versions)."""
@@ -300,6 +319,9 @@ def iter_range(table: faust.Table, lo: bytes, hi: bytes | None,
     store = table.data
     if isinstance(store, SortedMemoryStore):
         data = store.data
+        if isinstance(data, SplitSortedDict):
+            yield from data.items_range(lo, hi)
+            return
         for key in list(data.irange(lo, hi, inclusive=(True, False))):
             yield key, data[key]
     elif isinstance(store, RocksDBStore):
@@ -436,6 +458,8 @@ class StoreIO:
         store = self.table.data
         if isinstance(store, RocksDBStore):
             return _scan_rocksdb(store, lo, hi, partition, orjson.loads)
+        if isinstance(store, SortedMemoryStore) and isinstance(store.data, SplitSortedDict):
+            return iter(store.data.items_range(lo, hi))  # no generator frame per scan
         return iter_range(self.table, lo, hi, partition)
 
     def edge(self, partition: int, lo: bytes, hi: bytes | None,
@@ -447,9 +471,8 @@ class StoreIO:
             return _edge_rocksdb(store, lo, hi, partition, last)
         data = store.data
         if isinstance(data, SplitSortedDict):
-            key = data.edge(lo, hi, last)
-        else:
-            key = next(iter(data.irange(lo, hi, inclusive=(True, False), reverse=last)), None)
+            return data.edge_item(lo, hi, last)
+        key = next(iter(data.irange(lo, hi, inclusive=(True, False), reverse=last)), None)
         return None if key is None else (key, data[key])
 
     def write(self, partition: int, rows: list[tuple[Any, bytes | None, Any]]) -> None:
@@ -474,9 +497,10 @@ class StoreIO:
                 data[key] = value
                 where[key] = partition
 
-    def write_one(self, partition: int, key: Any, value: Any) -> None:
+    def write_one(self, partition: int, key: Any, value: Any, raw: bytes | None = None) -> None:
         """Write one row at once (``value`` None: delete it): an ordered table's rows are
-        written through, so that range scans read the store alone (:mod:`app.state.overlay`)."""
+        written through, so that range scans read the store alone (:mod:`app.state.overlay`).
+        ``raw``: ``value`` encoded already (RocksDB stores it as it is)."""
         data = self._memory()
         if data is not None:
             where = self._store._key_partition
@@ -491,7 +515,7 @@ class StoreIO:
         if value is None:
             db.delete(self.key_bytes(key))
         else:
-            db.put(self.key_bytes(key), orjson.dumps(value))
+            db.put(self.key_bytes(key), orjson.dumps(value) if raw is None else raw)
 
     def persist_offset(self, partition: int, offset: int) -> None:
         """The changelog offset a RocksDB partition's store holds (Faust's

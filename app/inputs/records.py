@@ -280,7 +280,12 @@ def _struct_for(model: type[WireModel]) -> tuple[type[msgspec.Struct], tuple[str
         if nz:
             negzero.append(name)
         fields.append((name, typ) if info.is_required() else (name, typ, info.default))
-    struct = msgspec.defstruct(f"{model.__name__}Fast", fields, kw_only=True, frozen=True)
+    # gc=False: a record's fields are strings, numbers, booleans and None (``_field_type``
+    # refuses any other), which never make a cycle, so the collector need not track one
+    # object per record it parses (issue 47: ~30 tracked objects per record, ~4 µs of
+    # collections)
+    struct = msgspec.defstruct(f"{model.__name__}Fast", fields, kw_only=True, frozen=True,
+                               gc=False)
     return struct, tuple(finite), tuple(negzero)
 
 
@@ -377,12 +382,33 @@ _ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1
 _ISO_NO_ZONE = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?")
 
 
+#: the proleptic Gregorian ordinal of 1970-01-01 (``datetime.date(1970, 1, 1).toordinal()``)
+_EPOCH_DAY = 719_163
+
+
 def iso_to_ms(text: str) -> int:
     """Epoch ms of an ISO-8601 time with a zone (the fraction truncated to the ms); raises
-    :class:`InvalidRecord` saying why not."""
+    :class:`InvalidRecord` saying why not.
+
+    A time whose every part is in range is counted in integers (a day's ordinal, seconds, the
+    zone's offset): ~1 µs, where building an aware ``datetime`` for it was ~3 µs a record. Any
+    other goes the ``datetime`` way, whose error names what is wrong."""
     import datetime as dt
 
     m = _ISO.fullmatch(text)
+    if m is not None:
+        y, mo, d, h, mi, s, frac, z, sign, oh, om = m.groups()
+        hour, minute, second = int(h), int(mi), int(s)
+        off_h, off_m = (0, 0) if z else (int(oh), int(om))
+        if hour < 24 and minute < 60 and second < 60 and off_h < 24 and off_m < 60:
+            try:
+                days = dt.date(int(y), int(mo), int(d)).toordinal() - _EPOCH_DAY
+            except ValueError:
+                pass  # the datetime way says why
+            else:
+                offset = 0 if z else (1 if sign == "+" else -1) * (off_h * 3600 + off_m * 60)
+                seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset
+                return seconds * 1000 + (int(frac[:3].ljust(3, "0")) if frac else 0)
     if m is None:
         if _ISO_NO_ZONE.fullmatch(text):
             raise InvalidRecord(f"{text[:60]!r} has no time zone (add 'Z' or an offset such as "
@@ -423,6 +449,39 @@ def convert_time(raw: Any, time_format: str) -> Any:
             raise InvalidRecord(f"{raw!r} is not an epoch time in microseconds (negative)")
         return raw // 1000
     return raw
+
+
+def _count_keys(node: Any) -> int:
+    """The keys of every object in a decoded JSON value (nested ones too)."""
+    n = 0
+    if type(node) is dict:
+        n = len(node)
+        node = node.values()
+    elif type(node) is not list:
+        return 0
+    for v in node:
+        if type(v) is dict or type(v) is list:
+            n += _count_keys(v)
+    return n
+
+
+def _fast_object(value: bytes | None) -> dict[str, Any] | None:
+    """A record value as :func:`_json_object` reads it, decoded by msgspec (~0.6 µs, where the
+    standard library's parser with a hook per object was ~6 µs); None when this cannot vouch
+    for it: a value msgspec refuses (the standard parser then accepts or says why), not an
+    object, or a field that may be named twice. As :func:`compile_parser`'s fast path counts
+    it: no key end with whitespace in it, and as many ``":`` as the decoded objects have keys
+    (a key named twice in one object leaves that object one key short)."""
+    if not value:
+        return None
+    try:
+        data = msgspec.json.decode(value)
+        if type(data) is not dict or _SPACED_KEY_END.search(value) is not None \
+                or value.count(b'":') != _count_keys(data):
+            return None
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return data  # type: ignore[no-any-return]
 
 
 def _json_object(value: bytes | None) -> dict[str, Any]:
@@ -480,7 +539,9 @@ def compile_shaped_parser(model: type[M], paths: dict[str, str], time_field: str
 
     def parse_shaped(key: bytes | None, value: bytes | None, timestamp: int | None = None,
                      ) -> Any:
-        data = _json_object(value)
+        data = _fast_object(value)
+        if data is None:
+            data = _json_object(value)  # accepts, or says why not
         flat: dict[str, Any] = {}
         for f, path in items:
             got = read_path(data, path) if "." in path else data.get(path, _MISSING)

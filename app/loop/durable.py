@@ -46,7 +46,7 @@ from app.loop import awaiting
 from app.loop.acks import AckedRuns, dead_letter
 from app.loop.intake import Intake
 from app.loop.pipeline import DEAD_LETTERS, DeliveryPipeline
-from app.loop.types import Engine, Source, Unit
+from app.loop.types import Engine, Unit
 
 __all__ = ["DurableLoop", "agent_body", "loops"]
 
@@ -148,7 +148,7 @@ class DurableLoop:
             outs = [dead_letter(self.join, DEAD_LETTERS, topic, partition, offset, record.key,
                                 record.value, f"internal error: {exc!r}")]
         unit.outs += outs
-        unit.sources.append(Source(topic, partition, offset, record.key, record.value))
+        unit.sources.append(record)  # its Source: the consumer record (topic == record.topic)
         unit.ends.append(len(unit.outs))
         span = unit.acks.get((topic, partition))
         if span is None:

@@ -6,7 +6,7 @@ engine, :mod:`app.agents`) names these types without importing another part: bef
 from ``durable`` (under ``TYPE_CHECKING``): an import cycle. The pattern of faust's ``types/``.
 
 - :class:`Out` — a record to send once state is durable; :class:`Source` — an input record a
-  batch handled (what its dead letter carries);
+  batch handled (what its dead letter carries: the consumer record itself);
 - :class:`Engine` — the rules of one agent, over its tables' overlays: what a loop drives;
   :class:`Hop` — one that passes records on (a repartition hop);
 - :class:`Unit` — one handled batch on its way to the broker.
@@ -40,15 +40,21 @@ class Out:
     headers: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class Source:
-    """An input record a batch handled (what its dead letter carries)."""
+class Source(Protocol):
+    """An input record a batch handled (what its dead letter carries): the consumer record
+    itself (aiokafka's ``ConsumerRecord``), kept as it came — a copy of its fields per record
+    (a frozen dataclass) was 1.6 µs and one more tracked object per record (issue 47)."""
 
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
 
 
 class Engine(Protocol):

@@ -32,11 +32,12 @@ import orjson
 from faust.stores.rocksdb import Store as RocksDBStore
 from sortedcontainers import SortedList
 
-from app.compat.stores import StoreIO
+from app.compat.stores import SplitSortedDict, StoreIO
 
 __all__ = ["MemoryIO", "Overlay", "Row"]
 
 _DELETED = object()
+_UNREAD = object()
 
 #: one changelog row: (topic, partition, key bytes, value bytes or None for a tombstone)
 Row = tuple[str, int, bytes, "bytes | None"]
@@ -59,6 +60,11 @@ class Overlay:
         self._direct: Any = None
         #: with it, (the memory store's mapping, its key -> partition map) to write to
         self._direct_write: Any = None
+        #: with it, when the mapping is split (app.compat.stores.SplitSortedDict, a join's
+        #: rows): its own range scan and edge read, without StoreIO's checks of the store's
+        #: kind on every call (a key's versions are read two or three times per record)
+        self._direct_scan: Any = None
+        self._direct_edge: Any = None
 
     def _resolve(self) -> None:
         """An ordered table in the memory store: read and write its mapping directly."""
@@ -67,6 +73,9 @@ class Overlay:
             if data is not None:
                 self._direct = data.get
                 self._direct_write = (data, self.io.key_partitions())
+                if isinstance(data, SplitSortedDict):
+                    self._direct_scan = data.items_range
+                    self._direct_edge = data.edge_item
 
     def get(self, partition: int, key: Any) -> Any:
         """The row's value (None: absent)."""
@@ -77,9 +86,8 @@ class Overlay:
         if self._direct is not None:
             return self._direct(key)
         k = (partition, key)
-        try:
-            value = self._rows[k]
-        except KeyError:
+        value = self._rows.get(k, _UNREAD)  # a miss is the usual case (a key's first read in
+        if value is _UNREAD:                # the batch): no KeyError raised and caught
             value = self._rows[k] = self.io.get(partition, key)
         return None if value is _DELETED else value
 
@@ -108,7 +116,15 @@ class Overlay:
                 return
             if self._direct is None:
                 self._rows[(partition, key)] = value
-            self.io.write_one(partition, key, None if value is _DELETED else value)
+            if value is _DELETED:
+                self.io.write_one(partition, key, None)
+                return
+            # RocksDB: encoded once, for the store and the changelog row alike (a JSON value
+            # is never bytes, so the dirty row's bytes say it is encoded: flush)
+            raw = orjson.dumps(value)
+            if not local:
+                self._dirty[(partition, key)] = raw
+            self.io.write_one(partition, key, value, raw)
             return
         k = (partition, key)
         self._rows[k] = value
@@ -118,12 +134,18 @@ class Overlay:
     def scan(self, partition: int, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
         """(key, value) of ``lo <= key < hi``, in key order (an ordered table: the store has
         every write of the batch)."""
+        scan = self._direct_scan
+        if scan is not None:
+            return iter(scan(lo, hi))
         return self.io.scan(partition, lo, hi)
 
     def edge(self, partition: int, lo: bytes, hi: bytes | None,
              last: bool = False) -> tuple[bytes, Any] | None:
         """(key, value) of the first (``last``: the last) row ``lo <= key < hi`` of an ordered
         table, or None (the store has every write of the batch)."""
+        edge = self._direct_edge
+        if edge is not None:
+            return edge(lo, hi, last)  # type: ignore[no-any-return]
         return self.io.edge(partition, lo, hi, last)
 
     @property
@@ -140,7 +162,8 @@ class Overlay:
         dumps, key_bytes = orjson.dumps, io.key_bytes
         if self.through:
             for (partition, key), value in self._dirty.items():
-                out.append((topic, partition, key, None if value is _DELETED else dumps(value)))
+                out.append((topic, partition, key, None if value is _DELETED else
+                            value if type(value) is bytes else dumps(value)))
             self.clear()
             return out
         rows = self._rows
@@ -204,7 +227,7 @@ class MemoryIO:
         key = next(iter(keys.irange(lo, hi, inclusive=(True, False), reverse=last)), None)
         return None if key is None else (key, self.data[(partition, key)])
 
-    def write_one(self, partition: int, key: Any, value: Any) -> None:
+    def write_one(self, partition: int, key: Any, value: Any, raw: bytes | None = None) -> None:
         self.write(partition, [(key, None if value is None else b"", value)])
 
     def write(self, partition: int, rows: list[tuple[Any, bytes | None, Any]]) -> None:

@@ -24,3 +24,40 @@ def test_the_worker_module_applies_them():
     out = subprocess.run([sys.executable, "-c", "import gc, app.main; print(gc.get_threshold())"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(runtime.GC_THRESHOLDS)
+
+
+def test_after_a_recovery_what_is_alive_is_frozen():
+    """app.runtime.freeze_long_lived: what is alive when the tables are recovered (the tables,
+    the app) moves to the permanent generation, which full collections no longer traverse."""
+    long_lived = [[i] for i in range(1000)]
+    gc.unfreeze()
+    try:
+        frozen = runtime.freeze_long_lived()
+        assert frozen == gc.get_freeze_count() >= len(long_lived)
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+
+
+def test_the_recovery_freezes_once_it_completes():
+    """The worker's recovery calls it when it completes (app.compat.recovery), after Faust's
+    own completion."""
+    import asyncio
+    import types
+    from unittest import mock
+
+    from faust.tables.recovery import Recovery
+
+    from app.compat.recovery import EtjRecovery
+
+    calls: list[str] = []
+
+    async def upstream(self, generation_id=0):
+        calls.append("upstream")
+
+    fake = types.SimpleNamespace(app=types.SimpleNamespace(
+        consumer=types.SimpleNamespace(assignment=lambda: set())))
+    with mock.patch.object(Recovery, "on_recovery_completed", upstream), \
+            mock.patch.object(runtime, "freeze_long_lived", lambda: calls.append("freeze")):
+        asyncio.run(EtjRecovery.on_recovery_completed(fake, 0))
+    assert calls == ["upstream", "freeze"]
