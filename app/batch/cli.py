@@ -392,7 +392,7 @@ def run_reconcile(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec 
 
 def run_backfill(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec | None,
                  scope: jobs.Scope) -> int:
-    from app.batch.publish import publish, with_lineage  # aiokafka: only when publishing
+    from app.batch.publish import publish  # aiokafka: only when publishing
 
     if spec is None or not (args.events and args.dimension and args.revisions):
         raise SystemExit("backfill: give --events, --dimension (moods: --moods) and "
@@ -408,9 +408,9 @@ def run_backfill(spark: SparkSession, args: argparse.Namespace, spec: JoinSpec |
                                           args.before, args.method)
         except ValueError as exc:
             raise SystemExit(f"backfill: {exc}") from None
-        todo = found.cache()
-        rows = with_lineage(jobs.rows_as_wire(todo), [
-            *args.events, *args.dimension, *args.late_events, *args.late_dimension])
+        todo = jobs.with_lineage(found, [*args.events, *args.dimension, *args.late_events,
+                                         *args.late_dimension]).cache()
+        rows = jobs.rows_as_wire(todo)
     if args.out:
         with steps.step(f"writing {len(rows)} revisions -> {args.out}"):
             archives.write_table(todo, args.out)

@@ -228,9 +228,24 @@ def backfill(spark: SparkSession, spec: JoinSpec, events: Paths, dimension: Path
 
 def rows_as_wire(df: DataFrame) -> list[dict[str, Any]]:
     """Collect (ordered by id) as wire-contract dicts, nulls kept."""
-    return [r.asDict() for r in df.orderBy(df.columns[0]).toLocalIterator()]
+    return [r.asDict(recursive=True) for r in df.orderBy(df.columns[0]).toLocalIterator()]
+
+
+def backfill_source(archives: Sequence[str]) -> dict[str, list[str]]:
+    """What a backfill revision names as its cause (docs/concepts/revision-log.md#lineage): the
+    archives the backfill read, where a stream revision names its input record."""
+    return {"backfill": sorted(set(archives))}
+
+
+def with_lineage(df: DataFrame, archives: Sequence[str]) -> DataFrame:
+    """The backfill's revisions with their ``source`` column (:func:`backfill_source`): one
+    DataFrame for what is written (``--out``) and what is published, so the two are equal."""
+    names = backfill_source(archives)["backfill"]
+    return df.withColumn("source", F.struct(F.array(*[F.lit(a) for a in names])
+                                            .alias("backfill")))
 
 
 __all__ = ["Scope", "Report", "write_report", "difference", "exact_join", "exact_cars",
-           "reconcile_join", "reconcile_cars", "backfill", "rows_as_wire", "spec_kinds",
+           "reconcile_join", "reconcile_cars", "backfill", "backfill_source", "rows_as_wire",
+           "spec_kinds", "with_lineage",
            "CAR_COLUMNS"]

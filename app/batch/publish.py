@@ -51,14 +51,6 @@ def publish(broker_url: str, topic: str, values: Iterable[dict[str, Any]],
     return len(batch)
 
 
-def with_lineage(values: Iterable[dict[str, Any]], archives: Iterable[str],
-                 ) -> list[dict[str, Any]]:
-    """Backfill revisions naming what made them (docs/concepts/revision-log.md#lineage): the
-    archives the backfill read, where a stream revision names its input record."""
-    source = {"backfill": sorted(set(archives))}
-    return [{**v, "source": source} for v in values]
-
-
 def append_ledger(path: str | Path, values: Iterable[dict[str, Any]]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

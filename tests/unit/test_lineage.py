@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.batch.publish import with_lineage
+from app.batch.jobs import backfill_source
 from app.logic.event_join import Event, JoinRules, KeyState, add_event, add_version, \
     unsent_revisions
 
@@ -27,5 +27,6 @@ def test_re_emits_and_current_revisions_name_the_record_that_made_them():
 
 @pytest.mark.unit
 def test_a_backfill_names_the_archives_it_read():
-    rows = with_lineage([{"id": "r1", "revision": 3}], ["b/moods", "a/events", "b/moods"])
-    assert rows == [{"id": "r1", "revision": 3, "source": {"backfill": ["a/events", "b/moods"]}}]
+    # the source column the backfill adds to what it writes and publishes (jobs.with_lineage)
+    assert backfill_source(["b/moods", "a/events", "b/moods"]) == {
+        "backfill": ["a/events", "b/moods"]}
