@@ -43,6 +43,8 @@ def spec(**over: Any) -> Any:
     ({"hold_ms": RETENTION}, "must be less than retention_ms"),
     ({"window_ms": HOLD - 1}, "exceeds window_ms"),
     ({"hold_ms": 0}, "hold_ms: Input should be greater than 0"),
+    ({"finality": True}, "hold_ms with finality .* is not supported yet"),
+    ({"emit": "final"}, "hold_ms with finality .* is not supported yet"),
 ])
 def test_a_hold_that_cannot_work_is_refused_with_its_reason(over, says):
     with pytest.raises(SpecError, match=says):
