@@ -28,7 +28,7 @@ TEST_JOBS ?= 2
 test: venv $(CHROMIUM)
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup $(ARGS)
 
-## test-fast: the unit and agent tiers only (no broker, no Spark, no browser): ~25 s
+## test-fast: the unit and agent tiers only (no broker, no Spark, no browser): ~35 s
 test-fast: venv
 	$(PY) -m pytest -m "unit or agent" -q $(ARGS)
 
