@@ -24,12 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.inputs.records import KAFKA_TIMESTAMP, InvalidRecord
 from app.joins.spec import (JoinSpec, Side, SideConfig, SpecError, parse_start,
                             refuse_shared_inputs, resolve_side,
-                            spec_where, validation_message)
+                            validated)
 from app.logic.fk_join import Joined, Left, Move, Right
 
 __all__ = ["FK_KIND", "FkJoinConfig", "FkJoinSpec", "FkTableNames", "check_together",
@@ -213,12 +213,7 @@ def _annotation(side: Side, flat: str) -> Any:
 
 def resolve_fk(raw: dict[str, Any] | FkJoinConfig, index: int | None = None) -> FkJoinSpec:
     """Validate one foreign-key spec (plain data or an :class:`FkJoinConfig`) and resolve it."""
-    where = spec_where(raw, index)
-    try:
-        cfg = raw if isinstance(raw, FkJoinConfig) else FkJoinConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise SpecError(f"{where}: {validation_message(exc)}") from None
-    where = spec_where({"name": cfg.name}, index)
+    cfg, where = validated(FkJoinConfig, raw, index)
     for name, side in (("left", cfg.left), ("right", cfg.right)):
         if side.id is not None:
             raise SpecError(f"{where}: {name}.id: a foreign-key join has no join id (its "

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
-from typing import Annotated, Any, Callable, Iterable, Literal, Sequence
+from typing import Annotated, Any, Callable, Iterable, Literal, Sequence, TypeVar
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationError,
                       create_model)
@@ -513,12 +513,7 @@ def resolve(raw: dict[str, Any] | JoinConfig, index: int | None = None,
             app_id: str = "etj") -> JoinSpec:
     """Validate one spec (plain data or a :class:`JoinConfig`) and resolve it. ``app_id``
     (``ETJ_APP_ID``) names a repartitioned side's internal topic."""
-    where = _where(raw, index)
-    try:
-        cfg = raw if isinstance(raw, JoinConfig) else JoinConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise SpecError(f"{where}: {_describe(exc)}") from None
-    where = _where({"name": cfg.name}, index)
+    cfg, where = validated(JoinConfig, raw, index)
     if cfg.events.time_as is not None or cfg.dimension.id is not None:
         raise SpecError(f"{where}: 'time_as' belongs to the dimension side, 'id' to the events "
                         "side")
@@ -651,14 +646,19 @@ def copartition_groups(specs: Iterable[JoinSpec]) -> list[tuple[str, ...]]:
 
 # --- the steps other kinds of spec reuse (app.joins.fk_spec) -------------------------------------
 
-def spec_where(spec: Any, index: int | None) -> str:
-    """How a message names a spec: ``join spec #2 'orders'``."""
-    return _where(spec, index)
+Config = TypeVar("Config", bound=BaseModel)
 
 
-def validation_message(exc: ValidationError) -> str:
-    """A pydantic error as ``field: reason; ...``."""
-    return _describe(exc)
+def validated(model: type[Config], raw: Any, index: int | None) -> tuple[Config, str]:
+    """A spec as written (plain data, or already a ``model``) validated as ``model``, and how
+    a message names it; a validation error is a :class:`SpecError` naming the spec (the one
+    way in for every kind of spec)."""
+    where = _where(raw, index)
+    try:
+        cfg = raw if isinstance(raw, model) else model.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(f"{where}: {_describe(exc)}") from None
+    return cfg, _where({"name": getattr(cfg, "name", None)}, index)
 
 
 def parse_start(spec: str, where: str, raw: str | None) -> str | int | None:
