@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 import re
 
-from playwright.async_api import async_playwright, expect
+from playwright.async_api import expect
 
 from tests.broker.test_any_join_views import tiers_spec
-from tests.browser.test_timeline_page import (CHROMIUM, CHROMIUM_ARGS, S, START, UI_TIMEOUT_MS,
-                                              attrs, until)
+from tests.browser.test_timeline_page import (S, START, UI_TIMEOUT_MS, attrs, timeline_page,
+                                              until)
 from tests.harness import produce, wait_for
 
 
@@ -45,34 +45,25 @@ async def test_the_page_draws_a_user_spec_and_its_live_correction(names, worker_
     assert await wait_for(held, timeout_s=60, every_s=0.3), w.get("/joins/tiers/u1/")
     await produce(names, raw["events"]["topic"], [view(10), view(30)])
 
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
-            args=CHROMIUM_ARGS, viewport={"width": 1280, "height": 720})
-        try:
-            page = browser.pages[0] if browser.pages else await browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            await page.goto(w.url + "/timeline/")
-            await expect(page).to_have_title(re.compile("etj"))
-            # 1. the join chosen, its keys listed, u1 drawn
-            await expect(page.locator("#join option")).to_have_text(["tiers"],
-                                                                    timeout=UI_TIMEOUT_MS)
-            await expect(page.locator("#consultant option")).to_have_text(
-                ["u1"], timeout=UI_TIMEOUT_MS)
-            bands = lambda: attrs(page, "#bands rect.band", "data-mood", "data-start")  # noqa: E731
-            want_bands = [("bronze", str(START)), ("gold", str(START + 20 * S))]
-            assert await until(page, bands, want_bands) == want_bands
-            marks = lambda: attrs(page, "#marks circle.mark", "data-id", "data-mood")  # noqa: E731
-            assert await until(page, marks, [("v10", "bronze"), ("v30", "gold")]) == [
-                ("v10", "bronze"), ("v30", "gold")]
-            # 2. a late tier: the view at 30 corrected, live
-            await produce(names, raw["dimension"]["topic"], [tier(25, "silver")])
-            corrected = lambda: attrs(  # noqa: E731
-                page, "#marks circle.corrected", "data-id", "data-mood", "data-previous-mood",
-                "data-revision")
-            want = [("v30", "silver", "gold", "2")]
-            assert await until(page, corrected, want) == want
-            assert errors == []
-        finally:
-            await browser.close()
+    async with timeline_page(tmp_path) as (page, errors):
+        await page.goto(w.url + "/timeline/")
+        await expect(page).to_have_title(re.compile("etj"))
+        # 1. the join chosen, its keys listed, u1 drawn
+        await expect(page.locator("#join option")).to_have_text(["tiers"],
+                                                                timeout=UI_TIMEOUT_MS)
+        await expect(page.locator("#consultant option")).to_have_text(
+            ["u1"], timeout=UI_TIMEOUT_MS)
+        bands = lambda: attrs(page, "#bands rect.band", "data-mood", "data-start")  # noqa: E731
+        want_bands = [("bronze", str(START)), ("gold", str(START + 20 * S))]
+        assert await until(page, bands, want_bands) == want_bands
+        marks = lambda: attrs(page, "#marks circle.mark", "data-id", "data-mood")  # noqa: E731
+        assert await until(page, marks, [("v10", "bronze"), ("v30", "gold")]) == [
+            ("v10", "bronze"), ("v30", "gold")]
+        # 2. a late tier: the view at 30 corrected, live
+        await produce(names, raw["dimension"]["topic"], [tier(25, "silver")])
+        corrected = lambda: attrs(  # noqa: E731
+            page, "#marks circle.corrected", "data-id", "data-mood", "data-previous-mood",
+            "data-revision")
+        want = [("v30", "silver", "gold", "2")]
+        assert await until(page, corrected, want) == want
+        assert errors == []

@@ -21,7 +21,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
 
 from aiokafka.partitioner import DefaultPartitioner
 from playwright.async_api import Page, async_playwright, expect
@@ -38,6 +39,24 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
+
+@asynccontextmanager
+async def timeline_page(tmp_path: Path) -> AsyncIterator[tuple[Page, list[str]]]:
+    """Debian's chromium, headless, with a profile of its own: (its page, the page's script
+    errors as they happen); closed on the way out, pass or fail."""
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
+            args=CHROMIUM_ARGS, viewport={"width": 1280, "height": 720})
+        try:
+            page = browser.pages[0] if browser.pages else await browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            yield page, errors
+        finally:
+            await browser.close()
+
+
 PARTITIONS: int = Settings.model_fields["partitions"].default
 START = 1_790_000_000_000
 S = 1000
@@ -147,77 +166,68 @@ async def test_page_draws_a_consultant_and_shows_a_live_correction(names, worker
                                                 ("ada", ADA_MOODS + ADA_RECS))
                 for t, _ in rows if partition_of(who) == partition_of("grace"))
 
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
-            args=CHROMIUM_ARGS, viewport={"width": 1280, "height": 720})
-        try:
-            page = browser.pages[0] if browser.pages else await browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on("response", lambda r: errors.append(f"{r.status} {r.url}")
-                    if r.status >= 400 and "/api/" not in r.url else None)
-            await page.goto(w.url + "/timeline/")
-            await expect(page).to_have_title(re.compile("etj"))
+    async with timeline_page(tmp_path) as (page, errors):
+        page.on("response", lambda r: errors.append(f"{r.status} {r.url}")
+                if r.status >= 400 and "/api/" not in r.url else None)
+        await page.goto(w.url + "/timeline/")
+        await expect(page).to_have_title(re.compile("etj"))
 
-            # 1. the picker lists both consultants (gathered by /timeline/api/consultants/)
-            picker = page.locator("#consultant option")
-            await expect(picker).to_have_text(["ada", "grace"], timeout=UI_TIMEOUT_MS)
-            await page.select_option("#consultant", "grace")
-            assert page.url.endswith("#grace")
+        # 1. the picker lists both consultants (gathered by /timeline/api/consultants/)
+        picker = page.locator("#consultant option")
+        await expect(picker).to_have_text(["ada", "grace"], timeout=UI_TIMEOUT_MS)
+        await page.select_option("#consultant", "grace")
+        assert page.url.endswith("#grace")
 
-            # 2. grace's bands (one per mood, in order) and marks (each with its joined mood)
-            bands = lambda: attrs(page, "#bands rect.band", "data-mood", "data-start")  # noqa: E731
-            want_bands = [(m, str(START + t * S)) for t, m in GRACE_MOODS]
-            assert await until(page, bands, want_bands) == want_bands
-            marks = lambda: attrs(page, "#marks circle.mark", "data-id", "data-mood")  # noqa: E731
-            want_marks = sorted((jid, m or "") for jid, m in grace.items())
-            got = await until(page, lambda: _sorted(marks()), want_marks)
-            assert got == want_marks
-            assert await page.locator("#marks circle.corrected").count() == 0
-            for jid, m in grace.items():  # a mark lies inside the band of the mood it joined
-                assert await _mark_in_band(page, jid, m), (jid, m)
+        # 2. grace's bands (one per mood, in order) and marks (each with its joined mood)
+        bands = lambda: attrs(page, "#bands rect.band", "data-mood", "data-start")  # noqa: E731
+        want_bands = [(m, str(START + t * S)) for t, m in GRACE_MOODS]
+        assert await until(page, bands, want_bands) == want_bands
+        marks = lambda: attrs(page, "#marks circle.mark", "data-id", "data-mood")  # noqa: E731
+        want_marks = sorted((jid, m or "") for jid, m in grace.items())
+        got = await until(page, lambda: _sorted(marks()), want_marks)
+        assert got == want_marks
+        assert await page.locator("#marks circle.corrected").count() == 0
+        for jid, m in grace.items():  # a mark lies inside the band of the mood it joined
+            assert await _mark_in_band(page, jid, m), (jid, m)
 
-            # 3. horizon and stream time of grace's partition
-            lines = lambda: attrs(page, "#lines line", "class", "data-time")  # noqa: E731
-            want_lines = [("horizon", str(clock - RETENTION_MS)), ("stream-time", str(clock))]
-            assert await until(page, lines, want_lines) == want_lines
+        # 3. horizon and stream time of grace's partition
+        lines = lambda: attrs(page, "#lines line", "class", "data-time")  # noqa: E731
+        want_lines = [("horizon", str(clock - RETENTION_MS)), ("stream-time", str(clock))]
+        assert await until(page, lines, want_lines) == want_lines
 
-            # 4. zones: cars per zone (the latest arrival of car 102 moved it from 1 to 3)
-            zone_rows = lambda: _zone_counts(page)  # noqa: E731
-            assert await until(page, zone_rows, expected_zone_cars()) == expected_zone_cars()
+        # 4. zones: cars per zone (the latest arrival of car 102 moved it from 1 to 3)
+        zone_rows = lambda: _zone_counts(page)  # noqa: E731
+        assert await until(page, zone_rows, expected_zone_cars()) == expected_zone_cars()
 
-            # 5. a late mood while the page is open: kayak@50 and piano@55 are corrected, live
-            after = expected_marks(GRACE_MOODS + [LATE_MOOD], GRACE_RECS, "grace")
-            changed = sorted(jid for jid in grace if after[jid] != grace[jid])
-            assert changed == ["grace-kayak-50", "grace-piano-55"]
-            await produce(names, names.moods_topic, [mood("grace", *LATE_MOOD)])
-            corrected = lambda: attrs(  # noqa: E731
-                page, "#marks circle.corrected", "data-id", "data-mood", "data-previous-mood",
-                "data-cause", "data-revision")
-            want = [(jid, "sad", "tired", "late-dimension", "2") for jid in changed]
-            assert await until(page, lambda: _sorted_rows(corrected()), want) == want
-            assert await until(page, lambda: _sorted(marks()),
-                               sorted(after.items())) == sorted(after.items())
-            for jid in changed:
-                row = page.locator(f'#corrections tr[data-id="{jid}"]')
-                await expect(row.locator("td.was")).to_have_text("tired", timeout=UI_TIMEOUT_MS)
-                await expect(row.locator("td.now")).to_have_text("sad")
-                assert await _mark_in_band(page, jid, "sad")
-            await expect(page.locator("#bands rect.band")).to_have_count(5)
+        # 5. a late mood while the page is open: kayak@50 and piano@55 are corrected, live
+        after = expected_marks(GRACE_MOODS + [LATE_MOOD], GRACE_RECS, "grace")
+        changed = sorted(jid for jid in grace if after[jid] != grace[jid])
+        assert changed == ["grace-kayak-50", "grace-piano-55"]
+        await produce(names, names.moods_topic, [mood("grace", *LATE_MOOD)])
+        corrected = lambda: attrs(  # noqa: E731
+            page, "#marks circle.corrected", "data-id", "data-mood", "data-previous-mood",
+            "data-cause", "data-revision")
+        want = [(jid, "sad", "tired", "late-dimension", "2") for jid in changed]
+        assert await until(page, lambda: _sorted_rows(corrected()), want) == want
+        assert await until(page, lambda: _sorted(marks()),
+                           sorted(after.items())) == sorted(after.items())
+        for jid in changed:
+            row = page.locator(f'#corrections tr[data-id="{jid}"]')
+            await expect(row.locator("td.was")).to_have_text("tired", timeout=UI_TIMEOUT_MS)
+            await expect(row.locator("td.now")).to_have_text("sad")
+            assert await _mark_in_band(page, jid, "sad")
+        await expect(page.locator("#bands rect.band")).to_have_count(5)
 
-            # 6. a zone's cars (D's /zones/{id}/cars/, from the zone's owner): zone 3 has four
-            await page.locator('#zones tr[data-zone="3"]').click()
-            cars = page.locator("#zone-cars tbody tr")
-            await expect(cars).to_have_count(4, timeout=UI_TIMEOUT_MS)
-            await expect(cars.locator("td:first-child")).to_have_text(["102", "104", "105", "106"])
+        # 6. a zone's cars (D's /zones/{id}/cars/, from the zone's owner): zone 3 has four
+        await page.locator('#zones tr[data-zone="3"]').click()
+        cars = page.locator("#zone-cars tbody tr")
+        await expect(cars).to_have_count(4, timeout=UI_TIMEOUT_MS)
+        await expect(cars.locator("td:first-child")).to_have_text(["102", "104", "105", "106"])
 
-            assert not errors, errors
-            screenshot = Path(os.environ.get(DOCS_IMAGES_ENV) or tmp_path) / "timeline.png"
-            screenshot.parent.mkdir(parents=True, exist_ok=True)
-            await page.screenshot(path=str(screenshot), full_page=True)
-        finally:
-            await browser.close()
+        assert not errors, errors
+        screenshot = Path(os.environ.get(DOCS_IMAGES_ENV) or tmp_path) / "timeline.png"
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 10_000
 
 
