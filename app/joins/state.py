@@ -60,7 +60,7 @@ from app.joins.spec import JoinSpec
 from app.logic.finality import Promise
 from app.logic.event_join import (Event, Join, Purged, Revision, Version, affected_floor,
                                   affected_until, purge_history, rejoin_affected,
-                                  undelivered_revisions)
+                                  superseded_revisions, undelivered_revisions)
 from app.state.ordered_keys import prefix_end
 from app.state.overlay import Overlay
 from app.state.range_scan import RangeTable
@@ -208,12 +208,24 @@ class JoinState:
     def dump(self, j: Join) -> list[Any]:
         return j.to_json(self.nd)
 
-    def _settle(self, p: int, j: Join, src: Any) -> None:
-        """``j`` has a new revision from ``src``: stamp it, drop its delivered superseded ones."""
-        if j.unsent:
-            j.settle(src, lambda s: self.delivered(p, s))
-        else:
+    def _settle(self, p: int, jid: str, key: str, j: Join, src: Any) -> list[Revision]:
+        """``j`` has a new revision from ``src``: stamp it, drop its delivered superseded ones;
+        the superseded ones that may be missing from the log and are not on their way there,
+        to send (again) before the new one.
+
+        Why they go now: a record re-delivered after a crash re-emits what it touched only when
+        it changes nothing (the duplicate paths). One that makes a new revision — the stored
+        join moved on since it was first handled, or a record the dead process never saw
+        reaches the join first — supersedes revisions whose own records may then be handled
+        again with no re-emit (they make a revision of their own, or were handled already),
+        and nothing else sends them: the crash left them out of the log for good (a kill -9
+        test: a join with revisions 3 and 4 and never 1 and 2, findings.md)."""
+        if not j.unsent:
             j.source = src
+            return []
+        j.settle(src, lambda s: self.delivered(p, s))
+        return [replace(r, again=True) for r in superseded_revisions(
+            jid, key, j, lambda s: self.emitted(p, s))]
 
     def unsent(self, p: int, jid: str, key: str, j: Join) -> list[Revision]:
         """What to re-emit for ``j``: its revisions that may be missing from the log and are
@@ -324,11 +336,10 @@ class JoinState:
                 return [], False
             self.joins.put(p, join_key(e.key, old_time, e.id), raw)  # its row again
             return self.unsent(p, e.id, e.key, existing), False
-        if rev:
-            self._settle(p, j, src)
+        out = [*self._settle(p, e.id, e.key, j, src), rev] if rev else []
         self._put(p, e.key, e.id, j, old_time,
                   existing is not None and Join.stored_revision(raw, self.np, self.nd) == 0)
-        return ([rev] if rev else []), (existing is None and j.revision == 0)
+        return out, (existing is None and j.revision == 0)
 
     # --- a key's versions: one ``V`` row each (app.joins.keys) ------------------------------
     def _group(self, p: int, key: str, t: int) -> list[Version]:
@@ -423,13 +434,14 @@ class JoinState:
         floor = affected_floor(window, v, rule, horizon)
         cands = self._joins_of(p, key, floor, affected_until(window, v, rule))
         held = {jid for jid, j in cands if j.revision == 0} if self.hold is not None else ()
-        revs = list(rejoin_affected(self.rules, window, key, v, cands, horizon, release_from))
-        changed = {r.id for r in revs}
-        for jid, j in cands:
-            if jid in changed:
-                self._settle(p, j, src)
-                self._put(p, key, jid, j, j.event_time, jid in held)
-        return revs
+        out: list[Revision] = []
+        by_id = dict(cands)
+        for rev in rejoin_affected(self.rules, window, key, v, cands, horizon, release_from):
+            j = by_id[rev.id]
+            out += self._settle(p, rev.id, key, j, src)
+            out.append(rev)
+            self._put(p, key, rev.id, j, j.event_time, rev.id in held)
+        return out
 
     def _again(self, p: int, key: str, v: Version, src: Any) -> list[Revision]:
         """A version seen before, or too old to change anything: re-emit (and write again) the
@@ -500,7 +512,7 @@ class JoinState:
                     rev = self.rules.rejoin(jid, key, j, self._answering(p, key, t, src),
                                             "revisit", release_from)
                     if rev:
-                        self._settle(p, j, src)
+                        out += self._settle(p, jid, key, j, src)
                         self._put(p, key, jid, j, t, was_held)
                         out.append(rev)
         return out, Purged(purged, unmatched, versions)
@@ -533,7 +545,7 @@ class JoinState:
             rev = self.rules.release(jid, key, j, self._answering(p, key, t, src))
             if rev is None:
                 continue
-            self._settle(p, j, src)
+            out += self._settle(p, jid, key, j, src)
             self._put(p, key, jid, j, t)
             joins.put(p, held_key(p, t, key, jid, RELEASED), src, local=True)
             out.append(rev)

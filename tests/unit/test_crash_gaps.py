@@ -1,0 +1,288 @@
+"""A kill -9 between a batch's changelog rows and its outputs, then a fresh process: every
+revision number of every join reaches the output log (1..n, no gap).
+
+The broker test (tests/broker/test_faults_kill.py) meets one interleaving per run; here the
+engine's own layout (:class:`app.joins.state.JoinState`) and its knowledge of what is
+delivered (:class:`app.loop.acks.AckedRuns`, committed offsets) run through many, with no
+Faust and no broker:
+
+1. the first process handles a prefix of the inputs (per input in offset order, interleaved
+   in any order: flow control or not), a batch at a time; each batch's changelog rows and
+   outputs are kept; batches are acked once their outputs are durable, a few batches behind
+   (the delivery pipeline);
+2. the kill: the changelog rows of the first ``c`` batches reached the broker, the outputs of
+   the first ``o <= c``; the committed offsets cover some of the acked batches;
+3. a fresh process recovers the tables from those changelog rows and handles every record
+   from the committed offsets on (again in any interleaving), each batch delivered.
+
+The log is the first process's durable outputs and all of the second's. Event ids may repeat
+(an event re-using its id with another recommendation or time revises its join).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from app.joins.catalog import mood_spec
+from app.joins.keys import JOIN, expiry_key, id_key, split_join_key
+from app.joins.spec import resolve
+from app.joins.state import JoinState
+from app.loop.acks import AckedRuns
+from app.state.overlay import MemoryIO, Overlay
+from app.settings import Settings
+
+P = 0
+EVENTS, MOODS, TICKS = "events", "moods", "ticks"
+INDEX = {EVENTS: 0, MOODS: 1, TICKS: 2}
+
+
+def spec_of(retention: int, review: int | None) -> Any:
+    return resolve({**mood_spec(Settings()), "retention_ms": retention,
+                    "review_lag_ms": review})
+
+
+class Process:
+    """One worker process's join: its tables, acked and handled runs, committed offsets."""
+
+    def __init__(self, spec: Any, committed: dict[str, int] | None = None) -> None:
+        self.spec = spec
+        self.ios = (MemoryIO(bytes_keys=False), MemoryIO(), MemoryIO(bytes_keys=False))
+        self.overlays = tuple(Overlay(io) for io in self.ios)
+        self.acked, self.handled = AckedRuns(), AckedRuns()
+        self.committed = dict(committed or {})
+        self.state = JoinState(spec, *self.overlays, self.delivered, self.emitted)
+        self.parse = {EVENTS: spec.events.parser(), MOODS: spec.dimension.parser()}
+
+    def delivered(self, p: int, src: Any) -> bool:  # JoinEngine.delivered
+        if src is None:
+            return True
+        topic, offset = (EVENTS, MOODS, TICKS)[src[0]], src[1]
+        committed = self.committed.get(topic)
+        return self.acked.holds(topic, p, offset) or (committed is not None
+                                                      and offset < committed)
+
+    def emitted(self, p: int, src: Any) -> bool:  # JoinEngine.emitted
+        if src is None:
+            return True
+        topic = (EVENTS, MOODS, TICKS)[src[0]]
+        return self.handled.holds(topic, p, src[1]) or self.delivered(p, src)
+
+    def recover(self, changelog: list[tuple[int, bytes, bytes | None]]) -> None:
+        """The tables from changelog rows (JoinsTable.apply_changelog_batch: J rows bring
+        their I and X index rows)."""
+        for n, key, raw in changelog:
+            io = self.ios[n]
+            value = None if raw is None else orjson.loads(raw)
+            if n != 1:
+                io.write(P, [(orjson.loads(key), raw, value)])
+                continue
+            io.write(P, [(key, raw, value)])
+            if key[:1] == JOIN:
+                k, t, jid = split_join_key(key)
+                if raw is None:
+                    if io.get(P, id_key(k, jid)) == t:
+                        io.write(P, [(id_key(k, jid), None, None)])
+                else:
+                    io.write(P, [(id_key(k, jid), b"", t), (expiry_key(P, t, k), b"", 1)])
+
+    def record(self, topic: str, offset: int, value: dict[str, Any]) -> list[Any]:
+        """JoinEngine.on_record / on_tick, for one partition."""
+        spec, state = self.spec, self.state
+        src = [INDEX[topic], offset]
+        clock = state.stream_time(P)
+        if topic == TICKS:
+            if clock is None:
+                return []
+            revs, _ = state.on_tick(P, clock, clock - spec.retention_ms, src)
+            return revs
+        key = value["consultant" if topic == EVENTS else "name"]
+        rec = self.parse[topic](key.encode(), orjson.dumps(value), None)
+        t = value["event_time"]
+        if clock is not None and t < clock - spec.retention_ms:
+            return []  # late: to etj-late
+        clock = state.advance(P, t)
+        horizon = clock - spec.retention_ms
+        if topic == EVENTS:
+            revs, _ = state.on_event(P, spec.event_of(rec), horizon, horizon, src)
+        else:
+            revs = state.on_version(P, spec.key_of(rec, spec.dimension), spec.version_of(rec),
+                                    horizon, horizon, src)
+        return revs
+
+    def batch(self, records: list[tuple[str, int, Any]]) -> tuple[list[Any], list[Any],
+                                                                   dict[str, list[int]]]:
+        """DurableLoop.handle + DeliveryPipeline.hand_over: (changelog rows, outputs, acks)."""
+        outs: list[Any] = []
+        acks: dict[str, list[int]] = {}
+        for topic, offset, value in records:
+            outs += self.record(topic, offset, value)
+            span = acks.setdefault(topic, [offset, offset + 1])
+            span[1] = offset + 1
+            self.handled.acked(topic, P, offset, offset + 1)
+        for topic, (first, _) in acks.items():
+            self.acked.handled(topic, P, first)
+        self.state.end_batch()
+        rows = [(n, key, raw) for n, ov in enumerate(self.overlays)
+                for _, _, key, raw in ov.flush()]
+        return rows, outs, acks
+
+    def ack(self, acks: dict[str, list[int]]) -> None:
+        for topic, (first, end) in acks.items():
+            self.acked.acked(topic, P, first, end)
+
+
+def interleave(draw: Any, streams: dict[str, list[Any]]) -> list[Any]:
+    """The streams' records, each stream in order, interleaved as drawn."""
+    heads = {t: 0 for t in streams}
+    out = []
+    while any(heads[t] < len(s) for t, s in streams.items()):
+        live = sorted(t for t, s in streams.items() if heads[t] < len(s))
+        t = draw(st.sampled_from(live))
+        out.append(streams[t][heads[t]])
+        heads[t] += 1
+    return out
+
+
+def cut(draw: Any, items: list[Any]) -> list[list[Any]]:
+    """``items`` in batches of drawn sizes."""
+    out, i = [], 0
+    while i < len(items):
+        n = draw(st.integers(1, 4))
+        out.append(items[i:i + n])
+        i += n
+    return out
+
+
+def scenario(draw: Any) -> dict[str, Any]:
+    n = draw(st.integers(2, 14))
+    streams: dict[str, list[Any]] = {EVENTS: [], MOODS: [], TICKS: []}
+    for i in range(n):
+        kind = draw(st.sampled_from([EVENTS, EVENTS, MOODS, MOODS, TICKS]))
+        t = draw(st.integers(0, 40))
+        key = draw(st.sampled_from(["a", "b"]))
+        off = len(streams[kind])
+        if kind == EVENTS:
+            value = {"consultant": key, "recommendation": draw(st.sampled_from(["x", "y"])),
+                     "event_time": t, "id": f"e{draw(st.integers(0, 3))}-{key}"}
+        elif kind == MOODS:
+            value = {"name": key, "mood": draw(st.sampled_from(["m", "n", "o"])),
+                     "event_time": t}
+        else:
+            value = None
+        streams[kind].append((kind, off, value))
+    first_order = interleave(draw, streams)
+    seen = draw(st.integers(1, len(first_order)))
+    return {"streams": streams, "first": first_order[:seen],
+            # every record within the retention: a record re-delivered late re-emits nothing
+            # yet (findings.md, "Revisions 1 and 2 of a join missing after a kill -9": open)
+            "retention": 1000,
+            "review": draw(st.sampled_from([None, 10, 1000]))}
+
+
+def gaps(log: list[Any]) -> dict[str, list[int]]:
+    numbers: dict[str, set[int]] = {}
+    for r in log:
+        numbers.setdefault(r.id, set()).add(r.revision)
+    return {jid: sorted(ns) for jid, ns in numbers.items()
+            if ns != set(range(1, max(ns) + 1))}
+
+
+def run(draw: Any, s: dict[str, Any]) -> tuple[list[Any], dict[str, int]]:
+    """The whole story (module docstring); the output log and the committed offsets."""
+    spec = spec_of(s["retention"], s["review"])
+    first = Process(spec)
+    lag = draw(st.integers(0, 4))  # batches handled before one is acked
+    batches = cut(draw, s["first"])
+    done = []  # per batch: (changelog rows, outputs, acks)
+    for k, b in enumerate(batches):
+        done.append(first.batch(b))
+        # batches before k - lag are acked by now (their outputs durable)
+        if k - lag >= 0:
+            first.ack(done[k - lag][2])
+    acked_by_kill = max(0, len(batches) - lag)
+    # the kill: changelog of c batches, outputs of o <= c (at least those acked)
+    c = draw(st.integers(acked_by_kill, len(batches)))
+    o = draw(st.integers(acked_by_kill, c))
+    cm = draw(st.integers(0, acked_by_kill))  # batches the last commit covered
+    committed: dict[str, int] = {}
+    for _, _, acks in done[:cm]:
+        for topic, (_, end) in acks.items():
+            committed[topic] = max(committed.get(topic, 0), end)
+    log = [r for _, outs, _ in done[:o] for r in outs]
+    second = Process(spec, committed)
+    second.recover([row for rows, _, _ in done[:c] for row in rows])
+    rest = {t: [r for r in recs if r[1] >= committed.get(t, 0)]
+            for t, recs in s["streams"].items()}
+    for b in cut(draw, interleave(draw, rest)):
+        _, outs, acks = second.batch(b)
+        log += outs
+        second.ack(acks)
+    return log, committed
+
+
+def mood(key: str, t: int, value: str) -> dict[str, Any]:
+    return {"name": key, "mood": value, "event_time": t}
+
+
+def rec(key: str, t: int, jid: str, value: str = "book") -> dict[str, Any]:
+    return {"consultant": key, "recommendation": value, "event_time": t, "id": jid}
+
+
+def numbers(log: list[Any], jid: str) -> list[int]:
+    return [r.revision for r in log if r.id == jid]
+
+
+@pytest.mark.unit
+def test_a_re_delivered_event_that_makes_a_new_revision_sends_the_unsent_ones_first():
+    """1. the first process: an event, then the same id with another recommendation, in one
+    batch: revisions 1 and 2; the changelog row (revision 2, revision 1 unsent) reaches the
+    broker, the outputs do not. 2. the fresh process reads both again: the stored join says
+    "y", so the first record is no duplicate (revision 3, "x") and the second neither
+    (revision 4). Before the fix they sent 3 and 4 only."""
+    spec = spec_of(1000, None)
+    first = Process(spec)
+    records = [(EVENTS, 0, rec("c1", 10, "r1", "x")), (EVENTS, 1, rec("c1", 10, "r1", "y"))]
+    rows, outs, _ = first.batch(records)
+    assert numbers(outs, "r1") == [1, 2]  # lost with the kill
+    second = Process(spec)
+    second.recover(rows)
+    _, log, _ = second.batch(records)
+    assert sorted(set(numbers(log, "r1"))) == [1, 2, 3, 4]
+    assert [r.revision for r in log if not r.again] == [3, 4]  # the new ones, counted once
+
+
+@pytest.mark.unit
+def test_a_join_whose_new_revision_comes_first_in_the_new_process_is_gap_free():
+    """The CI run's shape (join rec-21-57): the first process answers an event with "sad"
+    (revision 1), a late mood "excited" corrects it (revision 2); its changelog rows reach
+    the broker, the outputs of both do not. The new process handled the event again and made
+    revision 3 from the stored revision 2 before the mood's re-delivery made revision 4: it
+    saw a history without "excited" (why is not known: its row is left out of the recovery
+    here). Before the fix the log held 3 and 4 only."""
+    spec = spec_of(1000, None)
+    first = Process(spec)
+    rows, outs, _ = first.batch([(MOODS, 0, mood("c10", 25, "sad")),
+                                 (EVENTS, 0, rec("c10", 57, "rec-57"))])
+    rows2, outs2, _ = first.batch([(MOODS, 1, mood("c10", 55, "excited"))])
+    assert numbers(outs + outs2, "rec-57") == [1, 2]  # lost with the kill
+    second = Process(spec)
+    excited = [r for r in rows2 if r[1][:1] == b"V"]
+    assert len(excited) == 1
+    second.recover([r for r in rows + rows2 if r not in excited])
+    _, log, _ = second.batch([(EVENTS, 0, rec("c10", 57, "rec-57")),
+                              (MOODS, 1, mood("c10", 55, "excited"))])
+    assert [r.revision for r in log if not r.again] == [3, 4]
+    assert sorted(set(numbers(log, "rec-57"))) == [1, 2, 3, 4]
+
+
+@pytest.mark.unit
+@hsettings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_a_kill_9_then_a_fresh_process_leaves_no_revision_number_out(data):
+    s = scenario(data.draw)
+    log, committed = run(data.draw, s)
+    assert gaps(log) == {}, (gaps(log), committed)
