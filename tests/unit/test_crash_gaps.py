@@ -13,7 +13,9 @@ Faust and no broker:
 2. the kill: the changelog rows of the first ``c`` batches reached the broker, the outputs of
    the first ``o <= c``; the committed offsets cover some of the acked batches;
 3. a fresh process recovers the tables from those changelog rows and handles every record
-   from the committed offsets on (again in any interleaving), each batch delivered.
+   from the committed offsets on (again in any interleaving), each batch delivered; perhaps
+   with a rebalance on the way (it forgets what it acked and handled, and reads again from
+   its own committed offsets).
 
 The log is the first process's durable outputs and all of the second's. Event ids may repeat
 (an event re-using its id with another recommendation or time revises its join).
@@ -217,10 +219,27 @@ def run(draw: Any, s: dict[str, Any]) -> tuple[list[Any], dict[str, int]]:
     second.recover([row for rows, _, _ in done[:c] for row in rows])
     rest = {t: [r for r in recs if r[1] >= committed.get(t, 0)]
             for t, recs in s["streams"].items()}
-    for b in cut(draw, interleave(draw, rest)):
+    batches = cut(draw, interleave(draw, rest))
+    rebalance = draw(st.integers(0, len(batches)))  # after this many batches (none: all)
+    for b in batches[:rebalance]:
         _, outs, acks = second.batch(b)
         log += outs
         second.ack(acks)
+        if draw(st.booleans()):  # a commit
+            for topic, (_, end) in acks.items():
+                second.committed[topic] = max(second.committed.get(topic, 0), end)
+    if rebalance < len(batches):
+        # a rebalance (the dead member leaves the group): the batches in flight delivered,
+        # what waits dropped, nothing known acked nor on its way; read again from the
+        # committed offsets, and whatever came since
+        second.acked.clear()
+        second.handled.clear()
+        again = {t: [r for r in recs if r[1] >= second.committed.get(t, 0)]
+                 for t, recs in s["streams"].items()}
+        for b in cut(draw, interleave(draw, again)):
+            _, outs, acks = second.batch(b)
+            log += outs
+            second.ack(acks)
     return log, committed
 
 
