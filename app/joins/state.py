@@ -443,10 +443,33 @@ class JoinState:
             self._put(p, key, rev.id, j, j.event_time, rev.id in held)
         return out
 
-    def _again(self, p: int, key: str, v: Version, src: Any) -> list[Revision]:
+    def on_late(self, p: int, key: str, src: Any, jid: str | None = None,
+                v: Version | None = None) -> list[Revision]:
+        """A record late now (routed to the late topic, not joined) that may have been handled
+        before a crash, when it was not late: the revisions it made that may be missing from
+        the log and are not on their way, re-emitted (an event: ``jid``; a version: ``v``).
+        Why: the recovered stream time can be past it (the batches a crash lost spanned the
+        retention), and a late record is handled all the same: without this, nothing ever
+        sent them. A record never handled before costs a lookup: its join by id, or its
+        version's row (a version that made revisions was kept, or purged with them)."""
+        if jid is not None:
+            _, raw = self._find(p, key, jid)
+            if raw is None:
+                return []
+            j = self.load(raw)
+            if j.source != src and all(u[0] != src for u in j.unsent):
+                return []
+            return self.unsent(p, jid, key, j)
+        assert v is not None
+        if self.joins.get(p, version_key(key, v[0], v[1:])) is None:
+            return []
+        return self._again(p, key, v, src, answering=False)
+
+    def _again(self, p: int, key: str, v: Version, src: Any,
+               answering: bool = True) -> list[Revision]:
         """A version seen before, or too old to change anything: re-emit (and write again) the
-        joins that answer with it and those with a revision it made (``src``), current or
-        superseded. The latter matter: once this record is acked and committed, the revisions
+        joins that answer with it (unless not ``answering``: a late record, :meth:`on_late`)
+        and those with a revision it made (``src``), current or superseded. The latter matter: once this record is acked and committed, the revisions
         it made count as delivered, and a later version may have taken over the join's answer
         before the crash (the chaos run found the gap: revision 1 never sent). Only joins at
         or after the first time ``v`` could ever answer are read."""
@@ -460,7 +483,7 @@ class JoinState:
             start = None if v[0] <= first else v[0]
         for jid, j in self._joins_of(p, key, start, None):
             made = src is not None and (j.source == src or any(u[0] == src for u in j.unsent))
-            if made or (j.answer_time == v[0] and j.answer == v[1:]):
+            if made or (answering and j.answer_time == v[0] and j.answer == v[1:]):
                 self.joins.put(p, join_key(key, j.event_time, jid), self.dump(j))
                 if self.rules.current(jid, key, j) is not None:
                     out += self.unsent(p, jid, key, j)
