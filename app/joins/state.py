@@ -469,18 +469,16 @@ class JoinState:
                answering: bool = True) -> list[Revision]:
         """A version seen before, or too old to change anything: re-emit (and write again) the
         joins that answer with it (unless not ``answering``: a late record, :meth:`on_late`)
-        and those with a revision it made (``src``), current or superseded. The latter matter: once this record is acked and committed, the revisions
-        it made count as delivered, and a later version may have taken over the join's answer
-        before the crash (the chaos run found the gap: revision 1 never sent). Only joins at
-        or after the first time ``v`` could ever answer are read."""
+        and those with a revision it made (``src``), current or superseded. The latter matter:
+        once this record is acked and committed, the revisions it made count as delivered, and
+        a later version may have taken over the join's answer before the crash (the chaos run
+        found the gap: revision 1 never sent). Only joins at or after the first time ``v``
+        could ever answer are read: after ``v`` (``before``); every one of the key's
+        otherwise, since ``v`` answered the events before it while it was the earliest, and an
+        earlier version may have taken them over since (tests/unit/test_crash_gaps.py: a
+        rating's revision 1 never sent)."""
         out: list[Revision] = []
-        first = self._time_from(p, key, 0)
-        if first is None:
-            start = None
-        elif self.rules.asof == "before":
-            start = v[0] + 1
-        else:
-            start = None if v[0] <= first else v[0]
+        start = v[0] + 1 if self.rules.asof == "before" else None
         for jid, j in self._joins_of(p, key, start, None):
             made = src is not None and (j.source == src or any(u[0] == src for u in j.unsent))
             if made or (answering and j.answer_time == v[0] and j.answer == v[1:]):
