@@ -271,8 +271,16 @@ class JoinEngine:
         limit = None if clock is None else self._limit(clock, is_event)
         if limit is not None and event_time < limit:
             metrics.late_records.labels(spec.name, topic).inc()
-            return [*promised, Out(self.late_topic, key, sinks.late_record(
-                topic, partition, offset, as_dict(rec), event_time, clock, limit))]
+            # late now, perhaps not when a crashed worker handled it: what it made goes again
+            if is_event:
+                e = spec.event_of(rec)
+                again = self.state.on_late(partition, e.key, src, jid=e.id)
+            else:
+                again = self.state.on_late(partition, spec.key_of(rec, spec.dimension), src,
+                                           v=spec.version_of(rec))
+            return [*promised, *self._outs(partition, again), Out(self.late_topic, key,
+                    sinks.late_record(topic, partition, offset, as_dict(rec), event_time,
+                                      clock, limit))]
         if self._final_topic is not None and (clock is None or event_time > clock):
             self._mover[partition] = src  # the record whose delivery makes its batch's promise
         clock = self.state.advance(partition, event_time)

@@ -60,7 +60,7 @@ from app.joins.spec import JoinSpec
 from app.logic.finality import Promise
 from app.logic.event_join import (Event, Join, Purged, Revision, Version, affected_floor,
                                   affected_until, purge_history, rejoin_affected,
-                                  undelivered_revisions)
+                                  superseded_revisions, undelivered_revisions)
 from app.state.ordered_keys import prefix_end
 from app.state.overlay import Overlay
 from app.state.range_scan import RangeTable
@@ -208,12 +208,24 @@ class JoinState:
     def dump(self, j: Join) -> list[Any]:
         return j.to_json(self.nd)
 
-    def _settle(self, p: int, j: Join, src: Any) -> None:
-        """``j`` has a new revision from ``src``: stamp it, drop its delivered superseded ones."""
-        if j.unsent:
-            j.settle(src, lambda s: self.delivered(p, s))
-        else:
+    def _settle(self, p: int, jid: str, key: str, j: Join, src: Any) -> list[Revision]:
+        """``j`` has a new revision from ``src``: stamp it, drop its delivered superseded ones;
+        the superseded ones that may be missing from the log and are not on their way there,
+        to send (again) before the new one.
+
+        Why they go now: a record re-delivered after a crash re-emits what it touched only when
+        it changes nothing (the duplicate paths). One that makes a new revision — the stored
+        join moved on since it was first handled, or a record the dead process never saw
+        reaches the join first — supersedes revisions whose own records may then be handled
+        again with no re-emit (they make a revision of their own, or were handled already),
+        and nothing else sends them: the crash left them out of the log for good (a kill -9
+        test: a join with revisions 3 and 4 and never 1 and 2, findings.md)."""
+        if not j.unsent:
             j.source = src
+            return []
+        j.settle(src, lambda s: self.delivered(p, s))
+        return [replace(r, again=True) for r in superseded_revisions(
+            jid, key, j, lambda s: self.emitted(p, s))]
 
     def unsent(self, p: int, jid: str, key: str, j: Join) -> list[Revision]:
         """What to re-emit for ``j``: its revisions that may be missing from the log and are
@@ -324,11 +336,10 @@ class JoinState:
                 return [], False
             self.joins.put(p, join_key(e.key, old_time, e.id), raw)  # its row again
             return self.unsent(p, e.id, e.key, existing), False
-        if rev:
-            self._settle(p, j, src)
+        out = [*self._settle(p, e.id, e.key, j, src), rev] if rev else []
         self._put(p, e.key, e.id, j, old_time,
                   existing is not None and Join.stored_revision(raw, self.np, self.nd) == 0)
-        return ([rev] if rev else []), (existing is None and j.revision == 0)
+        return out, (existing is None and j.revision == 0)
 
     # --- a key's versions: one ``V`` row each (app.joins.keys) ------------------------------
     def _group(self, p: int, key: str, t: int) -> list[Version]:
@@ -423,32 +434,54 @@ class JoinState:
         floor = affected_floor(window, v, rule, horizon)
         cands = self._joins_of(p, key, floor, affected_until(window, v, rule))
         held = {jid for jid, j in cands if j.revision == 0} if self.hold is not None else ()
-        revs = list(rejoin_affected(self.rules, window, key, v, cands, horizon, release_from))
-        changed = {r.id for r in revs}
-        for jid, j in cands:
-            if jid in changed:
-                self._settle(p, j, src)
-                self._put(p, key, jid, j, j.event_time, jid in held)
-        return revs
-
-    def _again(self, p: int, key: str, v: Version, src: Any) -> list[Revision]:
-        """A version seen before, or too old to change anything: re-emit (and write again) the
-        joins that answer with it and those with a revision it made (``src``), current or
-        superseded. The latter matter: once this record is acked and committed, the revisions
-        it made count as delivered, and a later version may have taken over the join's answer
-        before the crash (the chaos run found the gap: revision 1 never sent). Only joins at
-        or after the first time ``v`` could ever answer are read."""
         out: list[Revision] = []
-        first = self._time_from(p, key, 0)
-        if first is None:
-            start = None
-        elif self.rules.asof == "before":
-            start = v[0] + 1
-        else:
-            start = None if v[0] <= first else v[0]
+        by_id = dict(cands)
+        for rev in rejoin_affected(self.rules, window, key, v, cands, horizon, release_from):
+            j = by_id[rev.id]
+            out += self._settle(p, rev.id, key, j, src)
+            out.append(rev)
+            self._put(p, key, rev.id, j, j.event_time, rev.id in held)
+        return out
+
+    def on_late(self, p: int, key: str, src: Any, jid: str | None = None,
+                v: Version | None = None) -> list[Revision]:
+        """A record late now (routed to the late topic, not joined) that may have been handled
+        before a crash, when it was not late: the revisions it made that may be missing from
+        the log and are not on their way, re-emitted (an event: ``jid``; a version: ``v``).
+        Why: the recovered stream time can be past it (the batches a crash lost spanned the
+        retention), and a late record is handled all the same: without this, nothing ever
+        sent them. A record never handled before costs a lookup: its join by id, or its
+        version's row (a version that made revisions was kept, or purged with them)."""
+        if jid is not None:
+            _, raw = self._find(p, key, jid)
+            if raw is None:
+                return []
+            j = self.load(raw)
+            if j.source != src and all(u[0] != src for u in j.unsent):
+                return []
+            return self.unsent(p, jid, key, j)
+        assert v is not None
+        if self.joins.get(p, version_key(key, v[0], v[1:])) is None:
+            return []
+        return self._again(p, key, v, src, answering=False)
+
+    def _again(self, p: int, key: str, v: Version, src: Any,
+               answering: bool = True) -> list[Revision]:
+        """A version seen before, or too old to change anything: re-emit (and write again) the
+        joins that answer with it (unless not ``answering``: a late record, :meth:`on_late`)
+        and those with a revision it made (``src``), current or superseded. The latter matter:
+        once this record is acked and committed, the revisions it made count as delivered, and
+        a later version may have taken over the join's answer before the crash (the chaos run
+        found the gap: revision 1 never sent). Only joins at or after the first time ``v``
+        could ever answer are read: after ``v`` (``before``); every one of the key's
+        otherwise, since ``v`` answered the events before it while it was the earliest, and an
+        earlier version may have taken them over since (tests/unit/test_crash_gaps.py: a
+        rating's revision 1 never sent)."""
+        out: list[Revision] = []
+        start = v[0] + 1 if self.rules.asof == "before" else None
         for jid, j in self._joins_of(p, key, start, None):
             made = src is not None and (j.source == src or any(u[0] == src for u in j.unsent))
-            if made or (j.answer_time == v[0] and j.answer == v[1:]):
+            if made or (answering and j.answer_time == v[0] and j.answer == v[1:]):
                 self.joins.put(p, join_key(key, j.event_time, jid), self.dump(j))
                 if self.rules.current(jid, key, j) is not None:
                     out += self.unsent(p, jid, key, j)
@@ -500,7 +533,7 @@ class JoinState:
                     rev = self.rules.rejoin(jid, key, j, self._answering(p, key, t, src),
                                             "revisit", release_from)
                     if rev:
-                        self._settle(p, j, src)
+                        out += self._settle(p, jid, key, j, src)
                         self._put(p, key, jid, j, t, was_held)
                         out.append(rev)
         return out, Purged(purged, unmatched, versions)
@@ -533,7 +566,7 @@ class JoinState:
             rev = self.rules.release(jid, key, j, self._answering(p, key, t, src))
             if rev is None:
                 continue
-            self._settle(p, j, src)
+            out += self._settle(p, jid, key, j, src)
             self._put(p, key, jid, j, t)
             joins.put(p, held_key(p, t, key, jid, RELEASED), src, local=True)
             out.append(rev)

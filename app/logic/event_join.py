@@ -451,14 +451,21 @@ def current_revisions(rules: JoinRules, state: KeyState, key: str,
         yield from unsent_revisions(rules, jid, key, j, delivered)
 
 
+def superseded_revisions(jid: str, key: str, j: Join,
+                         delivered: Callable[[Any], bool]) -> list[Revision]:
+    """The revisions ``j`` superseded whose source is not ``delivered``, oldest first, exactly
+    as they were emitted, each with the record that made it."""
+    return [Revision(jid, key, u[3], tuple(u[4]), None if u[5] is None else tuple(u[5]), u[6],
+                     u[1], None if u[7] is None else tuple(u[7]), u[2], source=u[0])
+            for u in j.unsent if not delivered(u[0])]
+
+
 def unsent_revisions(rules: JoinRules, jid: str, key: str, j: Join,
                      delivered: Callable[[Any], bool] | None = None) -> list[Revision]:
     """What to re-emit for ``j`` after a crash: the superseded revisions whose source is not
     ``delivered`` (oldest first), then the current one. Re-emitting a revision that did reach
     the log repeats it (same number, same answer); skipping one that did not leaves a gap."""
-    out = [Revision(jid, key, u[3], tuple(u[4]), None if u[5] is None else tuple(u[5]), u[6],
-                    u[1], None if u[7] is None else tuple(u[7]), u[2], source=u[0])
-           for u in j.unsent if delivered is not None and not delivered(u[0])]
+    out = [] if delivered is None else superseded_revisions(jid, key, j, delivered)
     rev = rules.current(jid, key, j)
     return out + [rev] if rev else out
 

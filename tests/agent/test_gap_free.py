@@ -44,14 +44,18 @@ class _Forgets(AckedRuns):
 
 
 @contextmanager
-def committed_upto(offset: int) -> Iterator[None]:
-    """Every input committed up to ``offset``, and that is all the engines know delivered."""
+def committed_upto(offset: int, restarted: bool = True) -> Iterator[None]:
+    """Every input committed up to ``offset``, and that is all the engines know delivered;
+    ``restarted``: nor do they know of any output on its way (a worker that handled none of
+    these records before: the one after a crash). Not ``restarted``: the worker that handles
+    them first (their outputs are on their way; the crash loses them later)."""
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(app.consumer, "_committed_offset",
                                               _Committed(offset), create=True))
         for engine in engines.values():
             stack.enter_context(mock.patch.object(engine.loop, "acked", _Forgets()))
-            stack.enter_context(mock.patch.object(engine.loop, "handled", _Forgets()))
+            if restarted:
+                stack.enter_context(mock.patch.object(engine.loop, "handled", _Forgets()))
         yield
 
 
@@ -65,7 +69,7 @@ def mood(name: str, t: int) -> dict[str, Any]:
 
 async def test_per_join_a_redelivered_version_re_emits_superseded_unsent_revisions(join_harness):
     async with join_harness("movies") as h:
-        with committed_upto(0):  # nothing committed: every output may be lost
+        with committed_upto(0, restarted=False):  # nothing committed: every output may be lost
             await h.dimension(movie("A", T))
             await h.event({"id": "r1", "movie_id": "m1", "user_id": "u", "rating": 4.0,
                            "event_time": T + 10})
@@ -73,6 +77,7 @@ async def test_per_join_a_redelivered_version_re_emits_superseded_unsent_revisio
             await h.dimension(movie("C", T + 7))
             first = h.outputs()
             assert [(r["revision"], r["title"]) for r in first] == [(1, "A"), (2, "B"), (3, "C")]
+        with committed_upto(0):
             # as after a crash that lost all three outputs: the records come again
             await h.dimension(movie("C", T + 7))
             assert h.outputs()[len(first):] == first  # 1, 2, 3 again, exactly as emitted
@@ -95,7 +100,7 @@ async def test_per_join_every_lost_revision_comes_again_as_commits_advance(join_
     first_order = [("event", rating, 20), ("dimension", movie("A", T), 11),
                    ("dimension", movie("B", T + 5), 12), ("dimension", movie("C", T + 7), 13)]
     async with join_harness("movies") as h:
-        with committed_upto(0):
+        with committed_upto(0, restarted=False):
             for side, value, offset in first_order:
                 await getattr(h, side)(value, offset=offset)
         first = {r["revision"]: r for r in h.outputs()}
@@ -112,7 +117,7 @@ async def test_per_join_every_lost_revision_comes_again_as_commits_advance(join_
 
 async def test_moods_a_redelivered_version_re_emits_superseded_unsent_revisions(join_harness):
     async with join_harness("moods") as h:
-        with committed_upto(0):
+        with committed_upto(0, restarted=False):
             await h.dimension(mood("sad", T))
             await h.event({"consultant": "ann", "recommendation": "tea", "event_time": T + 10,
                            "id": "x"})
@@ -121,6 +126,7 @@ async def test_moods_a_redelivered_version_re_emits_superseded_unsent_revisions(
             first = h.outputs()
             assert [(r["revision"], r["mood"]) for r in first] == \
                 [(1, "sad"), (2, "ok"), (3, "happy")]
+        with committed_upto(0):
             # after a crash the records come again: the last version re-emits every revision
             await h.dimension(mood("happy", T + 7))
             assert h.outputs()[len(first):] == first
