@@ -28,7 +28,7 @@ from bench.harness import Bench, Figure
 from bench.workers import DEFAULT_SESSION, bench_broker, new_names, start_worker, stats, workdir
 from tests.kafka_io import Out, create_topics, jbytes, partitions_of, produce_bulk
 
-SECONDS = Figure("recovery_s_1m_keys", "seconds", 30, "<=", unit="s",
+SECONDS = Figure("recovery_s_1m_keys", "seconds", 15, "<=", unit="s",
                  note="a fresh worker replays the mood history's changelog, memory store")
 KEYS_PER_S = Figure("recovery_keys_per_s", "keys_per_s", unit="keys/s",
                     note="keys ÷ (seconds to ready − start-up)")

@@ -8,8 +8,8 @@ from the first committed batch to the last, so the group join and connection are
 The table is then checked against the oracle (the highest revision per id): a fast sink that is
 wrong is no figure.
 
-The goal is one worker's output: ``throughput_batched_rps``'s goal (40,000 inputs/s) makes
-~30,000 revisions/s on the mood join (about three of four inputs are events, plus corrections).
+The goal is one worker's output: ``throughput_batched_rps``'s goal (45,000 inputs/s) makes
+~34,000 revisions/s on the mood join (about three of four inputs are events, plus corrections).
 
 ``python -m bench.sink_postgres [--records N] [--runs R]``
 """
