@@ -33,7 +33,7 @@ from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
 from app.compat.stores import StoreIO, committed_offset
 from app.faust_app import app, settings
-from app.joins.state import FinalJoinError, JoinState
+from app.joins.state import FinalJoinError, JoinState, joins_overlay
 from app.logic.finality import next_step, ready_before
 from app.logic.event_join import CAUSES, Revision
 from app.state.overlay import Overlay
@@ -56,7 +56,7 @@ class JoinEngine:
         self.dead_letters = settings.dead_letter_topic
         #: a revision's source: [input, offset], input = its topic's index here
         self.inputs = spec.inputs  # a repartitioned side's: its repartition topic
-        self.overlays = (Overlay(StoreIO(t.history)), Overlay(StoreIO(t.joins)),
+        self.overlays = (Overlay(StoreIO(t.history)), joins_overlay(StoreIO(t.joins)),
                          Overlay(StoreIO(t.clock)))
         self.state = JoinState(spec, *self.overlays, self.delivered, self.emitted)
         #: (key, value, timestamp) -> the flat record: msgspec's fast path for a flat side

@@ -46,8 +46,12 @@ Row = tuple[str, int, bytes, "bytes | None"]
 class Overlay:
     """One table's rows read and written by the batch being handled (module docstring)."""
 
-    def __init__(self, io: "StoreIO | MemoryIO") -> None:
+    def __init__(self, io: "StoreIO | MemoryIO", logged_first: bytes | None = None) -> None:
         self.io = io
+        #: an ordered table's rows whose key starts with this byte go to the changelog before
+        #: the others of the batch (a join's versions before its joins: a crash between two
+        #: rows must not leave a join naming a version that is not in the log; app.joins.state)
+        self.logged_first = logged_first
         #: ordered tables write through to the store (module docstring)
         self.through = io.bytes_keys
         #: (partition, key) -> value as the batch sees it (None: absent; _DELETED: deleted)
@@ -161,9 +165,13 @@ class Overlay:
         out: list[Row] = []
         dumps, key_bytes = orjson.dumps, io.key_bytes
         if self.through:
+            first = self.logged_first
+            later: list[Row] = []
             for (partition, key), value in self._dirty.items():
-                out.append((topic, partition, key, None if value is _DELETED else
-                            value if type(value) is bytes else dumps(value)))
+                (out if first is None or key[:1] == first else later).append(
+                    (topic, partition, key, None if value is _DELETED else
+                     value if type(value) is bytes else dumps(value)))
+            out += later
             self.clear()
             return out
         rows = self._rows

@@ -20,9 +20,9 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from app.compat.stores import StoreIO
 from app.joins.catalog import mood_spec, movie_spec
-from app.joins.keys import VERSION, join_range, split_join_key, version_key, version_range
+from app.joins.keys import JOIN, VERSION, join_range, split_join_key, version_key, version_range
 from app.joins.spec import resolve
-from app.joins.state import JoinState, JoinsTable
+from app.joins.state import JoinState, JoinsTable, joins_overlay
 from app.logic.event_join import Event, insert_version, purgeable
 from app.state.overlay import MemoryIO, Overlay
 from app.state.range_scan import range_table
@@ -35,7 +35,7 @@ RETENTION = 100
 
 def engine(spec_of: Any) -> JoinState:
     spec = resolve({**spec_of(Settings()), "retention_ms": RETENTION, "window_ms": None})
-    return JoinState(spec, Overlay(MemoryIO(bytes_keys=False)), Overlay(MemoryIO()),
+    return JoinState(spec, Overlay(MemoryIO(bytes_keys=False)), joins_overlay(MemoryIO()),
                      Overlay(MemoryIO(bytes_keys=False)))
 
 
@@ -116,6 +116,23 @@ def test_a_batch_writes_only_the_versions_it_changes():
     rows = state.joins.flush()
     assert [k for _, _, k, _ in rows if k[:1] == VERSION] == [version_key("hot", 500, ["late"])]
     assert max(len(v or b"") for *_, v in rows) < 400  # no row holds the key's history
+
+
+@pytest.mark.unit
+def test_a_batch_logs_its_versions_before_its_joins():
+    # an event answered on arrival, then a late version before it re-answers it, in one batch:
+    # the join's row was written first; its changelog row must still come after the version it
+    # names, so that no prefix of the batch's rows (a kill -9 mid-send) has the join without it
+    state = engine(mood_spec)
+    state.on_version(P, "c", [10, "sad"], None, None)
+    state.joins.flush()
+    state.on_event(P, Event("c", "r1", 50, ("tea",)), None, None)
+    state.on_version(P, "c", [30, "excited"], None, None)
+    state.on_event(P, Event("c", "r2", 60, ("tea",)), None, None)
+    state.on_version(P, "c", [55, "ok"], None, None)
+    kinds = [k[:1] for _, _, k, _ in state.joins.flush()]
+    assert sorted(set(kinds)) == sorted({VERSION, JOIN})
+    assert kinds == sorted(kinds, key=lambda kind: kind != VERSION), kinds
 
 
 @pytest.mark.unit
