@@ -111,11 +111,17 @@ async def test_no_revision_after_a_promise_through_a_kill_and_a_rebalance(
                                          "event_time": flush, "id": f"flush-{c}"})
                            for c in CONSULTANTS], topics=t)
 
+    missing: list[str] = []
+
     async def all_final() -> bool:
         got = {v["id"] for _, v in await read_timed(names, final["output"], idle_s=1.0)}
-        return set(expected) <= got
+        missing[:] = sorted(set(expected) - got)
+        return not missing
 
-    assert await wait_for(all_final, timeout_s=150, every_s=2), "emit=final never covered all"
+    assert await wait_for(all_final, timeout_s=150, every_s=2), (
+        f"emit=final never covered {len(missing)} of {len(expected)} joins, e.g. {missing[:6]} "
+        f"(their consultants' partitions: "
+        f"{sorted({partition_of(expected[j][1].encode(), PARTITIONS) for j in missing})})")
 
     # emit=final: one revision per join (repeated at most, never changed), the oracle's
     finals: dict[str, set[str]] = {}
