@@ -34,7 +34,7 @@ from app.loop.types import Out
 from app.compat.stores import StoreIO, committed_offset
 from app.faust_app import app, settings
 from app.joins.state import FinalJoinError, JoinState, joins_overlay
-from app.logic.finality import next_step, ready_before
+from app.logic.finality import next_step, ready_now
 from app.logic.event_join import CAUSES, Revision
 from app.state.overlay import Overlay
 from app.inputs.records import InvalidRecord, as_dict
@@ -82,6 +82,9 @@ class JoinEngine:
         self._final_topic = spec.final_topic
         self._emit_final = spec.emit == "final"
         self._pending: dict[int, list[tuple[int, Any]]] = {}
+        #: partition -> what its delivered batches allow to promise, not used yet (a
+        #: promise was in flight when they were found delivered: app.logic.finality.ready_now)
+        self._ready: dict[int, int] = {}
         self._mover: dict[int, Any] = {}
         self._promised_now: set[int] = set()
         #: the group generation ``_pending`` belongs to: a rebalance drops the batches in
@@ -179,13 +182,17 @@ class JoinEngine:
         self._promised_now.add(partition)
         state = self.state
         promise = state.promise(partition)
-        pending = self._pending.get(partition)
-        ready = None if not pending else ready_before(
-            pending, lambda s: self.delivered(partition, s), self.spec.retention_ms)
+        ready = ready_now(self._pending.get(partition) or [],
+                          lambda s: self.delivered(partition, s), self.spec.retention_ms,
+                          self._ready.get(partition))
         source = promise.source
         step, lo, hi = next_step(promise, ready,
                                  source is not None and self.delivered(partition, source),
                                  source is not None and self.emitted(partition, source))
+        if step == "new":
+            self._ready.pop(partition, None)
+        elif ready is not None:
+            self._ready[partition] = ready  # for a batch that can use it (ready_now)
         if step == "none":
             return []
         if step == "settled":

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Promise", "Step", "next_step", "ready_before"]
+__all__ = ["Promise", "Step", "next_step", "ready_before", "ready_now"]
 
 Step = Literal["none", "new", "again", "settled"]
 
@@ -66,6 +66,21 @@ def ready_before(pending: list[tuple[int, Any]], delivered: Any, retention_ms: i
     ready = None
     while pending and delivered(pending[0][1]):
         ready = pending.pop(0)[0] - retention_ms
+    return ready
+
+
+def ready_now(pending: list[tuple[int, Any]], delivered: Any, retention_ms: int,
+              kept: int | None) -> int | None:
+    """What may be promised now: :func:`ready_before` of ``pending``, or ``kept`` — what an
+    earlier batch found ready and no promise has used yet — if more. Why: ``ready_before``
+    pops the delivered batches; while a promise is still in flight :func:`next_step` cannot
+    use what they allow, and dropped, it was gone for good once the stream time stopped
+    moving (the last promise of a stream that went quiet never came: emit=final never sent
+    the last joins, tests/broker/test_finality_broker.py). The caller keeps what this
+    returns until a ``new`` step uses it."""
+    ready = ready_before(pending, delivered, retention_ms)
+    if kept is not None and (ready is None or kept > ready):
+        return kept
     return ready
 
 
