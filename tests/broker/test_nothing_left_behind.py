@@ -40,8 +40,16 @@ def make(target: str, tmp_path: Path, **variables: str) -> tuple[subprocess.Pope
         proc = subprocess.Popen(["make", "--no-print-directory", "-C", str(ROOT), target,
                                  *[f"{k}={v}" for k, v in variables.items()]],
                                 env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_as_from_a_terminal)
     return proc, probe, out
+
+
+def _as_from_a_terminal() -> None:
+    """In the child before ``make`` starts: SIGINT at its default, as a shell's foreground job
+    has it. A disposition of SIG_IGN survives exec: if something in this xdist worker had set
+    it (a library, an earlier test), the whole run under test ignored Ctrl-C (a fresh clone's
+    CI: ``make test`` ran to its end, exit 0, and ``make run`` never stopped)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for_process(probe: str, needle: str, proc: subprocess.Popen[bytes], out: Path,

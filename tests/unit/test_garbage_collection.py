@@ -33,7 +33,11 @@ def test_after_a_recovery_what_is_alive_is_frozen():
     gc.unfreeze()
     try:
         frozen = runtime.freeze_long_lived()
-        assert frozen == gc.get_freeze_count() >= len(long_lived)
+        assert frozen >= len(long_lived)
+        # frozen: in no generation the collector traverses (its count may move as frozen
+        # objects die: a fresh clone's run saw 370,475 then 370,473)
+        traversed = {id(o) for o in gc.get_objects()}
+        assert not any(id(x) in traversed for x in long_lived)
         assert gc.isenabled()
     finally:
         gc.unfreeze()
