@@ -159,7 +159,8 @@ class Overlay:
 
     def flush(self) -> list[Row]:
         """Write the changed rows to the store (keyed tables); their changelog rows (in
-        first-write order). The overlay is empty afterwards (the next batch reads the store)."""
+        first-write order, but an ordered table's ``logged_first`` rows before the others).
+        The overlay is empty afterwards (the next batch reads the store)."""
         io = self.io
         topic = io.changelog
         out: list[Row] = []
