@@ -468,7 +468,7 @@ class JoinState:
             if raw is None:
                 return []
             j = self.load(raw)
-            if j.source != src and all(u[0] != src for u in j.unsent):
+            if not j.made_by(src):
                 return []
             return self.unsent(p, jid, key, j)
         assert v is not None
@@ -491,8 +491,7 @@ class JoinState:
         out: list[Revision] = []
         start = v[0] + 1 if self.rules.asof == "before" else None
         for jid, j in self._joins_of(p, key, start, None):
-            made = src is not None and (j.source == src or any(u[0] == src for u in j.unsent))
-            if made or (answering and j.answer_time == v[0] and j.answer == v[1:]):
+            if j.made_by(src) or (answering and j.answer_time == v[0] and j.answer == v[1:]):
                 self.joins.put(p, join_key(key, j.event_time, jid), self.dump(j))
                 if self.rules.current(jid, key, j) is not None:
                     out += self.unsent(p, jid, key, j)

@@ -185,6 +185,12 @@ class Join:
         self.unsent.append([self.source, self.revision, self.cause, self.event_time,
                             self.payload, self.answer, self.answer_time, self.previous])
 
+    def made_by(self, source: Any) -> bool:
+        """Whether input ``source`` made a revision of this join still held: the current one
+        or a superseded one not known delivered (what a re-delivered record must send again)."""
+        return source is not None and (self.source == source
+                                       or any(u[0] == source for u in self.unsent))
+
     def settle(self, source: Any, delivered: Callable[[Any], bool]) -> None:
         """A new revision from input ``source`` was made: stamp it, forget delivered ones."""
         self.source = source
