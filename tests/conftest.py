@@ -144,8 +144,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
 
 def keep_evidence(item: pytest.Item) -> None:
     """After the teardown (the logs are whole): every log under the test's temporary folder
-    (workers, containers, brokers, moto, Spark; not the workers' state) and the tail of the
-    session broker's log. Before, a failed chaos run's folder was gone by the time anyone
+    (workers, containers, brokers, moto, Spark; not the workers' state), the topics a chaos run
+    dumped when it was not exact (``topics/*.jsonl``, ~11 MB for the 2-minute test) and the
+    tail of the session broker's log. Before, a failed chaos run's folder was gone by the time anyone
     looked: pytest keeps the temporary folders of the last three sessions only."""
     out = evidence_dir(item)
     shutil.rmtree(out, ignore_errors=True)
@@ -154,7 +155,7 @@ def keep_evidence(item: pytest.Item) -> None:
     if isinstance(tmp, Path) and tmp.exists():
         for path in tmp.rglob("*"):
             parts = path.relative_to(tmp).parts
-            if path.is_file() and path.suffix in (".log", ".out", ".txt", ".json") \
+            if path.is_file() and path.suffix in (".log", ".out", ".txt", ".json", ".jsonl") \
                     and not any(p.endswith("-data") for p in parts[:-1]) \
                     and path.stat().st_size < 200_000_000:  # a worker's datadir: RocksDB
                 target = out / path.relative_to(tmp)
