@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -205,8 +206,24 @@ class SparkTimer:
         return {k: int(v) for k, v in row.asDict().items()}
 
     def close(self) -> None:
+        """Stop the session and its JVM: ``spark.stop()`` leaves PySpark's gateway JVM running
+        until the Python process exits, and ``make bench`` runs five more benchmarks after this
+        one (its guard killed the JVM at the end and said so: ``left running by make bench``)."""
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
         self.spark.stop()
         shutil.rmtree(self.local_dir, ignore_errors=True)
+        proc = getattr(gateway, "proc", None)  # pyspark.java_gateway.launch_gateway sets it
+        if gateway is not None:
+            gateway.shutdown()
+            SparkContext._gateway = SparkContext._jvm = None  # the next session starts its own
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def time_duckdb(moods_path: str, recs_path: str, runs: int = RUNS,
