@@ -16,8 +16,8 @@ catalogue, end to end, in the same run on the same broker.
   (``replay.total_s_scaled``): the whole 5M replay took ~250-700 s, the largest part of
   ``make bench`` after the chaos run. The scaling is linear; a replay's cost per record does
   not fall as its RocksDB store grows (it rose: 33,104 records/s over 1M keys, 23,858 over 5M,
-  performance log), so the scaled time, and the speedup, are floors. ``--replay-keys 0`` replays the whole
-  catalogue.
+  performance log), so the scaled time, and the speedup, are floors. ``--replay-keys 0``
+  replays the whole catalogue.
 
 ``bootstrap_speedup`` = replay seconds (scaled) ÷ bootstrap seconds. The worker's key count
 (``/stats/``, RocksDB's estimate) must be the keys it was given within 1 % on both paths. Both

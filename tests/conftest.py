@@ -146,8 +146,8 @@ def keep_evidence(item: pytest.Item) -> None:
     """After the teardown (the logs are whole): every log under the test's temporary folder
     (workers, containers, brokers, moto, Spark; not the workers' state), the topics a chaos run
     dumped when it was not exact (``topics/*.jsonl``, ~11 MB for the 2-minute test) and the
-    tail of the session broker's log. Before, a failed chaos run's folder was gone by the time anyone
-    looked: pytest keeps the temporary folders of the last three sessions only."""
+    tail of the session broker's log. Before, a failed chaos run's folder was gone by the time
+    anyone looked: pytest keeps the temporary folders of the last three sessions only."""
     out = evidence_dir(item)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
