@@ -9,12 +9,12 @@ from typing import Any
 import faust
 from faust.types.auth import CredentialsT
 
-from app.state import crash_marker
 from app.kafka.connection import bootstrap_servers
 from app.kafka.copartition import check_copartitioning, warn_of_partitioners
 from app.kafka.security import aiokafka_auth, check_tls
 from app.kafka.timestamps import warn_of_log_append_time
 from app.settings import Settings, get_settings
+from app.state import crash_marker
 from app.web.auth import web_application_options
 
 
@@ -43,6 +43,7 @@ class EtjApp(faust.App):
         partitions handed to the agents' loops in batches, committed by offset range) and
         producer (:mod:`app.compat.producer`)."""
         from app.compat.consumer import EtjTransport
+
         return EtjTransport(self.conf.broker_consumer, self)
 
     def create_event(self, key: Any, value: Any, headers: Any, message: Any) -> Any:
@@ -79,9 +80,13 @@ class EtjApp(faust.App):
         await consumer.commit_and_end_transactions()  # flushes the producer, then commits
         took = time.monotonic() - began
         if late:
-            logger.warning("stop: batches of %s not delivered within %.1f s are left unacked; "
-                           "the next owner of their partitions reads them again (everything "
-                           "delivered before is committed)", ", ".join(late), took)
+            logger.warning(
+                "stop: batches of %s not delivered within %.1f s are left unacked; "
+                "the next owner of their partitions reads them again (everything "
+                "delivered before is committed)",
+                ", ".join(late),
+                took,
+            )
         elif stopping:
             logger.info("stop: every batch in flight delivered and committed in %.1f s", took)
 
@@ -98,10 +103,10 @@ class EtjApp(faust.App):
         await check_tls(s, bootstrap_servers(s.broker_url))  # a refused certificate, said plainly
         await check_copartitioning(s.broker_url, self.copartitioned, aiokafka_auth(s))
         if s.check_partitioner:
-            await warn_of_partitioners(s.broker_url, self.produced_by_others,
-                                       aiokafka_auth(s))
-        await warn_of_log_append_time(s.broker_url, getattr(self, "timestamp_topics", ()),
-                                      aiokafka_auth(s))  # $timestamp inputs: CreateTime
+            await warn_of_partitioners(s.broker_url, self.produced_by_others, aiokafka_auth(s))
+        await warn_of_log_append_time(
+            s.broker_url, getattr(self, "timestamp_topics", ()), aiokafka_auth(s)
+        )  # $timestamp inputs: CreateTime
         for topic in self.internal_topics:  # with its join's count, not the broker's default
             await topic.maybe_declare()
 
@@ -109,8 +114,9 @@ class EtjApp(faust.App):
         """After every service stopped (agents, producer, consumer, tables)."""
         await super().on_shutdown()
         if self.etj.local_tables:
-            crash_marker.release(Path(self.conf.tabledir),
-                                clean=all(loop.settled() for loop in self.loops))
+            crash_marker.release(
+                Path(self.conf.tabledir), clean=all(loop.settled() for loop in self.loops)
+            )
 
 
 async def _wait_logged(loop: Any, timeout: float | None, logger: Any, app: EtjApp) -> bool:
@@ -122,8 +128,12 @@ async def _wait_logged(loop: Any, timeout: float | None, logger: Any, app: EtjAp
             return True
         if timeout is not None and time.monotonic() - began >= timeout:
             return False
-        logger.warning("rebalance: waited %.0f s for the batches in flight of %s:\n%s",
-                       time.monotonic() - began, loop.join, app.describe_loops())
+        logger.warning(
+            "rebalance: waited %.0f s for the batches in flight of %s:\n%s",
+            time.monotonic() - began,
+            loop.join,
+            app.describe_loops(),
+        )
 
 
 def broker_credentials(s: Settings) -> CredentialsT | None:
@@ -131,10 +141,12 @@ def broker_credentials(s: Settings) -> CredentialsT | None:
     :func:`app.kafka.security.aiokafka_auth`, the mapping every other client of etj takes."""
     auth = aiokafka_auth(s)
     if "sasl_mechanism" in auth:
-        return faust.SASLCredentials(username=auth["sasl_plain_username"],
-                                     password=auth["sasl_plain_password"],
-                                     mechanism=auth["sasl_mechanism"],
-                                     ssl_context=auth["ssl_context"])
+        return faust.SASLCredentials(
+            username=auth["sasl_plain_username"],
+            password=auth["sasl_plain_password"],
+            mechanism=auth["sasl_mechanism"],
+            ssl_context=auth["ssl_context"],
+        )
     if auth.get("ssl_context") is not None:
         return faust.SSLCredentials(auth["ssl_context"])
     return None

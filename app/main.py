@@ -20,20 +20,26 @@ stall_guard.install(app, app.etj.stall_check_s)  # timer: inputs read past, neve
 snapshot_service.install(app)  # ETJ_SNAPSHOT_URL: snapshots written on a timer, restored
 runtime.use_event_loop(app.etj)  # before `faust worker` makes its loop (Faust ignores its own -L)
 runtime.use_gc_thresholds()  # fewer collections: a table of a million rows is long-lived
-from app import topology  # noqa: F401  (topics -> tables, for every join spec and the car join)
-from app.agents import event_join  # noqa: F401  (agents: one per join spec)
-from app.agents import repartition  # noqa: F401  (agents: a repartitioned side's hop)
-from app.agents import fk_join  # noqa: F401  (agents: two per foreign-key spec)
+from app import topology
+from app.agents import (
+    event_join,
+    fk_join,  # noqa: F401  (agents: two per foreign-key spec)
+    repartition,  # noqa: F401  (agents: a repartitioned side's hop)
+)
+
 if topology.cars:  # ETJ_BUILTIN_JOINS
     from app.agents import car_join  # noqa: F401  (the car join's agents, in its words)
 from app import timers  # noqa: F401  (timers: revisit ticks for every agent)
-from app.commands import sample_traffic  # noqa: F401  (tools)
-from app.commands import archive  # noqa: F401  (tools: a topic -> JSON lines, for app.batch)
-from app.commands import join_latest  # noqa: F401  (tools: join-latest NAME)
-from app.commands import snapshots  # noqa: F401  (tools: the table snapshots in a store)
-from app.commands import topics  # noqa: F401  (tools: topics create [--inputs] [--dry-run])
-from app.commands import sink  # noqa: F401  (tools: sink postgres --join NAME --dsn DSN)
+from app.commands import (
+    archive,  # noqa: F401  (tools: a topic -> JSON lines, for app.batch)
+    join_latest,  # noqa: F401  (tools: join-latest NAME)
+    sample_traffic,  # noqa: F401  (tools)
+    sink,  # noqa: F401  (tools: sink postgres --join NAME --dsn DSN)
+    snapshots,  # noqa: F401  (tools: the table snapshots in a store)
+    topics,  # noqa: F401  (tools: topics create [--inputs] [--dry-run])
+)
 from app.web import views  # noqa: F401  (views: state, health, metrics over HTTP; GET /joins/)
+
 if event_join.engines:  # the timeline draws any event-time join (and the car join's zones)
     from app.web import timeline  # noqa: F401  (the live timeline page, /timeline/)
 

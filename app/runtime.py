@@ -56,14 +56,21 @@ import gc
 import logging
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import uvloop
 
 from app.settings import Settings
 
-__all__ = ["EXIT_CODE", "GC_THRESHOLDS", "fail_stop", "freeze_long_lived", "use_event_loop",
-           "use_gc_thresholds"]
+__all__ = [
+    "EXIT_CODE",
+    "GC_THRESHOLDS",
+    "fail_stop",
+    "freeze_long_lived",
+    "use_event_loop",
+    "use_gc_thresholds",
+]
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +110,12 @@ _exit: Callable[[int], Any] = os._exit
 
 def fail_stop(reason: str) -> None:
     """End the worker now, committing nothing more: records since the last commit are re-read."""
-    log.critical("fail-stop: %s; exiting (%d) without committing offsets, the records after the "
-                 "last commit are read again on restart", reason, EXIT_CODE)
+    log.critical(
+        "fail-stop: %s; exiting (%d) without committing offsets, the records after the "
+        "last commit are read again on restart",
+        reason,
+        EXIT_CODE,
+    )
     for handler in logging.getLogger().handlers:
         handler.flush()
     sys.stdout.flush()

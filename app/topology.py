@@ -44,23 +44,32 @@ from app.state.range_scan import RangeTable, range_table
 #: (name, topics, partition count) of topics that must be co-partitioned (app.kafka.copartition)
 CopartitionGroup = tuple[str, tuple[str, ...], int]
 
-_raw = dict(key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
-_out = dict(key_serializer="raw", value_serializer="raw")
+_raw = {"key_serializer": "raw", "value_serializer": "raw", "partitions": settings.partitions}
+_out = {"key_serializer": "raw", "value_serializer": "raw"}
 #: every table's RocksDB memtables (the memory store ignores them); the block cache and the
 #: memtables' total are one budget per worker (app.compat.rocksdb_memory,
 #: docs/operating/scaling.md#memory)
-_store = dict(options=dict(write_buffer_size=settings.rocksdb_write_buffer_mb << 20,
-                           max_write_buffer_number=2))
+_store = {
+    "options": {
+        "write_buffer_size": settings.rocksdb_write_buffer_mb << 20, "max_write_buffer_number": 2
+    }
+}
 #: tables hold plain JSON rows: decoded without Faust's registry (app.compat.table_codec), and
 #: not at all on replay into RocksDB, which keeps the changelog's bytes
 _decode = not settings.local_tables
-_json = dict(partitions=settings.partitions, **_store,
-             schema=TableSchema(key_serializer="json", value_serializer="json", decode=_decode))
+_json = dict(
+    partitions=settings.partitions,
+    **_store,
+    schema=TableSchema(key_serializer="json", value_serializer="json", decode=_decode),
+)
 # key_type=bytes too: Faust derives the changelog's key serializer from key_type alone (json
 # otherwise), and recovery would then fail to decode the byte keys
-_bytes_json = dict(partitions=settings.partitions, key_type=bytes, **_store,
-                   schema=TableSchema(key_serializer="raw", value_serializer="json",
-                                      decode=_decode))
+_bytes_json = dict(
+    partitions=settings.partitions,
+    key_type=bytes,
+    **_store,
+    schema=TableSchema(key_serializer="raw", value_serializer="json", decode=_decode),
+)
 
 # --- shared outputs ----------------------------------------------------------------------------
 dead_letters = app.topic(settings.dead_letter_topic, **_out)  # original key -> record + reason
@@ -68,6 +77,7 @@ late = app.topic(settings.late_topic, **_out)  # original key -> record + horizo
 
 
 # --- every join spec -----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class JoinTables:
@@ -124,21 +134,37 @@ def declare_join(spec: JoinSpec) -> JoinTopology:
     one): its ticks topic and changelogs are created with it, its inputs must have it."""
     n = {"partitions": spec.partitions or settings.partitions}  # over the defaults' count
     names, raw, js = spec.tables, {**_raw, **n}, {**_json, **n}
-    joins = range_table(app, names.joins, default=None, table_class=JoinsTable,
-                        **{**_bytes_json, **n})
+    joins = range_table(
+        app, names.joins, default=None, table_class=JoinsTable, **{**_bytes_json, **n}
+    )
     joins.join_name = spec.name
     if spec.hold_ms is not None:  # its held joins' index is derived on recovery too
         joins.hold_shape = (len(spec.payload_fields), len(spec.dimension.copy))
-    tables = JoinTables(app.Table(names.dimension, default=None, **js), joins,
-                        app.Table(names.clock, default=None, **js))
-    hops = tuple(RepartitionHop(spec, name, side, app.topic(side.topic, allow_empty=True, **_out),
-                                app.topic(side.input, internal=True, **raw))
-                 for name, side in (("events", spec.events), ("dimension", spec.dimension))
-                 if side.repartition)
-    return JoinTopology(spec, app.topic(*spec.inputs, allow_empty=True, **raw),
-                        app.topic(spec.ticks, internal=True, **raw),
-                        app.topic(spec.output, **_out), tables, hops,
-                        app.topic(spec.final_topic, **_out) if spec.final_topic else None)
+    tables = JoinTables(
+        app.Table(names.dimension, default=None, **js),
+        joins,
+        app.Table(names.clock, default=None, **js),
+    )
+    hops = tuple(
+        RepartitionHop(
+            spec,
+            name,
+            side,
+            app.topic(side.topic, allow_empty=True, **_out),
+            app.topic(side.input, internal=True, **raw),
+        )
+        for name, side in (("events", spec.events), ("dimension", spec.dimension))
+        if side.repartition
+    )
+    return JoinTopology(
+        spec,
+        app.topic(*spec.inputs, allow_empty=True, **raw),
+        app.topic(spec.ticks, internal=True, **raw),
+        app.topic(spec.output, **_out),
+        tables,
+        hops,
+        app.topic(spec.final_topic, **_out) if spec.final_topic else None,
+    )
 
 
 #: spec name -> its topics and tables, for every join this worker runs
@@ -146,6 +172,7 @@ joins: dict[str, JoinTopology] = {spec.name: declare_join(spec) for spec in load
 
 
 # --- every foreign-key join (one-to-many), the car join among them --------------------------------
+
 
 @dataclass(frozen=True)
 class FkJoinTopology:
@@ -172,10 +199,14 @@ class FkJoinTopology:
     def copartition_groups(self) -> list[CopartitionGroup]:
         spec, n = self.spec, self.spec.partitions or settings.partitions
         if spec.name == "cars":  # the names its start-up messages always had
-            return [("the car join's zone side", spec.right_inputs, n),
-                    ("the car join's car side", (spec.left.topic,), n)]
-        return [(f"join {spec.name!r} (right side)", spec.right_inputs, n),
-                (f"join {spec.name!r} (left side)", (spec.left.topic,), n)]
+            return [
+                ("the car join's zone side", spec.right_inputs, n),
+                ("the car join's car side", (spec.left.topic,), n),
+            ]
+        return [
+            (f"join {spec.name!r} (right side)", spec.right_inputs, n),
+            (f"join {spec.name!r} (left side)", (spec.left.topic,), n),
+        ]
 
     @property
     def produced_by_others(self) -> list[str]:
@@ -209,14 +240,17 @@ def declare_fk_join(spec: FkJoinSpec) -> FkJoinTopology:
         output=app.topic(spec.output, **_out),
         left_table=app.Table(names.left, default=None, **js),
         right_table=app.Table(names.right, default=None, **js),
-        index_table=range_table(app, names.index, default=None,
-                                table_class=index_table_class(keys, ZoneCarsTable), **bj),
-        index_keys=keys)
+        index_table=range_table(
+            app, names.index, default=None, table_class=index_table_class(keys, ZoneCarsTable), **bj
+        ),
+        index_keys=keys,
+    )
 
 
 #: spec name -> its topics and tables, for every foreign-key join this worker runs
-fk_joins: dict[str, FkJoinTopology] = {spec.name: declare_fk_join(spec)
-                                       for spec in load_fk_specs(settings)}
+fk_joins: dict[str, FkJoinTopology] = {
+    spec.name: declare_fk_join(spec) for spec in load_fk_specs(settings)
+}
 
 #: the car join's topics and tables if this worker runs it (ETJ_BUILTIN_JOINS), else None:
 #: the one place that says whether it runs
@@ -243,10 +277,13 @@ app.produced_by_others = [t for j in running for t in j.produced_by_others]
 #: count, before the consumer's subscription could have a broker auto-create them with its own
 app.internal_topics = [t for j in running for t in j.internal_topics]
 
+
 def _input_sides() -> list[Side]:
     """Every input side of every join this worker runs."""
-    return [*(side for j in joins.values() for side in (j.spec.events, j.spec.dimension)),
-            *(side for f in fk_joins.values() for side in (f.spec.left, f.spec.right))]
+    return [
+        *(side for j in joins.values() for side in (j.spec.events, j.spec.dimension)),
+        *(side for f in fk_joins.values() for side in (f.spec.left, f.spec.right)),
+    ]
 
 
 #: input topic -> where a new deployment starts reading it (a spec's ``start``: "latest", or

@@ -16,7 +16,7 @@ import json
 import sys
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,29 @@ from tests.leftovers import whole_run
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: the benchmarks of ``make bench``, in the order they run (each module's ``BENCH``)
-SUITE = ("throughput", "car_throughput", "movies_throughput", "repartition", "hot_key",
-         "hot_dimension",
-         "peer_quix", "scale_workers", "correction_latency", "state_growth", "recovery",
-         "flow_control", "first_answers", "zone_fanout", "sink_postgres", "spark_vs_duckdb",
-         "snapshot_restore", "bootstrap", "image_start", "spark_cluster", "chaos")
+SUITE = (
+    "throughput",
+    "car_throughput",
+    "movies_throughput",
+    "repartition",
+    "hot_key",
+    "hot_dimension",
+    "peer_quix",
+    "scale_workers",
+    "correction_latency",
+    "state_growth",
+    "recovery",
+    "flow_control",
+    "first_answers",
+    "zone_fanout",
+    "sink_postgres",
+    "spark_vs_duckdb",
+    "snapshot_restore",
+    "bootstrap",
+    "image_start",
+    "spark_cluster",
+    "chaos",
+)
 
 
 def suite() -> dict[str, Bench]:
@@ -73,20 +91,29 @@ def run_suite(argv: list[str] | None = None) -> int:
         print(f"[bench] {name} done in {seconds[name]} s", flush=True)
     # every benchmark's keys, those not run (--only) or failed as null
     head = {f.key: f.value(b.name, details) for b in benches.values() for f in b.figures}
-    result = {**head, "machine": {k: v for k, v in where.items() if k != "versions"},
-              "cores": where["cores"], "versions": where["versions"],
-              "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "quick": a.quick, "runs": runs, "goals": goals(benches.values()),
-              "seconds": {**seconds, "total": round(time.monotonic() - started, 1)},
-              "details": details, "errors": errors}
+    result = {
+        **head,
+        "machine": {k: v for k, v in where.items() if k != "versions"},
+        "cores": where["cores"],
+        "versions": where["versions"],
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": a.quick,
+        "runs": runs,
+        "goals": goals(benches.values()),
+        "seconds": {**seconds, "total": round(time.monotonic() - started, 1)},
+        "details": details,
+        "errors": errors,
+    }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print()
     print(table(benches.values(), details, failed=errors))
     m = result["machine"]
-    print(f"\nmachine: {m['cores']} cores, {m['cpu']}, {m['memory_gb']} GB, load "
-          f"{m['load_avg_at_start']} at start; {m['broker']}; "
-          + ", ".join(f"{k} {v}" for k, v in where["versions"].items()))
+    print(
+        f"\nmachine: {m['cores']} cores, {m['cpu']}, {m['memory_gb']} GB, load "
+        f"{m['load_avg_at_start']} at start; {m['broker']}; "
+        + ", ".join(f"{k} {v}" for k, v in where["versions"].items())
+    )
     print(f"total {result['seconds']['total']} s; figures in {a.out}")
     if errors:
         print(f"FAILED: {', '.join(errors)} (tracebacks in the JSON)", file=sys.stderr)

@@ -36,21 +36,37 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from bench.harness import Bench, Figure
-from bench.workers import (DEFAULT_SESSION, bench_broker, new_names, records_in, start_worker,
-                           stats, wait_stats, workdir)
+from bench.workers import (
+    DEFAULT_SESSION,
+    bench_broker,
+    new_names,
+    records_in,
+    start_worker,
+    stats,
+    wait_stats,
+    workdir,
+)
 from tests.chaos.fleet import vm_rss_kb
 from tests.harness import batched
 from tests.kafka_io import create_topics, jbytes, produce_bulk
 
-READY = Figure("bootstrap_ready_s_5m_keys", goal=600, direction="<=", unit="s",
-               note="Spark job + fresh worker ready, 5M keys, local[2], RocksDB, batched "
-                    "changelog writes")
-SPEEDUP = Figure("bootstrap_speedup", goal=5,
-                 note="today's path (produce + replay, producer batching) ÷ bootstrap")
+READY = Figure(
+    "bootstrap_ready_s_5m_keys",
+    goal=600,
+    direction="<=",
+    unit="s",
+    note="Spark job + fresh worker ready, 5M keys, local[2], RocksDB, batched changelog writes",
+)
+SPEEDUP = Figure(
+    "bootstrap_speedup",
+    goal=5,
+    note="today's path (produce + replay, producer batching) ÷ bootstrap",
+)
 T0 = 1_700_000_000_000
 WORDS = ("the", "night", "return", "star", "last", "city", "love", "war", "of", "blue")
 TABLE = "movies-joins"  # the versions are V rows of the join's ordered table (app.joins.keys)
@@ -59,8 +75,11 @@ TABLE = "movies-joins"  # the versions are V rows of the join's ordered table (a
 def catalogue_rows(keys: int, seed: int = 3) -> Iterator[tuple[str, str, int]]:
     rnd = random.Random(seed)
     for i in range(keys):
-        yield (f"m{i}", " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(1, 5))),
-               T0 - rnd.randrange(0, 10 * 365) * 86_400_000)
+        yield (
+            f"m{i}",
+            " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(1, 5))),
+            T0 - rnd.randrange(0, 10 * 365) * 86_400_000,
+        )
 
 
 def write_catalogue(path: Path, keys: int, chunk: int = 1_000_000) -> int:
@@ -68,16 +87,21 @@ def write_catalogue(path: Path, keys: int, chunk: int = 1_000_000) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema([("movie_id", pa.string()), ("title", pa.string()),
-                        ("event_time", pa.int64())])
+    schema = pa.schema(
+        [("movie_id", pa.string()), ("title", pa.string()), ("event_time", pa.int64())]
+    )
     rows = catalogue_rows(keys)
     with pq.ParquetWriter(path, schema) as writer:
         done = 0
         while done < keys:
             n = min(chunk, keys - done)
             cols = list(zip(*(next(rows) for _ in range(n))))
-            writer.write_table(pa.table([pa.array(cols[0]), pa.array(cols[1]),
-                                         pa.array(cols[2], pa.int64())], schema=schema))
+            writer.write_table(
+                pa.table(
+                    [pa.array(cols[0]), pa.array(cols[1]), pa.array(cols[2], pa.int64())],
+                    schema=schema,
+                )
+            )
             done += n
     return path.stat().st_size
 
@@ -86,23 +110,50 @@ def dimension_keys(s: dict[str, Any]) -> int:
     return int((s.get("tables") or {}).get(TABLE) or 0)
 
 
-def bootstrap_path(broker: Any, folder: Path, parquet: Path, keys: int,
-                   partitions: int) -> dict[str, Any]:
+def bootstrap_path(
+    broker: Any, folder: Path, parquet: Path, keys: int, partitions: int
+) -> dict[str, Any]:
     url = f"file://{folder / 'snapshots'}"
-    names = new_names(broker, store_url="rocksdb://", snapshot_url=url, builtin_joins="movies",
-                      partitions=partitions, **DEFAULT_SESSION)
-    asyncio.run(create_topics(broker.bootstrap, [names.movies_topic, names.ratings_topic],
-                              partitions))
+    names = new_names(
+        broker,
+        store_url="rocksdb://",
+        snapshot_url=url,
+        builtin_joins="movies",
+        partitions=partitions,
+        **DEFAULT_SESSION,
+    )
+    asyncio.run(
+        create_topics(broker.bootstrap, [names.movies_topic, names.ratings_topic], partitions)
+    )
     t0 = time.monotonic()
     job = subprocess.run(
-        [sys.executable, "-m", "app.batch", "bootstrap", "--join", "movies", "--dimension",
-         str(parquet), "--master", "local[2]", "--no-progress", "--wait-group-s", "0",
-         "--workdir", str(folder)],
-        env={**os.environ, **names.env}, capture_output=True, text=True, timeout=3600)
+        [
+            sys.executable,
+            "-m",
+            "app.batch",
+            "bootstrap",
+            "--join",
+            "movies",
+            "--dimension",
+            str(parquet),
+            "--master",
+            "local[2]",
+            "--no-progress",
+            "--wait-group-s",
+            "0",
+            "--workdir",
+            str(folder),
+        ],
+        env={**os.environ, **names.env},
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     job_s = time.monotonic() - t0
     if job.returncode != 0:
-        raise RuntimeError(f"bootstrap failed ({job.returncode}):\n{job.stdout}\n"
-                           f"{job.stderr[-4000:]}")
+        raise RuntimeError(
+            f"bootstrap failed ({job.returncode}):\n{job.stdout}\n{job.stderr[-4000:]}"
+        )
     t1 = time.monotonic()
     w = start_worker(names, folder, name="bootstrapped")
     try:
@@ -111,32 +162,55 @@ def bootstrap_path(broker: Any, folder: Path, parquet: Path, keys: int,
         got = dimension_keys(stats(w))
     finally:
         w.stop()
-    parts = [tuple(map(float, m)) for m in re.findall(
-        r"changelog ([\d.]+) s, database ([\d.]+) s, upload ([\d.]+) s", job.stdout)]
+    parts = [
+        tuple(map(float, m))
+        for m in re.findall(
+            r"changelog ([\d.]+) s, database ([\d.]+) s, upload ([\d.]+) s", job.stdout
+        )
+    ]
     total = re.search(r"([\d,]+) changelog bytes, ([\d,]+) snapshot bytes", job.stdout)
-    changelog_bytes, snap_bytes = (int(x.replace(",", "")) for x in total.groups()) if total \
-        else (None, None)
-    installs = re.findall(r"restored \S+ from snapshot .*? in ([\d.]+) s",
-                          (folder / "bootstrapped.log").read_text(errors="replace"))
-    return {"job_s": round(job_s, 1), "worker_ready_s": round(ready_s, 1),
-            "total_s": round(job_s + ready_s, 1), "keys_in_worker": got,
-            "changelog_bytes": changelog_bytes, "snapshot_bytes": snap_bytes,
-            "snapshot_install_s": [float(x) for x in installs],
-            "per_partition_changelog_database_upload_s": parts,
-            "job_output": job.stdout.strip().splitlines()[-1:]}
+    changelog_bytes, snap_bytes = (
+        (int(x.replace(",", "")) for x in total.groups()) if total else (None, None)
+    )
+    installs = re.findall(
+        r"restored \S+ from snapshot .*? in ([\d.]+) s",
+        (folder / "bootstrapped.log").read_text(errors="replace"),
+    )
+    return {
+        "job_s": round(job_s, 1),
+        "worker_ready_s": round(ready_s, 1),
+        "total_s": round(job_s + ready_s, 1),
+        "keys_in_worker": got,
+        "changelog_bytes": changelog_bytes,
+        "snapshot_bytes": snap_bytes,
+        "snapshot_install_s": [float(x) for x in installs],
+        "per_partition_changelog_database_upload_s": parts,
+        "job_output": job.stdout.strip().splitlines()[-1:],
+    }
 
 
 def replay_path(broker: Any, folder: Path, keys: int, partitions: int) -> dict[str, Any]:
-    names = batched(new_names(broker, store_url="rocksdb://", builtin_joins="movies",
-                              partitions=partitions, **DEFAULT_SESSION))
-    asyncio.run(create_topics(broker.bootstrap, [names.movies_topic, names.ratings_topic],
-                              partitions))
+    names = batched(
+        new_names(
+            broker,
+            store_url="rocksdb://",
+            builtin_joins="movies",
+            partitions=partitions,
+            **DEFAULT_SESSION,
+        )
+    )
+    asyncio.run(
+        create_topics(broker.bootstrap, [names.movies_topic, names.ratings_topic], partitions)
+    )
     t0 = time.monotonic()
 
     def records() -> Iterator[tuple[str, bytes, bytes]]:
         for mid, title, t in catalogue_rows(keys):
-            yield (names.movies_topic, mid.encode(),
-                   jbytes({"movie_id": mid, "title": title, "event_time": t}))
+            yield (
+                names.movies_topic,
+                mid.encode(),
+                jbytes({"movie_id": mid, "title": title, "event_time": t}),
+            )
 
     asyncio.run(produce_bulk(broker.bootstrap, records(), partitions))
     produce_s = time.monotonic() - t0
@@ -149,9 +223,13 @@ def replay_path(broker: Any, folder: Path, keys: int, partitions: int) -> dict[s
         got = dimension_keys(stats(w))
     finally:
         w.stop()
-    return {"produce_s": round(produce_s, 1), "consume_s": round(consume_s, 1),
-            "total_s": round(produce_s + consume_s, 1), "keys_in_worker": got,
-            "records_per_s": round(keys / consume_s)}
+    return {
+        "produce_s": round(produce_s, 1),
+        "consume_s": round(consume_s, 1),
+        "total_s": round(produce_s + consume_s, 1),
+        "keys_in_worker": got,
+        "records_per_s": round(keys / consume_s),
+    }
 
 
 def broker_rss_mb(broker: Any) -> int | None:
@@ -162,8 +240,9 @@ def broker_rss_mb(broker: Any) -> int | None:
     return None if kb is None else kb // 1024
 
 
-def run(keys: int = 5_000_000, partitions: int = 4, replay: bool = True,
-        replay_keys: int = 0) -> dict[str, Any]:
+def run(
+    keys: int = 5_000_000, partitions: int = 4, replay: bool = True, replay_keys: int = 0
+) -> dict[str, Any]:
     """``replay`` False: the bootstrap path only (the 50M run by hand: today's path would take
     ~45 minutes of it); ``replay_keys``: replay the catalogue's first N keys and scale (0: all
     of them)."""
@@ -181,27 +260,40 @@ def run(keys: int = 5_000_000, partitions: int = 4, replay: bool = True,
         today["keys"] = n
         today["total_s_scaled"] = round(today["total_s"] * keys / n, 1)
     ok = abs(boot["keys_in_worker"] - keys) <= keys // 100 and (
-        today is None or abs(today["keys_in_worker"] - n) <= n // 100)
-    speedup = (today["total_s_scaled"] / boot["total_s"] if today and boot["total_s"]
-               else None)
+        today is None or abs(today["keys_in_worker"] - n) <= n // 100
+    )
+    speedup = today["total_s_scaled"] / boot["total_s"] if today and boot["total_s"] else None
     replay = today
-    return {"name": "bootstrap", "keys": keys, "partitions": partitions,
-            "catalogue_parquet_bytes": parquet_bytes,
-            "bootstrap_ready_s_5m_keys": boot["total_s"],
-            "bootstrap_speedup": None if speedup is None else round(speedup, 2),
-            "bootstrap": boot, "replay": replay,
-            "spark": "local[2]", "store": "file:// (local folder)",
-            "batching": "bootstrap job's changelog writes batched (last record alone); replay "
-                        "path: catalogue produced batched, worker with producer batching",
-            "goal_s": READY.goal, "goal_speedup": SPEEDUP.goal, "keys_ok": ok,
-            "goal_met": ok and READY.met(boot["total_s"]) and SPEEDUP.met(speedup or 0)
-            and replay is not None}
+    return {
+        "name": "bootstrap",
+        "keys": keys,
+        "partitions": partitions,
+        "catalogue_parquet_bytes": parquet_bytes,
+        "bootstrap_ready_s_5m_keys": boot["total_s"],
+        "bootstrap_speedup": None if speedup is None else round(speedup, 2),
+        "bootstrap": boot,
+        "replay": replay,
+        "spark": "local[2]",
+        "store": "file:// (local folder)",
+        "batching": "bootstrap job's changelog writes batched (last record alone); replay "
+        "path: catalogue produced batched, worker with producer batching",
+        "goal_s": READY.goal,
+        "goal_speedup": SPEEDUP.goal,
+        "keys_ok": ok,
+        "goal_met": ok
+        and READY.met(boot["total_s"])
+        and SPEEDUP.met(speedup or 0)
+        and replay is not None,
+    }
 
 
-BENCH = Bench("bootstrap", run, (READY, SPEEDUP),
-              # a fresh worker joined with a 5M-key catalogue: Spark bootstrap vs replay
-              suite=lambda quick, runs: ({"keys": 200_000} if quick
-                                         else {"replay_keys": 1_000_000}))
+BENCH = Bench(
+    "bootstrap",
+    run,
+    (READY, SPEEDUP),
+    # a fresh worker joined with a 5M-key catalogue: Spark bootstrap vs replay
+    suite=lambda quick, runs: {"keys": 200_000} if quick else {"replay_keys": 1_000_000},
+)
 
 if __name__ == "__main__":
     raise SystemExit(BENCH.main())

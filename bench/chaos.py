@@ -14,17 +14,37 @@ from typing import Any
 import tests.chaos
 from bench.harness import Bench, Figure
 
-LOST = Figure("chaos_lost", goal=0, direction="==",
-              note="join ids or input records the outputs lack, input never handled")
-WRONG = Figure("chaos_wrong", goal=0, direction="==",
-               note="answers that differ from the oracle (outputs, car web view, counts)")
-RSS = Figure("chaos_rss_growth_ratio", goal=1.3, direction="<=",
-             note="largest RSS growth of one worker process over its life")
-FIGURES = (Figure("chaos_records"), Figure("chaos_faults"), LOST, WRONG,
-           Figure("chaos_gaps", note="join ids whose revision numbers are not 1..n"), RSS,
-           Figure("chaos_rss_growth_ratio_filled",
-                  note="the same from the moment the state spans its retention window"),
-           Figure("chaos_minutes", unit="min"))
+LOST = Figure(
+    "chaos_lost",
+    goal=0,
+    direction="==",
+    note="join ids or input records the outputs lack, input never handled",
+)
+WRONG = Figure(
+    "chaos_wrong",
+    goal=0,
+    direction="==",
+    note="answers that differ from the oracle (outputs, car web view, counts)",
+)
+RSS = Figure(
+    "chaos_rss_growth_ratio",
+    goal=1.3,
+    direction="<=",
+    note="largest RSS growth of one worker process over its life",
+)
+FIGURES = (
+    Figure("chaos_records"),
+    Figure("chaos_faults"),
+    LOST,
+    WRONG,
+    Figure("chaos_gaps", note="join ids whose revision numbers are not 1..n"),
+    RSS,
+    Figure(
+        "chaos_rss_growth_ratio_filled",
+        note="the same from the moment the state spans its retention window",
+    ),
+    Figure("chaos_minutes", unit="min"),
+)
 
 
 @functools.wraps(tests.chaos.run)
@@ -38,11 +58,15 @@ def run(**kwargs: Any) -> dict[str, Any]:
 
 
 BENCH = Bench(
-    "chaos", run, FIGURES, strict=True,
+    "chaos",
+    run,
+    FIGURES,
+    strict=True,
     # all three joins under traffic, a fault every 30-60 s; 10 min (quick: 2), then checks with
     # batching: with one-record batches the bundled broker cannot carry the full run
     # (docs/contributing/performance-log.md#chaos-run); the figure says producer_batching
-    suite=lambda quick, runs: {"batching": True, **({"minutes": 2} if quick else {})})
+    suite=lambda quick, runs: {"batching": True, **({"minutes": 2} if quick else {})},
+)
 
 if __name__ == "__main__":
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # the faults make it shout

@@ -27,13 +27,29 @@ from bench.workers import bench_broker, new_names, start_worker, workdir
 from tests.harness import LOCAL_SETTINGS
 from tests.kafka_io import assign_all, create_topics, jbytes
 
-P99 = Figure("correction_p99_ms", "p99_ms", 100, "<=", unit="ms",
-             note="late mood produced -> its correction read, one-record batches")
+P99 = Figure(
+    "correction_p99_ms",
+    "p99_ms",
+    100,
+    "<=",
+    unit="ms",
+    note="late mood produced -> its correction read, one-record batches",
+)
 P50 = Figure("correction_p50_ms", "p50_ms", unit="ms")
-PIPE_P99 = Figure("correction_pipe_p99_ms", "pipe_p99_ms", unit="ms",
-                  note="the same round trip through a raw aiokafka pipe")
-OVERHEAD = Figure("correction_p99_overhead_ms", "p99_overhead_ms", 10, "<=", unit="ms",
-                  note="the worker's p99 minus the pipe's, same run")
+PIPE_P99 = Figure(
+    "correction_pipe_p99_ms",
+    "pipe_p99_ms",
+    unit="ms",
+    note="the same round trip through a raw aiokafka pipe",
+)
+OVERHEAD = Figure(
+    "correction_p99_overhead_ms",
+    "p99_overhead_ms",
+    10,
+    "<=",
+    unit="ms",
+    note="the worker's p99 minus the pipe's, same run",
+)
 START_MS = 1_790_000_000_000
 
 
@@ -44,13 +60,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-async def measure(bootstrap: str, names: Any, corrections: int, chains: int,
-                  timeout_s: float = 300) -> list[float]:
+async def measure(
+    bootstrap: str, names: Any, corrections: int, chains: int, timeout_s: float = 300
+) -> list[float]:
     """Latencies (ms) of ``corrections`` late-mood corrections."""
     waiting: dict[tuple[str, int], asyncio.Future[float]] = {}
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
-    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                              auto_offset_reset="earliest", fetch_max_wait_ms=5)
+    reader = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=5,
+    )
     await producer.start()
     await reader.start()
 
@@ -78,14 +99,19 @@ async def measure(bootstrap: str, names: Any, corrections: int, chains: int,
             t = START_MS + (i + 1) * 1000
             jid = f"{name}-{i}"
             first = expect(jid, 1)
-            await producer.send_and_wait(names.events_topic, jbytes(
-                {"consultant": name, "recommendation": "tea", "event_time": t, "id": jid}),
-                key=name.encode())
+            await producer.send_and_wait(
+                names.events_topic,
+                jbytes({"consultant": name, "recommendation": "tea", "event_time": t, "id": jid}),
+                key=name.encode(),
+            )
             await first
             second = expect(jid, 2)
             sent = time.perf_counter()
-            await producer.send_and_wait(names.moods_topic, jbytes(
-                {"name": name, "mood": f"m{i}", "event_time": t - 1}), key=name.encode())
+            await producer.send_and_wait(
+                names.moods_topic,
+                jbytes({"name": name, "mood": f"m{i}", "event_time": t - 1}),
+                key=name.encode(),
+            )
             out.append((await second - sent) * 1000)
         return out
 
@@ -93,7 +119,8 @@ async def measure(bootstrap: str, names: Any, corrections: int, chains: int,
     try:
         rounds = -(-corrections // chains)
         per_chain = await asyncio.wait_for(
-            asyncio.gather(*(chain(c, rounds) for c in range(chains))), timeout_s)
+            asyncio.gather(*(chain(c, rounds) for c in range(chains))), timeout_s
+        )
         return [ms for lat in per_chain for ms in lat]
     finally:
         reading.cancel()
@@ -102,8 +129,14 @@ async def measure(bootstrap: str, names: Any, corrections: int, chains: int,
         await producer.stop()
 
 
-async def pipe_latencies(bootstrap: str, names: Any, records: int, chains: int,
-                         fetch_wait_ms: int, timeout_s: float = 300) -> list[float]:
+async def pipe_latencies(
+    bootstrap: str,
+    names: Any,
+    records: int,
+    chains: int,
+    fetch_wait_ms: int,
+    timeout_s: float = 300,
+) -> list[float]:
     """The floor: the same round trip through a raw aiokafka consume→produce pipe instead of
     the worker — record produced → pipe (consumer with the worker's fetch wait, producer with
     its batches of one, acks awaited before the commit) → copy read back by the same reader.
@@ -112,12 +145,20 @@ async def pipe_latencies(bootstrap: str, names: Any, records: int, chains: int,
     await create_topics(bootstrap, [src, dst], 4)
     waiting: dict[bytes, asyncio.Future[float]] = {}
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
-    pipe_in = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=f"{names.app_id}-pipe",
-                               enable_auto_commit=False, auto_offset_reset="earliest",
-                               fetch_max_wait_ms=fetch_wait_ms)
+    pipe_in = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=f"{names.app_id}-pipe",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=fetch_wait_ms,
+    )
     pipe_out = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, max_batch_size=1)
-    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                              auto_offset_reset="earliest", fetch_max_wait_ms=5)
+    reader = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=5,
+    )
     clients = (producer, pipe_in, pipe_out, reader)
     for c in clients:
         await c.start()
@@ -126,8 +167,11 @@ async def pipe_latencies(bootstrap: str, names: Any, records: int, chains: int,
         await assign_all(pipe_in, [src])
         while True:
             batch = await pipe_in.getmany(timeout_ms=1000)
-            acks = [await pipe_out.send(dst, m.value, key=m.key)
-                    for msgs in batch.values() for m in msgs]
+            acks = [
+                await pipe_out.send(dst, m.value, key=m.key)
+                for msgs in batch.values()
+                for m in msgs
+            ]
             await asyncio.gather(*acks)
             if batch:
                 await pipe_in.commit({tp: msgs[-1].offset + 1 for tp, msgs in batch.items()})
@@ -158,7 +202,8 @@ async def pipe_latencies(bootstrap: str, names: Any, records: int, chains: int,
         await asyncio.sleep(1.0)  # both assigned before the first record
         rounds = -(-records // chains)
         per_chain = await asyncio.wait_for(
-            asyncio.gather(*(chain(c, rounds) for c in range(chains))), timeout_s)
+            asyncio.gather(*(chain(c, rounds) for c in range(chains))), timeout_s
+        )
         return [ms for lat in per_chain for ms in lat]
     finally:
         for t in tasks:
@@ -170,8 +215,15 @@ async def pipe_latencies(bootstrap: str, names: Any, records: int, chains: int,
 
 def one_pipe_run(records: int, chains: int) -> list[float]:
     with bench_broker() as broker:
-        return asyncio.run(pipe_latencies(broker.bootstrap, new_names(broker), records, chains,
-                                          LOCAL_SETTINGS["consumer_fetch_max_wait_ms"]))
+        return asyncio.run(
+            pipe_latencies(
+                broker.bootstrap,
+                new_names(broker),
+                records,
+                chains,
+                LOCAL_SETTINGS["consumer_fetch_max_wait_ms"],
+            )
+        )
 
 
 #: the worker's own revisit interval (5 s), not the test harness's 1 s: a revisit tick reviews
@@ -184,8 +236,11 @@ REVISITS = {"revisit_interval_s": Settings.model_fields["revisit_interval_s"].de
 def one_run(corrections: int, chains: int) -> list[float]:
     with bench_broker() as broker, workdir() as folder:
         names = new_names(broker, **REVISITS)
-        asyncio.run(create_topics(broker.bootstrap, [names.moods_topic, names.events_topic,
-                                                     names.output_topic], 4))
+        asyncio.run(
+            create_topics(
+                broker.bootstrap, [names.moods_topic, names.events_topic, names.output_topic], 4
+            )
+        )
         w = start_worker(names, folder, name="latency")
         try:
             w.wait_ready(timeout_s=120)
@@ -194,40 +249,63 @@ def one_run(corrections: int, chains: int) -> list[float]:
             w.kill()  # the latencies are read; nothing reuses this broker
 
 
-def run(corrections: int = 1_000, chains: int = 10, runs: int = 3,
-        pipe_runs: int = 1) -> dict[str, Any]:
+def run(
+    corrections: int = 1_000, chains: int = 10, runs: int = 3, pipe_runs: int = 1
+) -> dict[str, Any]:
     """p50/p99 per run; the figures are the medians over runs. The raw pipe, the floor the
     overhead is taken over, runs ``pipe_runs`` times (its p99 moved 57.7-59.8 ms between runs:
     the broker's fetch wait, not noise worth three runs)."""
     per_run = []
     for _ in range(runs):
         lat = one_run(corrections, chains)
-        per_run.append({"corrections": len(lat), "p50_ms": percentile(lat, 50),
-                        "p99_ms": percentile(lat, 99), "max_ms": max(lat),
-                        "mean_ms": statistics.fmean(lat)})
+        per_run.append(
+            {
+                "corrections": len(lat),
+                "p50_ms": percentile(lat, 50),
+                "p99_ms": percentile(lat, 99),
+                "max_ms": max(lat),
+                "mean_ms": statistics.fmean(lat),
+            }
+        )
     med = medians(per_run)
     p99 = med["p99_ms"]
     pipe = [one_pipe_run(corrections, chains) for _ in range(pipe_runs)]
     pipe_p99 = statistics.median(percentile(x, 99) for x in pipe)
-    return {"name": "correction_latency", "chains": chains, "runs": runs, "pipe_runs": pipe_runs,
-            "pipe_p50_ms": round(statistics.median(percentile(x, 50) for x in pipe), 1),
-            "pipe_p99_ms": round(pipe_p99, 1),
-            # what the worker adds to the broker's own round trip at p99
-            "p99_overhead_ms": round(p99 - pipe_p99, 1), "goal_overhead_ms": OVERHEAD.goal,
-            "corrections_per_run": per_run[0]["corrections"],
-            "p50_ms": round(med["p50_ms"], 1), "p99_ms": round(p99, 1),
-            "goal_p99_ms": P99.goal, "goal_met": P99.met(p99), "each_run": each_run(per_run, 1)}
+    return {
+        "name": "correction_latency",
+        "chains": chains,
+        "runs": runs,
+        "pipe_runs": pipe_runs,
+        "pipe_p50_ms": round(statistics.median(percentile(x, 50) for x in pipe), 1),
+        "pipe_p99_ms": round(pipe_p99, 1),
+        # what the worker adds to the broker's own round trip at p99
+        "p99_overhead_ms": round(p99 - pipe_p99, 1),
+        "goal_overhead_ms": OVERHEAD.goal,
+        "corrections_per_run": per_run[0]["corrections"],
+        "p50_ms": round(med["p50_ms"], 1),
+        "p99_ms": round(p99, 1),
+        "goal_p99_ms": P99.goal,
+        "goal_met": P99.met(p99),
+        "each_run": each_run(per_run, 1),
+    }
 
 
 def report(c: dict[str, Any]) -> str:
-    return (f"correction latency: p50 {c['p50_ms']} ms, p99 {c['p99_ms']} ms; the same round "
-            f"trip through a raw aiokafka pipe (the floor on this broker): p50 "
-            f"{c.get('pipe_p50_ms')} ms, p99 {c.get('pipe_p99_ms')} ms; the worker adds "
-            f"{c.get('p99_overhead_ms')} ms at p99")
+    return (
+        f"correction latency: p50 {c['p50_ms']} ms, p99 {c['p99_ms']} ms; the same round "
+        f"trip through a raw aiokafka pipe (the floor on this broker): p50 "
+        f"{c.get('pipe_p50_ms')} ms, p99 {c.get('pipe_p99_ms')} ms; the worker adds "
+        f"{c.get('p99_overhead_ms')} ms at p99"
+    )
 
 
-BENCH = Bench("correction_latency", run, (P99, P50, PIPE_P99, OVERHEAD), report=report,
-              suite=lambda quick, runs: {"corrections": 300 if quick else 1_000, "runs": runs})
+BENCH = Bench(
+    "correction_latency",
+    run,
+    (P99, P50, PIPE_P99, OVERHEAD),
+    report=report,
+    suite=lambda quick, runs: {"corrections": 300 if quick else 1_000, "runs": runs},
+)
 
 if __name__ == "__main__":
     raise SystemExit(BENCH.main())

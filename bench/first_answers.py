@@ -34,17 +34,27 @@ RETENTION_MS = 600_000
 def replay(records: list[Any], hold_ms: int | None) -> dict[str, Any]:
     """The workload through the engine with ``hold_ms`` (None: plain left): the share of
     first answers that were final, and how long first answers waited (stream time)."""
+    from app.inputs.records import MoodIn, RecommendationIn
     from app.joins.catalog import mood_spec
     from app.joins.spec import resolve
     from app.joins.state import JoinState
-    from app.inputs.records import MoodIn, RecommendationIn
     from app.settings import Settings
     from app.state.overlay import MemoryIO, Overlay
 
-    spec = resolve({**mood_spec(Settings()), "retention_ms": RETENTION_MS,
-                    "review_lag_ms": None, "hold_ms": hold_ms})
-    state = JoinState(spec, Overlay(MemoryIO(bytes_keys=False)), Overlay(MemoryIO()),
-                      Overlay(MemoryIO(bytes_keys=False)))
+    spec = resolve(
+        {
+            **mood_spec(Settings()),
+            "retention_ms": RETENTION_MS,
+            "review_lag_ms": None,
+            "hold_ms": hold_ms,
+        }
+    )
+    state = JoinState(
+        spec,
+        Overlay(MemoryIO(bytes_keys=False)),
+        Overlay(MemoryIO()),
+        Overlay(MemoryIO(bytes_keys=False)),
+    )
     first: dict[str, Any] = {}
     last: dict[str, Any] = {}
     waits: list[int] = []
@@ -67,8 +77,9 @@ def replay(records: list[Any], hold_ms: int | None) -> dict[str, Any]:
             revs, _ = state.on_event(p, spec.event_of(rec), horizon, horizon, src)
         else:
             rec = MoodIn.model_validate(value)
-            revs = state.on_version(p, spec.key_of(rec, spec.dimension), spec.version_of(rec),
-                                    horizon, horizon, src)
+            revs = state.on_version(
+                p, spec.key_of(rec, spec.dimension), spec.version_of(rec), horizon, horizon, src
+            )
         seen(revs, clock)
         state.end_batch()
     for p in range(PARTITIONS):  # the stream ends: every hold ends
@@ -77,39 +88,65 @@ def replay(records: list[Any], hold_ms: int | None) -> dict[str, Any]:
             seen(state.release_holds(p, clock + (hold_ms or 0)), clock + (hold_ms or 0))
     final = sum(1 for jid, a in first.items() if last[jid] == a)
     waits.sort()
-    return {"joins": len(first), "first_final": final,
-            "share_first_final": round(final / len(first), 4) if first else None,
-            "first_answer_wait_ms": {"p50": waits[len(waits) // 2] if waits else None,
-                                     "p99": waits[int(len(waits) * 0.99)] if waits else None}}
+    return {
+        "joins": len(first),
+        "first_final": final,
+        "share_first_final": round(final / len(first), 4) if first else None,
+        "first_answer_wait_ms": {
+            "p50": waits[len(waits) // 2] if waits else None,
+            "p99": waits[int(len(waits) * 0.99)] if waits else None,
+        },
+    }
 
 
-def run(records: int = 2000, seed: int = 7, holds: tuple[int, ...] = (1000, 5000, 30_000),
-        ) -> dict[str, Any]:
+def run(
+    records: int = 2000,
+    seed: int = 7,
+    holds: tuple[int, ...] = (1000, 5000, 30_000),
+) -> dict[str, Any]:
     data = scenario(records, seed)
     without = replay(data, None)
     with_hold = {str(h): replay(data, h) for h in holds}
     headline = with_hold.get(str(HEADLINE_HOLD_MS)) or replay(data, HEADLINE_HOLD_MS)
-    return {"name": "first_answers", "records": records,
-            "share_first_final_without_hold": without["share_first_final"],
-            "share_first_final_with_hold": headline["share_first_final"],
-            "hold_ms": HEADLINE_HOLD_MS, "without_hold": without, "with_hold": with_hold}
+    return {
+        "name": "first_answers",
+        "records": records,
+        "share_first_final_without_hold": without["share_first_final"],
+        "share_first_final_with_hold": headline["share_first_final"],
+        "hold_ms": HEADLINE_HOLD_MS,
+        "without_hold": without,
+        "with_hold": with_hold,
+    }
 
 
-FIGURES = (Figure("share_first_final_without_hold",
-                  note="left: first revisions that were the join's last"),
-           Figure("share_first_final_with_hold",
-                  note=f"left with hold_ms {HEADLINE_HOLD_MS}, same records"))
+FIGURES = (
+    Figure(
+        "share_first_final_without_hold", note="left: first revisions that were the join's last"
+    ),
+    Figure(
+        "share_first_final_with_hold", note=f"left with hold_ms {HEADLINE_HOLD_MS}, same records"
+    ),
+)
 
 
 def report(f: dict[str, Any]) -> str:
-    holds = ", ".join(f"hold {h} ms {r['share_first_final']:.1%} (wait p50 "
-                      f"{r['first_answer_wait_ms']['p50']} ms)" for h, r in f["with_hold"].items())
-    return (f"first answers already final ({f['records']} records, out of order): without a "
-            f"hold {f['share_first_final_without_hold']:.1%}; {holds}")
+    holds = ", ".join(
+        f"hold {h} ms {r['share_first_final']:.1%} (wait p50 {r['first_answer_wait_ms']['p50']} ms)"
+        for h, r in f["with_hold"].items()
+    )
+    return (
+        f"first answers already final ({f['records']} records, out of order): without a "
+        f"hold {f['share_first_final_without_hold']:.1%}; {holds}"
+    )
 
 
-BENCH = Bench("first_answers", run, FIGURES, report=report,
-              suite=lambda quick, runs: {"records": 500 if quick else 2000})
+BENCH = Bench(
+    "first_answers",
+    run,
+    FIGURES,
+    report=report,
+    suite=lambda quick, runs: {"records": 500 if quick else 2000},
+)
 
 if __name__ == "__main__":
     raise SystemExit(BENCH.main())

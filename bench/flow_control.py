@@ -27,8 +27,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from bench.harness import Bench, Figure
-from bench.workers import (bench_broker, new_names, records_in, start_worker, wait_stats,
-                           workdir)
+from bench.workers import bench_broker, new_names, records_in, start_worker, wait_stats, workdir
 from tests.kafka_io import create_topics, jbytes, partition_of, produce_bulk, read_topics
 from tests.oracle import Mood, Recommendation
 from tests.replay import MoodReplay
@@ -48,8 +47,9 @@ def scenario(records: int, seed: int) -> list[Record]:
     return sample_moods_and_events(seed=seed, count=records, start_ms=START_MS, late_ratio=0.3)
 
 
-def simulate(ordered: list[Record], retention_ms: int,
-             partitions: int = PARTITIONS) -> dict[str, int]:
+def simulate(
+    ordered: list[Record], retention_ms: int, partitions: int = PARTITIONS
+) -> dict[str, int]:
     """Corrections and late records the join rules give when records come in this order
     (stream time per partition, records older than it minus the retention are late)."""
     replay = MoodReplay()  # the engine's own rules and layout
@@ -65,8 +65,9 @@ def simulate(ordered: list[Record], retention_ms: int,
         if kind == "mood":
             revs = replay.mood(Mood(v["name"], v["mood"], v["event_time"]))
         else:
-            revs = replay.recommendation(Recommendation(
-                v["consultant"], v["recommendation"], v["event_time"], v.get("id")))
+            revs = replay.recommendation(
+                Recommendation(v["consultant"], v["recommendation"], v["event_time"], v.get("id"))
+            )
         corrections += sum(1 for r in revs if r["revision"] > 1)
     return {"corrections": corrections, "late": late}
 
@@ -82,7 +83,8 @@ def event_time_merge(records: list[Record], partitions: int = PARTITIONS) -> lis
         i = j = 0
         while i < len(moods) or j < len(events):
             take_mood = j >= len(events) or (
-                i < len(moods) and moods[i][2]["event_time"] <= events[j][2]["event_time"])
+                i < len(moods) and moods[i][2]["event_time"] <= events[j][2]["event_time"]
+            )
             if take_mood:
                 out.append(moods[i])
                 i += 1
@@ -109,30 +111,51 @@ async def send_one_by_one(bootstrap: str, names: Any, w: Any, records: list[Reco
 
 
 def count_output(broker: Any, names: Any) -> dict[str, int]:
-    outs = asyncio.run(read_topics(broker.bootstrap, [names.output_topic],
-                                   until=lambda got: False, timeout_s=60, idle_s=1.5))
+    outs = asyncio.run(
+        read_topics(
+            broker.bootstrap,
+            [names.output_topic],
+            until=lambda got: False,
+            timeout_s=60,
+            idle_s=1.5,
+        )
+    )
     revs = [o.json() for o in outs]
     return {"revisions": len(revs), "corrections": sum(1 for r in revs if r["revision"] > 1)}
 
 
-def run_worker(records: list[Record], live: bool, retention_ms: int,
-               flow_control: bool = True) -> dict[str, Any]:
+def run_worker(
+    records: list[Record], live: bool, retention_ms: int, flow_control: bool = True
+) -> dict[str, Any]:
     with bench_broker() as broker, workdir() as folder:
-        names = new_names(broker, retention_ms=retention_ms,
-                          flow_control=str(flow_control).lower(), **(LIVE_PACE if live else {}))
+        names = new_names(
+            broker,
+            retention_ms=retention_ms,
+            flow_control=str(flow_control).lower(),
+            **(LIVE_PACE if live else {}),
+        )
         topic = {"mood": names.moods_topic, "event": names.events_topic}
         asyncio.run(create_topics(broker.bootstrap, list(topic.values()), PARTITIONS))
         if not live:
-            asyncio.run(produce_bulk(broker.bootstrap, ((topic[k], key.encode(), jbytes(v))
-                                                        for k, key, v in records), PARTITIONS))
+            asyncio.run(
+                produce_bulk(
+                    broker.bootstrap,
+                    ((topic[k], key.encode(), jbytes(v)) for k, key, v in records),
+                    PARTITIONS,
+                )
+            )
         w = start_worker(names, folder, name="live" if live else "backlog")
         try:
             w.wait_ready(timeout_s=120)
             t0 = time.monotonic()
             if live:
                 asyncio.run(send_one_by_one(broker.bootstrap, names, w, records))
-            _, s = wait_stats(w, lambda s: sum(s["records_in"].values()) >= len(records),
-                              timeout_s=300, every_s=0.1)
+            _, s = wait_stats(
+                w,
+                lambda s: sum(s["records_in"].values()) >= len(records),
+                timeout_s=300,
+                every_s=0.1,
+            )
             seconds = time.monotonic() - t0
             out = count_output(broker, names)
         finally:
@@ -151,37 +174,54 @@ def run(records: int = 1_000, seed: int = 7, retention_ms: int = 120_000) -> dic
     unordered = run_worker(data, live=False, retention_ms=retention_ms, flow_control=False)
     arrival = simulate(data, retention_ms)
     merged = simulate(event_time_merge(data), retention_ms)
-    return {"name": "flow_control", "records": records, "retention_s": retention_ms / 1000,
-            "corrections_live": live["corrections"], "late_live": live["late"],
-            "corrections_backlog": backlog["corrections"], "late_backlog": backlog["late"],
-            "corrections_backlog_without_flow_control": unordered["corrections"],
-            "late_backlog_without_flow_control": unordered["late"],
-            "expected_live": arrival,
-            "expected_event_time_merge": merged,
-            "live": live, "backlog": backlog, "backlog_without_flow_control": unordered}
+    return {
+        "name": "flow_control",
+        "records": records,
+        "retention_s": retention_ms / 1000,
+        "corrections_live": live["corrections"],
+        "late_live": live["late"],
+        "corrections_backlog": backlog["corrections"],
+        "late_backlog": backlog["late"],
+        "corrections_backlog_without_flow_control": unordered["corrections"],
+        "late_backlog_without_flow_control": unordered["late"],
+        "expected_live": arrival,
+        "expected_event_time_merge": merged,
+        "live": live,
+        "backlog": backlog,
+        "backlog_without_flow_control": unordered,
+    }
 
 
 #: corrections and late records, the same records three ways (no goals: the references are
 #: in the result, ``expected_*``)
-FIGURES = (Figure("corrections_live", note="records sent one by one, in arrival order"),
-           Figure("corrections_backlog", note="a backlog, with flow control"),
-           Figure("late_live"), Figure("late_backlog"),
-           Figure("corrections_backlog_without_flow_control"),
-           Figure("late_backlog_without_flow_control"))
+FIGURES = (
+    Figure("corrections_live", note="records sent one by one, in arrival order"),
+    Figure("corrections_backlog", note="a backlog, with flow control"),
+    Figure("late_live"),
+    Figure("late_backlog"),
+    Figure("corrections_backlog_without_flow_control"),
+    Figure("late_backlog_without_flow_control"),
+)
 
 
 def report(f: dict[str, Any]) -> str:
-    return (f"flow control ({f['records']} records, retention {f['retention_s']:g} s): live "
-            f"{f['corrections_live']} corrections / {f['late_live']} late (rules in arrival "
-            f"order: {f['expected_live']}); backlog {f['corrections_backlog']} / "
-            f"{f['late_backlog']} (event-time merge: {f['expected_event_time_merge']}); backlog "
-            f"without flow control {f.get('corrections_backlog_without_flow_control')} / "
-            f"{f.get('late_backlog_without_flow_control')}")
+    return (
+        f"flow control ({f['records']} records, retention {f['retention_s']:g} s): live "
+        f"{f['corrections_live']} corrections / {f['late_live']} late (rules in arrival "
+        f"order: {f['expected_live']}); backlog {f['corrections_backlog']} / "
+        f"{f['late_backlog']} (event-time merge: {f['expected_event_time_merge']}); backlog "
+        f"without flow control {f.get('corrections_backlog_without_flow_control')} / "
+        f"{f.get('late_backlog_without_flow_control')}"
+    )
 
 
-BENCH = Bench("flow_control", run, FIGURES, report=report,
-              suite=lambda quick, runs: {"records": 300 if quick else 600,
-                                         "retention_ms": 60_000})
+BENCH = Bench(
+    "flow_control",
+    run,
+    FIGURES,
+    report=report,
+    suite=lambda quick, runs: {"records": 300 if quick else 600, "retention_ms": 60_000},
+)
 
 if __name__ == "__main__":
     raise SystemExit(BENCH.main())

@@ -18,8 +18,9 @@ import json
 import statistics
 import sys
 import typing
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from tests.leftovers import whole_run
 
@@ -64,8 +65,9 @@ class Figure:
         """Whether ``value`` meets the goal; None without a goal or a value."""
         if self.goal is None or value is None:
             return None
-        return {">=": value >= self.goal, "<=": value <= self.goal,
-                "==": value == self.goal}[self.direction]
+        return {">=": value >= self.goal, "<=": value <= self.goal, "==": value == self.goal}[
+            self.direction
+        ]
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,9 @@ class Bench:
             print(json.dumps(result, indent=2, default=str))
             print()
             print(table([self], {self.name: result}))
-        missed = [f.key for f in self.figures if f.met(f.value(self.name, {self.name: result}))
-                  is False]
+        missed = [
+            f.key for f in self.figures if f.met(f.value(self.name, {self.name: result})) is False
+        ]
         return 1 if self.strict and missed else 0
 
 
@@ -145,14 +148,18 @@ def tuple_of(kind: type) -> Callable[[str], tuple[Any, ...]]:
 def medians(runs: list[dict[str, Any]]) -> dict[str, float]:
     """The median of every number over ``runs`` (one dict per run, the same keys): the figure
     a benchmark reports when single runs on a shared machine differ by a tenth and more."""
-    return {k: statistics.median(r[k] for r in runs) for k, v in runs[0].items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        k: statistics.median(r[k] for r in runs)
+        for k, v in runs[0].items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 def each_run(runs: list[dict[str, Any]], digits: int = 3) -> list[dict[str, Any]]:
     """``runs`` as ``each_run`` shows them in a result: floats rounded."""
-    return [{k: round(v, digits) if isinstance(v, float) else v for k, v in r.items()}
-            for r in runs]
+    return [
+        {k: round(v, digits) if isinstance(v, float) else v for k, v in r.items()} for r in runs
+    ]
 
 
 def goals(benches: Iterable[Bench]) -> dict[str, str]:
@@ -167,9 +174,14 @@ def table(benches: Iterable[Bench], results: Results, failed: Iterable[str] = ()
     for b in benches:
         for f in b.figures:
             value = f.value(b.name, results)
-            shown = ("failed" if b.name in failed else "—" if value is None else
-                     (f"{value:g}" if isinstance(value, (int, float)) else str(value))
-                     + (f" {f.unit}" if f.unit else ""))
+            shown = (
+                "failed"
+                if b.name in failed
+                else "—"
+                if value is None
+                else (f"{value:g}" if isinstance(value, (int, float)) else str(value))
+                + (f" {f.unit}" if f.unit else "")
+            )
             verdict = {None: "", True: "met", False: "NOT met"}[f.met(value)]
             rows.append((f.key, shown, f.goal_text or "", verdict, f.note))
     width = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -184,5 +196,5 @@ def report(bench: Bench, result: dict[str, Any]) -> str:
     and the table is what a 25-minute run ends on)."""
     try:
         return bench.report(result)  # type: ignore[misc]
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return f"{bench.name}: no report ({exc!r})"

@@ -42,8 +42,13 @@ def hot_dimension_ratio(results: Results) -> float | None:
 
 
 RPS = Figure("hot_dimension_rps", unit="records/s", note="default batching")
-EXACT = Figure("hot_dimension_exact_share", "exact_share", 1.0, "==",
-               note="final answers equal to the oracle's")
+EXACT = Figure(
+    "hot_dimension_exact_share",
+    "exact_share",
+    1.0,
+    "==",
+    note="final answers equal to the oracle's",
+)
 RATIO = Figure("hot_dimension_ratio", hot_dimension_ratio, 0.7, note="÷ throughput_batched_rps")
 
 STEP_MS = 20
@@ -62,8 +67,18 @@ def workload(moods: int, seed: int) -> list[tuple[str, str, dict]]:
     for i in range(total):
         t = START_MS + i * STEP_MS
         if i % (MOODS_PER_EVENT + 1) == MOODS_PER_EVENT and e < moods // MOODS_PER_EVENT:
-            records.append(("event", "hot", {"consultant": "hot", "recommendation": f"r{e}",
-                                             "event_time": t, "id": f"hot-{e}"}))
+            records.append(
+                (
+                    "event",
+                    "hot",
+                    {
+                        "consultant": "hot",
+                        "recommendation": f"r{e}",
+                        "event_time": t,
+                        "id": f"hot-{e}",
+                    },
+                )
+            )
             e += 1
         else:
             text = f"{m:07d}-" + "".join(rng.choices("abcdefghij", k=192))
@@ -81,21 +96,38 @@ def run(moods: int = 100_000, seed: int = 1, partitions: int = 4) -> dict[str, A
     with bench_broker() as broker, workdir() as folder:
         names = batched(new_names(broker, partitions=partitions))
         asyncio.run(load_inputs(broker.bootstrap, names, data, partitions))
-        t = time_to_last_output(names, folder, [names.moods_topic, names.events_topic],
-                                len(data), [names.output_topic], broker.bootstrap, name="hotdim")
+        t = time_to_last_output(
+            names,
+            folder,
+            [names.moods_topic, names.events_topic],
+            len(data),
+            [names.output_topic],
+            broker.bootstrap,
+            name="hotdim",
+        )
     share = exact_share(t["outputs"], exact)
-    return {"name": "hot_dimension", "records": len(data), "moods": len(data) - len(exact),
-            "recommendations": len(exact),
-            "mood_bytes": len(data[0][2]["mood"]) if data else 0,
-            "seconds": round(t["seconds"], 3),
-            "hot_dimension_rps": round(len(data) / t["seconds"]),
-            "exact_share": round(share, 4), "oracle_checked": checked,
-            "outputs": len(t["outputs"]), "batching": "default"}
+    return {
+        "name": "hot_dimension",
+        "records": len(data),
+        "moods": len(data) - len(exact),
+        "recommendations": len(exact),
+        "mood_bytes": len(data[0][2]["mood"]) if data else 0,
+        "seconds": round(t["seconds"], 3),
+        "hot_dimension_rps": round(len(data) / t["seconds"]),
+        "exact_share": round(share, 4),
+        "oracle_checked": checked,
+        "outputs": len(t["outputs"]),
+        "batching": "default",
+    }
 
 
-BENCH = Bench("hot_dimension", run, (RPS, EXACT, RATIO),
-              # one consultant with 100,000 moods of ~200 bytes in retention, default batching
-              suite=lambda quick, runs: {"moods": 20_000 if quick else 100_000})
+BENCH = Bench(
+    "hot_dimension",
+    run,
+    (RPS, EXACT, RATIO),
+    # one consultant with 100,000 moods of ~200 bytes in retention, default batching
+    suite=lambda quick, runs: {"moods": 20_000 if quick else 100_000},
+)
 
 if __name__ == "__main__":
     raise SystemExit(BENCH.main())

@@ -41,8 +41,9 @@ def hot_key_ratio(results: Results) -> float | None:
 
 
 RPS = Figure("hot_key_rps", unit="records/s", note="default batching")
-EXACT = Figure("hot_key_exact_share", "exact_share", 1.0, "==",
-               note="final answers equal to the oracle's")
+EXACT = Figure(
+    "hot_key_exact_share", "exact_share", 1.0, "==", note="final answers equal to the oracle's"
+)
 RATIO = Figure("hot_key_ratio", hot_key_ratio, 0.8, note="÷ throughput_batched_rps")
 
 MOOD_RATIO = 0.1
@@ -55,9 +56,14 @@ def workload(recommendations: int, seed: int) -> list[tuple[str, str, dict]]:
 
     count = int(recommendations / (1 - MOOD_RATIO) * 1.02)
     while True:
-        data = sample_moods_and_events(seed=seed, count=count, start_ms=START_MS,
-                                       step_ms=STEP_MS, mood_ratio=MOOD_RATIO,
-                                       consultants=("hot",))
+        data = sample_moods_and_events(
+            seed=seed,
+            count=count,
+            start_ms=START_MS,
+            step_ms=STEP_MS,
+            mood_ratio=MOOD_RATIO,
+            consultants=("hot",),
+        )
         if sum(1 for k, _, _ in data if k == "event") >= recommendations:
             return data
         count = int(count * 1.05)
@@ -75,8 +81,9 @@ def swept_answers(data: list[tuple[str, str, dict]]) -> dict[str, tuple[Any, ...
         if kind == "mood":
             moods.setdefault(v["name"], set()).add((v["event_time"], v["mood"]))
         else:
-            recs.setdefault(v["consultant"], []).append(Recommendation(
-                v["consultant"], v["recommendation"], v["event_time"], v.get("id")))
+            recs.setdefault(v["consultant"], []).append(
+                Recommendation(v["consultant"], v["recommendation"], v["event_time"], v.get("id"))
+            )
     out: dict[str, tuple[Any, ...]] = {}
     for name, rs in recs.items():
         history = sorted(moods.get(name, ()))
@@ -88,15 +95,19 @@ def swept_answers(data: list[tuple[str, str, dict]]) -> dict[str, tuple[Any, ...
     return out
 
 
-def held_to_oracle(data: list[tuple[str, str, dict]], swept: dict[str, tuple[Any, ...]],
-                   every: int = 10) -> int:
+def held_to_oracle(
+    data: list[tuple[str, str, dict]], swept: dict[str, tuple[Any, ...]], every: int = 10
+) -> int:
     """Every ``every``-th recommendation's swept answer against tests/oracle.py's; the number
     checked (AssertionError naming the first that differs)."""
     from tests.oracle import Mood, Recommendation, exact_mood_joins
 
     moods = [Mood(v["name"], v["mood"], v["event_time"]) for k, _, v in data if k == "mood"]
-    recs = [Recommendation(v["consultant"], v["recommendation"], v["event_time"], v.get("id"))
-            for k, _, v in data if k == "event"][::every]
+    recs = [
+        Recommendation(v["consultant"], v["recommendation"], v["event_time"], v.get("id"))
+        for k, _, v in data
+        if k == "event"
+    ][::every]
     oracle = exact_mood_joins(moods, recs)
     for jid, answer in oracle.items():
         assert swept[jid] == answer, f"sweep {swept[jid]} != oracle {answer}"
@@ -110,22 +121,41 @@ def run(recommendations: int = 100_000, seed: int = 1, partitions: int = 4) -> d
     with bench_broker() as broker, workdir() as folder:
         names = batched(new_names(broker, partitions=partitions))
         asyncio.run(load_inputs(broker.bootstrap, names, data, partitions))
-        t = time_to_last_output(names, folder, [names.moods_topic, names.events_topic],
-                                len(data), [names.output_topic], broker.bootstrap, name="hot")
+        t = time_to_last_output(
+            names,
+            folder,
+            [names.moods_topic, names.events_topic],
+            len(data),
+            [names.output_topic],
+            broker.bootstrap,
+            name="hot",
+        )
     share = exact_share(t["outputs"], exact)
-    span_s = (max(v["event_time"] for _, _, v in data)
-              - min(v["event_time"] for _, _, v in data)) / 1000
-    return {"name": "hot_key", "records": len(data), "recommendations": len(exact),
-            "moods": len(data) - len(exact), "event_time_span_s": round(span_s),
-            "seconds": round(t["seconds"], 3), "hot_key_rps": round(len(data) / t["seconds"]),
-            "exact_share": round(share, 4), "oracle_checked": checked,
-            "outputs": len(t["outputs"]),
-            "batching": "default"}
+    span_s = (
+        max(v["event_time"] for _, _, v in data) - min(v["event_time"] for _, _, v in data)
+    ) / 1000
+    return {
+        "name": "hot_key",
+        "records": len(data),
+        "recommendations": len(exact),
+        "moods": len(data) - len(exact),
+        "event_time_span_s": round(span_s),
+        "seconds": round(t["seconds"], 3),
+        "hot_key_rps": round(len(data) / t["seconds"]),
+        "exact_share": round(share, 4),
+        "oracle_checked": checked,
+        "outputs": len(t["outputs"]),
+        "batching": "default",
+    }
 
 
-BENCH = Bench("hot_key", run, (RPS, EXACT, RATIO),
-              # one consultant with 100,000 recommendations in retention, default batching
-              suite=lambda quick, runs: {"recommendations": 20_000 if quick else 100_000})
+BENCH = Bench(
+    "hot_key",
+    run,
+    (RPS, EXACT, RATIO),
+    # one consultant with 100,000 recommendations in retention, default batching
+    suite=lambda quick, runs: {"recommendations": 20_000 if quick else 100_000},
+)
 
 if __name__ == "__main__":
     raise SystemExit(BENCH.main())

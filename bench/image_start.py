@@ -35,16 +35,26 @@ from tests.image import base_image, project_image
 from tests.image.containers import Container, new_volume, start_container
 from tests.image.engine import Engine
 
-READY = Figure("image_ready_s", goal=5, direction="<=", unit="s",
-               note="docker run -> /ready/, nothing to recover, less the broker's group join")
-HEALTH = Figure("image_health_s", goal=3, direction="<=", unit="s",
-                note="docker run -> /health/ 200")
-JOIN = Figure("image_group_join_s", unit="s",
-              note="the broker's first-join wait, chart's 10 s session (left out above)")
+READY = Figure(
+    "image_ready_s",
+    goal=5,
+    direction="<=",
+    unit="s",
+    note="docker run -> /ready/, nothing to recover, less the broker's group join",
+)
+HEALTH = Figure(
+    "image_health_s", goal=3, direction="<=", unit="s", note="docker run -> /health/ 200"
+)
+JOIN = Figure(
+    "image_group_join_s",
+    unit="s",
+    note="the broker's first-join wait, chart's 10 s session (left out above)",
+)
 
 
 def group_join_s(log: str) -> float:
     """Seconds the worker waited for its group's first join, from its own log."""
+
     def at(pattern: str) -> datetime:
         m = re.search(r"^\[(\S+ \S+)\] .*" + pattern, log, re.M)
         assert m, pattern
@@ -84,29 +94,43 @@ def run(runs: int = 3) -> dict[str, Any]:
                 for label, settings in (("chart", {}), ("quick", {"session_timeout_s": 4})):
                     names = make_names(broker.url)
                     volume = new_volume(engine, f"{names.prefix}-etj-0")
-                    c = start_container(engine, image, names, "etj-0", folder / f"run{i}",
-                                        volume, **settings)
+                    c = start_container(
+                        engine, image, names, "etj-0", folder / f"run{i}", volume, **settings
+                    )
                     try:
                         times[label] = start_and_time(c)
                     finally:
                         c.remove()
                         engine.run("volume", "rm", "-f", volume, check=False)
-                each.append({
-                    "ready_less_join_s": min(r - j for _, r, j in times.values()),
-                    "health_s": min(h for h, _, _ in times.values()),
-                    "join_chart_s": times["chart"][2], "join_quick_s": times["quick"][2],
-                    "ready_chart_s": times["chart"][1], "ready_quick_s": times["quick"][1]})
+                each.append(
+                    {
+                        "ready_less_join_s": min(r - j for _, r, j in times.values()),
+                        "health_s": min(h for h, _, _ in times.values()),
+                        "join_chart_s": times["chart"][2],
+                        "join_quick_s": times["quick"][2],
+                        "ready_chart_s": times["chart"][1],
+                        "ready_quick_s": times["quick"][1],
+                    }
+                )
     finally:
         engine.stop()
-    return {"name": "image_start", "runs": runs, "image": image,
-            "image_ready_s": round(statistics.median(r["ready_less_join_s"] for r in each), 2),
-            "image_health_s": round(statistics.median(r["health_s"] for r in each), 2),
-            "image_group_join_s": round(statistics.median(r["join_chart_s"] for r in each), 2),
-            "each_run": [{k: round(v, 2) for k, v in r.items()} for r in each]}
+    return {
+        "name": "image_start",
+        "runs": runs,
+        "image": image,
+        "image_ready_s": round(statistics.median(r["ready_less_join_s"] for r in each), 2),
+        "image_health_s": round(statistics.median(r["health_s"] for r in each), 2),
+        "image_group_join_s": round(statistics.median(r["join_chart_s"] for r in each), 2),
+        "each_run": [{k: round(v, 2) for k, v in r.items()} for r in each],
+    }
 
 
-BENCH = Bench("image_start", run, (READY, HEALTH, JOIN),
-              suite=lambda quick, runs: {"runs": 1 if quick else runs})
+BENCH = Bench(
+    "image_start",
+    run,
+    (READY, HEALTH, JOIN),
+    suite=lambda quick, runs: {"runs": 1 if quick else runs},
+)
 
 if __name__ == "__main__":
     raise SystemExit(BENCH.main())

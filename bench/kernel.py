@@ -42,22 +42,36 @@ START_MS = 1_790_000_000_000
 #: a spec whose sides are shaped otherwise (docs/joins/declarative.md#records-shaped-otherwise)
 SHAPED_SPEC = {
     "name": "shaped",
-    "events": {"topic": "kernel-events", "key": "user.id", "time": "meta.at",
-               "time_format": "iso8601", "id": "id",
-               "fields": {"id": "str", "user.id": "str", "item": "str", "meta.at": "time"},
-               "copy": ["user.id", "item", {"meta.at": "at"}]},
-    "dimension": {"topic": "kernel-tiers", "key": "user", "time": "$timestamp",
-                  "fields": {"user": "str", "tier": "str"}, "copy": ["tier"],
-                  "time_as": "tier_time"},
-    "output": "kernel-out", "ticks": "kernel-ticks", "retention_ms": 86_400_000}
+    "events": {
+        "topic": "kernel-events",
+        "key": "user.id",
+        "time": "meta.at",
+        "time_format": "iso8601",
+        "id": "id",
+        "fields": {"id": "str", "user.id": "str", "item": "str", "meta.at": "time"},
+        "copy": ["user.id", "item", {"meta.at": "at"}],
+    },
+    "dimension": {
+        "topic": "kernel-tiers",
+        "key": "user",
+        "time": "$timestamp",
+        "fields": {"user": "str", "tier": "str"},
+        "copy": ["tier"],
+        "time_as": "tier_time",
+    },
+    "output": "kernel-out",
+    "ticks": "kernel-ticks",
+    "retention_ms": 86_400_000,
+}
 
 
 def workload(records: int, consultants: int, seed: int) -> list[tuple[str, str, dict]]:
     from app.commands.sample_traffic import sample_moods_and_events
 
     names = tuple(f"c{i:05d}" for i in range(consultants))
-    return sample_moods_and_events(seed=seed, count=records, start_ms=START_MS, step_ms=100,
-                                   late_ratio=0.1, consultants=names)
+    return sample_moods_and_events(
+        seed=seed, count=records, start_ms=START_MS, step_ms=100, late_ratio=0.1, consultants=names
+    )
 
 
 def shaped(data: list[tuple[str, str, dict]]) -> list[tuple[str, str, dict]]:
@@ -69,12 +83,22 @@ def shaped(data: list[tuple[str, str, dict]]) -> list[tuple[str, str, dict]]:
         if kind == "mood":
             out.append((kind, key, {"user": key, "tier": v["mood"], "_ts": v["event_time"]}))
         else:
-            at = dt.datetime.fromtimestamp(v["event_time"] / 1000, dt.timezone.utc)
-            out.append((kind, key, {"id": v["id"], "user": {"id": key},
-                                    "item": v["recommendation"],
-                                    "meta": {"at": at.isoformat(timespec="milliseconds")
-                                             .replace("+00:00", "Z")},
-                                    "_at": v["event_time"]}))
+            at = dt.datetime.fromtimestamp(v["event_time"] / 1000, dt.UTC)
+            out.append(
+                (
+                    kind,
+                    key,
+                    {
+                        "id": v["id"],
+                        "user": {"id": key},
+                        "item": v["recommendation"],
+                        "meta": {
+                            "at": at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+                        },
+                        "_at": v["event_time"],
+                    },
+                )
+            )
     return out
 
 
@@ -82,8 +106,9 @@ def flat(data: list[tuple[str, str, dict]]) -> list[tuple[str, str, dict]]:
     return [(kind, key, {**v, "_at": v["event_time"]}) for kind, key, v in data]
 
 
-def batches(engine: Any, data: list[tuple[str, str, dict]], partitions: int,
-            fetch: int) -> list[list[Any]]:
+def batches(
+    engine: Any, data: list[tuple[str, str, dict]], partitions: int, fetch: int
+) -> list[list[Any]]:
     """The records as the consumer would hand them: per turn, one batch of at most ``fetch``
     records per input partition."""
     from murmurhash2 import murmurhash2
@@ -105,8 +130,11 @@ def batches(engine: Any, data: list[tuple[str, str, dict]], partitions: int,
     turns: list[list[Any]] = []
     i = 0
     while True:
-        turn = [Batch(t, p, q[i:i + fetch], len(q), app.consumer_generation_id)
-                for (t, p), q in sorted(per.items()) if q[i:i + fetch]]
+        turn = [
+            Batch(t, p, q[i : i + fetch], len(q), app.consumer_generation_id)
+            for (t, p), q in sorted(per.items())
+            if q[i : i + fetch]
+        ]
         if not turn:
             return turns
         turns.append(turn)
@@ -142,8 +170,10 @@ async def drive(engine: Any, turns: list[list[Any]]) -> dict[str, Any]:
         return 4
 
     loop = engine.loop
-    with mock.patch.object(producer_batches, "aiokafka_producer", lambda app: producer), \
-            mock.patch.object(producer_batches, "_partitions", partitions):
+    with (
+        mock.patch.object(producer_batches, "aiokafka_producer", lambda app: producer),
+        mock.patch.object(producer_batches, "_partitions", partitions),
+    ):
         loop.pipeline.start()
         n = 0
         t0, cpu0 = time.perf_counter(), time.process_time()
@@ -164,8 +194,13 @@ async def drive(engine: Any, turns: list[list[Any]]) -> dict[str, Any]:
                 await asyncio.sleep(0)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         loop.pipeline.stop()
-    return {"handled": n, "seconds": seconds, "us_per_record": seconds / max(n, 1) * 1e6,
-            "cpu_us_per_record": cpu / max(n, 1) * 1e6, "produced": producer.records}
+    return {
+        "handled": n,
+        "seconds": seconds,
+        "us_per_record": seconds / max(n, 1) * 1e6,
+        "cpu_us_per_record": cpu / max(n, 1) * 1e6,
+        "produced": producer.records,
+    }
 
 
 class CollectorClock:
@@ -190,8 +225,11 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--profile", action="store_true", help="cProfile: the top functions")
     ap.add_argument("--shaped", action="store_true", help="a spec with shaped sides")
-    ap.add_argument("--hot-key", action="store_true",
-                    help="bench.hot_key's workload: one consultant with every recommendation")
+    ap.add_argument(
+        "--hot-key",
+        action="store_true",
+        help="bench.hot_key's workload: one consultant with every recommendation",
+    )
     ap.add_argument("--sort", default="tottime", help="cProfile order: tottime, cumulative")
     ap.add_argument("--top", type=int, default=35)
     ap.add_argument("--json", action="store_true")
@@ -202,9 +240,9 @@ def main() -> None:
         spec = Path(tempfile.mkdtemp()) / "joins.json"
         spec.write_text(json.dumps([SHAPED_SPEC]))
         os.environ["ETJ_JOINS_FILE"] = str(spec)
+    from app import runtime
     from app.agents.event_join import engines
     from app.faust_app import app
-    from app import runtime
     from app.runtime import use_gc_thresholds
 
     use_gc_thresholds()  # the worker's (app.main)
@@ -217,7 +255,9 @@ def main() -> None:
         data = hot_workload(int(args.records * 0.7), 1)
     else:
         data = workload(args.records, args.consultants, seed=1)
-    turns = batches(engine, shaped(data) if args.shaped else flat(data), args.partitions, args.fetch)
+    turns = batches(
+        engine, shaped(data) if args.shaped else flat(data), args.partitions, args.fetch
+    )
     gc.collect()
     if not args.no_freeze and hasattr(runtime, "freeze_long_lived"):
         runtime.freeze_long_lived()  # as the worker does once its tables are recovered
@@ -234,11 +274,14 @@ def main() -> None:
     result["gc_collections"] = [s["collections"] - b for s, b in zip(gc.get_stats(), before)]
     result["gc_us_per_record"] = sum(clock.seconds) / max(result["handled"], 1) * 1e6
     result["tracked_objects"] = len(gc.get_objects())
-    print(json.dumps(result) if args.json else
-          f"{result['handled']} records, {result['us_per_record']:.2f} µs/record "
-          f"({result['cpu_us_per_record']:.2f} CPU), of which collector "
-          f"{result['gc_us_per_record']:.2f}; {result['produced']} records produced; gc "
-          f"collections {result['gc_collections']}, {result['tracked_objects']} tracked after")
+    print(
+        json.dumps(result)
+        if args.json
+        else f"{result['handled']} records, {result['us_per_record']:.2f} µs/record "
+        f"({result['cpu_us_per_record']:.2f} CPU), of which collector "
+        f"{result['gc_us_per_record']:.2f}; {result['produced']} records produced; gc "
+        f"collections {result['gc_collections']}, {result['tracked_objects']} tracked after"
+    )
     if prof is not None:
         stats = pstats.Stats(prof)
         stats.sort_stats(args.sort).print_stats(args.top)

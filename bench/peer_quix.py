@@ -39,10 +39,12 @@ from tests.harness import LOCAL_SETTINGS, Names, batched
 from tests.kafka_io import Got, OutputWatch, create_topics
 from tests.oracle import exact_mood_answer, mood_answer
 
-RATIO = Figure("peer_quix_ratio", "ratio", 2.0,
-               note="etj's rate ÷ Quix Streams', default batching both")
-EXACT_ETJ = Figure("exact_share_etj", goal=1.0, direction="==",
-                   note="final answers equal to the oracle's")
+RATIO = Figure(
+    "peer_quix_ratio", "ratio", 2.0, note="etj's rate ÷ Quix Streams', default batching both"
+)
+EXACT_ETJ = Figure(
+    "exact_share_etj", goal=1.0, direction="==", note="final answers equal to the oracle's"
+)
 EXACT_QUIX = Figure("exact_share_quix", note="the same for Quix (no corrections)")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,8 +84,9 @@ def quix_python() -> tuple[Path, str]:
     VENV.parent.mkdir(parents=True, exist_ok=True)
     print(f"[bench] creating {VENV} ({REQUIREMENT}) ...", flush=True)
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", REQUIREMENT],
-                         capture_output=True, text=True)
+    pip = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", REQUIREMENT], capture_output=True, text=True
+    )
     if pip.returncode:
         raise RuntimeError(f"pip install {REQUIREMENT} failed:\n{pip.stdout}{pip.stderr}"[-3000:])
     return py, subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
@@ -96,20 +99,29 @@ def exact_share(outputs: list[Got], exact: dict[str, tuple[Any, ...]]) -> float:
         r = o.json()
         if r["id"] not in final or r.get("revision", 1) >= final[r["id"]].get("revision", 1):
             final[r["id"]] = r
-    return sum(1 for jid, ans in exact.items()
-               if jid in final and mood_answer(final[jid]) == ans) / len(exact)
+    return sum(
+        1 for jid, ans in exact.items() if jid in final and mood_answer(final[jid]) == ans
+    ) / len(exact)
 
 
 def ids(outputs: list[Got]) -> int:
     return len({o.json()["id"] for o in outputs})
 
 
-def run_etj(bootstrap: str, names: Names, folder: Path, expected: int, recs: int,
-            batching: str, timeout_s: float = 600) -> dict[str, Any]:
+def run_etj(
+    bootstrap: str,
+    names: Names,
+    folder: Path,
+    expected: int,
+    recs: int,
+    batching: str,
+    timeout_s: float = 600,
+) -> dict[str, Any]:
     """One etj worker on the backlog: (seconds first input → last revision, outputs)."""
     inputs = [names.moods_topic, names.events_topic]
-    w = start_worker(batched(names) if batching == "default" else names, folder,
-                     name=f"etj-{batching}")
+    w = start_worker(
+        batched(names) if batching == "default" else names, folder, name=f"etj-{batching}"
+    )
     try:
         with OutputWatch(bootstrap, [names.output_topic]) as watch:
             first_in, deadline = None, time.monotonic() + timeout_s
@@ -132,21 +144,40 @@ def run_etj(bootstrap: str, names: Names, folder: Path, expected: int, recs: int
     return {"seconds": got[-1][0] - start, "outputs": outs}
 
 
-def run_quix(py: Path, bootstrap: str, names: Names, folder: Path, recs: int, batching: str,
-             partitions: int, timeout_s: float = 600) -> dict[str, Any]:
+def run_quix(
+    py: Path,
+    bootstrap: str,
+    names: Names,
+    folder: Path,
+    recs: int,
+    batching: str,
+    partitions: int,
+    timeout_s: float = 600,
+) -> dict[str, Any]:
     """The Quix app on the backlog: (seconds first message processed → last output, outputs)."""
     out_topic = f"{names.prefix}-quix-{batching}"
     asyncio.run(create_topics(bootstrap, [out_topic], partitions))
-    cfg = {"broker": bootstrap, "group": f"{names.prefix}-quix-{batching}",
-           "moods": names.moods_topic, "events": names.events_topic, "output": out_topic,
-           "state_dir": str(folder / f"quix-{batching}-state"), "batching": batching,
-           "fetch_wait_ms": LOCAL_SETTINGS["consumer_fetch_max_wait_ms"],
-           "grace_ms": int(names.env.get("ETJ_RETENTION_MS", 3_600_000))}
+    cfg = {
+        "broker": bootstrap,
+        "group": f"{names.prefix}-quix-{batching}",
+        "moods": names.moods_topic,
+        "events": names.events_topic,
+        "output": out_topic,
+        "state_dir": str(folder / f"quix-{batching}-state"),
+        "batching": batching,
+        "fetch_wait_ms": LOCAL_SETTINGS["consumer_fetch_max_wait_ms"],
+        "grace_ms": int(names.env.get("ETJ_RETENTION_MS", 3_600_000)),
+    }
     log = folder / f"quix-{batching}.log"
 
     with log.open("ab") as f:
-        proc = subprocess.Popen([str(py), str(APP), json.dumps(cfg)], stdout=f,
-                                stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
+        proc = subprocess.Popen(
+            [str(py), str(APP), json.dumps(cfg)],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=ROOT,
+        )
 
     def alive() -> None:
         if proc.poll() is not None:
@@ -163,15 +194,23 @@ def run_quix(py: Path, bootstrap: str, names: Names, folder: Path, recs: int, ba
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-    first = [int(line.split("=", 1)[1]) for line in log.read_text().splitlines()
-             if line.startswith("first_processed_ms=")]
+    first = [
+        int(line.split("=", 1)[1])
+        for line in log.read_text().splitlines()
+        if line.startswith("first_processed_ms=")
+    ]
     if not first:
         raise RuntimeError(f"quix printed no first_processed_ms:\n{log.read_text()[-3000:]}")
     return {"seconds": got[-1][0] - first[0] / 1000, "outputs": [g for _, g in got]}
 
 
-def run(records: int = 30_000, consultants: int = 100, seed: int = 1, partitions: int = 4,
-        settings: tuple[str, ...] = SETTINGS) -> dict[str, Any]:
+def run(
+    records: int = 30_000,
+    consultants: int = 100,
+    seed: int = 1,
+    partitions: int = 4,
+    settings: tuple[str, ...] = SETTINGS,
+) -> dict[str, Any]:
     """Both engines under each producer setting, one broker, one backlog."""
     py, version = quix_python()
     data = workload(records, consultants, seed)
@@ -182,8 +221,9 @@ def run(records: int = 30_000, consultants: int = 100, seed: int = 1, partitions
         names = new_names(broker, partitions=partitions)
         asyncio.run(load_inputs(broker.bootstrap, names, data, partitions))
         for batching in settings:
-            own = reading_from(new_names(broker, partitions=partitions), names,
-                               "moods_topic", "events_topic")
+            own = reading_from(
+                new_names(broker, partitions=partitions), names, "moods_topic", "events_topic"
+            )
             etj = run_etj(broker.bootstrap, own, folder, records, recs, batching)
             quix = run_quix(py, broker.bootstrap, own, folder, recs, batching, partitions)
             per[batching] = {
@@ -192,32 +232,51 @@ def run(records: int = 30_000, consultants: int = 100, seed: int = 1, partitions
                 "ratio": round(quix["seconds"] / etj["seconds"], 3),
                 "exact_share_etj": round(exact_share(etj["outputs"], exact), 4),
                 "exact_share_quix": round(exact_share(quix["outputs"], exact), 4),
-                "etj_outputs": len(etj["outputs"]), "quix_outputs": len(quix["outputs"]),
-                "etj_corrections": sum(1 for o in etj["outputs"]
-                                       if o.json().get("revision", 1) > 1)}
+                "etj_outputs": len(etj["outputs"]),
+                "quix_outputs": len(quix["outputs"]),
+                "etj_corrections": sum(
+                    1 for o in etj["outputs"] if o.json().get("revision", 1) > 1
+                ),
+            }
     head = per[settings[0]]
-    return {"name": "peer_quix", "quixstreams": version, "records": records,
-            "recommendations": recs, "consultants": consultants, "partitions": partitions,
-            "ratio_setting": settings[0], "ratio": head["ratio"],
-            "exact_share_etj": head["exact_share_etj"],
-            "exact_share_quix": head["exact_share_quix"],
-            "ratio_one_record": (per.get("one-record") or {}).get("ratio"),
-            "per_setting": per, "differences": DIFFERENCES}
+    return {
+        "name": "peer_quix",
+        "quixstreams": version,
+        "records": records,
+        "recommendations": recs,
+        "consultants": consultants,
+        "partitions": partitions,
+        "ratio_setting": settings[0],
+        "ratio": head["ratio"],
+        "exact_share_etj": head["exact_share_etj"],
+        "exact_share_quix": head["exact_share_quix"],
+        "ratio_one_record": (per.get("one-record") or {}).get("ratio"),
+        "per_setting": per,
+        "differences": DIFFERENCES,
+    }
 
 
 def report(pq: dict[str, Any]) -> str:
-    each = "; ".join(f"{k}: etj {v['etj_rps']}/s, quix {v['quix_rps']}/s, ratio {v['ratio']}"
-                     for k, v in pq["per_setting"].items())
-    return (f"peer quix ({pq['records']:,} records, quixstreams {pq['quixstreams']}; "
-            f"peer_quix_ratio under {pq['ratio_setting']} batching): {each}; exact share etj "
-            f"{pq['exact_share_etj']}, quix {pq['exact_share_quix']}")
+    each = "; ".join(
+        f"{k}: etj {v['etj_rps']}/s, quix {v['quix_rps']}/s, ratio {v['ratio']}"
+        for k, v in pq["per_setting"].items()
+    )
+    return (
+        f"peer quix ({pq['records']:,} records, quixstreams {pq['quixstreams']}; "
+        f"peer_quix_ratio under {pq['ratio_setting']} batching): {each}; exact share etj "
+        f"{pq['exact_share_etj']}, quix {pq['exact_share_quix']}"
+    )
 
 
 BENCH = Bench(
-    "peer_quix", run, (RATIO, EXACT_ETJ, EXACT_QUIX), report=report,
+    "peer_quix",
+    run,
+    (RATIO, EXACT_ETJ, EXACT_QUIX),
+    report=report,
     # one broker, one backlog, etj then Quix with the producer's default batching (the
     # ratio's setting; python -m bench.peer_quix also runs both with one-record batches)
-    suite=lambda quick, runs: {"records": 5_000 if quick else 30_000, "settings": ("default",)})
+    suite=lambda quick, runs: {"records": 5_000 if quick else 30_000, "settings": ("default",)},
+)
 
 if __name__ == "__main__":
     raise SystemExit(BENCH.main())

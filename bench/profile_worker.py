@@ -37,9 +37,27 @@ NONBLOCKING: list[str] = []
 
 def record(pid: int, seconds: float, raw: Path) -> None:
     """py-spy samples of every thread of process ``pid`` for ``seconds``, raw stacks to ``raw``."""
-    subprocess.run([pyspy(), "record", "--pid", str(pid), "--idle", "--threads", "--rate", "200",
-                    "--duration", str(int(seconds)), "--format", "raw", "--output", str(raw),
-                    *NONBLOCKING], check=True, capture_output=True)
+    subprocess.run(
+        [
+            pyspy(),
+            "record",
+            "--pid",
+            str(pid),
+            "--idle",
+            "--threads",
+            "--rate",
+            "200",
+            "--duration",
+            str(int(seconds)),
+            "--format",
+            "raw",
+            "--output",
+            str(raw),
+            *NONBLOCKING,
+        ],
+        check=True,
+        capture_output=True,
+    )
 
 
 def frame_label(frame: str) -> str:
@@ -66,9 +84,15 @@ def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
         name = "process"
         if frames[0].startswith("thread ("):
             name = frames.pop(0).split(": ", 1)[-1].rstrip(")") or frames[0]
-        t = threads.setdefault(name, {"samples": 0, "idle": 0,
-                                      "inclusive": collections.Counter(),
-                                      "self": collections.Counter()})
+        t = threads.setdefault(
+            name,
+            {
+                "samples": 0,
+                "idle": 0,
+                "inclusive": collections.Counter(),
+                "self": collections.Counter(),
+            },
+        )
         t["samples"] += n
         labels = [frame_label(f) for f in frames]
         if labels and labels[-1].startswith("EpollSelector.select"):
@@ -81,22 +105,32 @@ def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
     out: dict[str, Any] = {"samples": sum(t["samples"] for t in threads.values()), "threads": {}}
     for name, t in sorted(threads.items(), key=lambda kv: -kv[1]["samples"]):
         total = t["samples"]
-        share = (lambda c: [(f, round(100 * k / total, 1)) for f, k in c.most_common(top)])
-        out["threads"][name] = {"samples": total, "idle_pct": round(100 * t["idle"] / total, 1),
-                                "inclusive_pct": share(t["inclusive"]),
-                                "self_pct": share(t["self"])}
+        share = lambda c: [(f, round(100 * k / total, 1)) for f, k in c.most_common(top)]
+        out["threads"][name] = {
+            "samples": total,
+            "idle_pct": round(100 * t["idle"] / total, 1),
+            "inclusive_pct": share(t["inclusive"]),
+            "self_pct": share(t["self"]),
+        }
     return out
 
 
-def profile(records: int = 10_000, seconds: float = 15.0, consultants: int = 1_000,
-            env: dict[str, str] | None = None, tag: str = "worker",
-            batching: bool = False, hot_key: bool = False) -> dict[str, Any]:
+def profile(
+    records: int = 10_000,
+    seconds: float = 15.0,
+    consultants: int = 1_000,
+    env: dict[str, str] | None = None,
+    tag: str = "worker",
+    batching: bool = False,
+    hot_key: bool = False,
+) -> dict[str, Any]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with bench_broker() as broker, workdir() as folder:
         names = new_names(broker)
         names = batched(names) if batching else names
         if hot_key:
             from bench import hot_key as hot
+
             data = hot.workload(records, 1)
         else:
             data = workload(records, consultants, 1)
@@ -114,25 +148,32 @@ def profile(records: int = 10_000, seconds: float = 15.0, consultants: int = 1_0
         collapsed = raw.read_text()
     (RESULTS / f"profile-{tag}.txt").write_text(collapsed)
     out = summarize(collapsed)
-    out.update({"records_during_profile": done, "seconds": round(elapsed, 1),
-                "rate_during_profile": round(done / elapsed)})
+    out.update(
+        {
+            "records_during_profile": done,
+            "seconds": round(elapsed, 1),
+            "rate_during_profile": round(done / elapsed),
+        }
+    )
     return out
 
 
-def profile_recovery(keys: int = 300_000, seconds: float = 15.0,
-                     tag: str = "recovery") -> dict[str, Any]:
+def profile_recovery(
+    keys: int = 300_000, seconds: float = 15.0, tag: str = "recovery"
+) -> dict[str, Any]:
     """py-spy on a worker that replays a ``keys``-key mood-history changelog (bench.recovery's)
     from its start: where recovery spends its time."""
-    from tests.kafka_io import create_topics, produce_bulk
     from bench.recovery import TABLE, changelog_records
+    from tests.kafka_io import create_topics, produce_bulk
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     with bench_broker() as broker, workdir() as folder:
         names = new_names(broker)
         topic = f"{names.env['ETJ_APP_ID']}-{TABLE}-changelog"
         asyncio.run(create_topics(broker.bootstrap, [topic], 4))
-        asyncio.run(produce_bulk(broker.bootstrap, changelog_records(topic, keys, 4), 4,
-                                 exact_end=True))
+        asyncio.run(
+            produce_bulk(broker.bootstrap, changelog_records(topic, keys, 4), 4, exact_end=True)
+        )
         w = start_worker(names, folder, name="profiled")
         assert w.proc is not None
         raw = folder / "stacks.txt"
@@ -145,8 +186,15 @@ def profile_recovery(keys: int = 300_000, seconds: float = 15.0,
         collapsed = raw.read_text()
     (RESULTS / f"profile-{tag}.txt").write_text(collapsed)
     out = summarize(collapsed)
-    out.update({"keys": keys, "seconds": round(elapsed, 1), "ready_after_s": round(ready_s, 1),
-                "records_during_profile": keys, "rate_during_profile": round(keys / ready_s)})
+    out.update(
+        {
+            "keys": keys,
+            "seconds": round(elapsed, 1),
+            "ready_after_s": round(ready_s, 1),
+            "records_during_profile": keys,
+            "rate_during_profile": round(keys / ready_s),
+        }
+    )
     return out
 
 
@@ -156,19 +204,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--tag", default="worker")
     p.add_argument("--env", action="append", default=[], help="KEY=VALUE worker setting")
-    p.add_argument("--batched", action="store_true",
-                   help="the producer's default batching (no ETJ_PRODUCER_MAX_BATCH_SIZE)")
-    p.add_argument("--hot-key", action="store_true",
-                   help="bench.hot_key's workload: one consultant with every recommendation")
-    p.add_argument("--recovery", type=int, default=0, metavar="KEYS",
-                   help="profile the replay of a KEYS-key changelog instead of a backlog join")
+    p.add_argument(
+        "--batched",
+        action="store_true",
+        help="the producer's default batching (no ETJ_PRODUCER_MAX_BATCH_SIZE)",
+    )
+    p.add_argument(
+        "--hot-key",
+        action="store_true",
+        help="bench.hot_key's workload: one consultant with every recommendation",
+    )
+    p.add_argument(
+        "--recovery",
+        type=int,
+        default=0,
+        metavar="KEYS",
+        help="profile the replay of a KEYS-key changelog instead of a backlog join",
+    )
     a = p.parse_args(argv)
     env = dict(kv.split("=", 1) for kv in a.env)
-    r = (profile_recovery(a.recovery, a.seconds, tag=a.tag) if a.recovery else
-         profile(a.records, a.seconds, env=env, tag=a.tag, batching=a.batched,
-                 hot_key=a.hot_key))
-    print(f"{r['samples']} samples, {r['records_during_profile']} records in {r['seconds']} s "
-          f"({r['rate_during_profile']}/s)")
+    r = (
+        profile_recovery(a.recovery, a.seconds, tag=a.tag)
+        if a.recovery
+        else profile(
+            a.records, a.seconds, env=env, tag=a.tag, batching=a.batched, hot_key=a.hot_key
+        )
+    )
+    print(
+        f"{r['samples']} samples, {r['records_during_profile']} records in {r['seconds']} s "
+        f"({r['rate_during_profile']}/s)"
+    )
     for name, t in r["threads"].items():
         print(f"\nthread {name}: {t['samples']} samples, {t['idle_pct']}% idle (epoll wait)")
         print("  inclusive % of its samples (busy frames only)")

@@ -46,11 +46,15 @@ def shim_retention_ms() -> None:
 
 def merge(rec: dict[str, Any], mood: dict[str, Any] | None) -> dict[str, Any]:
     """etj's revision fields (the comparable part, tests/oracle.py MOOD_ANSWER_FIELDS)."""
-    return {"id": rec.get("id"), "consultant": rec["consultant"], "event_time": rec["event_time"],
-            "recommendation": rec["recommendation"],
-            "mood": None if mood is None else mood["mood"],
-            "mood_event_time": None if mood is None else mood["event_time"],
-            "revision": 1}
+    return {
+        "id": rec.get("id"),
+        "consultant": rec["consultant"],
+        "event_time": rec["event_time"],
+        "recommendation": rec["recommendation"],
+        "mood": None if mood is None else mood["mood"],
+        "mood_event_time": None if mood is None else mood["event_time"],
+        "revision": 1,
+    }
 
 
 def main(cfg: dict[str, Any]) -> None:
@@ -66,25 +70,42 @@ def main(cfg: dict[str, Any]) -> None:
             print(f"first_processed_ms={first[0]}", flush=True)
 
     app = Application(
-        broker_address=cfg["broker"], consumer_group=cfg["group"],
-        auto_offset_reset="earliest", state_dir=cfg["state_dir"],
+        broker_address=cfg["broker"],
+        consumer_group=cfg["group"],
+        auto_offset_reset="earliest",
+        state_dir=cfg["state_dir"],
         # fetch wait as etj's on tansu (it holds an empty fetch for the whole wait); a short
         # session: tansu answered the first JoinGroup only after ~23 s with librdkafka's 45 s
         # default, 6 s with this (start-up only, which the benchmark does not time)
-        consumer_extra_config={"fetch.wait.max.ms": int(cfg.get("fetch_wait_ms", 100)),
-                               "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
-                               **cfg.get("consumer", {})},
-        producer_extra_config=producer, on_message_processed=processed,
-        loglevel=cfg.get("loglevel", "WARNING"))
+        consumer_extra_config={
+            "fetch.wait.max.ms": int(cfg.get("fetch_wait_ms", 100)),
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 1000,
+            **cfg.get("consumer", {}),
+        },
+        producer_extra_config=producer,
+        on_message_processed=processed,
+        loglevel=cfg.get("loglevel", "WARNING"),
+    )
     # event time from the value; recommendations 1 ms earlier: at-or-before -> strictly before
-    events = app.topic(cfg["events"], key_deserializer="bytes",
-                       timestamp_extractor=lambda v, h, ts, tt: int(v["event_time"]) - 1)
-    moods = app.topic(cfg["moods"], key_deserializer="bytes",
-                      timestamp_extractor=lambda v, h, ts, tt: int(v["event_time"]))
+    events = app.topic(
+        cfg["events"],
+        key_deserializer="bytes",
+        timestamp_extractor=lambda v, h, ts, tt: int(v["event_time"]) - 1,
+    )
+    moods = app.topic(
+        cfg["moods"],
+        key_deserializer="bytes",
+        timestamp_extractor=lambda v, h, ts, tt: int(v["event_time"]),
+    )
     output = app.topic(cfg["output"], key_serializer="bytes", value_serializer="json")
     recs = app.dataframe(events)  # key: consultant (bytes); value: {consultant, recommendation,..}
-    joined = recs.join_asof(app.dataframe(moods), how="left", on_merge=merge,
-                            grace_ms=int(cfg.get("grace_ms", 3_600_000)))
+    joined = recs.join_asof(
+        app.dataframe(moods),
+        how="left",
+        on_merge=merge,
+        grace_ms=int(cfg.get("grace_ms", 3_600_000)),
+    )
     joined.to_topic(output)  # (consultant, etj-shaped revision 1)
     print("quix peer: running", flush=True)
     app.run()

@@ -41,15 +41,17 @@ from faust.stores.rocksdb import RocksDBOptions
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import Bench  # noqa: E402  (after the path)
-from tests.kafka_io import partition_of  # noqa: E402
+from bench.harness import Bench
+from tests.kafka_io import partition_of
 
 PARTITIONS = 4
 T0 = 1_790_000_000_000
 
 
-_WORDS = ["".join(random.Random(w).choices("abcdefghijklmnopqrstuvwxyz", k=3 + w % 7))
-          for w in range(5000)]
+_WORDS = [
+    "".join(random.Random(w).choices("abcdefghijklmnopqrstuvwxyz", k=3 + w % 7))
+    for w in range(5000)
+]
 
 
 def title_of(i: int) -> str:
@@ -82,9 +84,11 @@ def dir_bytes(path: Path) -> int:
 
 def rocksdb_memory(dbs: list[rocksdict.Rdict]) -> dict[str, int]:
     """RocksDB's own accounting, summed over the partition databases."""
-    props = {"memtables": "rocksdb.cur-size-all-mem-tables",
-             "table_readers": "rocksdb.estimate-table-readers-mem",
-             "block_cache": "rocksdb.block-cache-usage"}
+    props = {
+        "memtables": "rocksdb.cur-size-all-mem-tables",
+        "table_readers": "rocksdb.estimate-table-readers-mem",
+        "block_cache": "rocksdb.block-cache-usage",
+    }
     out = {}
     for name, prop in props.items():
         total = 0
@@ -97,8 +101,12 @@ def rocksdb_memory(dbs: list[rocksdict.Rdict]) -> dict[str, int]:
     return out
 
 
-def measure_store(movies: int, folder: Path, batch: int = 1000, reads: int = 20_000,
-                  ) -> dict[str, Any]:
+def measure_store(
+    movies: int,
+    folder: Path,
+    batch: int = 1000,
+    reads: int = 20_000,
+) -> dict[str, Any]:
     """Part 1: load, size, reopen and read ``movies`` rows in Faust's RocksDB configuration."""
     opts = RocksDBOptions()
     paths = [folder / f"movies-dimension-{p}.db" for p in range(PARTITIONS)]
@@ -147,18 +155,25 @@ def measure_store(movies: int, folder: Path, batch: int = 1000, reads: int = 20_
         db.close()
     assert found == reads, "a movie written was not found"
     return {
-        "movies": movies, "partitions": PARTITIONS, "recovery_batch": batch,
-        "load_s": round(load_s, 2), "load_rows_per_s": round(movies / load_s),
-        "disk_bytes_flushed": disk_flushed, "disk_bytes_compacted": disk_compacted,
-        "rss_growth_bytes_loaded": rss_loaded - rss0, "rss_growth_bytes_after_reads":
-            rss_read - rss0,
-        "rocksdb_memory_loaded": mem_loaded, "rocksdb_memory_after_reads": mem_read,
-        "reopen_s": round(reopen_s, 3), "point_reads": reads,
+        "movies": movies,
+        "partitions": PARTITIONS,
+        "recovery_batch": batch,
+        "load_s": round(load_s, 2),
+        "load_rows_per_s": round(movies / load_s),
+        "disk_bytes_flushed": disk_flushed,
+        "disk_bytes_compacted": disk_compacted,
+        "rss_growth_bytes_loaded": rss_loaded - rss0,
+        "rss_growth_bytes_after_reads": rss_read - rss0,
+        "rocksdb_memory_loaded": mem_loaded,
+        "rocksdb_memory_after_reads": mem_read,
+        "reopen_s": round(reopen_s, 3),
+        "point_reads": reads,
         "point_read_us": round(read_s / reads * 1e6, 1),
     }
 
 
 # --- part 2: real workers on the local broker ---------------------------------------------------
+
 
 def measure_end_to_end(movies: int, folder: Path) -> dict[str, Any]:
     """Part 2: recovery of the real changelog by real workers (see the module docstring)."""
@@ -185,17 +200,26 @@ def measure_end_to_end(movies: int, folder: Path) -> dict[str, Any]:
         first, empty_start_s = worker("builder")
 
         async def produce() -> None:
-            producer = AIOKafkaProducer(bootstrap_servers=broker.url.replace("kafka://", ""),
-                                        linger_ms=20, max_batch_size=256 * 1024)
+            producer = AIOKafkaProducer(
+                bootstrap_servers=broker.url.replace("kafka://", ""),
+                linger_ms=20,
+                max_batch_size=256 * 1024,
+            )
             await producer.start()
             try:
                 futs = []
                 for i in range(movies):
                     movie_id, _, _ = movie_row(i)
-                    value = {"movie_id": movie_id, "title": title_of(i),
-                             "event_time": T0 - (i % 10_000) * 86_400_000}
-                    futs.append(await producer.send(names.movies_topic, json.dumps(value).encode(),
-                                                    key=movie_id.encode()))
+                    value = {
+                        "movie_id": movie_id,
+                        "title": title_of(i),
+                        "event_time": T0 - (i % 10_000) * 86_400_000,
+                    }
+                    futs.append(
+                        await producer.send(
+                            names.movies_topic, json.dumps(value).encode(), key=movie_id.encode()
+                        )
+                    )
                 await asyncio.gather(*futs)
             finally:
                 await producer.stop()
@@ -204,8 +228,10 @@ def measure_end_to_end(movies: int, folder: Path) -> dict[str, Any]:
         start = time.perf_counter()
         while True:
             status, body = first.get("/joins/")
-            done = status == 200 and {j["name"]: j for j in body["joins"]}["movies"][
-                "counters"]["records"] >= movies
+            done = (
+                status == 200
+                and {j["name"]: j for j in body["joins"]}["movies"]["counters"]["records"] >= movies
+            )
             if done:
                 break
             if time.perf_counter() - start > 1800:
@@ -221,38 +247,48 @@ def measure_end_to_end(movies: int, folder: Path) -> dict[str, Any]:
         shutil.copytree(folder / "builder-data", folder / "again-data")
         again, again_s = worker("again")  # the builder's volume, kept
         again.stop()
-        return {"movies": movies, "build_rows_per_s": round(movies / build_s),
-                "builder_datadir_bytes": builder_disk,
-                "start_with_nothing_to_recover_s": round(empty_start_s, 1),
-                "start_recovering_all_from_changelog_s": round(fresh_s, 1),
-                "start_with_kept_volume_s": round(again_s, 1),
-                "recovery_s": round(max(fresh_s - empty_start_s, 0.0), 1)}
+        return {
+            "movies": movies,
+            "build_rows_per_s": round(movies / build_s),
+            "builder_datadir_bytes": builder_disk,
+            "start_with_nothing_to_recover_s": round(empty_start_s, 1),
+            "start_recovering_all_from_changelog_s": round(fresh_s, 1),
+            "start_with_kept_volume_s": round(again_s, 1),
+            "recovery_s": round(max(fresh_s - empty_start_s, 0.0), 1),
+        }
     finally:
         for w in started:
             w.kill()
         broker.stop()
 
 
-def measure(movies: int = 1_000_000, e2e_movies: int = 20_000,
-            folder: Path | None = None) -> dict[str, Any]:
+def measure(
+    movies: int = 1_000_000, e2e_movies: int = 20_000, folder: Path | None = None
+) -> dict[str, Any]:
     """Every figure of this bench, plus the per-million extrapolations."""
     own = folder is None
     folder = folder or Path(tempfile.mkdtemp(prefix="etj-bench-rocksdb-"))
     try:
         store = measure_store(movies, folder / "store")
         per_m = 1_000_000 / movies
-        out: dict[str, Any] = {"store": store, "per_million_movies": {
-            "disk_bytes": round(store["disk_bytes_compacted"] * per_m),
-            "disk_bytes_uncompacted": round(store["disk_bytes_flushed"] * per_m),
-            "index_and_filter_bytes": round(
-                store["rocksdb_memory_after_reads"]["table_readers"] * per_m),
-            "store_recovery_s": round(store["load_s"] * per_m, 1),
-            "extrapolated_from": movies}}
+        out: dict[str, Any] = {
+            "store": store,
+            "per_million_movies": {
+                "disk_bytes": round(store["disk_bytes_compacted"] * per_m),
+                "disk_bytes_uncompacted": round(store["disk_bytes_flushed"] * per_m),
+                "index_and_filter_bytes": round(
+                    store["rocksdb_memory_after_reads"]["table_readers"] * per_m
+                ),
+                "store_recovery_s": round(store["load_s"] * per_m, 1),
+                "extrapolated_from": movies,
+            },
+        }
         if e2e_movies:
             e2e = measure_end_to_end(e2e_movies, folder / "e2e")
             out["end_to_end"] = e2e
             out["per_million_movies"]["changelog_recovery_s"] = round(
-                e2e["recovery_s"] * 1_000_000 / e2e_movies, 1)
+                e2e["recovery_s"] * 1_000_000 / e2e_movies, 1
+            )
             out["per_million_movies"]["changelog_recovery_extrapolated_from"] = e2e_movies
         return out
     finally:

@@ -25,28 +25,47 @@ from bench.workers import bench_broker, new_names, time_to_last_output, workdir
 from tests.harness import batched
 from tests.kafka_io import create_topics
 
-RATIO = Figure("scale_2_workers_ratio", "ratio", 1.7,
-               note="two workers ÷ one, default batching; 2 cores shared with the broker")
+RATIO = Figure(
+    "scale_2_workers_ratio",
+    "ratio",
+    1.7,
+    note="two workers ÷ one, default batching; 2 cores shared with the broker",
+)
 
 
-def rate(broker: Any, folder: Path, data: list[tuple[str, str, dict]], workers: int,
-         partitions: int) -> dict[str, Any]:
+def rate(
+    broker: Any, folder: Path, data: list[tuple[str, str, dict]], workers: int, partitions: int
+) -> dict[str, Any]:
     """Input records/s of ``workers`` workers on a fresh copy of ``data``."""
     names = batched(new_names(broker, partitions=partitions))
     inputs = [names.moods_topic, names.events_topic]
     asyncio.run(create_topics(broker.bootstrap, inputs, partitions))
     t = time_to_last_output(
-        names, folder, inputs, len(data), [names.output_topic], broker.bootstrap,
-        workers=workers, name=f"scale{workers}-",
-        load=lambda: asyncio.run(load_inputs(broker.bootstrap, names, data, partitions)))
-    per_worker = [sum((s.get("records_in") or {}).get(i, 0) for i in inputs)
-                  for s in t["stats"]]
-    return {"rate": len(data) / t["seconds"], "seconds": t["seconds"],
-            "records_per_worker": per_worker}
+        names,
+        folder,
+        inputs,
+        len(data),
+        [names.output_topic],
+        broker.bootstrap,
+        workers=workers,
+        name=f"scale{workers}-",
+        load=lambda: asyncio.run(load_inputs(broker.bootstrap, names, data, partitions)),
+    )
+    per_worker = [sum((s.get("records_in") or {}).get(i, 0) for i in inputs) for s in t["stats"]]
+    return {
+        "rate": len(data) / t["seconds"],
+        "seconds": t["seconds"],
+        "records_per_worker": per_worker,
+    }
 
 
-def run(records: int = 20_000, runs: int = 1, consultants: int = 1_000, seed: int = 1,
-        partitions: int = 4) -> dict[str, Any]:
+def run(
+    records: int = 20_000,
+    runs: int = 1,
+    consultants: int = 1_000,
+    seed: int = 1,
+    partitions: int = 4,
+) -> dict[str, Any]:
     """One worker then two, ``runs`` times (fresh broker each); medians."""
     each = []
     for i in range(runs):
@@ -54,28 +73,47 @@ def run(records: int = 20_000, runs: int = 1, consultants: int = 1_000, seed: in
         with bench_broker() as broker, workdir() as folder:
             one = rate(broker, folder, data, 1, partitions)
             two = rate(broker, folder, data, 2, partitions)
-        each.append({"one_rps": round(one["rate"]), "two_rps": round(two["rate"]),
-                     "ratio": round(two["rate"] / one["rate"], 3),
-                     "two_records_per_worker": two["records_per_worker"]})
+        each.append(
+            {
+                "one_rps": round(one["rate"]),
+                "two_rps": round(two["rate"]),
+                "ratio": round(two["rate"] / one["rate"], 3),
+                "two_records_per_worker": two["records_per_worker"],
+            }
+        )
     med = medians(each)
-    return {"name": "scale_workers", "records": records, "consultants": consultants,
-            "partitions": partitions, "runs": runs, "batching": "default",
-            "one_worker_rps": round(med["one_rps"]), "two_workers_rps": round(med["two_rps"]),
-            "ratio": round(med["ratio"], 3), "goal": RATIO.goal,
-            "goal_met": RATIO.met(med["ratio"]), "each_run": each}
+    return {
+        "name": "scale_workers",
+        "records": records,
+        "consultants": consultants,
+        "partitions": partitions,
+        "runs": runs,
+        "batching": "default",
+        "one_worker_rps": round(med["one_rps"]),
+        "two_workers_rps": round(med["two_rps"]),
+        "ratio": round(med["ratio"], 3),
+        "goal": RATIO.goal,
+        "goal_met": RATIO.met(med["ratio"]),
+        "each_run": each,
+    }
 
 
 def report(sw: dict[str, Any]) -> str:
-    return (f"scale ({sw['records']:,} records, {sw['batching']} batching): one worker "
-            f"{sw['one_worker_rps']}/s, two {sw['two_workers_rps']}/s")
+    return (
+        f"scale ({sw['records']:,} records, {sw['batching']} batching): one worker "
+        f"{sw['one_worker_rps']}/s, two {sw['two_workers_rps']}/s"
+    )
 
 
 BENCH = Bench(
-    "scale_workers", run, (RATIO,), report=report,
+    "scale_workers",
+    run,
+    (RATIO,),
+    report=report,
     # one worker, then two, on the same records; the median of 3 (~1.5 min): single runs
     # ranged 1.36-1.86 on the same worker
-    suite=lambda quick, runs: {"records": 4_000 if quick else 20_000,
-                               "runs": 1 if quick else 3})
+    suite=lambda quick, runs: {"records": 4_000 if quick else 20_000, "runs": 1 if quick else 3},
+)
 
 if __name__ == "__main__":
     raise SystemExit(BENCH.main())

@@ -26,8 +26,12 @@ from bench.workers import bench_broker, new_names
 from tests.kafka_io import create_topics, jbytes, produce_bulk
 from tests.postgres_server import PostgresServer
 
-RPS = Figure("sink_postgres_rps", goal=30_000, unit="revisions/s",
-             note="one sink, one PostgreSQL, batches of 2000")
+RPS = Figure(
+    "sink_postgres_rps",
+    goal=30_000,
+    unit="revisions/s",
+    note="one sink, one PostgreSQL, batches of 2000",
+)
 
 
 def revision_log(records: int, seed: int) -> list[tuple[bytes, dict]]:
@@ -39,11 +43,22 @@ def revision_log(records: int, seed: int) -> list[tuple[bytes, dict]]:
         jid = f"rec-{seed}-{i}"
         top = rng.randint(1, 3)
         for n in [*range(1, top + 1), *([rng.randint(1, top)] if rng.random() < 0.3 else [])]:
-            out.append((jid.encode(), {
-                "id": jid, "consultant": f"c{i % 500}", "recommendation": "bike",
-                "event_time": 1_790_000_000_000 + i, "mood": f"m{n}",
-                "mood_event_time": 1_790_000_000_000, "revision": n,
-                "previous_mood": None if n == 1 else f"m{n - 1}", "cause": "arrival"}))
+            out.append(
+                (
+                    jid.encode(),
+                    {
+                        "id": jid,
+                        "consultant": f"c{i % 500}",
+                        "recommendation": "bike",
+                        "event_time": 1_790_000_000_000 + i,
+                        "mood": f"m{n}",
+                        "mood_event_time": 1_790_000_000_000,
+                        "revision": n,
+                        "previous_mood": None if n == 1 else f"m{n - 1}",
+                        "cause": "arrival",
+                    },
+                )
+            )
         i += 1
     return out[:records]
 
@@ -56,13 +71,15 @@ def oracle_of(log: list[tuple[bytes, dict]]) -> dict[str, int]:
     return best
 
 
-async def land(bootstrap: str, topic: str, dsn: str, records: int,
-               max_records: int) -> dict[str, Any]:
+async def land(
+    bootstrap: str, topic: str, dsn: str, records: int, max_records: int
+) -> dict[str, Any]:
     """Run one sink until it has read ``records``; (seconds from its first batch, counts)."""
     from app.downstream.postgres_sink import PostgresSink
 
-    sink = PostgresSink(bootstrap, topic, dsn, "etj_bench", "etj-bench-sink",
-                        max_records=max_records)
+    sink = PostgresSink(
+        bootstrap, topic, dsn, "etj_bench", "etj-bench-sink", max_records=max_records
+    )
     task = asyncio.ensure_future(sink.run())
     first = None
     deadline = time.monotonic() + 600
@@ -77,8 +94,13 @@ async def land(bootstrap: str, topic: str, dsn: str, records: int,
     counts = await task
     if first is None or counts.records < records:
         raise RuntimeError(f"the sink read {counts.records} of {records} records")
-    return {"seconds": end - first[0], "timed_records": records - first[1],
-            "batches": counts.batches, "upserts": counts.upserts, "retries": counts.retries}
+    return {
+        "seconds": end - first[0],
+        "timed_records": records - first[1],
+        "batches": counts.batches,
+        "upserts": counts.upserts,
+        "retries": counts.retries,
+    }
 
 
 def one_run(records: int, seed: int, partitions: int, max_records: int) -> dict[str, Any]:
@@ -92,8 +114,9 @@ def one_run(records: int, seed: int, partitions: int, max_records: int) -> dict[
             names = new_names(broker)
             topic = names.output_topic
             asyncio.run(create_topics(broker.bootstrap, [topic], partitions))
-            asyncio.run(produce_bulk(broker.bootstrap, ((topic, k, jbytes(v)) for k, v in log),
-                                     partitions))
+            asyncio.run(
+                produce_bulk(broker.bootstrap, ((topic, k, jbytes(v)) for k, v in log), partitions)
+            )
             t = asyncio.run(land(broker.bootstrap, topic, server.dsn, len(log), max_records))
         with psycopg.connect(server.dsn) as conn:
             table = dict(conn.execute("SELECT id, revision FROM etj_bench").fetchall())
@@ -102,23 +125,35 @@ def one_run(records: int, seed: int, partitions: int, max_records: int) -> dict[
     if table != oracle:
         wrong = sum(table.get(k) != v for k, v in oracle.items())
         raise AssertionError(f"the table differs from the oracle on {wrong} ids")
-    return {"records": len(log), "ids": len(oracle), **t,
-            "rate": t["timed_records"] / t["seconds"]}
+    return {"records": len(log), "ids": len(oracle), **t, "rate": t["timed_records"] / t["seconds"]}
 
 
-def run(records: int = 200_000, runs: int = 3, seed: int = 1, partitions: int = 4,
-        max_records: int = 2000) -> dict[str, Any]:
+def run(
+    records: int = 200_000,
+    runs: int = 3,
+    seed: int = 1,
+    partitions: int = 4,
+    max_records: int = 2000,
+) -> dict[str, Any]:
     """Median over ``runs`` runs, each on a fresh broker and a fresh PostgreSQL."""
     results = [one_run(records, seed + i, partitions, max_records) for i in range(runs)]
-    return {"name": "sink_postgres", "records": records, "runs": runs,
-            "partitions": partitions, "max_records": max_records,
-            "sink_postgres_rps": round(medians(results)["rate"]),
-            "each_run": each_run(results)}
+    return {
+        "name": "sink_postgres",
+        "records": records,
+        "runs": runs,
+        "partitions": partitions,
+        "max_records": max_records,
+        "sink_postgres_rps": round(medians(results)["rate"]),
+        "each_run": each_run(results),
+    }
 
 
-BENCH = Bench("sink_postgres", run, (RPS,),
-              suite=lambda quick, runs: {"records": 20_000 if quick else 200_000,
-                                         "runs": min(runs, 2)})
+BENCH = Bench(
+    "sink_postgres",
+    run,
+    (RPS,),
+    suite=lambda quick, runs: {"records": 20_000 if quick else 200_000, "runs": min(runs, 2)},
+)
 
 if __name__ == "__main__":
     raise SystemExit(BENCH.main())

@@ -44,12 +44,18 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import Bench, Figure  # noqa: E402  (after the path)
+from bench.harness import Bench, Figure
 
-RATIO = Figure("spark_vs_duckdb_ratio", "ratio", 2, "<=",
-               note="Spark ÷ DuckDB, the as-of join on 2M x 200k")
-SCALING = Figure("spark_scaling_ratio", "scaling_ratio", 12, "<=",
-                 note="Spark on 10x the data ÷ on 1x (linear: 10)")
+RATIO = Figure(
+    "spark_vs_duckdb_ratio", "ratio", 2, "<=", note="Spark ÷ DuckDB, the as-of join on 2M x 200k"
+)
+SCALING = Figure(
+    "spark_scaling_ratio",
+    "scaling_ratio",
+    12,
+    "<=",
+    note="Spark on 10x the data ÷ on 1x (linear: 10)",
+)
 METHOD = Figure("spark_method", "method", note="the fastest as-of method timed")
 RUNS = 3  # timed runs per engine after a warm-up; the best one counts
 #: what ``make bench`` times: "window" was the fastest in every full run (4.6 s against
@@ -61,8 +67,9 @@ START_MS = 1_700_000_000_000
 SPAN_MS = 30 * 24 * 3_600_000  # a month of event time
 
 
-def make_data(folder: Path, recommendations: int, moods: int, consultants: int,
-              seed: int) -> tuple[str, str]:
+def make_data(
+    folder: Path, recommendations: int, moods: int, consultants: int, seed: int
+) -> tuple[str, str]:
     """Random inputs as Parquet datasets (wire-contract columns), written in chunks of
     :data:`ROWS_PER_FILE` rows (memory stays bounded); some mood times collide (ties)."""
     import numpy as np
@@ -81,25 +88,37 @@ def make_data(folder: Path, recommendations: int, moods: int, consultants: int,
         if n_m:
             # moods on a 1 s grid: same-millisecond ties happen, as they do in real feeds
             m_time = START_MS + rng.integers(0, SPAN_MS // 1000, n_m) * 1000
-            pq.write_table(pa.table({
-                "name": names[rng.integers(0, consultants, n_m)],
-                "mood": np.array(MOODS, dtype=object)[rng.integers(0, len(MOODS), n_m)],
-                "event_time": m_time.astype("int64"),
-            }), moods_dir / f"part-{chunk:05d}.parquet")
+            pq.write_table(
+                pa.table(
+                    {
+                        "name": names[rng.integers(0, consultants, n_m)],
+                        "mood": np.array(MOODS, dtype=object)[rng.integers(0, len(MOODS), n_m)],
+                        "event_time": m_time.astype("int64"),
+                    }
+                ),
+                moods_dir / f"part-{chunk:05d}.parquet",
+            )
         if n_r:
             ids = np.char.add("r", np.arange(start, start + n_r).astype(str)).astype(object)
-            pq.write_table(pa.table({
-                "consultant": names[rng.integers(0, consultants, n_r)],
-                "recommendation": items[rng.integers(0, len(items), n_r)],
-                "event_time": (START_MS + rng.integers(0, SPAN_MS, n_r)).astype("int64"),
-                "id": ids,
-            }), recs_dir / f"part-{chunk:05d}.parquet")
+            pq.write_table(
+                pa.table(
+                    {
+                        "consultant": names[rng.integers(0, consultants, n_r)],
+                        "recommendation": items[rng.integers(0, len(items), n_r)],
+                        "event_time": (START_MS + rng.integers(0, SPAN_MS, n_r)).astype("int64"),
+                        "id": ids,
+                    }
+                ),
+                recs_dir / f"part-{chunk:05d}.parquet",
+            )
     return str(moods_dir), str(recs_dir)
 
 
-_CHECKSUM_SQL = ("count(*) AS rows, count(mood) AS joined, "
-                 "coalesce(sum(mood_event_time), 0) AS time_sum, "
-                 "coalesce(sum(ascii(mood)), 0) AS mood_sum")
+_CHECKSUM_SQL = (
+    "count(*) AS rows, count(mood) AS joined, "
+    "coalesce(sum(mood_event_time), 0) AS time_sum, "
+    "coalesce(sum(ascii(mood)), 0) AS mood_sum"
+)
 
 
 def bench_conf(cores: int | None = None, memory_gb: float | None = None) -> dict[str, str]:
@@ -134,18 +153,22 @@ class SparkTimer:
         self.events = Path(self.local_dir, "events")
         self.events.mkdir()
         # the event log: what the Spark UI shows (stage times), read back by stage_times()
-        self.conf = {**bench_conf(), "spark.local.dir": self.local_dir,
-                     "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(self.events),
-                     "spark.eventLog.compress": "false"}
-        self.spark = batch_session("etj-bench-asof", "local[*]", progress=False,
-                                   conf=self.conf)
+        self.conf = {
+            **bench_conf(),
+            "spark.local.dir": self.local_dir,
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": str(self.events),
+            "spark.eventLog.compress": "false",
+        }
+        self.spark = batch_session("etj-bench-asof", "local[*]", progress=False, conf=self.conf)
         self.spark.sparkContext.setLogLevel("ERROR")
 
     def once(self, moods_path: str, recs_path: str, method: str, label: str = "") -> float:
         from app.batch.mood_joins import mood_joins
 
-        out = mood_joins(self.spark.read.parquet(moods_path),
-                         self.spark.read.parquet(recs_path), method)
+        out = mood_joins(
+            self.spark.read.parquet(moods_path), self.spark.read.parquet(recs_path), method
+        )
         self.spark.sparkContext.setJobDescription(label or None)  # type: ignore[arg-type]
         t0 = time.perf_counter()
         out.write.format("noop").mode("overwrite").save()
@@ -179,28 +202,43 @@ class SparkTimer:
                     def metric(name: str) -> int:
                         return int(acc.get("internal.metrics." + name) or 0)
 
-                    read, wrote = metric("shuffle.read.recordsRead"), metric(
-                        "shuffle.write.recordsWritten")
-                    stages.append({
-                        "stage": info["Stage ID"],
-                        "does": ("shuffle read, " + ("shuffle write" if wrote else
-                                                     "sort, join/window, aggregate")
-                                 if read else "scan, shuffle write" if wrote
-                                 else info["Stage Name"]),
-                        "tasks": info["Number of Tasks"],
-                        "s": round((info["Completion Time"] - info["Submission Time"]) / 1000, 2),
-                        "input_records": metric("input.recordsRead"),
-                        "shuffle_read_records": read, "shuffle_write_records": wrote,
-                        "spill_mb": round((metric("memoryBytesSpilled")
-                                           + metric("diskBytesSpilled")) / 2**20, 1),
-                        "executor_cpu_s": round(metric("executorCpuTime") / 1e9, 2)})
+                    read, wrote = (
+                        metric("shuffle.read.recordsRead"),
+                        metric("shuffle.write.recordsWritten"),
+                    )
+                    stages.append(
+                        {
+                            "stage": info["Stage ID"],
+                            "does": (
+                                "shuffle read, "
+                                + ("shuffle write" if wrote else "sort, join/window, aggregate")
+                                if read
+                                else "scan, shuffle write"
+                                if wrote
+                                else info["Stage Name"]
+                            ),
+                            "tasks": info["Number of Tasks"],
+                            "s": round(
+                                (info["Completion Time"] - info["Submission Time"]) / 1000, 2
+                            ),
+                            "input_records": metric("input.recordsRead"),
+                            "shuffle_read_records": read,
+                            "shuffle_write_records": wrote,
+                            "spill_mb": round(
+                                (metric("memoryBytesSpilled") + metric("diskBytesSpilled")) / 2**20,
+                                1,
+                            ),
+                            "executor_cpu_s": round(metric("executorCpuTime") / 1e9, 2),
+                        }
+                    )
         return sorted(stages, key=lambda st: st["stage"])
 
     def checksum(self, moods_path: str, recs_path: str, method: str) -> dict[str, int]:
         from app.batch.mood_joins import mood_joins
 
-        result = mood_joins(self.spark.read.parquet(moods_path),
-                            self.spark.read.parquet(recs_path), method)
+        result = mood_joins(
+            self.spark.read.parquet(moods_path), self.spark.read.parquet(recs_path), method
+        )
         result.createOrReplaceTempView("result")
         row = self.spark.sql(f"SELECT {_CHECKSUM_SQL} FROM result").first()
         return {k: int(v) for k, v in row.asDict().items()}
@@ -226,8 +264,11 @@ class SparkTimer:
                 proc.kill()
 
 
-def time_duckdb(moods_path: str, recs_path: str, runs: int = RUNS,
-                ) -> tuple[float, dict[str, int]]:
+def time_duckdb(
+    moods_path: str,
+    recs_path: str,
+    runs: int = RUNS,
+) -> tuple[float, dict[str, int]]:
     """(seconds, checksum) of DuckDB's ASOF JOIN with the same rule."""
     import duckdb
 
@@ -259,9 +300,16 @@ def time_duckdb(moods_path: str, recs_path: str, runs: int = RUNS,
     return seconds, dict(zip(names, (int(v) for v in values)))
 
 
-def run(recommendations: int = 2_000_000, moods: int = 200_000, consultants: int = 1_000,
-        seed: int = 1, scale: int = 10, methods: tuple[str, ...] = (),
-        runs: int = RUNS, large_duckdb: bool = True) -> dict[str, Any]:
+def run(
+    recommendations: int = 2_000_000,
+    moods: int = 200_000,
+    consultants: int = 1_000,
+    seed: int = 1,
+    scale: int = 10,
+    methods: tuple[str, ...] = (),
+    runs: int = RUNS,
+    large_duckdb: bool = True,
+) -> dict[str, Any]:
     """Both engines on the same data, then Spark on ``scale`` x the data; figures as a dict.
 
     ``scale`` 0 or 1: no scaling run. ``methods``: the as-of methods to time (none: all);
@@ -274,8 +322,9 @@ def run(recommendations: int = 2_000_000, moods: int = 200_000, consultants: int
     folder = Path(tempfile.mkdtemp(prefix="etj-bench-asof-"))
     timer = None
     try:
-        moods_path, recs_path = make_data(folder / "base", recommendations, moods, consultants,
-                                          seed)
+        moods_path, recs_path = make_data(
+            folder / "base", recommendations, moods, consultants, seed
+        )
         duck_s, duck_sum = time_duckdb(moods_path, recs_path, runs)
         timer = SparkTimer()
         cold_s = timer.once(moods_path, recs_path, methods[0])
@@ -284,48 +333,65 @@ def run(recommendations: int = 2_000_000, moods: int = 200_000, consultants: int
         for method in methods:
             if method != methods[0]:  # the cold run above warmed the first method up
                 timer.once(moods_path, recs_path, method)  # this method's own warm-up
-            timed = {f"{method} run {i}": timer.once(moods_path, recs_path, method,
-                                                     f"{method} run {i}")
-                     for i in range(runs)}
+            timed = {
+                f"{method} run {i}": timer.once(moods_path, recs_path, method, f"{method} run {i}")
+                for i in range(runs)
+            }
             best_label[method] = min(timed, key=timed.__getitem__)
             per_method[method] = timed[best_label[method]]
             got = timer.checksum(moods_path, recs_path, method)
             if got != duck_sum:
-                raise AssertionError(f"engines disagree: spark ({method}) {got} vs duckdb "
-                                     f"{duck_sum}")
+                raise AssertionError(
+                    f"engines disagree: spark ({method}) {got} vs duckdb {duck_sum}"
+                )
         method = min(per_method, key=per_method.__getitem__)
         spark_s = per_method[method]
         out: dict[str, Any] = {
             "name": "spark_vs_duckdb_asof",
-            "recommendations": recommendations, "moods": moods, "consultants": consultants,
-            "joined": duck_sum["joined"], "method": method,
+            "recommendations": recommendations,
+            "moods": moods,
+            "consultants": consultants,
+            "joined": duck_sum["joined"],
+            "method": method,
             "spark_s_per_method": {k: round(v, 3) for k, v in per_method.items()},
-            "spark_cold_s": round(cold_s, 3), "spark_s": round(spark_s, 3),
-            "duckdb_s": round(duck_s, 3), "ratio": round(spark_s / duck_s, 2),
-            "goal_ratio": RATIO.goal, "goal_met": RATIO.met(spark_s / duck_s),
-            "spark_conf": {k: v for k, v in timer.conf.items()
-                           if k not in ("spark.local.dir", "spark.eventLog.dir")},
+            "spark_cold_s": round(cold_s, 3),
+            "spark_s": round(spark_s, 3),
+            "duckdb_s": round(duck_s, 3),
+            "ratio": round(spark_s / duck_s, 2),
+            "goal_ratio": RATIO.goal,
+            "goal_met": RATIO.met(spark_s / duck_s),
+            "spark_conf": {
+                k: v
+                for k, v in timer.conf.items()
+                if k not in ("spark.local.dir", "spark.eventLog.dir")
+            },
             "spark_stages": timer.stage_times(best_label[method]),
             "spark_stages_per_method": {m: timer.stage_times(best_label[m]) for m in methods},
         }
         shutil.rmtree(folder / "base", ignore_errors=True)
         if scale > 1:
-            big_m, big_r = make_data(folder / "large", recommendations * scale, moods * scale,
-                                     consultants * scale, seed)
+            big_m, big_r = make_data(
+                folder / "large", recommendations * scale, moods * scale, consultants * scale, seed
+            )
             large_s = timer.once(big_m, big_r, method, "large")
             big_duck_s = time_duckdb(big_m, big_r, runs=0)[0] if large_duckdb else None
-            out.update({
-                "scale": scale, "large_recommendations": recommendations * scale,
-                "large_moods": moods * scale, "large_consultants": consultants * scale,
-                "large_spark_s": round(large_s, 3),
-                "large_duckdb_s": None if big_duck_s is None else round(big_duck_s, 3),
-                "scaling_ratio": round(large_s / spark_s, 2),
-                "duckdb_scaling_ratio": (None if big_duck_s is None
-                                         else round(big_duck_s / duck_s, 2)),
-                "goal_scaling": SCALING.goal,
-                "scaling_goal_met": SCALING.met(large_s / spark_s),
-                "large_spark_stages": timer.stage_times("large"),
-            })
+            out.update(
+                {
+                    "scale": scale,
+                    "large_recommendations": recommendations * scale,
+                    "large_moods": moods * scale,
+                    "large_consultants": consultants * scale,
+                    "large_spark_s": round(large_s, 3),
+                    "large_duckdb_s": None if big_duck_s is None else round(big_duck_s, 3),
+                    "scaling_ratio": round(large_s / spark_s, 2),
+                    "duckdb_scaling_ratio": (
+                        None if big_duck_s is None else round(big_duck_s / duck_s, 2)
+                    ),
+                    "goal_scaling": SCALING.goal,
+                    "scaling_goal_met": SCALING.met(large_s / spark_s),
+                    "large_spark_stages": timer.stage_times("large"),
+                }
+            )
         return out
     finally:
         if timer is not None:
@@ -334,18 +400,22 @@ def run(recommendations: int = 2_000_000, moods: int = 200_000, consultants: int
 
 
 def stages(label: str, of: list[dict[str, Any]]) -> str:
-    return f"  {label} (Spark UI): " + ", ".join(f"{st['does']} {st['s']} s/{st['tasks']} tasks"
-                                                  for st in of)
+    return f"  {label} (Spark UI): " + ", ".join(
+        f"{st['does']} {st['s']} s/{st['tasks']} tasks" for st in of
+    )
 
 
 def report(r: dict[str, Any]) -> str:
-    line = (f"spark vs duckdb ({r['recommendations']:,} x {r['moods']:,}, {r['joined']:,} joined, "
-            f"the same answer in both): Spark {r['spark_s']} s warm (method {r['method']}; per "
-            f"method {r['spark_s_per_method']}; cold, with the JVM's start, {r['spark_cold_s']} "
-            f"s), DuckDB {r['duckdb_s']} s")
+    line = (
+        f"spark vs duckdb ({r['recommendations']:,} x {r['moods']:,}, {r['joined']:,} joined, "
+        f"the same answer in both): Spark {r['spark_s']} s warm (method {r['method']}; per "
+        f"method {r['spark_s_per_method']}; cold, with the JVM's start, {r['spark_cold_s']} "
+        f"s), DuckDB {r['duckdb_s']} s"
+    )
     if "scale" in r:
         line += f"; {r['scale']}x the data: Spark {r['large_spark_s']} s" + (
-            f", DuckDB {r['large_duckdb_s']} s" if r.get("large_duckdb_s") is not None else "")
+            f", DuckDB {r['large_duckdb_s']} s" if r.get("large_duckdb_s") is not None else ""
+        )
     lines = [line, stages("stages of the best run", r["spark_stages"])]
     if "large_spark_stages" in r:
         lines.append(stages("stages of the large run", r["large_spark_stages"]))
@@ -353,13 +423,23 @@ def report(r: dict[str, Any]) -> str:
 
 
 BENCH = Bench(
-    "spark_vs_duckdb", run, (RATIO, SCALING, METHOD), report=report,
+    "spark_vs_duckdb",
+    run,
+    (RATIO, SCALING, METHOD),
+    report=report,
     # 2M x 200k against DuckDB, then 10x the data on Spark (spark_scaling_ratio); the method
     # that has always been fastest only, and DuckDB not on the large data (its own scaling,
     # context only: python -m bench.spark_vs_duckdb times every method and both engines)
     suite=lambda quick, runs: {
-        **({"recommendations": 200_000, "moods": 20_000, "consultants": 100, "runs": 1}
-           if quick else {}), "methods": BENCH_METHODS, "large_duckdb": False})
+        **(
+            {"recommendations": 200_000, "moods": 20_000, "consultants": 100, "runs": 1}
+            if quick
+            else {}
+        ),
+        "methods": BENCH_METHODS,
+        "large_duckdb": False,
+    },
+)
 
 if __name__ == "__main__":
     sys.exit(BENCH.main())

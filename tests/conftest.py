@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -66,7 +67,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
 
 
 @pytest.fixture(scope="session")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator["Engine"]:
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     """The running Docker daemon, or one started here (Debian's docker.io installed if absent),
     for the whole session: the image tier and the Spark cluster of containers share it, on one
     xdist worker (``ONE_WORKER``). Each had its own, package- and module-scoped: whichever
@@ -88,14 +89,19 @@ def names(broker: LocalBroker) -> Names:
 
 
 @pytest.fixture
-def worker_factory(tmp_path: Path, request: pytest.FixtureRequest,
-                   ) -> Iterator[Callable[..., Worker]]:
+def worker_factory(
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[..., Worker]]:
     """Start workers with a test's env; all are stopped at the end, logs shown on failure."""
     started: list[Worker] = []
 
     def start(names: Names, name: str = "w", **env: str) -> Worker:
-        w = Worker({**names.env, **{"ETJ_" + k.upper(): str(v) for k, v in env.items()}},
-                   tmp_path, name=name).start()
+        w = Worker(
+            {**names.env, **{"ETJ_" + k.upper(): str(v) for k, v in env.items()}},
+            tmp_path,
+            name=name,
+        ).start()
         started.append(w)
         return w
 
@@ -134,8 +140,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
     setattr(item, "rep_" + rep.when, rep)
     end_to_end = any(item.get_closest_marker(t) for t in END_TO_END)
     if end_to_end and rep.failed and rep.when == "call" and hasattr(rep.longrepr, "addsection"):
-        rep.longrepr.addsection("evidence", f"the logs of every process this test started "
-                                f"are kept in {evidence_dir(item)}")
+        rep.longrepr.addsection(
+            "evidence",
+            f"the logs of every process this test started are kept in {evidence_dir(item)}",
+        )
     call_rep = getattr(item, "rep_call", None)
     if end_to_end and rep.when == "teardown" and call_rep is not None and call_rep.failed:
         keep_evidence(item)
@@ -155,9 +163,12 @@ def keep_evidence(item: pytest.Item) -> None:
     if isinstance(tmp, Path) and tmp.exists():
         for path in tmp.rglob("*"):
             parts = path.relative_to(tmp).parts
-            if path.is_file() and path.suffix in (".log", ".out", ".txt", ".json", ".jsonl") \
-                    and not any(p.endswith("-data") for p in parts[:-1]) \
-                    and path.stat().st_size < 200_000_000:  # a worker's datadir: RocksDB
+            if (
+                path.is_file()
+                and path.suffix in (".log", ".out", ".txt", ".json", ".jsonl")
+                and not any(p.endswith("-data") for p in parts[:-1])
+                and path.stat().st_size < 200_000_000
+            ):  # a worker's datadir: RocksDB
                 target = out / path.relative_to(tmp)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, target)
@@ -181,8 +192,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         tier = Path(item.fspath).relative_to(root).parts[0]
         if tier not in TIERS:
-            raise pytest.UsageError(f"{item.nodeid}: a test lives in one of the tier folders "
-                                    f"{', '.join(TIERS)}")
+            raise pytest.UsageError(
+                f"{item.nodeid}: a test lives in one of the tier folders {', '.join(TIERS)}"
+            )
         item.add_marker(tier)
         if tier in ONE_WORKER:
             item.add_marker(pytest.mark.xdist_group(tier))

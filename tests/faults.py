@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
@@ -44,11 +45,16 @@ def topic_of(names: Names, kind: str) -> str:
     return {"mood": names.moods_topic, "event": names.events_topic}[kind]
 
 
-async def send(names: Names, records: Iterable[tuple[str, Any, Any]], pace_s: float = 0.0,
-               topics: dict[str, str] | None = None) -> list[Sent]:
+async def send(
+    names: Names,
+    records: Iterable[tuple[str, Any, Any]],
+    pace_s: float = 0.0,
+    topics: dict[str, str] | None = None,
+) -> list[Sent]:
     """Send (kind, key, value) in order with one producer; return where each one landed."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), max_request_size=4 << 20,
-                                **names.client_auth())
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap(names), max_request_size=4 << 20, **names.client_auth()
+    )
     await producer.start()
     out: list[Sent] = []
     try:
@@ -65,6 +71,7 @@ async def send(names: Names, records: Iterable[tuple[str, Any, Any]], pace_s: fl
 
 # --- answers (the exact ones: tests.oracle) ---------------------------------------------------
 
+
 def answers(revisions: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
     """join id -> answer of its latest revision (the consumer rule of the revision log)."""
     return {jid: mood_answer(r) for jid, r in latest_by_id(revisions).items()}
@@ -78,8 +85,9 @@ async def revisions_of(names: Names, idle_s: float = 1.5) -> list[dict[str, Any]
     return [v for _, v in await read_all(names, names.output_topic, idle_s=idle_s)]
 
 
-async def wait_converged(names: Names, expected: dict[str, tuple[Any, ...]],
-                         timeout_s: float = 120.0) -> list[dict[str, Any]]:
+async def wait_converged(
+    names: Names, expected: dict[str, tuple[Any, ...]], timeout_s: float = 120.0
+) -> list[dict[str, Any]]:
     """The whole revision log once its latest revisions equal ``expected`` (else the last read,
     so the assertion message can show the difference)."""
     loop = asyncio.get_running_loop()
@@ -108,8 +116,13 @@ def check_revision_log(revs: list[dict[str, Any]]) -> None:
     (app.logic.event_join.Join.unsent)."""
     by_number: dict[tuple[str, int], tuple[Any, ...]] = {}
     for r in revs:
-        answer = (r["mood"], r["mood_event_time"], r["event_time"], r["recommendation"],
-                  r["previous_mood"])
+        answer = (
+            r["mood"],
+            r["mood_event_time"],
+            r["event_time"],
+            r["recommendation"],
+            r["previous_mood"],
+        )
         seen = by_number.setdefault((r["id"], r["revision"]), answer)
         assert seen == answer, f"revision {r['revision']} of {r['id']} said {seen} and {answer}"
     numbers: dict[str, set[int]] = {}
@@ -128,6 +141,7 @@ def check_counts(revs: list[dict[str, Any]], expected: dict[str, tuple[Any, ...]
 
 
 # --- accounting -------------------------------------------------------------------------------
+
 
 @dataclass
 class Fates:
@@ -151,9 +165,14 @@ async def fates_of(names: Names, idle_s: float = 1.5) -> Fates:
     return Fates(dead, late)
 
 
-def check_accounting(sent: list[Sent], fates: Fates, revs: list[dict[str, Any]],
-                     moods_seen: dict[str, set[tuple[int, str]]],
-                     expect_dead: set[Position], expect_late: set[Position]) -> None:
+def check_accounting(
+    sent: list[Sent],
+    fates: Fates,
+    revs: list[dict[str, Any]],
+    moods_seen: dict[str, set[tuple[int, str]]],
+    expect_dead: set[Position],
+    expect_late: set[Position],
+) -> None:
     """records in = accepted + dead letters + late, record by record.
 
     ``moods_seen``: consultant -> {(event_time, mood)} as the workers' mood history shows it.
@@ -171,13 +190,18 @@ def check_accounting(sent: list[Sent], fates: Fates, revs: list[dict[str, Any]],
     accepted = [s for s in sent if s.position not in expect_dead | expect_late]
     for s in accepted:
         if s.kind == "event":
-            jid = Recommendation(s.value["consultant"], s.value["recommendation"],
-                                 s.value["event_time"], s.value.get("id")).join_id
+            jid = Recommendation(
+                s.value["consultant"],
+                s.value["recommendation"],
+                s.value["event_time"],
+                s.value.get("id"),
+            ).join_id
             assert jid in joined, f"accepted recommendation {s.value} has no revision"
         else:
             point = (s.value["event_time"], s.value["mood"])
-            assert point in moods_seen.get(s.value["name"], set()), \
+            assert point in moods_seen.get(s.value["name"], set()), (
                 f"accepted mood {s.value} is not in the mood history"
+            )
     assert len(accepted) + len(fates.dead) + len(fates.late) == len(sent)
 
 
@@ -199,6 +223,7 @@ def mood_history(workers: list[Worker], names: Iterable[str]) -> dict[str, set[t
 
 # --- worker metrics ---------------------------------------------------------------------------
 
+
 def worker_metrics(w: Worker) -> dict[str, dict[str, float]]:
     """Counters of one worker from GET /metrics: metric name -> {label value: value}, where the
     label is the one after ``join`` (topic, cause ...) and values are summed over the joins."""
@@ -216,8 +241,10 @@ def worker_metrics(w: Worker) -> dict[str, dict[str, float]]:
     return out
 
 
-def count_by_topic(sent: Iterable[Sent], positions: Iterable[Position] | None = None,
-                   ) -> Counter[str]:
+def count_by_topic(
+    sent: Iterable[Sent],
+    positions: Iterable[Position] | None = None,
+) -> Counter[str]:
     keep = None if positions is None else set(positions)
     return Counter(s.topic for s in sent if keep is None or s.position in keep)
 
@@ -229,8 +256,12 @@ async def diagnose(names: Names, workers: list[Worker]) -> str:
     from aiokafka.structs import TopicPartition
 
     lines = []
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), group_id=names.app_id,
-                                enable_auto_commit=False, **names.client_auth())
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap(names),
+        group_id=names.app_id,
+        enable_auto_commit=False,
+        **names.client_auth(),
+    )
     await consumer.start()
     try:
         for topic in (names.moods_topic, names.events_topic):
@@ -250,14 +281,20 @@ async def diagnose(names: Names, workers: list[Worker]) -> str:
     return "\n".join(lines)
 
 
-async def settled_mood_history(workers: list[Worker], sent: list[Sent],
-                               exclude: set[Position] = frozenset(),  # type: ignore[assignment]
-                               timeout_s: float = 60.0) -> dict[str, set[tuple[int, str]]]:
+async def settled_mood_history(
+    workers: list[Worker],
+    sent: list[Sent],
+    exclude: set[Position] = frozenset(),  # type: ignore[assignment]
+    timeout_s: float = 60.0,
+) -> dict[str, set[tuple[int, str]]]:
     """The mood history once it shows every mood of ``sent`` not in ``exclude`` (converged
     answers do not mean every record was consumed: a mood that changes no join shows nowhere
     else); after ``timeout_s`` the last reading, for the accounting check to report."""
-    want = {(s.value["name"], s.value["event_time"], s.value["mood"]) for s in sent
-            if s.kind == "mood" and s.position not in exclude}
+    want = {
+        (s.value["name"], s.value["event_time"], s.value["mood"])
+        for s in sent
+        if s.kind == "mood" and s.position not in exclude
+    }
     names = {n for n, _, _ in want}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -269,6 +306,7 @@ async def settled_mood_history(workers: list[Worker], sent: list[Sent],
 
 
 # --- faults mid-stream: how far a worker got, and the checks once it is over ---------------
+
 
 def processed(w: Worker) -> float:
     """Input records this worker process has consumed so far (0 while it is not answering)."""
@@ -288,8 +326,9 @@ def wait_processed(w: Worker, at_least: int, timeout_s: float = 90) -> float:
     raise TimeoutError(f"worker {w.name} processed {processed(w)} < {at_least} records")
 
 
-async def uncommitted(names: Names, sent: Iterable[Sent], timeout_s: float = 20.0,
-                      poll_s: float = 1.0) -> dict[tuple[str, int], tuple[int | None, int]]:
+async def uncommitted(
+    names: Names, sent: Iterable[Sent], timeout_s: float = 20.0, poll_s: float = 1.0
+) -> dict[tuple[str, int], tuple[int | None, int]]:
     """Input partitions whose committed offset is still short of the records ``sent`` to them
     after ``timeout_s`` (``(topic, partition) -> (committed, end)``; empty: all committed).
     The end of each partition is taken from the positions the sends got back, not from the
@@ -306,8 +345,12 @@ async def uncommitted(names: Names, sent: Iterable[Sent], timeout_s: float = 20.
     want: dict[tuple[str, int], int] = {}
     for s in sent:
         want[(s.topic, s.partition)] = max(want.get((s.topic, s.partition), 0), s.offset + 1)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), group_id=names.app_id,
-                                enable_auto_commit=False, **names.client_auth())
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap(names),
+        group_id=names.app_id,
+        enable_auto_commit=False,
+        **names.client_auth(),
+    )
     await consumer.start()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -333,10 +376,17 @@ async def settle_and_check(names, records, sent, workers, timeout_s=150):
     assert answers(revs) == expected, diff(answers(revs), expected)
     short = await uncommitted(names, sent)
     assert not short, "input partitions left uncommitted (committed, end): " + ", ".join(
-        f"{t}[{p}] {c}" for (t, p), c in short.items())
+        f"{t}[{p}] {c}" for (t, p), c in short.items()
+    )
     check_revision_log(revs)
     check_counts(revs, expected)
     fates = await fates_of(names)
-    check_accounting(sent, fates, revs, await settled_mood_history(workers, sent),
-                     expect_dead=set(), expect_late=set())
+    check_accounting(
+        sent,
+        fates,
+        revs,
+        await settled_mood_history(workers, sent),
+        expect_dead=set(),
+        expect_late=set(),
+    )
     return revs

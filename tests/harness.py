@@ -20,16 +20,17 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
+from app.dev.local_broker import EXISTING_BROKER_ENV, LocalBroker, free_port
 from app.kafka.connection import bootstrap_servers
 from app.kafka.security import aiokafka_auth
-from app.dev.local_broker import EXISTING_BROKER_ENV, LocalBroker, free_port
 from app.settings import Settings
 
 #: the settings that say how to reach a Kafka (TLS, SASL): a worker takes them from its Names
@@ -71,11 +72,16 @@ def security_env(broker_url: str) -> dict[str, str]:
 
 def make_names(broker_url: str, **overrides: Any) -> Names:
     prefix = "t" + uuid.uuid4().hex[:8]
-    env = {"ETJ_BROKER_URL": broker_url, "ETJ_APP_ID": f"{prefix}-etj", **security_env(broker_url),
-           "ETJ_PRODUCER_MAX_BATCH_SIZE": "1", "ETJ_REVISIT_INTERVAL_S": "1",
-           # a produce request left unanswered is re-sent after 10 s, not Faust's 20 min
-           # (app.outputs.delivery keeps the batch itself until ETJ_PRODUCER_DELIVERY_TIMEOUT_S)
-           "PRODUCER_REQUEST_TIMEOUT": "10"}
+    env = {
+        "ETJ_BROKER_URL": broker_url,
+        "ETJ_APP_ID": f"{prefix}-etj",
+        **security_env(broker_url),
+        "ETJ_PRODUCER_MAX_BATCH_SIZE": "1",
+        "ETJ_REVISIT_INTERVAL_S": "1",
+        # a produce request left unanswered is re-sent after 10 s, not Faust's 20 min
+        # (app.outputs.delivery keeps the batch itself until ETJ_PRODUCER_DELIVERY_TIMEOUT_S)
+        "PRODUCER_REQUEST_TIMEOUT": "10",
+    }
     for name in TOPIC_FIELDS:
         env["ETJ_" + name.upper()] = f"{prefix}-{Settings.model_fields[name].default}"
     env.update({"ETJ_" + k.upper(): str(v) for k, v in overrides.items()})
@@ -93,8 +99,9 @@ def batched(names: Names) -> Names:
     unset): how a worker runs on a real Kafka. Changelog end offsets on tansu are then inexact
     (recovery is not exact), which a throughput run does not need; the chaos run's batching
     adds ``ETJ_END_OFFSETS_BY_FETCH=true``, which makes it exact (app.compat.consumer_thread, end offsets by Fetch)."""
-    return Names(names.prefix, {k: v for k, v in names.env.items()
-                                if k != "ETJ_PRODUCER_MAX_BATCH_SIZE"})
+    return Names(
+        names.prefix, {k: v for k, v in names.env.items() if k != "ETJ_PRODUCER_MAX_BATCH_SIZE"}
+    )
 
 
 @dataclass
@@ -115,16 +122,24 @@ class Worker:
         """The process environment: this process's, but its Kafka security settings (a worker
         takes its broker's from :attr:`env`, see :func:`make_names`)."""
         inherited = {k: v for k, v in os.environ.items() if not k.startswith(SECURITY_PREFIX)}
-        return {**inherited, **self.env, "ETJ_WEB_PORT": str(self.web_port),
-                "ETJ_DATADIR": str(self.workdir / f"{self.name}-data")}
+        return {
+            **inherited,
+            **self.env,
+            "ETJ_WEB_PORT": str(self.web_port),
+            "ETJ_DATADIR": str(self.workdir / f"{self.name}-data"),
+        }
 
-    def start(self) -> "Worker":
+    def start(self) -> Worker:
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = self.start_env()
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "faust", "-A", "app.main", "worker", "-l", "info"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         return self
 
     def log(self) -> str:
@@ -133,15 +148,16 @@ class Worker:
     def ready_count(self) -> int:
         return self.log().count("Worker ready")
 
-    def wait_ready(self, timeout_s: float = 60.0, count: int = 1) -> "Worker":
+    def wait_ready(self, timeout_s: float = 60.0, count: int = 1) -> Worker:
         """Wait for the ``count``-th "Worker ready" (recovery done) in the log."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.ready_count() >= count:
                 return self
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"worker {self.name} exited {self.proc.returncode}:\n"
-                                   + self.log()[-4000:])
+                raise RuntimeError(
+                    f"worker {self.name} exited {self.proc.returncode}:\n" + self.log()[-4000:]
+                )
             time.sleep(0.2)
         raise TimeoutError(f"worker {self.name} not ready in {timeout_s}s:\n" + self.log()[-4000:])
 
@@ -164,23 +180,25 @@ class Worker:
             return 0, repr(exc)
         return status, _decode(body)
 
-    def wait_http_ready(self, timeout_s: float = 60.0) -> "Worker":
+    def wait_http_ready(self, timeout_s: float = 60.0) -> Worker:
         """Wait until GET /ready/ answers 200: the worker's tables are recovered."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.get("/ready/", timeout_s=2.0)[0] == 200:
                 return self
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"worker {self.name} exited {self.proc.returncode}:\n"
-                                   + self.log()[-4000:])
+                raise RuntimeError(
+                    f"worker {self.name} exited {self.proc.returncode}:\n" + self.log()[-4000:]
+                )
             time.sleep(0.2)
-        raise TimeoutError(f"worker {self.name}: /ready/ not 200 in {timeout_s}s:\n"
-                           + self.log()[-4000:])
+        raise TimeoutError(
+            f"worker {self.name}: /ready/ not 200 in {timeout_s}s:\n" + self.log()[-4000:]
+        )
 
     def assigned(self, topic: str) -> str:
         """Partitions of ``topic`` in this worker's latest assignment, as Faust logs them."""
         log = self.log()
-        table = log[log.rfind("Setting newly assigned partitions"):]
+        table = log[log.rfind("Setting newly assigned partitions") :]
         for line in table.splitlines()[1:]:
             cells = [c.strip() for c in line.strip("|+ ").split("|")]
             if len(cells) == 2 and cells[0] == topic:
@@ -226,15 +244,19 @@ def bootstrap(names: Names) -> str:
     return bootstrap_servers(names.env["ETJ_BROKER_URL"])
 
 
-async def produce(names: Names, topic: str, records: Iterable[tuple[Any, Any]],
-                  pace_s: float = 0.0, partition: int | None = None) -> None:
+async def produce(
+    names: Names,
+    topic: str,
+    records: Iterable[tuple[Any, Any]],
+    pace_s: float = 0.0,
+    partition: int | None = None,
+) -> None:
     """Send (key, value) pairs in order; dict values become JSON, str/bytes are sent as is."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), **names.client_auth())
     await producer.start()
     try:
         for key, value in records:
-            await producer.send_and_wait(topic, encode(value), key=encode(key),
-                                         partition=partition)
+            await producer.send_and_wait(topic, encode(value), key=encode(key), partition=partition)
             if pace_s:
                 await asyncio.sleep(pace_s)
     finally:
@@ -260,14 +282,19 @@ async def create_topic(names: Names, topic: str, partitions: int) -> None:
         await admin.close()
 
 
-async def read_all(names: Names, topic: str, idle_s: float = 3.0,
-                   timeout_s: float = 60.0) -> list[tuple[bytes | None, Any]]:
+async def read_all(
+    names: Names, topic: str, idle_s: float = 3.0, timeout_s: float = 60.0
+) -> list[tuple[bytes | None, Any]]:
     """Every record of ``topic`` from the start, until ``idle_s`` pass without a new one.
 
     Values are decoded from JSON when they are JSON.
     """
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), enable_auto_commit=False,
-                                auto_offset_reset="earliest", **names.client_auth())
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap(names),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **names.client_auth(),
+    )
     await consumer.start()
     out: list[tuple[bytes | None, Any]] = []
     try:
@@ -323,6 +350,7 @@ def latest_by_id(revisions: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any
 
 # --- broker processes a fault can hit ---------------------------------------------------------
 
+
 class Pausable:
     """A broker process that can stop answering (SIGSTOP) and resume (SIGCONT): every request
     then times out, as with a broker stuck in a long GC pause or a frozen VM."""
@@ -373,24 +401,35 @@ class S3Broker(Pausable):
     def url(self) -> str:
         return f"kafka://{self.bootstrap}"
 
-    def _popen(self, args: list[str], log: str, env: dict[str, str] | None = None,
-               ) -> subprocess.Popen[bytes]:
+    def _popen(
+        self,
+        args: list[str],
+        log: str,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with (self.workdir / log).open("ab") as out:
-            return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True)
+            return subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
 
     def start_storage(self) -> None:
-        self.s3 = self._popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                               "-p", str(self.s3_port)], "moto.log")
+        self.s3 = self._popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.s3_port)],
+            "moto.log",
+        )
         import boto3
 
         deadline = time.monotonic() + 30
         while True:
             try:
-                boto3.client("s3", endpoint_url=f"http://127.0.0.1:{self.s3_port}",
-                             aws_access_key_id="etj", aws_secret_access_key="etj",
-                             region_name="us-east-1").create_bucket(Bucket="tansu")
+                boto3.client(
+                    "s3",
+                    endpoint_url=f"http://127.0.0.1:{self.s3_port}",
+                    aws_access_key_id="etj",
+                    aws_secret_access_key="etj",
+                    region_name="us-east-1",
+                ).create_bucket(Bucket="tansu")
                 return
             except Exception:
                 if time.monotonic() > deadline:
@@ -401,12 +440,28 @@ class S3Broker(Pausable):
         from app.dev.local_broker import tansu_binary, wait_until_ready
 
         listener = f"tcp://{self.bootstrap}"
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": "etj", "AWS_SECRET_ACCESS_KEY": "etj",
-               "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
-               "AWS_ENDPOINT": f"http://127.0.0.1:{self.s3_port}"}
-        self.proc = self._popen([tansu_binary(), "broker", "--listener-url", listener,
-                                 "--advertised-listener-url", listener,
-                                 "--storage-engine", "s3://tansu/"], "tansu.log", env)
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": "etj",
+            "AWS_SECRET_ACCESS_KEY": "etj",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_ENDPOINT": f"http://127.0.0.1:{self.s3_port}",
+        }
+        self.proc = self._popen(
+            [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                listener,
+                "--advertised-listener-url",
+                listener,
+                "--storage-engine",
+                "s3://tansu/",
+            ],
+            "tansu.log",
+            env,
+        )
         self.starts += 1
         asyncio.run(wait_until_ready(self.bootstrap, 30))
 

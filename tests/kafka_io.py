@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import TopicPartition
-import orjson
 
 #: (topic, key bytes, value bytes | None) or the same + an explicit partition
 Out = tuple[Any, ...]
@@ -50,11 +51,10 @@ def partitions_of(keys: list[bytes], partitions: int) -> list[int]:
     for i, key in enumerate(keys):
         by_length.setdefault(len(key), []).append(i)
     for length, at in by_length.items():
-        data = np.frombuffer(b"".join(keys[i] for i in at), dtype=np.uint8).reshape(len(at),
-                                                                                  length)
+        data = np.frombuffer(b"".join(keys[i] for i in at), dtype=np.uint8).reshape(len(at), length)
         h = np.full(len(at), 0x9747B28C ^ length, dtype=np.uint32)
         whole = length // 4
-        words = np.ascontiguousarray(data[:, :4 * whole]).view("<u4").reshape(len(at), whole)
+        words = np.ascontiguousarray(data[:, : 4 * whole]).view("<u4").reshape(len(at), whole)
         for w in range(whole):
             k = words[:, w] * m
             k ^= k >> np.uint32(24)
@@ -77,8 +77,13 @@ def partitions_of(keys: list[bytes], partitions: int) -> list[int]:
     return out
 
 
-async def produce_bulk(bootstrap: str, records: Iterable[Out], partitions: int,
-                       exact_end: bool = False, in_flight: int = 32) -> int:
+async def produce_bulk(
+    bootstrap: str,
+    records: Iterable[Out],
+    partitions: int,
+    exact_end: bool = False,
+    in_flight: int = 32,
+) -> int:
     """Send ``records`` (keyed, default partitioner) in large batches; return how many.
 
     Batches of up to 1 MiB per partition are built here (aiokafka's ``create_batch`` /
@@ -89,8 +94,9 @@ async def produce_bulk(bootstrap: str, records: Iterable[Out], partitions: int,
     ``exact_end``: hold back the last record of each (topic, partition) and send it alone after
     everything else is acknowledged, so tansu's end offset counts it (changelogs need this).
     """
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_batch_size=1 << 20,
-                                max_request_size=8 << 20)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, max_batch_size=1 << 20, max_request_size=8 << 20
+    )
     await producer.start()
     last: dict[tuple[str, int], Out] = {}
     filling: dict[tuple[str, int], Any] = {}
@@ -148,13 +154,22 @@ class Got:
         return None if self.value is None else json.loads(self.value)
 
 
-async def read_topics(bootstrap: str, topics: list[str], until: Callable[[list[Got]], bool],
-                      timeout_s: float, idle_s: float | None = None,
-                      from_end: bool = False) -> list[Got]:
+async def read_topics(
+    bootstrap: str,
+    topics: list[str],
+    until: Callable[[list[Got]], bool],
+    timeout_s: float,
+    idle_s: float | None = None,
+    from_end: bool = False,
+) -> list[Got]:
     """Read ``topics`` from the beginning until ``until(records)`` holds (or idle/timeout)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                auto_offset_reset="earliest", fetch_max_wait_ms=50,
-                                max_partition_fetch_bytes=4 << 20)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
+        max_partition_fetch_bytes=4 << 20,
+    )
     await consumer.start()
     out: list[Got] = []
     try:
@@ -170,16 +185,18 @@ async def read_topics(bootstrap: str, topics: list[str], until: Callable[[list[G
             now = time.monotonic()
             for tp, msgs in batch.items():
                 for m in msgs:
-                    out.append(Got(tp.topic, tp.partition, m.offset, m.timestamp, m.key,
-                                   m.value, now))
+                    out.append(
+                        Got(tp.topic, tp.partition, m.offset, m.timestamp, m.key, m.value, now)
+                    )
                     last = now
         return out
     finally:
         await consumer.stop()
 
 
-async def assign_all(consumer: AIOKafkaConsumer, topics: list[str],
-                     wait_s: float = 30.0) -> list[TopicPartition]:
+async def assign_all(
+    consumer: AIOKafkaConsumer, topics: list[str], wait_s: float = 30.0
+) -> list[TopicPartition]:
     """Assign every partition of ``topics`` (waiting for them to exist) from the beginning."""
     deadline = time.monotonic() + wait_s
     tps: list[TopicPartition] = []
@@ -222,13 +239,16 @@ async def topic_sizes(bootstrap: str, topics: list[str]) -> dict[str, int]:
     await consumer.start()
     try:
         await consumer._client.force_metadata_update()
-        tps = [TopicPartition(t, p) for t in topics
-               for p in sorted(consumer.partitions_for_topic(t) or ())]
+        tps = [
+            TopicPartition(t, p)
+            for t in topics
+            for p in sorted(consumer.partitions_for_topic(t) or ())
+        ]
         if not tps:
-            return {t: 0 for t in topics}
+            return dict.fromkeys(topics, 0)
         ends = await consumer.end_offsets(tps)
         starts = await consumer.beginning_offsets(tps)
-        out = {t: 0 for t in topics}
+        out = dict.fromkeys(topics, 0)
         for tp in tps:
             out[tp.topic] += ends[tp] - starts[tp]
         return out
@@ -261,7 +281,7 @@ class OutputWatch:
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "OutputWatch":
+    def __enter__(self) -> OutputWatch:
         self._thread.start()
         return self
 
@@ -276,23 +296,34 @@ class OutputWatch:
             self._error = exc
 
     async def _read(self) -> None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", fetch_max_wait_ms=20,
-                                    max_partition_fetch_bytes=4 << 20)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=20,
+            max_partition_fetch_bytes=4 << 20,
+        )
         await consumer.start()
         try:
             await assign_all(consumer, self.topics, wait_s=600)
             while not self._stop.is_set():
                 batch = await consumer.getmany(timeout_ms=50, max_records=10_000)
                 now, wall = time.monotonic(), time.time()
-                self.got += [(wall, Got(tp.topic, tp.partition, m.offset, m.timestamp, m.key,
-                                        m.value, now))
-                             for tp, msgs in batch.items() for m in msgs]
+                self.got += [
+                    (wall, Got(tp.topic, tp.partition, m.offset, m.timestamp, m.key, m.value, now))
+                    for tp, msgs in batch.items()
+                    for m in msgs
+                ]
         finally:
             await consumer.stop()
 
-    def wait(self, done: Callable[[list[Got]], bool], timeout_s: float, idle_s: float = 0.0,
-             alive: Callable[[], None] | None = None) -> list[tuple[float, Got]]:
+    def wait(
+        self,
+        done: Callable[[list[Got]], bool],
+        timeout_s: float,
+        idle_s: float = 0.0,
+        alive: Callable[[], None] | None = None,
+    ) -> list[tuple[float, Got]]:
         """Wait until ``done(records)`` holds and then no record came for ``idle_s`` (late
         corrections); ``alive()`` may raise when the process being watched died."""
         deadline = time.monotonic() + timeout_s

@@ -22,9 +22,9 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 MARK = "ETJ_RUN_MARK"
 #: what a test that stops a whole run puts in that run's environment, to find what it left
@@ -40,6 +40,7 @@ def mark_this_run() -> str:
 
 def interrupt_on_sigterm() -> None:
     """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` in the main thread, as SIGINT does."""
+
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -53,8 +54,9 @@ def environ_of(pid: int) -> dict[str, str]:
         raw = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return {}
-    return dict(item.split("=", 1) for item in raw.decode("utf-8", "replace").split("\0")
-                if "=" in item)
+    return dict(
+        item.split("=", 1) for item in raw.decode("utf-8", "replace").split("\0") if "=" in item
+    )
 
 
 def command_of(pid: int) -> str:
@@ -113,9 +115,12 @@ def reap(mark: str | None = None, grace_s: float = 10.0) -> dict[int, str]:
 
 def say_reaped(left: dict[int, str], who: str) -> None:
     if left:
-        print(f"\nleft running by {who}, now killed:\n"
-              + "\n".join(f"  {pid} {cmd[:200]}" for pid, cmd in left.items()),
-              file=sys.stderr, flush=True)
+        print(
+            f"\nleft running by {who}, now killed:\n"
+            + "\n".join(f"  {pid} {cmd[:200]}" for pid, cmd in left.items()),
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def own_run_environ() -> dict[str, str]:

@@ -33,16 +33,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from app.commands.sample_traffic import Record
 from app.logic.car_join import CarPollution  # the output record's type only
 from tests.harness import latest_by_id
 
 #: what a consumer compares in a mood revision (everything but the bookkeeping fields)
-MOOD_ANSWER_FIELDS = ("id", "consultant", "event_time", "recommendation", "mood",
-                      "mood_event_time")
+MOOD_ANSWER_FIELDS = ("id", "consultant", "event_time", "recommendation", "mood", "mood_event_time")
 
 
 def join_id(consultant: str, event_time: int, recommendation: str, given: str | None) -> str:
@@ -87,9 +87,11 @@ class Recommendation:
         return join_id(self.consultant, self.event_time, self.recommendation, self.id)
 
     def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"consultant": self.consultant,
-                               "recommendation": self.recommendation,
-                               "event_time": self.event_time}
+        out: dict[str, Any] = {
+            "consultant": self.consultant,
+            "recommendation": self.recommendation,
+            "event_time": self.event_time,
+        }
         if self.id is not None:
             out["id"] = self.id
         return out
@@ -100,8 +102,10 @@ def mood_answer(revision: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(revision[f] for f in MOOD_ANSWER_FIELDS)
 
 
-def exact_mood_joins(moods: Iterable[Mood], recs: Iterable[Recommendation],
-                     ) -> dict[str, tuple[Any, ...]]:
+def exact_mood_joins(
+    moods: Iterable[Mood],
+    recs: Iterable[Recommendation],
+) -> dict[str, tuple[Any, ...]]:
     """join id -> (id, consultant, event_time, recommendation, mood, mood_event_time).
 
     Whatever the arrival order: only the set of records counts (a duplicate changes nothing).
@@ -113,8 +117,7 @@ def exact_mood_joins(moods: Iterable[Mood], recs: Iterable[Recommendation],
     for r in recs:
         before = [p for p in by_name.get(r.consultant, ()) if p[0] < r.event_time]
         best = max(before) if before else (None, None)
-        out[r.join_id] = (r.join_id, r.consultant, r.event_time, r.recommendation, best[1],
-                          best[0])
+        out[r.join_id] = (r.join_id, r.consultant, r.event_time, r.recommendation, best[1], best[0])
     return out
 
 
@@ -123,8 +126,11 @@ def exact_mood_answer(records: Iterable[Record]) -> dict[str, tuple[Any, ...]]:
     :func:`exact_mood_joins`."""
     records = list(records)
     moods = [Mood(v["name"], v["mood"], v["event_time"]) for k, _, v in records if k == "mood"]
-    recs = [Recommendation(v["consultant"], v["recommendation"], v["event_time"], v.get("id"))
-            for k, _, v in records if k == "event"]
+    recs = [
+        Recommendation(v["consultant"], v["recommendation"], v["event_time"], v.get("id"))
+        for k, _, v in records
+        if k == "event"
+    ]
     return exact_mood_joins(moods, recs)
 
 
@@ -138,8 +144,9 @@ class Event:
     payload: tuple[Any, ...] = ()
 
 
-def exact_answer(rules: Any, versions: Iterable[tuple[str, list[Any]]],
-                 events: Iterable[Any]) -> dict[str, tuple[Any, ...]]:
+def exact_answer(
+    rules: Any, versions: Iterable[tuple[str, list[Any]]], events: Iterable[Any]
+) -> dict[str, tuple[Any, ...]]:
     """Any spec: join id -> (id, key, event_time, payload, answer values, answer time).
 
     ``rules``: anything with ``asof`` and ``mode`` (a spec's rules); ``versions``: (key,
@@ -167,24 +174,37 @@ def exact_answer(rules: Any, versions: Iterable[tuple[str, list[Any]]],
         if best is None and rules.mode == "inner":
             out.pop(e.id, None)
             continue
-        out[e.id] = (e.id, e.key, e.event_time, tuple(e.payload),
-                     None if best is None else tuple(best[1:]), None if best is None else best[0])
+        out[e.id] = (
+            e.id,
+            e.key,
+            e.event_time,
+            tuple(e.payload),
+            None if best is None else tuple(best[1:]),
+            None if best is None else best[0],
+        )
     return out
 
 
 # --- the movies join (app/joins/catalog.py: a spec) --------------------------------------------
 
 #: what a consumer compares in a rated-movie revision (everything but the bookkeeping fields)
-MOVIE_ANSWER_FIELDS = ("id", "movie_id", "user_id", "rating", "event_time", "title",
-                       "movie_event_time")
+MOVIE_ANSWER_FIELDS = (
+    "id",
+    "movie_id",
+    "user_id",
+    "rating",
+    "event_time",
+    "title",
+    "movie_event_time",
+)
 
 
 def exact_movie_answer(records: Iterable[Record]) -> dict[str, dict[str, Any]]:
     """The movies join over records as sent (kinds ``movie`` and ``rating``): the wire record
     it must end on per rating id (latest revision, fields as sent), by :func:`exact_answer`."""
+    from app.inputs.records import parse
     from app.joins.catalog import movie_spec
     from app.joins.spec import resolve
-    from app.inputs.records import parse
     from app.settings import Settings
 
     spec = resolve(movie_spec(Settings()))
@@ -197,24 +217,39 @@ def exact_movie_answer(records: Iterable[Record]) -> dict[str, dict[str, Any]]:
             events.append(spec.event_of(parse(spec.events.model, key.encode(), raw)))
     out = {}
     for jid, (_, key, t, (user, stars), answer, answer_time) in exact_answer(
-            spec.rules, versions, events).items():
-        out[jid] = {"id": jid, "movie_id": key, "user_id": user, "rating": stars,
-                    "event_time": t, "title": answer[0], "movie_event_time": answer_time}
+        spec.rules, versions, events
+    ).items():
+        out[jid] = {
+            "id": jid,
+            "movie_id": key,
+            "user_id": user,
+            "rating": stars,
+            "event_time": t,
+            "title": answer[0],
+            "movie_event_time": answer_time,
+        }
     return out
 
 
 def movie_answers(revisions: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """What a consumer of the rated movies keeps (the latest revision per rating id), in the
     shape of :func:`exact_movie_answer`."""
-    return {jid: {k: r[k] for k in MOVIE_ANSWER_FIELDS}
-            for jid, r in latest_by_id(revisions).items()}
+    return {
+        jid: {k: r[k] for k in MOVIE_ANSWER_FIELDS} for jid, r in latest_by_id(revisions).items()
+    }
 
 
 # --- the car join (docs/joins/car-zone.md) ----------------------------------------------------
 
 #: what a consumer compares in a car output: every field of ``etj-car-pollution``
-CAR_ANSWER_FIELDS = ("car_id", "zone_id", "fuel_level", "pollution_level", "car_event_time",
-                     "zone_event_time")
+CAR_ANSWER_FIELDS = (
+    "car_id",
+    "zone_id",
+    "fuel_level",
+    "pollution_level",
+    "car_event_time",
+    "zone_event_time",
+)
 
 
 def car_answer(output: dict[str, Any]) -> tuple[Any, ...]:
@@ -222,8 +257,10 @@ def car_answer(output: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(output[f] for f in CAR_ANSWER_FIELDS)
 
 
-def exact_car_view(arrivals: Iterable[dict[str, Any]], readings: Iterable[dict[str, Any]],
-                   ) -> dict[int, tuple[Any, ...]]:
+def exact_car_view(
+    arrivals: Iterable[dict[str, Any]],
+    readings: Iterable[dict[str, Any]],
+) -> dict[int, tuple[Any, ...]]:
     """car id -> its exact output, from wire values of ``etj-car-arrivals`` and ``etj-zones``.
 
     A car is in the ``to_zone_id`` of its greatest arrival by (event_time, to_zone_id,
@@ -233,13 +270,20 @@ def exact_car_view(arrivals: Iterable[dict[str, Any]], readings: Iterable[dict[s
     arrivals, readings = list(arrivals), list(readings)
     out: dict[int, tuple[Any, ...]] = {}
     for car in {a["car_id"] for a in arrivals}:
-        a = max((x for x in arrivals if x["car_id"] == car),
-                key=lambda x: (x["event_time"], x["to_zone_id"], x["fuel_level"]))
+        a = max(
+            (x for x in arrivals if x["car_id"] == car),
+            key=lambda x: (x["event_time"], x["to_zone_id"], x["fuel_level"]),
+        )
         zone = [r for r in readings if r["zone_id"] == a["to_zone_id"]]
         r = max(zone, key=lambda x: (x["event_time"], x["pollution_level"])) if zone else None
-        out[car] = (car, a["to_zone_id"], a["fuel_level"],
-                    None if r is None else r["pollution_level"], a["event_time"],
-                    None if r is None else r["event_time"])
+        out[car] = (
+            car,
+            a["to_zone_id"],
+            a["fuel_level"],
+            None if r is None else r["pollution_level"],
+            a["event_time"],
+            None if r is None else r["event_time"],
+        )
     return out
 
 
@@ -247,9 +291,13 @@ def newest_car_outputs(outputs: Iterable[dict[str, Any]]) -> dict[int, tuple[Any
     """The consumer rule of ``etj-car-pollution``: per car, the output with the greatest
     (car_event_time, zone_id, fuel_level, zone_event_time, pollution_level), an output with no
     reading below any with one."""
+
     def order(o: dict[str, Any]) -> tuple[Any, ...]:
-        reading = ((0, 0, 0.0) if o["zone_event_time"] is None or o["pollution_level"] is None
-                   else (1, o["zone_event_time"], o["pollution_level"]))
+        reading = (
+            (0, 0, 0.0)
+            if o["zone_event_time"] is None or o["pollution_level"] is None
+            else (1, o["zone_event_time"], o["pollution_level"])
+        )
         return (o["car_event_time"], o["zone_id"], o["fuel_level"], *reading)
 
     best: dict[int, dict[str, Any]] = {}
@@ -263,7 +311,10 @@ def exact_car_answer(records: Iterable[Record]) -> dict[int, CarPollution]:
     """The car join over records as sent (kinds ``car`` and ``zone``): car id -> the output a
     consumer must end on (:func:`exact_car_view`), as the record it reads back."""
     records = list(records)
-    view = exact_car_view([v for k, _, v in records if k == "car"],
-                          [v for k, _, v in records if k == "zone"])
-    return {car: CarPollution.from_wire(dict(zip(CAR_ANSWER_FIELDS, answer)))
-            for car, answer in view.items()}
+    view = exact_car_view(
+        [v for k, _, v in records if k == "car"], [v for k, _, v in records if k == "zone"]
+    )
+    return {
+        car: CarPollution.from_wire(dict(zip(CAR_ANSWER_FIELDS, answer)))
+        for car, answer in view.items()
+    }

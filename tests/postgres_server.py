@@ -31,8 +31,10 @@ class PostgresError(RuntimeError):
 
 def bin_dir() -> Path | None:
     """The newest installed server's bin directory, or None."""
-    found = sorted(BIN_ROOT.glob("*/bin/postgres"), key=lambda p: int(p.parent.parent.name)
-                   if p.parent.parent.name.isdigit() else 0)
+    found = sorted(
+        BIN_ROOT.glob("*/bin/postgres"),
+        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
+    )
     return found[-1].parent if found else None
 
 
@@ -78,26 +80,59 @@ class PostgresServer:
         except OSError:
             return ""
 
-    def start(self, timeout_s: float = 60.0) -> "PostgresServer":
+    def start(self, timeout_s: float = 60.0) -> PostgresServer:
         data = self.dir / "data"
-        done = subprocess.run([*self.as_user, str(self.bin / "initdb"), "-D", str(data),
-                               "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [
+                *self.as_user,
+                str(self.bin / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if done.returncode != 0:
             raise PostgresError(f"initdb failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [*self.as_user, str(self.bin / "postgres"), "-D", str(data), "-p",
-                 str(self.port), "-k", str(self.dir), "-c", "listen_addresses=127.0.0.1",
-                 "-c", "fsync=off", "-c", "max_connections=50"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    *self.as_user,
+                    str(self.bin / "postgres"),
+                    "-D",
+                    str(data),
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.dir),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "max_connections=50",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise PostgresError(f"postgres exited ({self.proc.returncode}):\n"
-                                    f"{self.log()[-3000:]}")
-            ready = subprocess.run([str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p",
-                                    str(self.port)], capture_output=True)
+                raise PostgresError(
+                    f"postgres exited ({self.proc.returncode}):\n{self.log()[-3000:]}"
+                )
+            ready = subprocess.run(
+                [str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
+                capture_output=True,
+            )
             if ready.returncode == 0:
                 return self
             time.sleep(0.2)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.joins.catalog import mood_spec
-from app.joins.spec import resolve
-from app.joins.keys import join_range, split_join_key
-from app.joins.state import JoinState
-from app.state.overlay import MemoryIO, Overlay
 from app.inputs.records import MoodIn, RecommendationIn
+from app.joins.catalog import mood_spec
+from app.joins.keys import split_join_key
+from app.joins.spec import resolve
+from app.joins.state import JoinState
 from app.settings import Settings
+from app.state.overlay import MemoryIO, Overlay
 from tests.oracle import Mood, Recommendation
 
 PARTITION = 0  # one partition: a replay has no co-partitioning to respect
@@ -28,17 +28,27 @@ class MoodReplay:
 
     def __init__(self) -> None:
         self.spec = resolve(mood_spec(Settings()))
-        self.layout = JoinState(self.spec, Overlay(MemoryIO(bytes_keys=False)),
-                                Overlay(MemoryIO()), Overlay(MemoryIO(bytes_keys=False)))
+        self.layout = JoinState(
+            self.spec,
+            Overlay(MemoryIO(bytes_keys=False)),
+            Overlay(MemoryIO()),
+            Overlay(MemoryIO(bytes_keys=False)),
+        )
 
     def _wire(self, revisions: list[Any]) -> list[dict[str, Any]]:
         return [self.spec.to_wire(r) for r in revisions]
 
     def mood(self, mood: Mood) -> list[dict[str, Any]]:
         rec = MoodIn.model_validate(mood.to_wire())
-        return self._wire(self.layout.on_version(
-            PARTITION, self.spec.key_of(rec, self.spec.dimension), self.spec.version_of(rec),
-            None, None))
+        return self._wire(
+            self.layout.on_version(
+                PARTITION,
+                self.spec.key_of(rec, self.spec.dimension),
+                self.spec.version_of(rec),
+                None,
+                None,
+            )
+        )
 
     def recommendation(self, rec: Recommendation) -> list[dict[str, Any]]:
         parsed = RecommendationIn.model_validate(rec.to_wire())

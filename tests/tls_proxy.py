@@ -49,41 +49,70 @@ def _name(cn: str) -> x509.Name:
 
 def _ca(cn: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn))
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True,
-                                         crl_sign=True, content_commitment=False,
-                                         key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False,
-                                         decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(_name(cn))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
     return cert, key
 
 
-def _leaf(cn: str, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, server: bool,
-          ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def _leaf(
+    cn: str,
+    ca: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    server: bool,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca.subject)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(hours=1))
-               .not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-               .add_extension(x509.ExtendedKeyUsage(
-                   [ExtendedKeyUsageOID.SERVER_AUTH if server else
-                    ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                   ca_key.public_key()), critical=False))
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+    )
     if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
     return builder.sign(ca_key, hashes.SHA256()), key
 
 
@@ -100,17 +129,25 @@ def make_certs(directory: Path, key_password: str = "key-secret") -> Certs:
         return directory / name
 
     def key_pem(key: ec.EllipticCurvePrivateKey, name: str, password: str | None) -> Path:
-        enc = (serialization.BestAvailableEncryption(password.encode()) if password
-               else serialization.NoEncryption())
-        (directory / name).write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc))
+        enc = (
+            serialization.BestAvailableEncryption(password.encode())
+            if password
+            else serialization.NoEncryption()
+        )
+        (directory / name).write_bytes(
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc)
+        )
         return directory / name
 
-    return Certs(ca=pem(ca, "ca.pem"), server_cert=pem(server, "server.pem"),
-                 server_key=key_pem(server_key, "server.key", None),
-                 client_cert=pem(client, "client.pem"),
-                 client_key=key_pem(client_key, "client.key", key_password),
-                 client_key_password=key_password, other_ca=pem(other, "other-ca.pem"))
+    return Certs(
+        ca=pem(ca, "ca.pem"),
+        server_cert=pem(server, "server.pem"),
+        server_key=key_pem(server_key, "server.key", None),
+        client_cert=pem(client, "client.pem"),
+        client_key=key_pem(client_key, "client.key", key_password),
+        client_key_password=key_password,
+        other_ca=pem(other, "other-ca.pem"),
+    )
 
 
 class TlsProxy:
@@ -125,19 +162,20 @@ class TlsProxy:
         self.handshake_failures: list[str] = []
         self.connections = 0
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="tls-proxy")
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="tls-proxy"
+        )
         self._server: asyncio.base_events.Server | None = None
 
-    def start(self) -> "TlsProxy":
+    def start(self) -> TlsProxy:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
         return self
 
     async def _start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port,
-                                                  ssl=self.context,
-                                                  ssl_handshake_timeout=10)
+        self._server = await asyncio.start_server(
+            self._serve, "127.0.0.1", self.port, ssl=self.context, ssl_handshake_timeout=10
+        )
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -187,16 +225,25 @@ class TlsBroker:
     def url(self) -> str:
         return f"kafka://127.0.0.1:{self.proxy.port}"
 
-    def start(self) -> "TlsBroker":
+    def start(self) -> TlsBroker:
         self.proxy.start()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [tansu_binary(), "broker",
-                 "--listener-url", f"tcp://127.0.0.1:{self.tansu_port}",
-                 "--advertised-listener-url", f"tcp://127.0.0.1:{self.proxy.port}",
-                 "--storage-engine", "memory://tansu/"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    tansu_binary(),
+                    "broker",
+                    "--listener-url",
+                    f"tcp://127.0.0.1:{self.tansu_port}",
+                    "--advertised-listener-url",
+                    f"tcp://127.0.0.1:{self.proxy.port}",
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         # plaintext clients would be sent to the proxy by the metadata: wait for the port only
         deadline = time.monotonic() + 30
         while True:
@@ -205,8 +252,10 @@ class TlsBroker:
                 return self
             except OSError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError("tansu behind the TLS proxy did not start: "
-                                       + self.log_path.read_text(errors="replace"))
+                    raise RuntimeError(
+                        "tansu behind the TLS proxy did not start: "
+                        + self.log_path.read_text(errors="replace")
+                    )
                 time.sleep(0.1)
 
     def stop(self) -> None:

@@ -20,8 +20,9 @@ from app.agents.fk_join import engines
 #: the car join's topics and tables (app.main imports this module only when the worker runs it)
 CARS = topology.cars
 if CARS is None:
-    raise ImportError(f"{__name__} imported on a worker that does not run the car join "
-                      "(ETJ_BUILTIN_JOINS)")
+    raise ImportError(
+        f"{__name__} imported on a worker that does not run the car join (ETJ_BUILTIN_JOINS)"
+    )
 
 _cars = engines["cars"]
 car_side, zone_side = _cars.left_side, _cars.right_side

@@ -27,17 +27,17 @@ import orjson
 from faust.types import TP
 
 from app import metrics
-from app.outputs import sinks
+from app.compat.stores import StoreIO, committed_offset
+from app.faust_app import app, settings
+from app.inputs.records import InvalidRecord, as_dict
+from app.joins.state import FinalJoinError, JoinState, joins_overlay
+from app.logic.event_join import CAUSES, Revision
+from app.logic.finality import next_step, ready_now
 from app.loop.acks import dead_letter
 from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
-from app.compat.stores import StoreIO, committed_offset
-from app.faust_app import app, settings
-from app.joins.state import FinalJoinError, JoinState, joins_overlay
-from app.logic.finality import next_step, ready_now
-from app.logic.event_join import CAUSES, Revision
+from app.outputs import sinks
 from app.state.overlay import Overlay
-from app.inputs.records import InvalidRecord, as_dict
 from app.topology import JoinTopology, joins
 
 __all__ = ["JoinEngine", "engines"]
@@ -56,16 +56,20 @@ class JoinEngine:
         self.dead_letters = settings.dead_letter_topic
         #: a revision's source: [input, offset], input = its topic's index here
         self.inputs = spec.inputs  # a repartitioned side's: its repartition topic
-        self.overlays = (Overlay(StoreIO(t.history)), joins_overlay(StoreIO(t.joins)),
-                         Overlay(StoreIO(t.clock)))
+        self.overlays = (
+            Overlay(StoreIO(t.history)),
+            joins_overlay(StoreIO(t.joins)),
+            Overlay(StoreIO(t.clock)),
+        )
         self.state = JoinState(spec, *self.overlays, self.delivered, self.emitted)
         #: (key, value, timestamp) -> the flat record: msgspec's fast path for a flat side
         #: with an epoch-ms time, the shaped parser for one with nested paths, another time
         #: format or the Kafka timestamp (docs/joins/declarative.md#records-shaped-otherwise)
-        self._parsers = {spec.events.input: spec.events.parser(),
-                         spec.dimension.input: spec.dimension.parser()}
-        self._revisions = {c: metrics.revisions_out.labels(spec.name, c)
-                           for c in CAUSES}
+        self._parsers = {
+            spec.events.input: spec.events.parser(),
+            spec.dimension.input: spec.dimension.parser(),
+        }
+        self._revisions = {c: metrics.revisions_out.labels(spec.name, c) for c in CAUSES}
         self._released = metrics.released.labels(spec.name)
         self._held = metrics.held.labels(spec.name)
         self._counts: dict[str, int] = {}  # cause (or "released") -> revisions of this batch
@@ -96,9 +100,9 @@ class JoinEngine:
         self._handling_p = 0
         self._handling_offset: int | None = None
         #: flow control: the dimension, then the events (ties go to the dimension)
-        self.loop = DurableLoop(self, spec.inputs,
-                                merged=(spec.dimension.input, spec.events.input),
-                                ticks=spec.ticks)
+        self.loop = DurableLoop(
+            self, spec.inputs, merged=(spec.dimension.input, spec.events.input), ticks=spec.ticks
+        )
         body = agent_body(self.loop)
         body.__qualname__ = body.__name__ = f"{spec.name}_join"
         body.__module__ = __name__
@@ -130,8 +134,9 @@ class JoinEngine:
         if src is None:
             return True
         index, offset = src
-        return (self.loop.handled.holds(self.inputs[index], partition, offset)
-                or self.delivered(partition, src))
+        return self.loop.handled.holds(self.inputs[index], partition, offset) or self.delivered(
+            partition, src
+        )
 
     # --- outputs -----------------------------------------------------------------------------
     def _revision_out(self, rev: Revision) -> Out:
@@ -150,10 +155,15 @@ class JoinEngine:
         dict per revision."""
         wire = self.spec.to_wire(rev)
         src = rev.source
-        wire["source"] = ({"topic": self._handling, "partition": self._handling_p,
-                           "offset": self._handling_offset} if src is None else
-                          {"topic": self.inputs[src[0]], "partition": self._handling_p,
-                           "offset": src[1]})
+        wire["source"] = (
+            {
+                "topic": self._handling,
+                "partition": self._handling_p,
+                "offset": self._handling_offset,
+            }
+            if src is None
+            else {"topic": self.inputs[src[0]], "partition": self._handling_p, "offset": src[1]}
+        )
         return Out(self.output, rev.id.encode(), orjson.dumps(wire), again)
 
     def lineage(self, src: Any, partition: int) -> dict[str, Any] | None:
@@ -172,8 +182,9 @@ class JoinEngine:
         if self._emit_final:
             return []  # counted when a promise sends them (_promise)
         before = self.state.promise(partition).final_before
-        return [self._revision_out(r) for r in revisions
-                if before is None or r.event_time >= before]
+        return [
+            self._revision_out(r) for r in revisions if before is None or r.event_time >= before
+        ]
 
     # --- finality ------------------------------------------------------------------------------
     def _promise(self, partition: int, src: Any) -> list[Out]:
@@ -182,13 +193,19 @@ class JoinEngine:
         self._promised_now.add(partition)
         state = self.state
         promise = state.promise(partition)
-        ready = ready_now(self._pending.get(partition) or [],
-                          lambda s: self.delivered(partition, s), self.spec.retention_ms,
-                          self._ready.get(partition))
+        ready = ready_now(
+            self._pending.get(partition) or [],
+            lambda s: self.delivered(partition, s),
+            self.spec.retention_ms,
+            self._ready.get(partition),
+        )
         source = promise.source
-        step, lo, hi = next_step(promise, ready,
-                                 source is not None and self.delivered(partition, source),
-                                 source is not None and self.emitted(partition, source))
+        step, lo, hi = next_step(
+            promise,
+            ready,
+            source is not None and self.delivered(partition, source),
+            source is not None and self.emitted(partition, source),
+        )
         if step == "new":
             self._ready.pop(partition, None)
         elif ready is not None:
@@ -202,8 +219,14 @@ class JoinEngine:
         promise.source = src
         state.save_promise(partition, promise)
         again = step == "again"
-        outs = ([self._out(r, True) if again else self._revision_out(r)
-                 for r in state.final_revisions(partition, lo, hi)] if self._emit_final else [])
+        outs = (
+            [
+                self._out(r, True) if again else self._revision_out(r)
+                for r in state.final_revisions(partition, lo, hi)
+            ]
+            if self._emit_final
+            else []
+        )
         value = {"join": self.join, "partition": partition, "final_before": hi}
         outs.append(Out(self._final_topic, str(partition).encode(), orjson.dumps(value), True))
         return outs
@@ -225,7 +248,8 @@ class JoinEngine:
             gauge = self._stream_time.get(partition)
             if gauge is None:
                 gauge = self._stream_time[partition] = metrics.stream_time.labels(
-                    self.spec.name, str(partition))
+                    self.spec.name, str(partition)
+                )
             gauge.set(t)
 
     def _limit(self, clock: int, is_event: bool) -> int | None:
@@ -240,23 +264,30 @@ class JoinEngine:
     def _release_from(self, clock: int) -> int:
         """Held events older than this stay held: past the emit window or the horizon."""
         horizon = clock - self.spec.retention_ms
-        return horizon if self.spec.window_ms is None else max(horizon,
-                                                              clock - self.spec.window_ms)
+        return horizon if self.spec.window_ms is None else max(horizon, clock - self.spec.window_ms)
 
     def _side(self, topic: str) -> Any:
         """The spec side (events or dimension) an input topic feeds."""
         return self.spec.events if topic == self.spec.events.input else self.spec.dimension
 
     # --- the loop's callbacks ------------------------------------------------------------------
-    def parse(self, topic: str, key: bytes | None, value: bytes | None,
-              timestamp: int | None = None) -> tuple[Any, int]:
+    def parse(
+        self, topic: str, key: bytes | None, value: bytes | None, timestamp: int | None = None
+    ) -> tuple[Any, int]:
         """(the validated record, its event time); raises :class:`InvalidRecord`.
         ``timestamp``: the record's Kafka timestamp (epoch ms), for a ``$timestamp`` side."""
         rec = self._parsers[topic](key, value, timestamp)
         return rec, getattr(rec, self._side(topic).time)
 
-    def on_record(self, topic: str, partition: int, offset: int, key: bytes | None,
-                  value: bytes | None, parsed: Any = None) -> list[Out]:
+    def on_record(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        parsed: Any = None,
+    ) -> list[Out]:
         """One event or dimension record: validate, route late ones, join, return the sends."""
         spec = self.spec
         is_event = topic == spec.events.input
@@ -266,14 +297,20 @@ class JoinEngine:
             except InvalidRecord as exc:
                 parsed = exc
         if isinstance(parsed, InvalidRecord):
-            return [dead_letter(spec.name, self.dead_letters, topic, partition, offset, key,
-                                value, str(parsed))]
+            return [
+                dead_letter(
+                    spec.name, self.dead_letters, topic, partition, offset, key, value, str(parsed)
+                )
+            ]
         rec = parsed
         event_time = getattr(rec, self._side(topic).time)
         src = [0 if is_event else 1, offset]
         self._handling, self._handling_p, self._handling_offset = topic, partition, offset
-        promised = self._promise(partition, src) if (
-            self._final_topic is not None and partition not in self._promised_now) else ()
+        promised = (
+            self._promise(partition, src)
+            if (self._final_topic is not None and partition not in self._promised_now)
+            else ()
+        )
         clock = self.state.stream_time(partition)
         limit = None if clock is None else self._limit(clock, is_event)
         if limit is not None and event_time < limit:
@@ -283,11 +320,20 @@ class JoinEngine:
                 e = spec.event_of(rec)
                 again = self.state.on_late(partition, e.key, src, jid=e.id)
             else:
-                again = self.state.on_late(partition, spec.key_of(rec, spec.dimension), src,
-                                           v=spec.version_of(rec))
-            return [*promised, *self._outs(partition, again), Out(self.late_topic, key,
-                    sinks.late_record(topic, partition, offset, as_dict(rec), event_time,
-                                      clock, limit))]
+                again = self.state.on_late(
+                    partition, spec.key_of(rec, spec.dimension), src, v=spec.version_of(rec)
+                )
+            return [
+                *promised,
+                *self._outs(partition, again),
+                Out(
+                    self.late_topic,
+                    key,
+                    sinks.late_record(
+                        topic, partition, offset, as_dict(rec), event_time, clock, limit
+                    ),
+                ),
+            ]
         if self._final_topic is not None and (clock is None or event_time > clock):
             self._mover[partition] = src  # the record whose delivery makes its batch's promise
         clock = self.state.advance(partition, event_time)
@@ -298,17 +344,27 @@ class JoinEngine:
         ended = self.state.release_holds(partition, clock, src) if self._hold else ()
         if is_event:
             try:
-                revisions, held = self.state.on_event(partition, spec.event_of(rec), horizon,
-                                                      release_from, src)
+                revisions, held = self.state.on_event(
+                    partition, spec.event_of(rec), horizon, release_from, src
+                )
             except FinalJoinError as exc:
-                return [*promised, dead_letter(spec.name, self.dead_letters, topic, partition,
-                                               offset, key, value, str(exc))]
+                return [
+                    *promised,
+                    dead_letter(
+                        spec.name, self.dead_letters, topic, partition, offset, key, value, str(exc)
+                    ),
+                ]
             if held:
                 self._held.inc()
         else:
-            revisions = self.state.on_version(partition, spec.key_of(rec, spec.dimension),
-                                              spec.version_of(rec), horizon, release_from,
-                                              src)
+            revisions = self.state.on_version(
+                partition,
+                spec.key_of(rec, spec.dimension),
+                spec.version_of(rec),
+                horizon,
+                release_from,
+                src,
+            )
         if ended:
             revisions = [*ended, *revisions]
         outs = self._outs(partition, revisions)
@@ -317,11 +373,20 @@ class JoinEngine:
     def on_tick(self, partition: int, offset: int | None = None) -> list[Out]:
         """Revisit partition ``partition``: purge state behind the horizon (and review)."""
         src = None if offset is None else [2, offset]
-        self._handling, self._handling_p, self._handling_offset = (self.spec.ticks, partition,
-                                                                   offset)
-        promised = self._promise(partition, src) if (
-            self._final_topic is not None and src is not None
-            and partition not in self._promised_now) else []
+        self._handling, self._handling_p, self._handling_offset = (
+            self.spec.ticks,
+            partition,
+            offset,
+        )
+        promised = (
+            self._promise(partition, src)
+            if (
+                self._final_topic is not None
+                and src is not None
+                and partition not in self._promised_now
+            )
+            else []
+        )
         clock = self.state.stream_time(partition)
         if clock is None:
             return promised
@@ -333,8 +398,9 @@ class JoinEngine:
         if self._emit_final:  # a join stays until its final revision is delivered
             keep_from = self.state.promise(partition).delivered_before
             keep_from = 0 if keep_from is None else keep_from
-        revisions, purged = self.state.on_tick(partition, clock, self._release_from(clock),
-                                               src, keep_from)
+        revisions, purged = self.state.on_tick(
+            partition, clock, self._release_from(clock), src, keep_from
+        )
         revisions = ended + revisions
         if purged.joins:
             metrics.joins_finalised.labels(self.spec.name).inc(purged.joins)

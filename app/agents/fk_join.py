@@ -36,7 +36,8 @@ the newest) or changes nothing. Malformed records -> dead letters.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -63,9 +64,11 @@ class _Counts:
     def __init__(self, name: str) -> None:
         self.counters: dict[str, Any] = {}
         if name == "cars":
-            self.counters = {**{op: metrics.car_moves.labels(op) for op in ("ADD", "DEL")},
-                             "right-update": metrics.car_outputs.labels("zone-update"),
-                             "left-move": metrics.car_outputs.labels("car-move")}
+            self.counters = {
+                **{op: metrics.car_moves.labels(op) for op in ("ADD", "DEL")},
+                "right-update": metrics.car_outputs.labels("zone-update"),
+                "left-move": metrics.car_outputs.labels("car-move"),
+            }
         self.batch: dict[str, int] = {}
 
     def count(self, what: str) -> None:
@@ -88,11 +91,14 @@ class FkJoin:
         self.join = spec.name
         self.counts = _Counts(spec.name)
         self._parsers: dict[str, Callable[..., Any]] = {
-            spec.left.topic: spec.left.parser(), spec.right.topic: spec.right.parser()}
+            spec.left.topic: spec.left.parser(),
+            spec.right.topic: spec.right.parser(),
+        }
         self._times = {spec.left.topic: spec.left.time, spec.right.topic: spec.right.time}
 
-    def parse(self, topic: str, key: bytes | None, value: bytes | None,
-              timestamp: int | None = None) -> tuple[Any, int]:
+    def parse(
+        self, topic: str, key: bytes | None, value: bytes | None, timestamp: int | None = None
+    ) -> tuple[Any, int]:
         """(the validated record, its event time); raises :class:`InvalidRecord`."""
         if topic == self.spec.moves:
             move = self.spec.move_of(_json(value))
@@ -100,20 +106,39 @@ class FkJoin:
         rec = self._parsers[topic](key, value, timestamp)
         return rec, getattr(rec, self._times[topic])
 
-    def dead(self, topic: str, partition: int, offset: int, key: bytes | None,
-             value: bytes | None, error: InvalidRecord) -> list[Out]:
-        return [dead_letter(self.join, settings.dead_letter_topic, topic, partition, offset,
-                            key, value, str(error))]
+    def dead(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        error: InvalidRecord,
+    ) -> list[Out]:
+        return [
+            dead_letter(
+                self.join,
+                settings.dead_letter_topic,
+                topic,
+                partition,
+                offset,
+                key,
+                value,
+                str(error),
+            )
+        ]
 
     def move_out(self, move: Move) -> Out:
         self.counts.count(move.op)
-        return Out(self.spec.moves, str(move.fk).encode(),
-                   orjson.dumps(self.spec.move_to_wire(move)))
+        return Out(
+            self.spec.moves, str(move.fk).encode(), orjson.dumps(self.spec.move_to_wire(move))
+        )
 
     def output_out(self, out: Joined, cause: str) -> Out:
         self.counts.count(cause)
-        return Out(self.spec.output, str(out.left.key).encode(),
-                   orjson.dumps(self.spec.to_wire(out)))
+        return Out(
+            self.spec.output, str(out.left.key).encode(), orjson.dumps(self.spec.to_wire(out))
+        )
 
 
 def _json(value: bytes | None) -> Any:
@@ -134,8 +159,15 @@ class LeftSide:
         self.parse = join.parse
         self._left_of = join.spec.left_of
 
-    def on_record(self, topic: str, partition: int, offset: int, key: bytes | None,
-                  value: bytes | None, rec: Any) -> list[Out]:
+    def on_record(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        rec: Any,
+    ) -> list[Out]:
         if isinstance(rec, InvalidRecord):
             return self.shared.dead(topic, partition, offset, key, value, rec)
         left = self._left_of(rec)
@@ -168,8 +200,15 @@ class RightSide:
         self._right_topic = join.spec.right.topic
         self._right_of = join.spec.right_of
 
-    def on_record(self, topic: str, partition: int, offset: int, key: bytes | None,
-                  value: bytes | None, rec: Any) -> list[Out]:
+    def on_record(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        rec: Any,
+    ) -> list[Out]:
         if isinstance(rec, InvalidRecord):
             return self.shared.dead(topic, partition, offset, key, value, rec)
         if topic == self._right_topic:
@@ -218,17 +257,26 @@ class FkAgents:
         self.left_side, self.right_side = LeftSide(shared), RightSide(shared)
         self.left_loop = DurableLoop(self.left_side, (spec.left.topic,))
         #: flow control: right records, then moves (ties go to the right record)
-        self.right_loop = DurableLoop(self.right_side, spec.right_inputs,
-                                      merged=(spec.right.topic, spec.moves), ticks=spec.ticks)
+        self.right_loop = DurableLoop(
+            self.right_side,
+            spec.right_inputs,
+            merged=(spec.right.topic, spec.moves),
+            ticks=spec.ticks,
+        )
         app.topics.add(topology.left_input)  # subscribed though the stream is never iterated
         app.topics.add(topology.right_inputs)
-        names = (("track_cars", "join_zone_pollution") if spec.name == "cars"
-                 else (f"{spec.name}_left", f"{spec.name}_right"))
+        names = (
+            ("track_cars", "join_zone_pollution")
+            if spec.name == "cars"
+            else (f"{spec.name}_left", f"{spec.name}_right")
+        )
         module = "app.agents.car_join" if spec.name == "cars" else __name__
         self.left_agent = app.agent(topology.left_input, name=f"{module}.{names[0]}")(
-            _named(agent_body(self.left_loop), names[0]))
+            _named(agent_body(self.left_loop), names[0])
+        )
         self.right_agent = app.agent(topology.right_inputs, name=f"{module}.{names[1]}")(
-            _named(agent_body(self.right_loop), names[1]))
+            _named(agent_body(self.right_loop), names[1])
+        )
 
 
 def _named(body: Any, name: str) -> Any:

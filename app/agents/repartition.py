@@ -72,8 +72,9 @@ class RepartitionEngine:
     def end_batch(self) -> None:
         """Nothing kept aside: the hop has no state."""
 
-    def parse(self, topic: str, key: bytes | None, value: bytes | None,
-              timestamp: int | None = None) -> tuple[Any, int]:
+    def parse(
+        self, topic: str, key: bytes | None, value: bytes | None, timestamp: int | None = None
+    ) -> tuple[Any, int]:
         """(the join key's bytes, the event time); raises :class:`InvalidRecord` with the
         join's reason for a record it would refuse."""
         return self._rekey(value, timestamp)
@@ -81,13 +82,37 @@ class RepartitionEngine:
     def pass_on(self, topic: str, record: Any, parsed: Any) -> list[Out]:
         """The record to the repartition topic, keyed by its join key, as it came."""
         if isinstance(parsed, InvalidRecord):
-            return [dead_letter(self.join, self.dead_letters, topic, record.partition,
-                                record.offset, record.key, record.value, str(parsed))]
-        return [Out(self.target, parsed, record.value, timestamp=record.timestamp,
-                    headers=record.headers)]
+            return [
+                dead_letter(
+                    self.join,
+                    self.dead_letters,
+                    topic,
+                    record.partition,
+                    record.offset,
+                    record.key,
+                    record.value,
+                    str(parsed),
+                )
+            ]
+        return [
+            Out(
+                self.target,
+                parsed,
+                record.value,
+                timestamp=record.timestamp,
+                headers=record.headers,
+            )
+        ]
 
-    def on_record(self, topic: str, partition: int, offset: int, key: bytes | None,
-                  value: bytes | None, parsed: Any) -> list[Out]:
+    def on_record(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        parsed: Any,
+    ) -> list[Out]:
         raise NotImplementedError("a hop is handed whole records (pass_on)")
 
     def on_tick(self, partition: int, offset: int) -> list[Out]:
@@ -96,4 +121,5 @@ class RepartitionEngine:
 
 #: (join, side) -> the hop's engine, for every repartitioned side this worker runs
 engines: dict[tuple[str, str], RepartitionEngine] = {
-    (name, hop.name): RepartitionEngine(hop) for name, t in joins.items() for hop in t.hops}
+    (name, hop.name): RepartitionEngine(hop) for name, t in joins.items() for hop in t.hops
+}

@@ -27,8 +27,9 @@ def reference_time(timestamp: Column, now_ms: int) -> Column:
     return F.least(F.coalesce(ts, now), now)
 
 
-def from_the_future(event_time: Column, timestamp: Column, now_ms: int,
-                    tolerance_ms: int) -> Column:
+def from_the_future(
+    event_time: Column, timestamp: Column, now_ms: int, tolerance_ms: int
+) -> Column:
     """:func:`app.logic.future_records.from_the_future` as a column: true when the record is refused."""
     return event_time > reference_time(timestamp, now_ms) + F.lit(tolerance_ms).cast("bigint")
 

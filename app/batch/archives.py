@@ -30,17 +30,16 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (BooleanType, DoubleType, LongType, StringType, StructField,
-                               StructType)
+from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
-from app.joins.columns import Column as WireColumn
 from app.inputs.records import MAX_EVENT_TIME
+from app.joins.columns import Column as WireColumn
 
 #: columns an archive may have besides the record's fields: its offset in the topic partition
 #: and its Kafka timestamp (epoch ms; absent from archives written before it was kept)
@@ -69,16 +68,16 @@ class ArchiveKind:
 
     @property
     def schema(self) -> StructType:
-        return StructType([StructField(n, _TYPES[t]()) for n, t in
-                           (f.split() for f in self.ddl.split(","))])
+        return StructType(
+            [StructField(n, _TYPES[t]()) for n, t in (f.split() for f in self.ddl.split(","))]
+        )
 
     @property
     def fields(self) -> list[str]:
         return self.schema.fieldNames()
 
 
-_TYPES = {"string": StringType, "bigint": LongType, "double": DoubleType,
-          "boolean": BooleanType}
+_TYPES = {"string": StringType, "bigint": LongType, "double": DoubleType, "boolean": BooleanType}
 _DDL = {"str": "string", "int": "bigint", "float": "double", "bool": "boolean"}
 
 
@@ -86,13 +85,23 @@ def kind_of(name: str, columns: Sequence[WireColumn], unwrap: bool = True) -> Ar
     """The archive kind of a topic whose records have ``columns`` (:mod:`app.joins.columns`:
     a join spec's events, dimension or output): the same checks as its wire model."""
     return ArchiveKind(
-        name, ", ".join(f"{c.name} {_DDL[c.kind]}" for c in columns),
-        tuple(c.name for c in columns if c.required), times=(),
-        finite=tuple(c.name for c in columns if c.finite), unwrap=unwrap,
-        lengths=tuple((c.name, c.min_length, c.max_length) for c in columns
-                      if c.min_length is not None or c.max_length is not None),
-        bounds=tuple((c.name, c.ge, _within_bigint(c.lt)) for c in columns
-                     if c.ge is not None or _within_bigint(c.lt) is not None))
+        name,
+        ", ".join(f"{c.name} {_DDL[c.kind]}" for c in columns),
+        tuple(c.name for c in columns if c.required),
+        times=(),
+        finite=tuple(c.name for c in columns if c.finite),
+        unwrap=unwrap,
+        lengths=tuple(
+            (c.name, c.min_length, c.max_length)
+            for c in columns
+            if c.min_length is not None or c.max_length is not None
+        ),
+        bounds=tuple(
+            (c.name, c.ge, _within_bigint(c.lt))
+            for c in columns
+            if c.ge is not None or _within_bigint(c.lt) is not None
+        ),
+    )
 
 
 def _within_bigint(lt: int | None) -> int | None:
@@ -101,31 +110,48 @@ def _within_bigint(lt: int | None) -> int | None:
     return lt if lt is not None and lt <= 2**63 - 1 else None
 
 
-MOODS = ArchiveKind("moods", "name string, mood string, event_time bigint, ingestion_time bigint",
-                    ("name", "mood", "event_time"), (("name", 200), ("mood", 200)))
+MOODS = ArchiveKind(
+    "moods",
+    "name string, mood string, event_time bigint, ingestion_time bigint",
+    ("name", "mood", "event_time"),
+    (("name", 200), ("mood", 200)),
+)
 EVENTS = ArchiveKind(
     "events",
-    "consultant string, recommendation string, event_time bigint, id string, "
-    "ingestion_time bigint",
+    "consultant string, recommendation string, event_time bigint, id string, ingestion_time bigint",
     ("consultant", "recommendation", "event_time"),
-    (("consultant", 200), ("recommendation", 10_000)), optional_texts=(("id", 200),))
+    (("consultant", 200), ("recommendation", 10_000)),
+    optional_texts=(("id", 200),),
+)
 REVISIONS = ArchiveKind(
     "revisions",
     "id string, consultant string, event_time bigint, recommendation string, mood string, "
     "mood_event_time bigint, revision bigint, previous_mood string, cause string",
-    ("id", "consultant", "event_time", "recommendation", "revision"), unwrap=False)
-CARS = ArchiveKind("car arrivals",
-                   "car_id bigint, to_zone_id bigint, fuel_level double, event_time bigint",
-                   ("car_id", "to_zone_id", "fuel_level", "event_time"),
-                   ids=("car_id", "to_zone_id"), finite=("fuel_level",))
-ZONES = ArchiveKind("zones", "zone_id bigint, pollution_level double, event_time bigint",
-                    ("zone_id", "pollution_level", "event_time"), ids=("zone_id",),
-                    finite=("pollution_level",))
+    ("id", "consultant", "event_time", "recommendation", "revision"),
+    unwrap=False,
+)
+CARS = ArchiveKind(
+    "car arrivals",
+    "car_id bigint, to_zone_id bigint, fuel_level double, event_time bigint",
+    ("car_id", "to_zone_id", "fuel_level", "event_time"),
+    ids=("car_id", "to_zone_id"),
+    finite=("fuel_level",),
+)
+ZONES = ArchiveKind(
+    "zones",
+    "zone_id bigint, pollution_level double, event_time bigint",
+    ("zone_id", "pollution_level", "event_time"),
+    ids=("zone_id",),
+    finite=("pollution_level",),
+)
 CAR_POLLUTION = ArchiveKind(
     "car pollution",
     "car_id bigint, zone_id bigint, fuel_level double, pollution_level double, "
     "car_event_time bigint, zone_event_time bigint",
-    ("car_id", "zone_id", "car_event_time"), times=("car_event_time",), unwrap=False)
+    ("car_id", "zone_id", "car_event_time"),
+    times=("car_event_time",),
+    unwrap=False,
+)
 
 MOOD_SCHEMA = MOODS.schema  # for from_json on a Kafka source, see the module docstring
 
@@ -141,8 +167,11 @@ def _is_parquet(path: str) -> bool:
     for entry in os.scandir(p):
         if entry.name.endswith(".parquet"):
             return True
-        if entry.is_dir() and "=" in entry.name and any(
-                f.endswith(".parquet") for f in os.listdir(entry.path)):
+        if (
+            entry.is_dir()
+            and "=" in entry.name
+            and any(f.endswith(".parquet") for f in os.listdir(entry.path))
+        ):
             return True
     return False
 
@@ -170,12 +199,23 @@ def conform(df: DataFrame, kind: ArchiveKind) -> DataFrame:
     fields = kind.schema.fields
     present = set(df.columns)
     # try_cast: a Parquet column of another type yields null (-> dropped), not an ANSI error
-    cols = [(F.expr(f"try_cast(`{f.name}` as {f.dataType.simpleString()})") if f.name in present
-             else F.lit(None).cast(f.dataType)).alias(f.name) for f in fields]
+    cols = [
+        (
+            F.expr(f"try_cast(`{f.name}` as {f.dataType.simpleString()})")
+            if f.name in present
+            else F.lit(None).cast(f.dataType)
+        ).alias(f.name)
+        for f in fields
+    ]
     if "_pos" in present:
         cols.append(F.col("_pos"))
-    cols.append((F.col("_timestamp").cast("bigint") if "_timestamp" in present
-                 else F.lit(None).cast("bigint")).alias("_timestamp"))
+    cols.append(
+        (
+            F.col("_timestamp").cast("bigint")
+            if "_timestamp" in present
+            else F.lit(None).cast("bigint")
+        ).alias("_timestamp")
+    )
     out = df.select(*cols)
     valid: Column = F.lit(True)
     for name in kind.required:
@@ -233,8 +273,9 @@ def read_archive(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveK
             df = spark.read.schema(schema).option("mode", "PERMISSIVE").json(path)
             if kind.unwrap:
                 df = _unwrap(df, kind, keep=["_timestamp"])
-        order = (F.col("_offset") if "_offset" in df.columns
-                 else F.monotonically_increasing_id())  # the offset, else the line
+        order = (
+            F.col("_offset") if "_offset" in df.columns else F.monotonically_increasing_id()
+        )  # the offset, else the line
         pos = F.lit(i << 54).cast("bigint") + order  # the archive first
         parts.append(conform(df.withColumn("_pos", pos), kind))
     out = parts[0]
@@ -259,8 +300,13 @@ def count_records(spark: SparkSession, paths: str | Sequence[str], kind: Archive
 
 def _unwrap(df: DataFrame, kind: ArchiveKind, keep: Sequence[str] = ()) -> DataFrame:
     """An etj-late envelope carries the record under ``record``: prefer it when present."""
-    return df.select(*[F.when(F.col("record").isNotNull(), F.col(f"record.{n}"))
-                       .otherwise(F.col(n)).alias(n) for n in kind.fields], *keep)
+    return df.select(
+        *[
+            F.when(F.col("record").isNotNull(), F.col(f"record.{n}")).otherwise(F.col(n)).alias(n)
+            for n in kind.fields
+        ],
+        *keep,
+    )
 
 
 def write_table(df: DataFrame, path: str) -> None:
@@ -281,8 +327,13 @@ def write_table(df: DataFrame, path: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".etj-", dir=target.parent)
     try:
-        (df.orderBy(df.columns[0]).coalesce(1).write.mode("overwrite").options(**writer_opts)
-         .json(os.path.join(tmp, "out")))
+        (
+            df.orderBy(df.columns[0])
+            .coalesce(1)
+            .write.mode("overwrite")
+            .options(**writer_opts)
+            .json(os.path.join(tmp, "out"))
+        )
         part = next(Path(tmp, "out").glob("part-*"), None)
         if part is None:  # an empty DataFrame writes no part file
             target.write_text("")

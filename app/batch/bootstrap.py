@@ -40,8 +40,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -55,9 +56,11 @@ from app.state.snapshot_store import BootstrapMarker, Snapshots
 
 __all__ = ["BootstrapError", "Outcome", "bootstrap", "target_of"]
 
-RESULT_SCHEMA = ("partition long, records long, keys long, first_offset long, "
-                 "last_offset long, changelog_bytes long, snapshot_bytes long, "
-                 "changelog_s double, database_s double, upload_s double")
+RESULT_SCHEMA = (
+    "partition long, records long, keys long, first_offset long, "
+    "last_offset long, changelog_bytes long, snapshot_bytes long, "
+    "changelog_s double, database_s double, upload_s double"
+)
 
 
 class BootstrapError(RuntimeError):
@@ -99,25 +102,37 @@ def target_of(spec: JoinSpec, settings: Any, snapshot_url: str, broker_url: str)
     if not settings.local_tables:
         raise BootstrapError(
             f"ETJ_STORE_URL is {settings.store_url}: workers read snapshots with rocksdb:// only "
-            "(run the job with the workers' ETJ_* settings)")
+            "(run the job with the workers' ETJ_* settings)"
+        )
     if spec.name not in joins:
-        raise BootstrapError(f"the workers of this configuration do not run join {spec.name!r} "
-                             f"(they run {', '.join(joins) or 'none'}: ETJ_BUILTIN_JOINS, "
-                             "ETJ_JOINS_FILE)")
+        raise BootstrapError(
+            f"the workers of this configuration do not run join {spec.name!r} "
+            f"(they run {', '.join(joins) or 'none'}: ETJ_BUILTIN_JOINS, "
+            "ETJ_JOINS_FILE)"
+        )
     table = joins[spec.name].tables.joins
     partitions = table.partitions or settings.partitions
-    return Target(changelog=table.changelog_topic.get_topic_name(), partitions=partitions,
-                  fingerprint=table_fingerprint(table, partitions), snapshot_url=snapshot_url,
-                  bootstrap_servers=bootstrap_servers(broker_url), settings=settings,
-                  # the worker's own limit (Faust's default 1,000,000): a row the job writes, the
-                  # worker can write again when a version is added
-                  max_row_bytes=settings.producer_max_request_bytes or 1_000_000)
+    return Target(
+        changelog=table.changelog_topic.get_topic_name(),
+        partitions=partitions,
+        fingerprint=table_fingerprint(table, partitions),
+        snapshot_url=snapshot_url,
+        bootstrap_servers=bootstrap_servers(broker_url),
+        settings=settings,
+        # the worker's own limit (Faust's default 1,000,000): a row the job writes, the
+        # worker can write again when a version is added
+        max_row_bytes=settings.producer_max_request_bytes or 1_000_000,
+    )
 
 
 # --- checks on the broker ---------------------------------------------------------------------
 
-async def _broker_state(target: Target, group: str, topics: Sequence[str],
-                        ) -> tuple[int, dict[str, dict[int, int]]]:
+
+async def _broker_state(
+    target: Target,
+    group: str,
+    topics: Sequence[str],
+) -> tuple[int, dict[str, dict[int, int]]]:
     """(members of ``group``, topic -> partition -> end offset for those of ``topics`` that
     exist)."""
     from aiokafka import AIOKafkaConsumer
@@ -136,8 +151,9 @@ async def _broker_state(target: Target, group: str, topics: Sequence[str],
         members = sum(len(g[5]) for r in described for g in r.groups if g[0] == 0)
     finally:
         await admin.close()
-    consumer = AIOKafkaConsumer(bootstrap_servers=target.bootstrap_servers,
-                                enable_auto_commit=False, **auth)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=target.bootstrap_servers, enable_auto_commit=False, **auth
+    )
     await consumer.start()
     try:
         present = await consumer.topics()
@@ -159,21 +175,36 @@ async def _create_changelog(target: Target) -> None:
 
     from app.kafka.security import aiokafka_auth
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=target.bootstrap_servers,
-                                **aiokafka_auth(target.settings))
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=target.bootstrap_servers, **aiokafka_auth(target.settings)
+    )
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(target.changelog, target.partitions,
-                                            target.settings.replication_factor,
-                                            topic_configs={"cleanup.policy": "compact"})])
+        await admin.create_topics(
+            [
+                NewTopic(
+                    target.changelog,
+                    target.partitions,
+                    target.settings.replication_factor,
+                    topic_configs={"cleanup.policy": "compact"},
+                )
+            ]
+        )
     except TopicAlreadyExistsError:
         pass
     finally:
         await admin.close()
 
 
-def check(target: Target, spec: JoinSpec, snaps: Snapshots, inputs: Sequence[str], group: str,
-          wait_group_s: float, steps: Steps) -> BootstrapMarker | None:
+def check(
+    target: Target,
+    spec: JoinSpec,
+    snaps: Snapshots,
+    inputs: Sequence[str],
+    group: str,
+    wait_group_s: float,
+    steps: Steps,
+) -> BootstrapMarker | None:
     """Step 1 of the module docstring; the marker of an unfinished earlier attempt (or None)."""
     marker = snaps.bootstrap(target.changelog)
     if marker is not None and marker.state == "done":
@@ -181,43 +212,53 @@ def check(target: Target, spec: JoinSpec, snaps: Snapshots, inputs: Sequence[str
             f"table {target.changelog} was bootstrapped by job {marker.job} (done "
             f"{time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime((marker.finished_ms or 0) / 1000))}"
             "): its state lives in its changelog and snapshots now. A catalogue's new versions "
-            "go to the dimension topic")
+            "go to the dimension topic"
+        )
     if marker is not None and sorted(marker.inputs) != sorted(inputs):
         raise BootstrapError(
             f"an unfinished bootstrap of {target.changelog} (job {marker.job}, {marker.state}) "
             f"read {marker.inputs}: run it again on the same inputs (its rows are in the "
-            "changelog already)")
+            "changelog already)"
+        )
     deadline = time.monotonic() + wait_group_s
     while True:
-        members, ends = asyncio.run(_broker_state(target, group, [target.changelog,
-                                                                  spec.dimension.topic]))
+        members, ends = asyncio.run(
+            _broker_state(target, group, [target.changelog, spec.dimension.topic])
+        )
         if not members:
             break
         if marker is not None:  # they joined after the marker: they wait for it, reading nothing
-            steps.say(f"consumer group {group!r} has {members} member(s) waiting for the "
-                      f"unfinished bootstrap {marker.job}")
+            steps.say(
+                f"consumer group {group!r} has {members} member(s) waiting for the "
+                f"unfinished bootstrap {marker.job}"
+            )
             break
         if time.monotonic() >= deadline:
             raise BootstrapError(
                 f"consumer group {group!r} has {members} member(s): stop the join's workers "
                 "first (they would write rows the snapshots do not hold); a stopped worker stays "
-                "a member for up to its session timeout")
+                "a member for up to its session timeout"
+            )
         steps.say(f"consumer group {group!r} has {members} member(s): waiting for it to empty")
         time.sleep(2)
     dim = ends.get(spec.dimension.topic)
     if dim is not None and len(dim) != target.partitions:
-        raise BootstrapError(f"topic {spec.dimension.topic} has {len(dim)} partitions, join "
-                             f"{spec.name} {target.partitions}: the keys would be placed in "
-                             "partitions its records do not use")
+        raise BootstrapError(
+            f"topic {spec.dimension.topic} has {len(dim)} partitions, join "
+            f"{spec.name} {target.partitions}: the keys would be placed in "
+            "partitions its records do not use"
+        )
     written = {p: o for p, o in ends.get(target.changelog, {}).items() if o > 0}
     if written and marker is None:
         raise BootstrapError(
             f"changelog {target.changelog} holds rows already (end offsets {written}): the "
-            "bootstrap builds a table's first state, before any worker wrote one")
+            "bootstrap builds a table's first state, before any worker wrote one"
+        )
     return marker
 
 
 # --- the Spark part ---------------------------------------------------------------------------
+
 
 def _partition_of(partitions: int):  # type: ignore[no-untyped-def]
     """A column: the partition Kafka's default partitioner gives the key's UTF-8 bytes. An Arrow
@@ -246,8 +287,9 @@ def _partition_of(partitions: int):  # type: ignore[no-untyped-def]
     return F.pandas_udf(by_pandas, "int")  # type: ignore[call-overload]
 
 
-def _write_group(target: Target, columns: list[str], kinds: list[str], workdir: str | None,
-                 table: Any) -> Any:
+def _write_group(
+    target: Target, columns: list[str], kinds: list[str], workdir: str | None, table: Any
+) -> Any:
     """One partition's records (an Arrow table) -> its state written; one result row."""
     import pyarrow as pa
 
@@ -257,15 +299,22 @@ def _write_group(target: Target, columns: list[str], kinds: list[str], workdir: 
     return pa.Table.from_pylist([asdict(state)])
 
 
-def build(spark: SparkSession, spec: JoinSpec, paths: Sequence[str], scope: Scope,
-          target: Target, workdir: str | None = None) -> tuple[DataFrame, DataFrame]:
+def build(
+    spark: SparkSession,
+    spec: JoinSpec,
+    paths: Sequence[str],
+    scope: Scope,
+    target: Target,
+    workdir: str | None = None,
+) -> tuple[DataFrame, DataFrame]:
     """(one result row per partition written, the records refused as from the future): lazy.
     One shuffle: the records go to their partition's group as they are; each group's executor
     gathers a key's versions (:func:`app.batch.state_files.arrow_rows`)."""
     from app.joins.columns import model_columns
 
-    records, refused = admit_input(spark, paths, spec_kinds(spec).dimension,
-                                   spec.dimension.time, scope, None)
+    records, refused = admit_input(
+        spark, paths, spec_kinds(spec).dimension, spec.dimension.time, scope, None
+    )
     d = spec.dimension
     columns = [d.key, d.time, *d.copy]
     kind_of = {c.name: c.kind for c in model_columns(d.model)}
@@ -279,6 +328,7 @@ def build(spark: SparkSession, spec: JoinSpec, paths: Sequence[str], scope: Scop
     if hasattr(grouped, "applyInArrow"):  # Spark 4.0+: the group reaches the executor as Arrow
         written = grouped.applyInArrow(write, schema=RESULT_SCHEMA)
     else:  # Spark 3.5: as a pandas frame
+
         def write_pandas(pdf: Any) -> Any:
             import pyarrow as pa
 
@@ -288,9 +338,17 @@ def build(spark: SparkSession, spec: JoinSpec, paths: Sequence[str], scope: Scop
     return written, refused
 
 
-def bootstrap(spark: SparkSession, steps: Steps, spec: JoinSpec, paths: Sequence[str],
-              scope: Scope, target: Target, group: str, wait_group_s: float = 60.0,
-              workdir: str | None = None) -> Outcome:
+def bootstrap(
+    spark: SparkSession,
+    steps: Steps,
+    spec: JoinSpec,
+    paths: Sequence[str],
+    scope: Scope,
+    target: Target,
+    group: str,
+    wait_group_s: float = 60.0,
+    workdir: str | None = None,
+) -> Outcome:
     """The whole job (module docstring); :class:`BootstrapError` when it must not run."""
     t0 = time.monotonic()
     snaps = Snapshots(target.snapshot_url)
@@ -302,21 +360,43 @@ def bootstrap(spark: SparkSession, steps: Steps, spec: JoinSpec, paths: Sequence
     started = int(time.time() * 1000)
     snaps.mark_bootstrap(BootstrapMarker(target.changelog, job, "running", started, inputs))
     try:
-        with steps.step(f"{spec.name}: catalogue -> {target.partitions} partitions of "
-                        f"{target.changelog} and their snapshots"):
+        with steps.step(
+            f"{spec.name}: catalogue -> {target.partitions} partitions of "
+            f"{target.changelog} and their snapshots"
+        ):
             written, refused = build(spark, spec, paths, scope, target, workdir)
-            states = sorted((PartitionState(**r.asDict()) for r in written.collect()),
-                            key=lambda s: s.partition)
+            states = sorted(
+                (PartitionState(**r.asDict()) for r in written.collect()), key=lambda s: s.partition
+            )
             n_refused = refused.count()
-            n_invalid = (count_records(spark, paths, spec_kinds(spec).dimension)
-                         - n_refused - sum(s.records for s in states))
+            n_invalid = (
+                count_records(spark, paths, spec_kinds(spec).dimension)
+                - n_refused
+                - sum(s.records for s in states)
+            )
     except BaseException as exc:
-        snaps.mark_bootstrap(BootstrapMarker(target.changelog, job, "failed", started, inputs,
-                                             error=f"{type(exc).__name__}: {exc}"[:2000]))
+        snaps.mark_bootstrap(
+            BootstrapMarker(
+                target.changelog,
+                job,
+                "failed",
+                started,
+                inputs,
+                error=f"{type(exc).__name__}: {exc}"[:2000],
+            )
+        )
         raise
-    outcome = Outcome(job, target.changelog, states, n_refused, n_invalid,
-                      time.monotonic() - t0)
-    snaps.mark_bootstrap(BootstrapMarker(
-        target.changelog, job, "done", started, inputs, finished_ms=int(time.time() * 1000),
-        offsets={str(s.partition): s.last_offset for s in states}, keys=outcome.keys))
+    outcome = Outcome(job, target.changelog, states, n_refused, n_invalid, time.monotonic() - t0)
+    snaps.mark_bootstrap(
+        BootstrapMarker(
+            target.changelog,
+            job,
+            "done",
+            started,
+            inputs,
+            finished_ms=int(time.time() * 1000),
+            offsets={str(s.partition): s.last_offset for s in states},
+            keys=outcome.keys,
+        )
+    )
     return outcome

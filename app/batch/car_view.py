@@ -28,8 +28,14 @@ from app.joins.fk_spec import FkJoinSpec
 __all__ = ["CAR_COLUMNS", "car_view", "latest_car_outputs", "compare_car_views"]
 
 #: one output record (the wire contract of ``etj-car-pollution``), wire order
-CAR_COLUMNS = ["car_id", "zone_id", "fuel_level", "pollution_level", "car_event_time",
-               "zone_event_time"]
+CAR_COLUMNS = [
+    "car_id",
+    "zone_id",
+    "fuel_level",
+    "pollution_level",
+    "car_event_time",
+    "zone_event_time",
+]
 
 
 @lru_cache(maxsize=1)

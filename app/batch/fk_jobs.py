@@ -24,8 +24,7 @@ from pyspark.sql import functions as F
 from app.batch import archives as A
 from app.batch.fk_view import compare_fk_views, fk_view, latest_fk_outputs
 from app.batch.jobs import Inputs, Paths, Scope, admit_input
-from app.batch.report import (Report, count_statuses, difference, first_per_status,
-                              sample_rows)
+from app.batch.report import Report, count_statuses, difference, first_per_status, sample_rows
 from app.batch.session import Steps
 from app.joins.columns import fk_output_columns, model_columns
 from app.joins.fk_spec import FkJoinSpec
@@ -35,28 +34,35 @@ __all__ = ["backfill_fk", "describe_fk", "exact_fk", "fk_kinds", "reconcile_fk"]
 
 def fk_kinds(spec: FkJoinSpec) -> tuple[A.ArchiveKind, A.ArchiveKind, A.ArchiveKind]:
     """How its archives are read: left, right, output (the checks of its wire models)."""
-    return (A.kind_of(spec.left.topic, model_columns(spec.left.model)),
-            A.kind_of(spec.right.topic, model_columns(spec.right.model)),
-            A.kind_of(spec.output, fk_output_columns(spec), unwrap=False))
+    return (
+        A.kind_of(spec.left.topic, model_columns(spec.left.model)),
+        A.kind_of(spec.right.topic, model_columns(spec.right.model)),
+        A.kind_of(spec.output, fk_output_columns(spec), unwrap=False),
+    )
 
 
-def read_fk_inputs(spark: SparkSession, spec: FkJoinSpec, left: Paths, right: Paths,
-                   scope: Scope) -> Inputs:
+def read_fk_inputs(
+    spark: SparkSession, spec: FkJoinSpec, left: Paths, right: Paths, scope: Scope
+) -> Inputs:
     kinds = fk_kinds(spec)
-    sides = {"left": admit_input(spark, left, kinds[0], spec.left.time, scope, None),
-             "right": admit_input(spark, right, kinds[1], spec.right.time, scope, None)}
+    sides = {
+        "left": admit_input(spark, left, kinds[0], spec.left.time, scope, None),
+        "right": admit_input(spark, right, kinds[1], spec.right.time, scope, None),
+    }
     return Inputs({k: v[0] for k, v in sides.items()}, {k: v[1] for k, v in sides.items()})
 
 
-def exact_fk(spark: SparkSession, spec: FkJoinSpec, left: Paths, right: Paths,
-             scope: Scope) -> tuple[DataFrame, Inputs]:
+def exact_fk(
+    spark: SparkSession, spec: FkJoinSpec, left: Paths, right: Paths, scope: Scope
+) -> tuple[DataFrame, Inputs]:
     """Extract + transform: the exact view (columns ``spec.output_fields``)."""
     inputs = read_fk_inputs(spark, spec, left, right, scope)
     return fk_view(spec, inputs["left"], inputs["right"]), inputs
 
 
-def _comparison(spark: SparkSession, spec: FkJoinSpec, left: Paths, right: Paths,
-                outputs: Paths, scope: Scope) -> tuple[DataFrame, DataFrame, Inputs]:
+def _comparison(
+    spark: SparkSession, spec: FkJoinSpec, left: Paths, right: Paths, outputs: Paths, scope: Scope
+) -> tuple[DataFrame, DataFrame, Inputs]:
     out = A.read_archive(spark, outputs, fk_kinds(spec)[2]).cache()
     view, inputs = exact_fk(spark, spec, left, right, scope)
     return compare_fk_views(spec, view, latest_fk_outputs(spec, out)), out, inputs
@@ -77,9 +83,17 @@ def describe_fk(spec: FkJoinSpec, row: Any) -> str:
     return what + "expected " + view(e) + "; latest output " + view(a)
 
 
-def reconcile_fk(spark: SparkSession, steps: Steps, spec: FkJoinSpec, left: Paths,
-                 right: Paths, outputs: Paths, scope: Scope, examples: int = 5,
-                 sample: int = 0) -> Report:
+def reconcile_fk(
+    spark: SparkSession,
+    steps: Steps,
+    spec: FkJoinSpec,
+    left: Paths,
+    right: Paths,
+    outputs: Paths,
+    scope: Scope,
+    examples: int = 5,
+    sample: int = 0,
+) -> Report:
     """The stream's output (archived) against the exact view."""
     key = spec.left.key
     with steps.step(f"{spec.name}: reading archives, exact view, latest output per key"):
@@ -93,16 +107,26 @@ def reconcile_fk(spark: SparkSession, steps: Steps, spec: FkJoinSpec, left: Path
         refused = inputs.refused_counts()
     comparison.unpersist()
     out.unpersist()
-    return Report(f"join {spec.name} ({spec.output})", counts, records, shown, [], diffs,
-                  f"joins:{spec.name}", refused)
+    return Report(
+        f"join {spec.name} ({spec.output})",
+        counts,
+        records,
+        shown,
+        [],
+        diffs,
+        f"joins:{spec.name}",
+        refused,
+    )
 
 
-def backfill_fk(spark: SparkSession, spec: FkJoinSpec, left: Paths, right: Paths,
-                outputs: Paths, scope: Scope) -> tuple[DataFrame, Inputs]:
+def backfill_fk(
+    spark: SparkSession, spec: FkJoinSpec, left: Paths, right: Paths, outputs: Paths, scope: Scope
+) -> tuple[DataFrame, Inputs]:
     """The exact rows of the keys whose latest output differs from them, or that have none
     (module docstring); columns ``spec.output_fields``."""
     comparison, out, inputs = _comparison(spark, spec, left, right, outputs, scope)
-    todo = (comparison.where(F.col("status").isin("missing", "wrong"))
-            .select(*[F.col(f"expected.{f}").alias(f) for f in spec.output_fields]))
+    todo = comparison.where(F.col("status").isin("missing", "wrong")).select(
+        *[F.col(f"expected.{f}").alias(f) for f in spec.output_fields]
+    )
     out.unpersist()
     return todo, inputs

@@ -26,37 +26,54 @@ __all__ = ["compare_fk_views", "fk_view", "latest_fk_outputs"]
 def fk_view(spec: FkJoinSpec, left: DataFrame, right: DataFrame) -> DataFrame:
     """The exact view: one row per left key. Columns: ``spec.output_fields``."""
     lt, rt = spec.left, spec.right
-    rows = (left.groupBy(lt.key)
-            .agg(F.max(F.struct(lt.time, spec.fk, *lt.copy)).alias("a"))
-            .select(lt.key, F.col(f"a.{spec.fk}").alias(spec.fk_as),
-                    *[F.col(f"a.{f}").alias(f) for f in lt.copy],
-                    F.col(f"a.{lt.time}").alias(spec.left_time_as)))
+    rows = (
+        left.groupBy(lt.key)
+        .agg(F.max(F.struct(lt.time, spec.fk, *lt.copy)).alias("a"))
+        .select(
+            lt.key,
+            F.col(f"a.{spec.fk}").alias(spec.fk_as),
+            *[F.col(f"a.{f}").alias(f) for f in lt.copy],
+            F.col(f"a.{lt.time}").alias(spec.left_time_as),
+        )
+    )
     # (left key, fk, *left copies, left time)
-    versions = (right.groupBy(rt.key)
-                .agg(F.max(F.struct(rt.time, *rt.copy)).alias("z"))
-                .select(F.col(rt.key).alias(spec.fk_as), *[F.col(f"z.{f}").alias(f)
-                                                           for f in rt.copy],
-                        F.col(f"z.{rt.time}").alias(spec.right_time_as)))
+    versions = (
+        right.groupBy(rt.key)
+        .agg(F.max(F.struct(rt.time, *rt.copy)).alias("z"))
+        .select(
+            F.col(rt.key).alias(spec.fk_as),
+            *[F.col(f"z.{f}").alias(f) for f in rt.copy],
+            F.col(f"z.{rt.time}").alias(spec.right_time_as),
+        )
+    )
     # (fk, *right copies, right time)
     return rows.join(versions, spec.fk_as, "left").select(*spec.output_fields)
 
 
-def latest_fk_outputs(spec: FkJoinSpec, outputs: DataFrame, order: str | None = "_pos",
-                      ) -> DataFrame:
+def latest_fk_outputs(
+    spec: FkJoinSpec,
+    outputs: DataFrame,
+    order: str | None = "_pos",
+) -> DataFrame:
     """Per left key, the output a consumer ends on, then the later record. Columns:
     ``spec.output_fields`` + ``outputs`` (records of the key)."""
     pos = F.col(order) if order else F.lit(0)
     no_right = F.col(spec.right_time_as).isNull()
     rest = spec.output_fields[1:]
     rank = F.struct(
-        spec.left_time_as, spec.fk_as, *spec.left.copy,
+        spec.left_time_as,
+        spec.fk_as,
+        *spec.left.copy,
         F.when(no_right, F.lit(-1)).otherwise(F.col(spec.right_time_as)).alias("_rt"),
-        *[F.when(no_right, F.lit(None)).otherwise(F.col(f)).alias(f"_r{i}")
-          for i, f in enumerate(spec.right.copy)],
-        pos.alias("_o"))
-    best = (outputs.groupBy(spec.left.key)
-            .agg(F.max_by(F.struct(*rest), rank).alias("o"),
-                 F.count(F.lit(1)).alias("outputs")))
+        *[
+            F.when(no_right, F.lit(None)).otherwise(F.col(f)).alias(f"_r{i}")
+            for i, f in enumerate(spec.right.copy)
+        ],
+        pos.alias("_o"),
+    )
+    best = outputs.groupBy(spec.left.key).agg(
+        F.max_by(F.struct(*rest), rank).alias("o"), F.count(F.lit(1)).alias("outputs")
+    )
     return best.select(spec.left.key, *[F.col(f"o.{c}").alias(c) for c in rest], "outputs")
 
 
@@ -73,9 +90,10 @@ def compare_fk_views(spec: FkJoinSpec, exact: DataFrame, latest: DataFrame) -> D
     key = spec.left.key
     e = exact.select(key, F.struct(*spec.output_fields).alias("expected"))
     a = latest.select(key, F.struct(*spec.output_fields, "outputs").alias("actual"))
-    status = (F.when(F.col("actual").isNull(), "missing")
-              .when(F.col("expected").isNull(), "extra")
-              .when(_same(spec, "expected", "actual"), "matched")
-              .otherwise("wrong"))
-    return (e.join(a, key, "full_outer")
-            .select(key, status.alias("status"), "expected", "actual"))
+    status = (
+        F.when(F.col("actual").isNull(), "missing")
+        .when(F.col("expected").isNull(), "extra")
+        .when(_same(spec, "expected", "actual"), "matched")
+        .otherwise("wrong")
+    )
+    return e.join(a, key, "full_outer").select(key, status.alias("status"), "expected", "actual")

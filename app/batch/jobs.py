@@ -13,8 +13,9 @@ range only what the joins of events in the range need is read (:mod:`app.logic.e
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -22,9 +23,18 @@ from pyspark.sql import functions as F
 from app.batch import archives as A
 from app.batch import spec_joins as S
 from app.batch.admission import admit, in_range
-from app.batch.report import (Report, count_statuses, describe_car, describe_join, difference,
-                              first_per_status, sample_rows, view_names, write_report)
 from app.batch.car_view import CAR_COLUMNS, car_view, compare_car_views, latest_car_outputs
+from app.batch.report import (
+    Report,
+    count_statuses,
+    describe_car,
+    describe_join,
+    difference,
+    first_per_status,
+    sample_rows,
+    view_names,
+    write_report,
+)
 from app.batch.session import Steps
 from app.batch.spec_joins import METHODS
 from app.joins.columns import model_columns, output_columns
@@ -55,9 +65,11 @@ class SpecKinds:
 
 
 def spec_kinds(spec: JoinSpec) -> SpecKinds:
-    return SpecKinds(A.kind_of(spec.events.topic, model_columns(spec.events.model)),
-                     A.kind_of(spec.dimension.topic, model_columns(spec.dimension.model)),
-                     A.kind_of(spec.output, output_columns(spec), unwrap=False))
+    return SpecKinds(
+        A.kind_of(spec.events.topic, model_columns(spec.events.model)),
+        A.kind_of(spec.dimension.topic, model_columns(spec.dimension.model)),
+        A.kind_of(spec.output, output_columns(spec), unwrap=False),
+    )
 
 
 def dimension_role(spec: JoinSpec) -> Role:
@@ -80,31 +92,48 @@ class Inputs:
         return {name: df.count() for name, df in self.refused.items()}
 
 
-def admit_input(spark: SparkSession, paths: Paths, kind: A.ArchiveKind, time: str,
-                scope: Scope, role: Role | None) -> tuple[DataFrame, DataFrame]:
+def admit_input(
+    spark: SparkSession,
+    paths: Paths,
+    kind: A.ArchiveKind,
+    time: str,
+    scope: Scope,
+    role: Role | None,
+) -> tuple[DataFrame, DataFrame]:
     """One input read, split by the future rule, both parts cut to what the range needs
     (``role`` None: no range applies)."""
     a = admit(A.read_archive(spark, paths, kind), time, scope.now_ms, scope.max_future_ms)
     if role is None:
         return a.records, a.refused
-    return (in_range(a.records, scope.range, role, time),
-            in_range(a.refused, scope.range, role, time))
+    return (
+        in_range(a.records, scope.range, role, time),
+        in_range(a.refused, scope.range, role, time),
+    )
 
 
-def read_join_inputs(spark: SparkSession, spec: JoinSpec, events: Paths, dimension: Paths,
-                     scope: Scope) -> Inputs:
+def read_join_inputs(
+    spark: SparkSession, spec: JoinSpec, events: Paths, dimension: Paths, scope: Scope
+) -> Inputs:
     """Extract and admit: the archives read as the spec's records, records from the future set
     apart, and only what the range needs kept."""
     kinds = spec_kinds(spec)
-    sides = {"events": admit_input(spark, events, kinds.events, spec.events.time, scope,
-                                   "events"),
-             "dimension": admit_input(spark, dimension, kinds.dimension, spec.dimension.time,
-                                      scope, dimension_role(spec))}
+    sides = {
+        "events": admit_input(spark, events, kinds.events, spec.events.time, scope, "events"),
+        "dimension": admit_input(
+            spark, dimension, kinds.dimension, spec.dimension.time, scope, dimension_role(spec)
+        ),
+    }
     return Inputs({k: v[0] for k, v in sides.items()}, {k: v[1] for k, v in sides.items()})
 
 
-def exact_join(spark: SparkSession, spec: JoinSpec, events: Paths, dimension: Paths,
-               scope: Scope, method: str = METHODS[0]) -> tuple[DataFrame, Inputs]:
+def exact_join(
+    spark: SparkSession,
+    spec: JoinSpec,
+    events: Paths,
+    dimension: Paths,
+    scope: Scope,
+    method: str = METHODS[0],
+) -> tuple[DataFrame, Inputs]:
     """Extract + transform: the exact answer (:func:`app.batch.spec_joins.answer_columns`)."""
     inputs = read_join_inputs(spark, spec, events, dimension, scope)
     return S.spec_joins(spec, inputs["events"], inputs["dimension"], method), inputs
@@ -113,13 +142,19 @@ def exact_join(spark: SparkSession, spec: JoinSpec, events: Paths, dimension: Pa
 def read_car_inputs(spark: SparkSession, cars: Paths, zones: Paths, scope: Scope) -> Inputs:
     """The car view's inputs, records from the future set apart (the car view is the view of
     now: no event-time range applies)."""
-    sides = {"car arrivals": admit_input(spark, cars, A.CARS, "event_time", scope, None),
-             "zones": admit_input(spark, zones, A.ZONES, "event_time", scope, None)}
+    sides = {
+        "car arrivals": admit_input(spark, cars, A.CARS, "event_time", scope, None),
+        "zones": admit_input(spark, zones, A.ZONES, "event_time", scope, None),
+    }
     return Inputs({k: v[0] for k, v in sides.items()}, {k: v[1] for k, v in sides.items()})
 
 
-def exact_cars(spark: SparkSession, cars: Paths, zones: Paths, scope: Scope,
-               ) -> tuple[DataFrame, Inputs]:
+def exact_cars(
+    spark: SparkSession,
+    cars: Paths,
+    zones: Paths,
+    scope: Scope,
+) -> tuple[DataFrame, Inputs]:
     inputs = read_car_inputs(spark, cars, zones, scope)
     return car_view(inputs["car arrivals"], inputs["zones"]), inputs
 
@@ -127,8 +162,9 @@ def exact_cars(spark: SparkSession, cars: Paths, zones: Paths, scope: Scope,
 # ---------------------------------------------------------------------------------- reconcile
 
 
-def read_output(spark: SparkSession, spec: JoinSpec, revisions: Paths, scope: Scope,
-                inputs: Inputs) -> DataFrame:
+def read_output(
+    spark: SparkSession, spec: JoinSpec, revisions: Paths, scope: Scope, inputs: Inputs
+) -> DataFrame:
     """The output archive, as far as the range asks: the revisions of the joins of events in
     it (by the event time they carry, else by the join ids of those events)."""
     log = A.read_archive(spark, revisions, spec_kinds(spec).output)
@@ -140,9 +176,18 @@ def read_output(spark: SparkSession, spec: JoinSpec, revisions: Paths, scope: Sc
     return log.join(ids, "id", "left_semi")
 
 
-def reconcile_join(spark: SparkSession, steps: Steps, spec: JoinSpec, events: Paths,
-                   dimension: Paths, revisions: Paths, scope: Scope, examples: int = 5,
-                   sample: int = 0, method: str = METHODS[0]) -> Report:
+def reconcile_join(
+    spark: SparkSession,
+    steps: Steps,
+    spec: JoinSpec,
+    events: Paths,
+    dimension: Paths,
+    revisions: Paths,
+    scope: Scope,
+    examples: int = 5,
+    sample: int = 0,
+    method: str = METHODS[0],
+) -> Report:
     """The stream's revision log (archived) against the exact answer, for any join spec.
 
     ``examples`` per kind are described in the text; ``sample`` per kind (at least
@@ -153,8 +198,7 @@ def reconcile_join(spark: SparkSession, steps: Steps, spec: JoinSpec, events: Pa
         exact, inputs = exact_join(spark, spec, events, dimension, scope, method)
         log = read_output(spark, spec, revisions, scope, inputs).cache()
         holding = S.holding_ids(spec, inputs["events"], inputs["dimension"])
-        comparison = S.compare_joins(spec, exact, S.latest_revisions(spec, log),
-                                     holding).cache()
+        comparison = S.compare_joins(spec, exact, S.latest_revisions(spec, log), holding).cache()
         counts = count_statuses(comparison)
     with steps.step(f"{spec.name}: examples, revision-log checks, refused records"):
         rows = sample_rows(comparison, "id", max(examples, sample))
@@ -170,17 +214,29 @@ def reconcile_join(spark: SparkSession, steps: Steps, spec: JoinSpec, events: Pa
 
 def _revision_log_problems(spec: JoinSpec, log: DataFrame, examples: int) -> list[str]:
     """The revision-log contract: one revision number never carries two different answers."""
-    answer = F.struct(*S.answer_columns(spec)[1:],
-                      *[f"previous_{f}" for f in spec.dimension.copy])
-    clashes = (log.groupBy("id", "revision")
-               .agg(F.count_distinct(F.to_json(answer)).alias("answers"))
-               .where(F.col("answers") > 1).orderBy("id", "revision"))
-    return [f"join {r['id']} has {r['answers']} different answers under revision "
-            f"{r['revision']}" for r in clashes.limit(examples).collect()]
+    answer = F.struct(*S.answer_columns(spec)[1:], *[f"previous_{f}" for f in spec.dimension.copy])
+    clashes = (
+        log.groupBy("id", "revision")
+        .agg(F.count_distinct(F.to_json(answer)).alias("answers"))
+        .where(F.col("answers") > 1)
+        .orderBy("id", "revision")
+    )
+    return [
+        f"join {r['id']} has {r['answers']} different answers under revision {r['revision']}"
+        for r in clashes.limit(examples).collect()
+    ]
 
 
-def reconcile_cars(spark: SparkSession, steps: Steps, cars: Paths, zones: Paths,
-                   outputs: Paths, scope: Scope, examples: int = 5, sample: int = 0) -> Report:
+def reconcile_cars(
+    spark: SparkSession,
+    steps: Steps,
+    cars: Paths,
+    zones: Paths,
+    outputs: Paths,
+    scope: Scope,
+    examples: int = 5,
+    sample: int = 0,
+) -> Report:
     """The stream's car view (archived) against the exact view."""
     with steps.step("car view: reading archives, exact view, latest output per car"):
         out = A.read_archive(spark, outputs, A.CAR_POLLUTION).cache()
@@ -194,17 +250,26 @@ def reconcile_cars(spark: SparkSession, steps: Steps, cars: Paths, zones: Paths,
         refused = inputs.refused_counts()
     comparison.unpersist()
     out.unpersist()
-    return Report("car view (etj-car-pollution)", counts, records, shown, [], diffs,
-                  "car_view", refused)
+    return Report(
+        "car view (etj-car-pollution)", counts, records, shown, [], diffs, "car_view", refused
+    )
 
 
 # ----------------------------------------------------------------------------------- backfill
 
 
-def backfill(spark: SparkSession, spec: JoinSpec, events: Paths, dimension: Paths,
-             revisions: Paths, scope: Scope, late_events: Paths = (),
-             late_dimension: Paths = (), before: int | None = None,
-             method: str = METHODS[0]) -> tuple[DataFrame, Inputs]:
+def backfill(
+    spark: SparkSession,
+    spec: JoinSpec,
+    events: Paths,
+    dimension: Paths,
+    revisions: Paths,
+    scope: Scope,
+    late_events: Paths = (),
+    late_dimension: Paths = (),
+    before: int | None = None,
+    method: str = METHODS[0],
+) -> tuple[DataFrame, Inputs]:
     """Revisions (:func:`app.batch.spec_joins.revision_columns`) that supersede the archived
     log's latest answers, and the admitted inputs (for their refused counts).
 
@@ -213,15 +278,17 @@ def backfill(spark: SparkSession, spec: JoinSpec, events: Paths, dimension: Path
     joins with event time < before (e.g. the stream's horizon, where it no longer revises);
     needs the spec to copy the event time into its output.
     """
-    exact, inputs = exact_join(spark, spec, [*events, *late_events],
-                               [*dimension, *late_dimension], scope, method)
+    exact, inputs = exact_join(
+        spark, spec, [*events, *late_events], [*dimension, *late_dimension], scope, method
+    )
     log = read_output(spark, spec, revisions, scope, inputs)
-    out = S.backfill_revisions(spec, S.compare_joins(spec, exact,
-                                                     S.latest_revisions(spec, log)))
+    out = S.backfill_revisions(spec, S.compare_joins(spec, exact, S.latest_revisions(spec, log)))
     if before is not None:
         if spec.events.time not in spec.events.copy:
-            raise ValueError(f"--before needs the event time in the output of join "
-                             f"{spec.name!r}, which does not copy {spec.events.time!r}")
+            raise ValueError(
+                f"--before needs the event time in the output of join "
+                f"{spec.name!r}, which does not copy {spec.events.time!r}"
+            )
         out = out.where(F.col(spec.events.time) < before)
     return out.select(*S.revision_columns(spec)), inputs
 
@@ -241,11 +308,22 @@ def with_lineage(df: DataFrame, archives: Sequence[str]) -> DataFrame:
     """The backfill's revisions with their ``source`` column (:func:`backfill_source`): one
     DataFrame for what is written (``--out``) and what is published, so the two are equal."""
     names = backfill_source(archives)["backfill"]
-    return df.withColumn("source", F.struct(F.array(*[F.lit(a) for a in names])
-                                            .alias("backfill")))
+    return df.withColumn("source", F.struct(F.array(*[F.lit(a) for a in names]).alias("backfill")))
 
 
-__all__ = ["Scope", "Report", "write_report", "difference", "exact_join", "exact_cars",
-           "reconcile_join", "reconcile_cars", "backfill", "backfill_source", "rows_as_wire",
-           "spec_kinds", "with_lineage",
-           "CAR_COLUMNS"]
+__all__ = [
+    "Scope",
+    "Report",
+    "write_report",
+    "difference",
+    "exact_join",
+    "exact_cars",
+    "reconcile_join",
+    "reconcile_cars",
+    "backfill",
+    "backfill_source",
+    "rows_as_wire",
+    "spec_kinds",
+    "with_lineage",
+    "CAR_COLUMNS",
+]

@@ -36,10 +36,10 @@ import sys
 import sysconfig
 import tarfile
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from packaging.requirements import Requirement
 
@@ -70,8 +70,10 @@ def _name(text: str) -> str:
     return re.sub(r"[-_.]+", "-", text).lower()
 
 
-def executor_distributions(root: str = "etj", extras: Iterable[str] = EXTRAS,
-                           ) -> list[metadata.Distribution]:
+def executor_distributions(
+    root: str = "etj",
+    extras: Iterable[str] = EXTRAS,
+) -> list[metadata.Distribution]:
     """The installed distributions ``root`` (with ``extras``) needs, transitively, less
     :data:`PROVIDED` and ``root`` itself; sorted by name."""
     seen: dict[str, metadata.Distribution] = {}
@@ -82,7 +84,8 @@ def executor_distributions(root: str = "etj", extras: Iterable[str] = EXTRAS,
         for text in dist.requires or []:
             req = Requirement(text)
             if req.marker is not None and not any(
-                    req.marker.evaluate({"extra": e}) for e in ("", *wanted)):
+                req.marker.evaluate({"extra": e}) for e in ("", *wanted)
+            ):
                 continue
             key = _name(req.name)
             if key in PROVIDED or key in seen:
@@ -90,8 +93,10 @@ def executor_distributions(root: str = "etj", extras: Iterable[str] = EXTRAS,
             try:
                 seen[key] = metadata.distribution(req.name)
             except metadata.PackageNotFoundError:
-                raise SystemExit(f"pack-env: {req.name} (needed by {name}) is not installed "
-                                 f"here; install etj with the batch extra first") from None
+                raise SystemExit(
+                    f"pack-env: {req.name} (needed by {name}) is not installed "
+                    f"here; install etj with the batch extra first"
+                ) from None
             todo.append((req.name, tuple(req.extras)))
     return [seen[k] for k in sorted(seen)]
 
@@ -149,16 +154,19 @@ def _members() -> tuple[list[metadata.Distribution], dict[str, Path]]:
     return dists, members
 
 
-def _manifest(dists: list[metadata.Distribution], members: dict[str, Path],
-              launcher: bytes) -> dict[str, object]:
+def _manifest(
+    dists: list[metadata.Distribution], members: dict[str, Path], launcher: bytes
+) -> dict[str, object]:
     digest = hashlib.sha256(launcher)
     for inside in sorted(members):
         st = members[inside].stat()
         digest.update(f"{inside}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    return {"python": f"{sys.version_info[0]}.{sys.version_info[1]}",
-            "platform": sysconfig.get_platform(),
-            "distributions": [f"{d.metadata['Name']}=={d.version}" for d in dists],
-            "inputs": digest.hexdigest()}
+    return {
+        "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
+        "platform": sysconfig.get_platform(),
+        "distributions": [f"{d.metadata['Name']}=={d.version}" for d in dists],
+        "inputs": digest.hexdigest(),
+    }
 
 
 def read_manifest(path: str | Path) -> dict[str, object] | None:
@@ -181,20 +189,30 @@ def pack(out: str | Path = DEFAULT_OUT, compresslevel: int = 6, force: bool = Fa
     t0 = time.monotonic()
     out = Path(out)
     dists, members = _members()
-    launcher = LAUNCHER.format(major=sys.version_info[0], minor=sys.version_info[1],
-                               variable=PYTHON_VARIABLE).encode()
+    launcher = LAUNCHER.format(
+        major=sys.version_info[0], minor=sys.version_info[1], variable=PYTHON_VARIABLE
+    ).encode()
     manifest = _manifest(dists, members, launcher)
     size = sum(p.stat().st_size for p in members.values())
     if not force and out.exists() and read_manifest(out) == manifest:
-        return Packed(out, manifest["distributions"], len(members) + 2,  # type: ignore[arg-type]
-                      size, out.stat().st_size, time.monotonic() - t0, fresh=False)
+        return Packed(
+            out,
+            manifest["distributions"],
+            len(members) + 2,  # type: ignore[arg-type]
+            size,
+            out.stat().st_size,
+            time.monotonic() - t0,
+            fresh=False,
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.part")  # two packers at once: each its own
     now = int(time.time())
     try:
         with tarfile.open(tmp, "w:gz", compresslevel=compresslevel) as tar:
-            for name, data, mode in ((MANIFEST, json.dumps(manifest, indent=1).encode(), 0o644),
-                                     ("bin/python", launcher, 0o755)):
+            for name, data, mode in (
+                (MANIFEST, json.dumps(manifest, indent=1).encode(), 0o644),
+                ("bin/python", launcher, 0o755),
+            ):
                 info = tarfile.TarInfo(name)
                 info.size, info.mode, info.mtime = len(data), mode, now
                 tar.addfile(info, io.BytesIO(data))
@@ -203,17 +221,29 @@ def pack(out: str | Path = DEFAULT_OUT, compresslevel: int = 6, force: bool = Fa
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-    return Packed(out, manifest["distributions"], len(members) + 2,  # type: ignore[arg-type]
-                  size, out.stat().st_size, time.monotonic() - t0)
+    return Packed(
+        out,
+        manifest["distributions"],
+        len(members) + 2,  # type: ignore[arg-type]
+        size,
+        out.stat().st_size,
+        time.monotonic() - t0,
+    )
 
 
 def main(out: str, compresslevel: int = 6, force: bool = False) -> int:
     done = pack(out, compresslevel, force)
     what = "written" if done.fresh else "up to date"
-    print(f"pack-env: {done.path} {what} ({done.packed_bytes / 1e6:.1f} MB, "
-          f"{done.unpacked_bytes / 1e6:.1f} MB unpacked, {done.files:,} files, "
-          f"{len(done.distributions)} distributions, Python "
-          f"{sys.version_info[0]}.{sys.version_info[1]}) in {done.seconds:.1f} s", flush=True)
-    print(f"send it with a job: --archives {done.path}#{ALIAS} "
-          f"--conf spark.pyspark.python=./{ALIAS}/bin/python", flush=True)
+    print(
+        f"pack-env: {done.path} {what} ({done.packed_bytes / 1e6:.1f} MB, "
+        f"{done.unpacked_bytes / 1e6:.1f} MB unpacked, {done.files:,} files, "
+        f"{len(done.distributions)} distributions, Python "
+        f"{sys.version_info[0]}.{sys.version_info[1]}) in {done.seconds:.1f} s",
+        flush=True,
+    )
+    print(
+        f"send it with a job: --archives {done.path}#{ALIAS} "
+        f"--conf spark.pyspark.python=./{ALIAS}/bin/python",
+        flush=True,
+    )
     return 0

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
@@ -24,14 +25,18 @@ from app.kafka.security import aiokafka_auth
 from app.settings import get_settings
 
 
-async def _send_all(broker_url: str, topic: str, values: list[dict[str, Any]],
-                    key_field: str) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers(broker_url),
-                                **aiokafka_auth(get_settings()))
+async def _send_all(
+    broker_url: str, topic: str, values: list[dict[str, Any]], key_field: str
+) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap_servers(broker_url), **aiokafka_auth(get_settings())
+    )
     await producer.start()
     try:
-        pending = [await producer.send(topic, json.dumps(v).encode(),
-                                       key=str(v[key_field]).encode()) for v in values]
+        pending = [
+            await producer.send(topic, json.dumps(v).encode(), key=str(v[key_field]).encode())
+            for v in values
+        ]
         await producer.flush()
         for fut in pending:  # raise the first failure instead of reporting success
             await fut
@@ -39,8 +44,13 @@ async def _send_all(broker_url: str, topic: str, values: list[dict[str, Any]],
         await producer.stop()
 
 
-def publish(broker_url: str, topic: str, values: Iterable[dict[str, Any]],
-            key_field: str = "id", ledger: str | Path | None = None) -> int:
+def publish(
+    broker_url: str,
+    topic: str,
+    values: Iterable[dict[str, Any]],
+    key_field: str = "id",
+    ledger: str | Path | None = None,
+) -> int:
     """Send ``values`` (JSON) keyed by ``key_field``; then append them to ``ledger``."""
     batch = list(values)
     if not batch:

@@ -9,9 +9,10 @@ each sampled difference with the stream's latest and the exact answer.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -55,30 +56,47 @@ class Report:
         c = self.counts
         expected = c.get("matched", 0) + c.get("wrong", 0) + c.get("missing", 0)
         expected += c.get(HELD, 0)
-        lines = [f"== {self.title}",
-                 f"   exact answer: {expected} · output archive: {self.records} records",
-                 "   " + "  ".join(f"{s} {c.get(s, 0)}" for s in STATUSES)]
+        lines = [
+            f"== {self.title}",
+            f"   exact answer: {expected} · output archive: {self.records} records",
+            "   " + "  ".join(f"{s} {c.get(s, 0)}" for s in STATUSES),
+        ]
         if c.get(HELD):
-            lines.append(f"   held {c[HELD]} (no version yet, still within hold_ms of the "
-                         "inputs' end: not missing)")
+            lines.append(
+                f"   held {c[HELD]} (no version yet, still within hold_ms of the "
+                "inputs' end: not missing)"
+            )
         if any(self.refused.values()):
-            lines.append("   refused as from the future (not joined): " + ", ".join(
-                f"{name} {n}" for name, n in self.refused.items()))
+            lines.append(
+                "   refused as from the future (not joined): "
+                + ", ".join(f"{name} {n}" for name, n in self.refused.items())
+            )
         lines += [f"   {e}" for e in self.examples]
         lines += [f"   PROBLEM {p}" for p in self.problems]
-        lines.append("   OK: the output equals the exact answer" if not self.differences
-                     else f"   DIFFERENT: {self.differences} difference(s)")
+        lines.append(
+            "   OK: the output equals the exact answer"
+            if not self.differences
+            else f"   DIFFERENT: {self.differences} difference(s)"
+        )
         return "\n".join(lines)
 
     def summary(self) -> dict[str, Any]:
         """The report's first JSON line: counts per kind, and whether the view converged."""
-        return {"kind": "summary", "view": self.view, "title": self.title,
-                "converged": self.converged, "differences": self.differences,
-                "counts": {**{s: self.counts.get(s, 0) for s in STATUSES},
-                           **({HELD: self.counts[HELD]} if self.counts.get(HELD) else {})},
-                "output_records": self.records, "problems": self.problems,
-                "refused_future": self.refused,
-                "sampled": len(self.differences_sample)}
+        return {
+            "kind": "summary",
+            "view": self.view,
+            "title": self.title,
+            "converged": self.converged,
+            "differences": self.differences,
+            "counts": {
+                **{s: self.counts.get(s, 0) for s in STATUSES},
+                **({HELD: self.counts[HELD]} if self.counts.get(HELD) else {}),
+            },
+            "output_records": self.records,
+            "problems": self.problems,
+            "refused_future": self.refused,
+            "sampled": len(self.differences_sample),
+        }
 
 
 def write_report(path: str | Path, reports: Iterable[Report]) -> int:
@@ -93,8 +111,13 @@ def write_report(path: str | Path, reports: Iterable[Report]) -> int:
     n = 0
     with target.open("w", encoding="utf-8") as f:
         for report in reports:
-            for line in [report.summary(), *({"kind": "difference", "view": report.view, **d}
-                                             for d in report.differences_sample)]:
+            for line in [
+                report.summary(),
+                *(
+                    {"kind": "difference", "view": report.view, **d}
+                    for d in report.differences_sample
+                ),
+            ]:
                 f.write(json.dumps(line, default=str) + "\n")
                 n += 1
     return n
@@ -111,9 +134,13 @@ def sample_rows(comparison: DataFrame, key: str, per_status: int) -> list[Any]:
     if per_status <= 0:
         return []
     w = Window.partitionBy("status").orderBy(key)
-    return (comparison.where(~F.col("status").isin("matched", HELD))
-            .withColumn("_n", F.row_number().over(w)).where(F.col("_n") <= per_status)
-            .orderBy("status", key).collect())
+    return (
+        comparison.where(~F.col("status").isin("matched", HELD))
+        .withColumn("_n", F.row_number().over(w))
+        .where(F.col("_n") <= per_status)
+        .orderBy("status", key)
+        .collect()
+    )
 
 
 def _as_dict(value: Any) -> dict[str, Any] | None:
@@ -123,8 +150,7 @@ def _as_dict(value: Any) -> dict[str, Any] | None:
 def difference(row: Any, key: str, compared: Sequence[str]) -> dict[str, Any]:
     """One non-matching comparison row as a JSON-able dict (see :class:`Report`)."""
     e, a = _as_dict(row["expected"]), _as_dict(row["actual"])
-    fields = ([c for c in compared if e[c] != a[c]] if e is not None and a is not None
-              else [])
+    fields = [c for c in compared if e[c] != a[c]] if e is not None and a is not None else []
     return {"status": row["status"], key: row[key], "stream": a, "exact": e, "fields": fields}
 
 
@@ -145,19 +171,22 @@ def describe_join(spec: JoinSpec, row: Any) -> str:
     def said(v: Any) -> str:
         return _answer([v[f] for f in dims], v[spec.time_as])
 
-    event = [repr(head[f]) if f != spec.events.key else str(head[f])
-             for f in spec.events.copy if f != spec.events.time]
+    event = [
+        repr(head[f]) if f != spec.events.key else str(head[f])
+        for f in spec.events.copy
+        if f != spec.events.time
+    ]
     if spec.events.time in spec.events.copy:
-        event.insert(1 if spec.events.key in spec.events.copy else 0,
-                     f"t={head[spec.events.time]}")
+        event.insert(1 if spec.events.key in spec.events.copy else 0, f"t={head[spec.events.time]}")
     what = f"{row['status']:<7} {row['id']} ({', '.join(event)}): "
     if row["status"] == "missing":
         return what + f"expected {label} {said(e)}, no revision"
     says = f"revision {a['revision']} [{a['cause']}] says {said(a)}"
     if row["status"] == "extra":
         return what + says + ", but no such event in the inputs"
-    diff = [c for c in S.answer_columns(spec)[1:]
-            if e[c] != a[c] and c not in (*dims, spec.time_as)]
+    diff = [
+        c for c in S.answer_columns(spec)[1:] if e[c] != a[c] and c not in (*dims, spec.time_as)
+    ]
     extra = f" (also differs: {', '.join(diff)})" if diff else ""
     return what + f"expected {label} {said(e)}, {says}{extra}"
 
@@ -183,8 +212,10 @@ def describe_car(row: Any) -> str:
     e, a = row["expected"], row["actual"]
 
     def view(v: Any) -> str:
-        return (f"zone {v['zone_id']} (car t={v['car_event_time']}), fuel {v['fuel_level']}, "
-                f"pollution {v['pollution_level']} (zone t={v['zone_event_time']})")
+        return (
+            f"zone {v['zone_id']} (car t={v['car_event_time']}), fuel {v['fuel_level']}, "
+            f"pollution {v['pollution_level']} (zone t={v['zone_event_time']})"
+        )
 
     what = f"{row['status']:<7} car {row['car_id']}: "
     if row["status"] == "missing":

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Iterator, Mapping
 
 from pyspark.sql import SparkSession
 
@@ -20,12 +20,14 @@ def on_this_machine(master: str | None) -> bool:
     """``local``, ``local[N]``, ``local[*]``, ``local-cluster[...]``: Spark in this process (and
     its children). A ``spark://``, ``yarn`` or ``k8s://`` master is a cluster, even one whose
     master listens on this machine: its executors may be other machines."""
-    return master is not None and (master == "local"
-                                   or master.startswith(("local[", "local-cluster[")))
+    return master is not None and (
+        master == "local" or master.startswith(("local[", "local-cluster["))
+    )
 
 
-def prepare_environment(master: str | None = "local[*]",
-                        conf: Mapping[str, str] | None = None) -> None:
+def prepare_environment(
+    master: str | None = "local[*]", conf: Mapping[str, str] | None = None
+) -> None:
     """What Spark needs from the environment for ``master``, before the session starts.
 
     A local master: Python workers use *this* interpreter (the system Python has not the
@@ -62,8 +64,12 @@ def submitted_master() -> str | None:
     return SparkConf().get("spark.master", None)
 
 
-def batch_session(app_name: str = "etj-batch", master: str | None = None,
-                  progress: bool = True, conf: Mapping[str, str] | None = None) -> SparkSession:
+def batch_session(
+    app_name: str = "etj-batch",
+    master: str | None = None,
+    progress: bool = True,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
     """A session for the command line. ``master`` None: spark-submit's, else ``local[*]``."""
     under_submit = master is None and "PYSPARK_GATEWAY_PORT" in os.environ
     if master is None and not under_submit:
@@ -95,8 +101,11 @@ class Steps:
 
     def say(self, text: str) -> None:
         if not self.quiet:
-            print(f"[{self.job} {time.monotonic() - self.started:6.1f}s] {text}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{self.job} {time.monotonic() - self.started:6.1f}s] {text}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     @contextmanager
     def step(self, what: str) -> Iterator[None]:

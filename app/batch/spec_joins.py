@@ -50,7 +50,8 @@ cannot (app.joins.spec), so they never collide.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -87,10 +88,12 @@ def revision_columns(spec: JoinSpec) -> list[str]:
 
 # --- the join id ----------------------------------------------------------------------------
 
+
 def _python_float_text() -> Callable[..., Column]:
     """A UDF giving Python's text of a float (``str(4.0)`` is ``4.0``, Java's ``4.0`` too, but
     ``1e-05`` against ``1.0E-5``). Defined in a function so it is shipped by value: executors
     need Python, not etj."""
+
     def text(x):  # type: ignore[no-untyped-def]  # (no hints: Spark would read them as pandas)
         return None if x is None else repr(x + 0.0)  # + 0.0: -0.0 is 0.0, as the wire models
 
@@ -122,26 +125,34 @@ def join_id(spec: JoinSpec) -> Column:
 
 # --- the join -------------------------------------------------------------------------------
 
-def _sides(spec: JoinSpec, events: DataFrame, dimension: DataFrame,
-           ) -> tuple[DataFrame, DataFrame, list[str]]:
+
+def _sides(
+    spec: JoinSpec,
+    events: DataFrame,
+    dimension: DataFrame,
+) -> tuple[DataFrame, DataFrame, list[str]]:
     """(events as (_k, _t, _id, _ev), versions as (_k, _t, _v0.., _found), value columns)."""
     values = [f"_v{i}" for i in range(len(spec.dimension.copy))]
     ev = events.select(
-        F.col(spec.events.key).alias("_k"), F.col(spec.events.time).alias("_t"),
+        F.col(spec.events.key).alias("_k"),
+        F.col(spec.events.time).alias("_t"),
         join_id(spec).alias("_id"),
         F.struct(*[F.col(f) for f in spec.events.copy]).alias("_ev"),
     )  # (_k, _t, _id, (copied event fields))
     versions = dimension.select(
-        F.col(spec.dimension.key).alias("_k"), F.col(spec.dimension.time).alias("_t"),
+        F.col(spec.dimension.key).alias("_k"),
+        F.col(spec.dimension.time).alias("_t"),
         *[F.col(f).alias(v) for f, v in zip(spec.dimension.copy, values)],
-        F.struct(F.col(spec.dimension.time).alias("_at"),
-                 *[F.col(f) for f in spec.dimension.copy]).alias("_found"),
+        F.struct(
+            F.col(spec.dimension.time).alias("_at"), *[F.col(f) for f in spec.dimension.copy]
+        ).alias("_found"),
     )  # (_k, _t, _v0, ..., (_at, copied values))
     return ev, versions, values
 
 
-def spec_joins(spec: JoinSpec, events: DataFrame, dimension: DataFrame,
-               method: str = METHODS[0]) -> DataFrame:
+def spec_joins(
+    spec: JoinSpec, events: DataFrame, dimension: DataFrame, method: str = METHODS[0]
+) -> DataFrame:
     """The exact answer: one row per (key, join id), columns :func:`answer_columns`.
 
     ``events`` and ``dimension``: DataFrames with the fields of the spec's two topics (as
@@ -157,8 +168,9 @@ def spec_joins(spec: JoinSpec, events: DataFrame, dimension: DataFrame,
     # (_k, _t, _id, _ev, _found | null), one row per event record
     if spec.mode == "inner":
         joined = joined.where(F.col("_found").isNotNull())
-    one = (joined.groupBy("_k", "_id")  # no shuffle: already clustered by key
-           .agg(F.max(F.struct("_t", "_ev", "_found")).alias("_j")))
+    one = joined.groupBy("_k", "_id").agg(  # no shuffle: already clustered by key
+        F.max(F.struct("_t", "_ev", "_found")).alias("_j")
+    )
     j = F.col("_j")
     return one.select(
         F.col("_id").alias("id"),
@@ -168,58 +180,79 @@ def spec_joins(spec: JoinSpec, events: DataFrame, dimension: DataFrame,
     )
 
 
-def _window_asof(spec: JoinSpec, ev: DataFrame, versions: DataFrame,
-                 values: list[str]) -> DataFrame:
+def _window_asof(
+    spec: JoinSpec, ev: DataFrame, versions: DataFrame, values: list[str]
+) -> DataFrame:
     """Union + one window: ``last(found, ignorenulls)`` and, for ``else-earliest``, the key's
     earliest version over the whole partition. Rows of the events."""
     event_side, version_side = (0, 1) if spec.asof == "before" else (1, 0)
-    rows = (ev.withColumn("_side", F.lit(event_side))
-            .unionByName(versions.withColumn("_side", F.lit(version_side)),
-                         allowMissingColumns=True))
+    rows = ev.withColumn("_side", F.lit(event_side)).unionByName(
+        versions.withColumn("_side", F.lit(version_side)), allowMissingColumns=True
+    )
     # (_k, _t, _side, _id | null, _ev | null, _v0.. | null, _found | null)
     order = Window.partitionBy("_k").orderBy("_t", "_side", *values)
     found = F.last("_found", ignorenulls=True).over(
-        order.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+        order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
     if spec.asof == "at-or-before-else-earliest":
         # the earliest version: least time, then greatest values (a max over (-t, values))
-        first = F.max(F.when(F.col("_side") == version_side, F.struct(
-            (-F.col("_t")).alias("_nt"), *[F.col(v) for v in values],
-            F.col("_found").alias("_f")))).over(
-            order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
+        first = F.max(
+            F.when(
+                F.col("_side") == version_side,
+                F.struct(
+                    (-F.col("_t")).alias("_nt"),
+                    *[F.col(v) for v in values],
+                    F.col("_found").alias("_f"),
+                ),
+            )
+        ).over(order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
         found = F.coalesce(found, first.getField("_f"))
-    return (rows.select("_k", "_t", "_side", "_id", "_ev", found.alias("_found"))
-            .where(F.col("_side") == event_side).drop("_side"))
+    return (
+        rows.select("_k", "_t", "_side", "_id", "_ev", found.alias("_found"))
+        .where(F.col("_side") == event_side)
+        .drop("_side")
+    )
 
 
-def _native_asof(spec: JoinSpec, ev: DataFrame, versions: DataFrame,
-                 values: list[str]) -> DataFrame:
+def _native_asof(
+    spec: JoinSpec, ev: DataFrame, versions: DataFrame, values: list[str]
+) -> DataFrame:
     """Spark's sort-merge as-of join, after the tie rule: one version per (key, time)."""
     spark = ev.sparkSession
     spark.conf.set("spark.sql.join.asofJoin.enabled", "true")  # parse-time switch (Spark 4.x)
-    one = (versions.groupBy("_k", "_t")  # tie rule: the greatest values at one time
-           .agg(F.max(F.struct(*values, "_found")).getField("_found").alias("_found")))
+    one = versions.groupBy("_k", "_t").agg(  # tie rule: the greatest values at one time
+        F.max(F.struct(*values, "_found")).getField("_found").alias("_found")
+    )
     cond = ">" if spec.asof == "before" else ">="
-    joined = spark.sql(f"""
+    joined = spark.sql(
+        f"""
         SELECT r._k, r._t, r._id, r._ev, m._found
         FROM {{recs}} r
         LEFT ASOF JOIN {{versions}} m
           MATCH_CONDITION(r._t {cond} m._t)  -- nearest = greatest time
           ON r._k = m._k
-    """, recs=ev, versions=one)
+    """,
+        recs=ev,
+        versions=one,
+    )
     if spec.asof == "before":
         return joined
-    earliest = (one.groupBy("_k")  # least time (one version per time already)
-                .agg(F.max(F.struct((-F.col("_t")).alias("_nt"), "_found"))
-                     .getField("_found").alias("_first")))
-    return (joined.join(earliest, "_k", "left")
-            .select("_k", "_t", "_id", "_ev",
-                    F.coalesce("_found", "_first").alias("_found")))
+    earliest = one.groupBy("_k").agg(  # least time (one version per time already)
+        F.max(F.struct((-F.col("_t")).alias("_nt"), "_found")).getField("_found").alias("_first")
+    )
+    return joined.join(earliest, "_k", "left").select(
+        "_k", "_t", "_id", "_ev", F.coalesce("_found", "_first").alias("_found")
+    )
 
 
 # --- the output log against the exact answer ------------------------------------------------
 
-def latest_revisions(spec: JoinSpec, revisions: DataFrame, order: str | None = "_pos",
-                     ) -> DataFrame:
+
+def latest_revisions(
+    spec: JoinSpec,
+    revisions: DataFrame,
+    order: str | None = "_pos",
+) -> DataFrame:
     """What a consumer of the revision log ends on: per join id, the highest revision.
 
     Equal revision numbers (a re-emit after a crash) are resolved like a consumer reading the
@@ -230,11 +263,11 @@ def latest_revisions(spec: JoinSpec, revisions: DataFrame, order: str | None = "
     pos = F.col(order) if order else F.lit(0)
     cols = revision_columns(spec)
     rest = [c for c in cols if c not in ("id", "revision")]
-    best = (revisions.groupBy("id")
-            .agg(F.max(F.struct(F.col("revision"), pos.alias("_o"), *rest)).alias("_r"),
-                 F.count(F.lit(1)).alias("revisions")))
-    return best.select("id", *[F.col("_r").getField(c).alias(c) for c in cols[1:]],
-                       "revisions")
+    best = revisions.groupBy("id").agg(
+        F.max(F.struct(F.col("revision"), pos.alias("_o"), *rest)).alias("_r"),
+        F.count(F.lit(1)).alias("revisions"),
+    )
+    return best.select("id", *[F.col("_r").getField(c).alias(c) for c in cols[1:]], "revisions")
 
 
 def _same_answer(spec: JoinSpec, a: str, b: str) -> Column:
@@ -244,8 +277,9 @@ def _same_answer(spec: JoinSpec, a: str, b: str) -> Column:
     return cond
 
 
-def compare_joins(spec: JoinSpec, exact: DataFrame, latest: DataFrame,
-                  holding: DataFrame | None = None) -> DataFrame:
+def compare_joins(
+    spec: JoinSpec, exact: DataFrame, latest: DataFrame, holding: DataFrame | None = None
+) -> DataFrame:
     """Full outer comparison by join id: ``status`` in matched / wrong / missing / extra, or
     ``held``: a join the log does not have yet, that no version answers and whose id is in
     ``holding`` (a bounded hold still waiting at the archive's end: :func:`holding_ids`).
@@ -258,15 +292,16 @@ def compare_joins(spec: JoinSpec, exact: DataFrame, latest: DataFrame,
     missing = F.when(F.col("actual").isNull(), "missing")
     if holding is not None:
         unanswered = F.col("expected").getField(spec.time_as).isNull()
-        missing = F.when(F.col("actual").isNull() & unanswered & F.col("_holding").isNotNull(),
-                         "held").when(F.col("actual").isNull(), "missing")
+        missing = F.when(
+            F.col("actual").isNull() & unanswered & F.col("_holding").isNotNull(), "held"
+        ).when(F.col("actual").isNull(), "missing")
         e = e.join(holding.select("id", F.lit(True).alias("_holding")), "id", "left")
-    status = (missing
-              .when(F.col("expected").isNull(), "extra")
-              .when(_same_answer(spec, "expected", "actual"), "matched")
-              .otherwise("wrong"))
-    return (e.join(a, "id", "full_outer")
-            .select("id", status.alias("status"), "expected", "actual"))
+    status = (
+        missing.when(F.col("expected").isNull(), "extra")
+        .when(_same_answer(spec, "expected", "actual"), "matched")
+        .otherwise("wrong")
+    )
+    return e.join(a, "id", "full_outer").select("id", status.alias("status"), "expected", "actual")
     # (id, status, expected, actual)
 
 
@@ -277,13 +312,19 @@ def holding_ids(spec: JoinSpec, events: DataFrame, dimension: DataFrame) -> Data
     stream lags may hold more: those show as ``missing``). None: the spec has no hold."""
     if spec.hold_ms is None:
         return None
-    end = (events.select(F.col(spec.events.time).alias("_t"))
-           .unionByName(dimension.select(F.col(spec.dimension.time).alias("_t")))
-           .agg(F.max("_t")).first()[0])
+    end = (
+        events.select(F.col(spec.events.time).alias("_t"))
+        .unionByName(dimension.select(F.col(spec.dimension.time).alias("_t")))
+        .agg(F.max("_t"))
+        .first()[0]
+    )
     if end is None:
         return None
-    return (events.where(F.col(spec.events.time) + spec.hold_ms > end)
-            .select(join_id(spec).alias("id")).distinct())
+    return (
+        events.where(F.col(spec.events.time) + spec.hold_ms > end)
+        .select(join_id(spec).alias("id"))
+        .distinct()
+    )
 
 
 def backfill_revisions(spec: JoinSpec, comparison: DataFrame) -> DataFrame:

@@ -40,16 +40,23 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import orjson
 
 from app.joins.keys import version_key
 
-__all__ = ["Target", "PartitionState", "arrow_rows", "history_rows", "version_rows",
-           "write_partition"]
+__all__ = [
+    "Target",
+    "PartitionState",
+    "arrow_rows",
+    "history_rows",
+    "version_rows",
+    "write_partition",
+]
 
 #: Faust's RocksDB store keeps the partition's changelog offset under this key
 #: (``faust.stores.rocksdb.Store.offset_key``; checked by tests/unit/test_bootstrap.py)
@@ -105,12 +112,18 @@ def _json_other(value: Any) -> str:
 
 #: the JSON writer of each field kind (app.joins.columns): ints by ``str``, the rest by orjson
 #: unless a plain string (one call to orjson costs ~2 µs here; 5M rows: 10 s)
-ENCODERS: dict[str, Callable[[Any], str]] = {"str": _json_str, "int": str,
-                                             "float": _json_other, "bool": _json_other}
+ENCODERS: dict[str, Callable[[Any], str]] = {
+    "str": _json_str,
+    "int": str,
+    "float": _json_other,
+    "bool": _json_other,
+}
 
 
-def history_rows(records: Iterable[Sequence[Any]], kinds: Sequence[str],
-                 ) -> list[tuple[bytes, bytes]]:
+def history_rows(
+    records: Iterable[Sequence[Any]],
+    kinds: Sequence[str],
+) -> list[tuple[bytes, bytes]]:
     """``(key, event_time, *copied values)`` records, any order, duplicates allowed -> the
     dimension table's rows ``(JSON key, JSON [[event_time, *values], ...])``, sorted by key
     bytes (RocksDB's order); each key's versions sorted, a version given twice kept once (as
@@ -142,8 +155,9 @@ def version_rows(records: Iterable[Sequence[Any]]) -> list[tuple[bytes, bytes]]:
     join table's version rows ``(V key, JSON [event_time, *values])``, sorted by key bytes
     (RocksDB's order), a version given twice kept once (the same key)."""
     dumps = orjson.dumps
-    rows = {version_key(rec[0], rec[1], list(rec[2:])): dumps([rec[1], *rec[2:]])
-            for rec in records}
+    rows = {
+        version_key(rec[0], rec[1], list(rec[2:])): dumps([rec[1], *rec[2:]]) for rec in records
+    }
     return sorted(rows.items())
 
 
@@ -155,8 +169,11 @@ def arrow_version_rows(table: Any, columns: Sequence[str]) -> list[tuple[bytes, 
     return version_rows(zip(*(table.column(c).to_pylist() for c in columns)))
 
 
-def arrow_rows(table: Any, columns: Sequence[str], kinds: Sequence[str],
-               ) -> list[tuple[bytes, bytes]]:
+def arrow_rows(
+    table: Any,
+    columns: Sequence[str],
+    kinds: Sequence[str],
+) -> list[tuple[bytes, bytes]]:
     """:func:`history_rows` of an Arrow table whose ``columns`` are the key, the event time and
     the copied values: the same rows, the common case written by Arrow's compute kernels
     (vectorized: a key with one version and no character JSON escapes, of int and string
@@ -202,18 +219,22 @@ class RowTooBig(ValueError):
     """A version's row does not fit in one produce request."""
 
 
-async def _produce(target: Target, partition: int, rows: Sequence[tuple[bytes, bytes]],
-                   start: int) -> tuple[int, int]:
+async def _produce(
+    target: Target, partition: int, rows: Sequence[tuple[bytes, bytes]], start: int
+) -> tuple[int, int]:
     """Send ``rows`` to the changelog partition, whose end offset is ``start``; (first, last)
     offset the broker gave them."""
     from aiokafka import AIOKafkaProducer
 
     from app.kafka.security import aiokafka_auth
 
-    producer = AIOKafkaProducer(bootstrap_servers=target.bootstrap_servers, acks="all",
-                                max_batch_size=BATCH_BYTES + 64 * 1024,
-                                max_request_size=max(target.max_row_bytes, BATCH_BYTES) + 65536,
-                                **aiokafka_auth(target.settings))
+    producer = AIOKafkaProducer(
+        bootstrap_servers=target.bootstrap_servers,
+        acks="all",
+        max_batch_size=BATCH_BYTES + 64 * 1024,
+        max_request_size=max(target.max_row_bytes, BATCH_BYTES) + 65536,
+        **aiokafka_auth(target.settings),
+    )
     await producer.start()
     try:
         pending: list[tuple[Any, int]] = []
@@ -227,7 +248,8 @@ async def _produce(target: Target, partition: int, rows: Sequence[tuple[bytes, b
                     f"changelog {target.changelog}[{partition}]: a batch the job sent got offset "
                     f"{base}, where the partition ended at {expected}: another producer wrote "
                     "to it while the job ran (a worker of the join running?). No snapshot of "
-                    "it was made; stop the writer and run the job again")
+                    "it was made; stop the writer and run the job again"
+                )
             first = base if first is None else first
             expected = base + count
 
@@ -235,10 +257,12 @@ async def _produce(target: Target, partition: int, rows: Sequence[tuple[bytes, b
             batch = producer.create_batch()
             for k, v in chunk:
                 if len(k) + len(v) > target.max_row_bytes:
-                    raise RowTooBig(f"key {k[:80]!r}: its row takes {len(k) + len(v):,} bytes, "
-                                    f"over the request limit ({target.max_row_bytes:,}); raise "
-                                    "ETJ_PRODUCER_MAX_REQUEST_BYTES (and the broker's "
-                                    "message.max.bytes)")
+                    raise RowTooBig(
+                        f"key {k[:80]!r}: its row takes {len(k) + len(v):,} bytes, "
+                        f"over the request limit ({target.max_row_bytes:,}); raise "
+                        "ETJ_PRODUCER_MAX_REQUEST_BYTES (and the broker's "
+                        "message.max.bytes)"
+                    )
                 if batch.append(key=k, value=v, timestamp=None) is None:
                     raise RowTooBig(f"key {k[:80]!r} does not fit in a produce batch")
             return batch
@@ -249,14 +273,18 @@ async def _produce(target: Target, partition: int, rows: Sequence[tuple[bytes, b
         for i, (k, v) in enumerate(body):
             size += len(k) + len(v) + 32
             if i + 1 - start >= BATCH_RECORDS or size >= BATCH_BYTES:
-                chunks.append(body[start:i + 1])
+                chunks.append(body[start : i + 1])
                 start, size = i + 1, 0
         if start < len(body):
             chunks.append(body[start:])
         chunks.append(rows[-1:])  # the last row alone (module docstring)
         for chunk in chunks:
-            pending.append((await producer.send_batch(build(chunk), target.changelog,
-                                                      partition=partition), len(chunk)))
+            pending.append(
+                (
+                    await producer.send_batch(build(chunk), target.changelog, partition=partition),
+                    len(chunk),
+                )
+            )
             if len(pending) >= IN_FLIGHT:
                 await settle(*pending.pop(0))
         for fut, count in pending:
@@ -277,9 +305,12 @@ async def _existing(target: Target, partition: int) -> tuple[dict[bytes, bytes |
     from app.kafka.security import aiokafka_auth
 
     tp = TopicPartition(target.changelog, partition)
-    consumer = AIOKafkaConsumer(bootstrap_servers=target.bootstrap_servers,
-                                enable_auto_commit=False, auto_offset_reset="earliest",
-                                **aiokafka_auth(target.settings))
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=target.bootstrap_servers,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **aiokafka_auth(target.settings),
+    )
     await consumer.start()
     rows: dict[bytes, bytes | None] = {}
     try:
@@ -320,8 +351,13 @@ def _database(folder: Path, rows: Sequence[tuple[bytes, bytes]], offset: int) ->
         sst.unlink(missing_ok=True)
 
 
-def write_partition(target: Target, partition: int, rows: Sequence[tuple[bytes, bytes]],
-                    records: int, workdir: str | None = None) -> PartitionState:
+def write_partition(
+    target: Target,
+    partition: int,
+    rows: Sequence[tuple[bytes, bytes]],
+    records: int,
+    workdir: str | None = None,
+) -> PartitionState:
     """The changelog rows, then the database, then its snapshot (module docstring)."""
     from app.state.snapshot_store import Snapshots
 
@@ -338,11 +374,13 @@ def write_partition(target: Target, partition: int, rows: Sequence[tuple[bytes, 
         folder = tmp / "db"
         _database(folder, rows, last)
         t2 = time.monotonic()
-        m = Snapshots(target.snapshot_url).upload(folder, target.changelog, partition, last,
-                                                  target.fingerprint)
+        m = Snapshots(target.snapshot_url).upload(
+            folder, target.changelog, partition, last, target.fingerprint
+        )
         t3 = time.monotonic()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    keys = len({k[:5 + int.from_bytes(k[1:5], "big")] for k, _ in rows})  # app.joins.keys
-    return PartitionState(partition, records, keys, first, last, sent, m.size, t1 - t0,
-                          t2 - t1, t3 - t2)
+    keys = len({k[: 5 + int.from_bytes(k[1:5], "big")] for k, _ in rows})  # app.joins.keys
+    return PartitionState(
+        partition, records, keys, first, last, sent, m.size, t1 - t0, t2 - t1, t3 - t2
+    )

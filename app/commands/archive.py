@@ -42,25 +42,26 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol, Sequence
+from typing import IO, Any, Protocol
 
 import click
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 from faust.cli import argument, option
 
-from app.kafka.connection import bootstrap_servers
 from app.faust_app import app, settings
+from app.inputs.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse
 from app.joins.catalog import batch_fk_specs, batch_specs, load_fk_specs, load_specs, topic_roles
 from app.joins.columns import fk_output_columns, model_columns, output_columns
+from app.joins.rekey import any_key_parser
 from app.joins.spec import Side
+from app.kafka.connection import bootstrap_servers
 from app.kafka.security import aiokafka_auth
 from app.logic.event_range import EventRange, Role, needs, parse_time
 from app.logic.future_records import kafka_timestamp
-from app.inputs.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse
-from app.joins.rekey import any_key_parser
 
 
 @dataclass
@@ -80,8 +81,10 @@ def input_models() -> dict[str, type[WireModel] | Side]:
     :class:`~app.joins.spec.Side`: its records are archived as the worker reads them, flat with
     an epoch-ms time, so the batch twin reads them as any spec's (one parser for both); so is a
     repartitioned side (any record key), whose own topic is archived, read as its hop reads it."""
-    models: dict[str, type[WireModel] | Side] = {settings.car_arrivals_topic: CarArrivalIn,
-                                                 settings.zones_topic: ZoneIn}
+    models: dict[str, type[WireModel] | Side] = {
+        settings.car_arrivals_topic: CarArrivalIn,
+        settings.zones_topic: ZoneIn,
+    }
     for spec in batch_specs(settings).values():
         for side in (spec.events, spec.dimension):
             models[side.topic] = side if side.shaped or side.repartition else side.model
@@ -91,7 +94,7 @@ def input_models() -> dict[str, type[WireModel] | Side]:
     return models
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _side_parser(side: Side) -> Any:
     """A side's parser; a repartitioned side's topic is keyed by anything, and read as the hop
     reads it (:func:`app.joins.rekey.any_key_parser`)."""
@@ -101,30 +104,46 @@ def _side_parser(side: Side) -> Any:
 #: Parquet columns of the car join's topics (field, arrow type), wire-contract order; the same
 #: fields as app.batch.archives' kinds. A join spec's topics: from its wire models
 #: (:mod:`app.joins.columns`). Other topics: one ``value`` column (JSON).
-_CAR_OUT = [("car_id", "int64"), ("zone_id", "int64"), ("fuel_level", "double"),
-            ("pollution_level", "double"), ("car_event_time", "int64"),
-            ("zone_event_time", "int64")]
+_CAR_OUT = [
+    ("car_id", "int64"),
+    ("zone_id", "int64"),
+    ("fuel_level", "double"),
+    ("pollution_level", "double"),
+    ("car_event_time", "int64"),
+    ("zone_event_time", "int64"),
+]
 
 
 def parquet_columns(topic: str) -> list[tuple[str, str]] | None:
     """The typed columns of ``topic``'s records, or None: keep the JSON value as a string."""
     known: dict[str, list[tuple[str, str]]] = {
-        settings.car_arrivals_topic: [("car_id", "int64"), ("to_zone_id", "int64"),
-                                      ("fuel_level", "double"), ("event_time", "int64")],
-        settings.zones_topic: [("zone_id", "int64"), ("pollution_level", "double"),
-                               ("event_time", "int64")],
+        settings.car_arrivals_topic: [
+            ("car_id", "int64"),
+            ("to_zone_id", "int64"),
+            ("fuel_level", "double"),
+            ("event_time", "int64"),
+        ],
+        settings.zones_topic: [
+            ("zone_id", "int64"),
+            ("pollution_level", "double"),
+            ("event_time", "int64"),
+        ],
         settings.car_pollution_topic: _CAR_OUT,
     }
     for fk in load_fk_specs(settings):
         if fk.name != "cars":  # the car join's columns are the ones above (Id: int64)
-            for t, cols in ((fk.left.topic, model_columns(fk.left.model)),
-                            (fk.right.topic, model_columns(fk.right.model)),
-                            (fk.output, fk_output_columns(fk))):
+            for t, cols in (
+                (fk.left.topic, model_columns(fk.left.model)),
+                (fk.right.topic, model_columns(fk.right.model)),
+                (fk.output, fk_output_columns(fk)),
+            ):
                 known[t] = [(c.name, c.arrow) for c in cols]
     for spec in load_specs(settings):
-        for t, cols in ((spec.events.topic, model_columns(spec.events.model)),
-                        (spec.dimension.topic, model_columns(spec.dimension.model)),
-                        (spec.output, output_columns(spec))):
+        for t, cols in (
+            (spec.events.topic, model_columns(spec.events.model)),
+            (spec.dimension.topic, model_columns(spec.dimension.model)),
+            (spec.output, output_columns(spec)),
+        ):
             known[t] = [(c.name, c.arrow) for c in cols]
     return known.get(topic)
 
@@ -150,8 +169,12 @@ def in_range(r: EventRange, roles: Sequence[tuple[Role, str | None]], value: Any
     return False
 
 
-def archive_value(model: type[WireModel] | Side | None, key: bytes | None,
-                  value: bytes | None, timestamp: int | None = None) -> Any:
+def archive_value(
+    model: type[WireModel] | Side | None,
+    key: bytes | None,
+    value: bytes | None,
+    timestamp: int | None = None,
+) -> Any:
     """One record -> its archived JSON value, or None when it is left out. ``timestamp``: its
     Kafka timestamp (the event time of a ``$timestamp`` side)."""
     if model is not None:
@@ -172,16 +195,20 @@ def archive_value(model: type[WireModel] | Side | None, key: bytes | None,
     return data
 
 
-def archive_line(model: type[WireModel] | Side | None, key: bytes | None, value: bytes | None,
-                 ) -> str | None:
+def archive_line(
+    model: type[WireModel] | Side | None,
+    key: bytes | None,
+    value: bytes | None,
+) -> str | None:
     """One record -> its archive line, or None when it is left out."""
     data = archive_value(model, key, value)
     return None if data is None else json.dumps(data, separators=(",", ":"))
 
 
 class Sink(Protocol):
-    def write(self, partition: int, offset: int, value: Any,
-              timestamp: int | None = None) -> None: ...
+    def write(
+        self, partition: int, offset: int, value: Any, timestamp: int | None = None
+    ) -> None: ...
     def close(self) -> None: ...
 
 
@@ -193,8 +220,7 @@ class JsonLinesSink:
         self.stdout = str(out) == "-"
         self.f: IO[str] = sys.stdout if self.stdout else Path(out).open("w", encoding="utf-8")
 
-    def write(self, partition: int, offset: int, value: Any,
-              timestamp: int | None = None) -> None:
+    def write(self, partition: int, offset: int, value: Any, timestamp: int | None = None) -> None:
         if timestamp is not None and isinstance(value, dict):
             value = {**value, "_timestamp": timestamp}
         self.f.write(json.dumps(value, separators=(",", ":")) + "\n")
@@ -214,8 +240,9 @@ class ParquetSink:
     ``rows_per_file`` values per partition).
     """
 
-    def __init__(self, out: str | Path, columns: list[tuple[str, str]] | None,
-                 rows_per_file: int = 1_000_000) -> None:
+    def __init__(
+        self, out: str | Path, columns: list[tuple[str, str]] | None, rows_per_file: int = 1_000_000
+    ) -> None:
         try:
             import pyarrow as pa
         except ImportError as exc:  # pragma: no cover - the batch extra is missing
@@ -227,14 +254,15 @@ class ParquetSink:
         self.tmp.mkdir(parents=True)
         self.columns = columns
         fields = columns or [("value", "string")]
-        self.schema = pa.schema([(n, pa.type_for_alias(t)) for n, t in fields]
-                                + [("_offset", pa.int64()), ("_timestamp", pa.int64())])
+        self.schema = pa.schema(
+            [(n, pa.type_for_alias(t)) for n, t in fields]
+            + [("_offset", pa.int64()), ("_timestamp", pa.int64())]
+        )
         self.rows_per_file = rows_per_file
         self.buffers: dict[int, list[dict[str, Any]]] = {}
         self.files: dict[int, int] = {}
 
-    def write(self, partition: int, offset: int, value: Any,
-              timestamp: int | None = None) -> None:
+    def write(self, partition: int, offset: int, value: Any, timestamp: int | None = None) -> None:
         if self.columns is None:
             row = {"value": json.dumps(value, separators=(",", ":"))}
         elif isinstance(value, dict):
@@ -268,8 +296,9 @@ class ParquetSink:
             import pyarrow.parquet as pq
 
             (self.tmp / "partition=0").mkdir(exist_ok=True)
-            pq.write_table(self.schema.empty_table(),
-                           self.tmp / "partition=0" / "part-00000.parquet")
+            pq.write_table(
+                self.schema.empty_table(), self.tmp / "partition=0" / "part-00000.parquet"
+            )
         if self.out.exists():
             shutil.rmtree(self.out) if self.out.is_dir() else self.out.unlink()
         self.tmp.rename(self.out)
@@ -286,12 +315,19 @@ def open_sink(out: str | Path, fmt: str, topic: str, rows_per_file: int = 1_000_
     return JsonLinesSink(out)
 
 
-async def archive_topic(broker_url: str, topic: str, out: str | Path,
-                        model: type[WireModel] | Side | None = None, idle_s: float = 2.0,
-                        stall_s: float = 120.0, progress_s: float | None = 5.0,
-                        fmt: str = "auto", rows_per_file: int = 1_000_000,
-                        event_range: EventRange = EventRange(),
-                        roles: list[tuple[Role, str | None]] | None = None) -> ArchiveStats:
+async def archive_topic(
+    broker_url: str,
+    topic: str,
+    out: str | Path,
+    model: type[WireModel] | Side | None = None,
+    idle_s: float = 2.0,
+    stall_s: float = 120.0,
+    progress_s: float | None = 5.0,
+    fmt: str = "auto",
+    rows_per_file: int = 1_000_000,
+    event_range: EventRange = EventRange(),
+    roles: list[tuple[Role, str | None]] | None = None,
+) -> ArchiveStats:
     """Write every record of ``topic`` to ``out`` (``-`` = stdout) as JSON lines or Parquet.
 
     Records are written as they are read (memory stays flat on big topics: Parquet buffers at
@@ -299,16 +335,20 @@ async def archive_topic(broker_url: str, topic: str, out: str | Path,
     ``progress_s``: a progress line on stderr this often. ``event_range`` and ``roles``
     (the topic's roles in the joins, :func:`range_roles`): keep only what the range needs.
     """
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers(broker_url),
-                                enable_auto_commit=False, auto_offset_reset="earliest",
-                                **aiokafka_auth(settings))
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers(broker_url),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **aiokafka_auth(settings),
+    )
     await consumer.start()
     stats = ArchiveStats()
     try:
         if topic not in await consumer.topics():
             raise SystemExit(f"archive: topic {topic!r} does not exist")
-        parts = [TopicPartition(topic, p)
-                 for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        parts = [
+            TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())
+        ]
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
         ends = await consumer.end_offsets(parts)
@@ -320,20 +360,35 @@ async def archive_topic(broker_url: str, topic: str, out: str | Path,
                 batch = await consumer.getmany(timeout_ms=200)
                 for tp, msgs in batch.items():
                     for m in msgs:
-                        _archive_one(sink, tp.partition, m.offset, model, m.key, m.value, stats,
-                                     kafka_timestamp(m.timestamp), event_range, roles or [])
+                        _archive_one(
+                            sink,
+                            tp.partition,
+                            m.offset,
+                            model,
+                            m.key,
+                            m.value,
+                            stats,
+                            kafka_timestamp(m.timestamp),
+                            event_range,
+                            roles or [],
+                        )
                         last = time.monotonic()
                 now = time.monotonic()
                 if progress_s is not None and now - shown >= progress_s:
-                    print(f"archive: {topic}: {stats.read}/{total}+ records read",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"archive: {topic}: {stats.read}/{total}+ records read",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     shown = now
                 at_end = all([await consumer.position(tp) >= ends[tp] for tp in parts])
                 if at_end and now - last >= idle_s:
                     break
                 if not at_end and now - last >= stall_s:
-                    raise SystemExit(f"archive: {topic}: no record for {stall_s}s before the "
-                                     f"end ({stats.read} of {total} read)")
+                    raise SystemExit(
+                        f"archive: {topic}: no record for {stall_s}s before the "
+                        f"end ({stats.read} of {total} read)"
+                    )
         finally:
             sink.close()
     finally:
@@ -341,10 +396,18 @@ async def archive_topic(broker_url: str, topic: str, out: str | Path,
     return stats
 
 
-def _archive_one(sink: Sink, partition: int, offset: int, model: type[WireModel] | Side | None,
-                 key: bytes | None, value: bytes | None, stats: ArchiveStats,
-                 timestamp: int | None = None, event_range: EventRange = EventRange(),
-                 roles: Sequence[tuple[Role, str | None]] = ()) -> None:
+def _archive_one(
+    sink: Sink,
+    partition: int,
+    offset: int,
+    model: type[WireModel] | Side | None,
+    key: bytes | None,
+    value: bytes | None,
+    stats: ArchiveStats,
+    timestamp: int | None = None,
+    event_range: EventRange = EventRange(),
+    roles: Sequence[tuple[Role, str | None]] = (),
+) -> None:
     stats.read += 1
     data = archive_value(model, key, value, timestamp)
     if data is None:
@@ -363,37 +426,85 @@ def _archive_one(sink: Sink, partition: int, offset: int, model: type[WireModel]
 @app.command(
     argument("topic"),
     argument("out"),
-    option("--idle-s", type=float, default=2.0,
-           help="After the reported end, stop once no record came for this long."),
+    option(
+        "--idle-s",
+        type=float,
+        default=2.0,
+        help="After the reported end, stop once no record came for this long.",
+    ),
     option("--quiet", is_flag=True, default=False, help="No progress lines on stderr."),
-    option("--raw", is_flag=True, default=False,
-           help="Input topics too: write every JSON value, without the worker's validation."),
-    option("--format", "fmt", type=click.Choice(["auto", "jsonl", "parquet"]), default="auto",
-           help="auto: Parquet when OUT ends with .parquet, else JSON lines."),
-    option("--rows-per-file", type=int, default=1_000_000,
-           help="Parquet: a new file per partition every this many records."),
-    option("--from", "start", default=None, metavar="TIME",
-           help="Event-time range: what the joins of events at or after TIME need (epoch ms "
-           "or ISO, e.g. 2026-10-01); dimension versions before it are kept."),
-    option("--to", "end", default=None, metavar="TIME",
-           help="Event-time range: what the joins of events before TIME need."),
+    option(
+        "--raw",
+        is_flag=True,
+        default=False,
+        help="Input topics too: write every JSON value, without the worker's validation.",
+    ),
+    option(
+        "--format",
+        "fmt",
+        type=click.Choice(["auto", "jsonl", "parquet"]),
+        default="auto",
+        help="auto: Parquet when OUT ends with .parquet, else JSON lines.",
+    ),
+    option(
+        "--rows-per-file",
+        type=int,
+        default=1_000_000,
+        help="Parquet: a new file per partition every this many records.",
+    ),
+    option(
+        "--from",
+        "start",
+        default=None,
+        metavar="TIME",
+        help="Event-time range: what the joins of events at or after TIME need (epoch ms "
+        "or ISO, e.g. 2026-10-01); dimension versions before it are kept.",
+    ),
+    option(
+        "--to",
+        "end",
+        default=None,
+        metavar="TIME",
+        help="Event-time range: what the joins of events before TIME need.",
+    ),
 )
-async def archive(self: object, topic: str, out: str, idle_s: float, quiet: bool,
-                  raw: bool, fmt: str, rows_per_file: int, start: str | None,
-                  end: str | None) -> None:
+async def archive(
+    self: object,
+    topic: str,
+    out: str,
+    idle_s: float,
+    quiet: bool,
+    raw: bool,
+    fmt: str,
+    rows_per_file: int,
+    start: str | None,
+    end: str | None,
+) -> None:
     """Archive TOPIC (from its start) to OUT as JSON lines or Parquet, for the batch jobs."""
     try:
-        event_range = EventRange(None if start is None else parse_time(start),
-                                 None if end is None else parse_time(end))
+        event_range = EventRange(
+            None if start is None else parse_time(start), None if end is None else parse_time(end)
+        )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     model = None if raw else input_models().get(topic)
-    stats = await archive_topic(settings.broker_url, topic, out, model, idle_s,
-                                progress_s=None if quiet else 5.0, fmt=fmt,
-                                rows_per_file=rows_per_file, event_range=event_range,
-                                roles=range_roles(topic))
-    left_out = (f", {stats.invalid} invalid left out" if model is not None
-                else f", {stats.not_json} non-JSON left out")
+    stats = await archive_topic(
+        settings.broker_url,
+        topic,
+        out,
+        model,
+        idle_s,
+        progress_s=None if quiet else 5.0,
+        fmt=fmt,
+        rows_per_file=rows_per_file,
+        event_range=event_range,
+        roles=range_roles(topic),
+    )
+    left_out = (
+        f", {stats.invalid} invalid left out"
+        if model is not None
+        else f", {stats.not_json} non-JSON left out"
+    )
     if event_range.bounded:
         left_out += f", {stats.out_of_range} outside what the event-time range needs"
     print(f"archive: {stats.written} records of {topic} -> {out}{left_out}", file=sys.stderr)

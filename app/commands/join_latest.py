@@ -15,24 +15,28 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 from faust.cli import argument, option
 
-from app.kafka.connection import bootstrap_servers
 from app.faust_app import app, settings
+from app.kafka.connection import bootstrap_servers
 from app.kafka.security import aiokafka_auth
 from app.topology import joins
 
 
 async def latest_revisions(topic: str, idle_s: float) -> dict[str, dict[str, Any]]:
     """Join id -> its highest revision in ``topic`` (read from the beginning until idle)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers(settings.broker_url),
-                                enable_auto_commit=False, auto_offset_reset="earliest",
-                                **aiokafka_auth(settings))
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers(settings.broker_url),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **aiokafka_auth(settings),
+    )
     await consumer.start()
     latest: dict[str, dict[str, Any]] = {}
     try:
         if topic not in await consumer.topics():
             return latest
-        consumer.assign([TopicPartition(topic, p)
-                         for p in consumer.partitions_for_topic(topic) or ()])
+        consumer.assign(
+            [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        )
         await consumer.seek_to_beginning()
         last = time.monotonic()
         while time.monotonic() - last < idle_s:
@@ -47,9 +51,10 @@ async def latest_revisions(topic: str, idle_s: float) -> dict[str, dict[str, Any
         await consumer.stop()
 
 
-@app.command(argument("name"),
-             option("--idle-s", type=float, default=2.0, help="Stop after this long without a "
-                                                             "new record."))
+@app.command(
+    argument("name"),
+    option("--idle-s", type=float, default=2.0, help="Stop after this long without a new record."),
+)
 async def join_latest(self: object, name: str, idle_s: float) -> None:
     """Print the latest revision per join id of join spec NAME, sorted by id."""
     if name not in joins:

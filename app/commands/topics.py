@@ -17,8 +17,6 @@ in a ``warning`` line.
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from faust.cli import argument, option
@@ -31,8 +29,11 @@ from app.kafka.security import aiokafka_auth
 from app.kafka.timestamps import reason, timestamp_types
 
 
-def plan(uses: list[TopicUse], existing: dict[str, int], inputs: bool,
-         ) -> tuple[list[TopicUse], list[str]]:
+def plan(
+    uses: list[TopicUse],
+    existing: dict[str, int],
+    inputs: bool,
+) -> tuple[list[TopicUse], list[str]]:
     """(the topics to create, one line per topic saying what happens to it)."""
     todo: list[TopicUse] = []
     lines: list[str] = []
@@ -44,35 +45,40 @@ def plan(uses: list[TopicUse], existing: dict[str, int], inputs: bool,
         policy = "compact" if u.compacted else "delete"
         if u.topic in existing:
             have = existing[u.topic]
-            note = "" if u.partitions in (None, have) else \
-                f" (has {have} partitions, {u.join} needs {u.partitions})"
+            note = (
+                ""
+                if u.partitions in (None, have)
+                else f" (has {have} partitions, {u.join} needs {u.partitions})"
+            )
             lines.append(f"exists   {u.topic}{note}")
         elif u.kind == "input" and not inputs:
             lines.append(f"missing  {u.topic} ({u.kind} of {u.join}: created with --inputs)")
         else:
             todo.append(u)
-            lines.append(f"create   {u.topic} ({u.kind} of {u.join}, "
-                         f"{u.partitions or 'ETJ_PARTITIONS'} partitions, "
-                         f"cleanup.policy={policy})")
+            lines.append(
+                f"create   {u.topic} ({u.kind} of {u.join}, "
+                f"{u.partitions or 'ETJ_PARTITIONS'} partitions, "
+                f"cleanup.policy={policy})"
+            )
     return todo, lines
 
 
-@app.command(argument("action", type=click.Choice(["create"])),
-             option("--inputs", is_flag=True, default=False,
-                    help="Create the missing input topics too."),
-             option("--dry-run", is_flag=True, default=False,
-                    help="Print the plan, change nothing."))
+@app.command(
+    argument("action", type=click.Choice(["create"])),
+    option("--inputs", is_flag=True, default=False, help="Create the missing input topics too."),
+    option("--dry-run", is_flag=True, default=False, help="Print the plan, change nothing."),
+)
 async def topics(self: object, action: str, inputs: bool, dry_run: bool) -> None:
     """Create every topic this worker needs that is missing (ACTION: create)."""
     uses = inventory(settings, load_specs(settings))
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers(settings.broker_url),
-                                **aiokafka_auth(settings))
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap_servers(settings.broker_url), **aiokafka_auth(settings)
+    )
     await admin.start()
     try:
         names = await admin.list_topics()
         described = await admin.describe_topics(list(names)) if names else []
-        existing = {d["topic"]: len(d["partitions"]) for d in described
-                    if not d.get("error_code")}
+        existing = {d["topic"]: len(d["partitions"]) for d in described if not d.get("error_code")}
         todo, lines = plan(uses, existing, inputs)
         for line in lines:
             print(("would " if dry_run and line.startswith("create") else "") + line, flush=True)
@@ -82,10 +88,17 @@ async def topics(self: object, action: str, inputs: bool, dry_run: bool) -> None
                 print(f"warning  {reason(topic, kind)}", flush=True)
         if dry_run or not todo:
             return
-        await admin.create_topics([
-            NewTopic(u.topic, u.partitions or settings.partitions, settings.replication_factor,
-                     topic_configs={"cleanup.policy": "compact" if u.compacted else "delete"})
-            for u in todo])
+        await admin.create_topics(
+            [
+                NewTopic(
+                    u.topic,
+                    u.partitions or settings.partitions,
+                    settings.replication_factor,
+                    topic_configs={"cleanup.policy": "compact" if u.compacted else "delete"},
+                )
+                for u in todo
+            ]
+        )
         print(f"created {len(todo)} topic{'s' if len(todo) != 1 else ''}", flush=True)
     finally:
         await admin.close()

@@ -39,8 +39,9 @@ aiokafka's hand-over and Faust's can still lose records).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from time import monotonic
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from app.compat import log_gaps
 
@@ -63,8 +64,13 @@ Rewind = Callable[[Any, int], None]
 class Holes:
     """The re-reads requested for the changelog partitions of one recovery loop."""
 
-    def __init__(self, seek: Seek, earliest: Earliest | None = None,
-                 rewind: Rewind | None = None, clock: Callable[[], float] = monotonic) -> None:
+    def __init__(
+        self,
+        seek: Seek,
+        earliest: Earliest | None = None,
+        rewind: Rewind | None = None,
+        clock: Callable[[], float] = monotonic,
+    ) -> None:
         self._seek = seek
         self._earliest = earliest
         self._rewind = rewind
@@ -90,15 +96,18 @@ class Holes:
         if self._earliest is not None:  # below the log's start, nothing is held any more
             try:
                 start = max(first, await self._earliest(tp))
-            except Exception as exc:  # noqa: BLE001 - then the records are taken as held
+            except Exception as exc:
                 log.info("changelog %s[%s]: no earliest offset (%r)", tp.topic, tp.partition, exc)
         absent = sum(b - a for a, b in log_gaps.skipped_within(tp, start, offset))
         if absent >= offset - start:  # the log holds nothing in between
             log_gaps.forget_before(tp, offset)
             self.pending.pop(tp, None)
             return True
-        await self._reread(tp, first, f"offsets {first}..{offset - 1} never reached the table "
-                                      f"(next record: {offset})")
+        await self._reread(
+            tp,
+            first,
+            f"offsets {first}..{offset - 1} never reached the table (next record: {offset})",
+        )
         self._lower_mark(tp, first)
         return False
 
@@ -112,8 +121,9 @@ class Holes:
         """Recovery of ``tp`` waits for records after ``applied`` and none came for a while:
         the last ones may have been dropped with nothing after them to show the hole (a
         recovery would wait for them for ever), so read them again."""
-        await self._reread(tp, applied + 1, f"no record after {applied} came while recovery "
-                                            "waits for more")
+        await self._reread(
+            tp, applied + 1, f"no record after {applied} came while recovery waits for more"
+        )
 
     def _asked(self, tp: Any, first: int, now: float) -> bool:
         """Was a re-read of ``tp`` from ``first`` requested less than :data:`RETRY_S` ago?"""
@@ -126,10 +136,17 @@ class Holes:
             return  # the re-read is on its way
         self.pending[tp] = (first, now)
         self.rereads += 1
-        log.warning("changelog %s[%s]: %s; reading again from %d", tp.topic, tp.partition, why,
-                    first)
+        log.warning(
+            "changelog %s[%s]: %s; reading again from %d", tp.topic, tp.partition, why, first
+        )
         try:
             await self._seek(tp, first)
-        except Exception as exc:  # noqa: BLE001 - a rebalance seeks it from `applied` anyway
-            log.warning("changelog %s[%s]: the re-read from %d was not started (%r); the next "
-                        "rebalance or record asks again", tp.topic, tp.partition, first, exc)
+        except Exception as exc:
+            log.warning(
+                "changelog %s[%s]: the re-read from %d was not started (%r); the next "
+                "rebalance or record asks again",
+                tp.topic,
+                tp.partition,
+                first,
+                exc,
+            )

@@ -32,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from typing import Any, Iterable, Iterator, cast
+from collections.abc import Iterable, Iterator
+from typing import Any, cast
 
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as aiokafka_driver
@@ -73,13 +74,15 @@ def extend(tp: Any, acked: int | None, first: int, end: int) -> int:
     return max(acked, end)
 
 
-@replaces(("faust.transport.consumer:ThreadDelegateConsumer.__init__", "eb97deeb86ee"),
-          ("faust.transport.drivers.aiokafka:Consumer._new_consumer_thread", "8fd0d41b1514"),
-          ("faust.transport.consumer:Consumer._drain_messages", "8f35dd7a1114"),
-          ("faust.transport.consumer:Consumer._filter_tps_with_pending_acks", "cccdca32d241"),
-          ("faust.transport.consumer:Consumer._new_offset", "2b29afe4dd9a"),
-          ("faust.transport.consumer:Consumer.on_partitions_revoked", "652177e770ee"),
-          ("faust.transport.consumer:Consumer.on_partitions_assigned", "c07feb1175f7"))
+@replaces(
+    ("faust.transport.consumer:ThreadDelegateConsumer.__init__", "eb97deeb86ee"),
+    ("faust.transport.drivers.aiokafka:Consumer._new_consumer_thread", "8fd0d41b1514"),
+    ("faust.transport.consumer:Consumer._drain_messages", "8f35dd7a1114"),
+    ("faust.transport.consumer:Consumer._filter_tps_with_pending_acks", "cccdca32d241"),
+    ("faust.transport.consumer:Consumer._new_offset", "2b29afe4dd9a"),
+    ("faust.transport.consumer:Consumer.on_partitions_revoked", "652177e770ee"),
+    ("faust.transport.consumer:Consumer.on_partitions_assigned", "c07feb1175f7"),
+)
 class EtjConsumer(aiokafka_driver.Consumer):
     """Input records go to their agent a fetch at a time, and offsets are committed by range.
 
@@ -213,11 +216,17 @@ class EtjConsumer(aiokafka_driver.Consumer):
         expected = self._next.get(tp)
         if expected is None:
             expected = self._committed_offset.get(tp)  # None: never committed, the seek to the
-        if follows(tp, expected, first):              # log's start is trusted
+        if follows(tp, expected, first):  # log's start is trusted
             return True
-        log.warning("input %s[%s]: a fetch starts at %d, but %d is the next offset to hand "
-                    "over; reading again from %d", tp.topic, tp.partition, first, expected,
-                    expected)
+        log.warning(
+            "input %s[%s]: a fetch starts at %d, but %d is the next offset to hand "
+            "over; reading again from %d",
+            tp.topic,
+            tp.partition,
+            first,
+            expected,
+            expected,
+        )
         self._next[tp] = expected
         self._thread.seek(tp, expected)  # aiokafka drops what it fetched from elsewhere
         return False
@@ -249,7 +258,8 @@ class EtjConsumer(aiokafka_driver.Consumer):
             if not done:
                 await self.wait_first(
                     loop.create_task(resume(coro, yielded), context=context),
-                    self.suspend_flow.wait())
+                    self.suspend_flow.wait(),
+                )
             read_offset[tp] = offset
 
     # --- acks and commits ------------------------------------------------------------------

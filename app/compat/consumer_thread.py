@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.structs import TopicPartition
@@ -70,8 +71,13 @@ async def seek_to_start(consumer: Any, tp: Any, start: Any) -> None:
         offset = found.offset if found is not None else (await consumer.end_offsets([tp]))[tp]
     consumer.seek(tp, offset)
     await consumer.commit({tp: offset})
-    log.info("%s[%s]: no committed offset, starting at %s (start %s)", tp.topic,
-             tp.partition, offset, start)
+    log.info(
+        "%s[%s]: no committed offset, starting at %s (start %s)",
+        tp.topic,
+        tp.partition,
+        offset,
+        start,
+    )
 
 
 async def fetched_ends(client: Any, listed: Mapping[Any, int]) -> dict[Any, int]:
@@ -94,8 +100,13 @@ async def fetched_ends(client: Any, listed: Mapping[Any, int]) -> dict[Any, int]
         try:
             response = await client.send(node, request)
         except Exception as exc:  # the listed ends stand, as without this patch
-            log.warning("end offsets: a Fetch to node %s failed (%r); the ListOffsets "
-                        "answers stand for %d partitions", node, exc, len(tps))
+            log.warning(
+                "end offsets: a Fetch to node %s failed (%r); the ListOffsets "
+                "answers stand for %d partitions",
+                node,
+                exc,
+                len(tps),
+            )
             continue
         want = {(tp.topic, tp.partition): tp for tp in tps}
         for topic, partitions in response.topics:
@@ -109,8 +120,10 @@ async def fetched_ends(client: Any, listed: Mapping[Any, int]) -> dict[Any, int]
 class EtjConsumerThread(AIOKafkaConsumerThread):
     """Faust's consumer thread with etj's four changes (module doc)."""
 
-    @replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._create_worker_consumer",
-              "c179c0bdb975")
+    @replaces(
+        "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._create_worker_consumer",
+        "c179c0bdb975",
+    )
     def _create_worker_consumer(self, transport: Any) -> Any:
         """How long the worker's consumer lets the broker hold a fetch is a setting
         (``ETJ_CONSUMER_FETCH_MAX_WAIT_MS``).
@@ -136,11 +149,16 @@ class EtjConsumerThread(AIOKafkaConsumerThread):
             consumer._fetch_max_wait_ms = wait_ms  # read by the fetcher created in start()
         return consumer
 
-    @replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._fetch_records",
-              "9e7369fc572d")
-    async def _fetch_records(self, consumer: Any, active_partitions: Any,
-                             timeout: float | None = None,
-                             max_records: int | None = None) -> Any:
+    @replaces(
+        "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._fetch_records", "9e7369fc572d"
+    )
+    async def _fetch_records(
+        self,
+        consumer: Any,
+        active_partitions: Any,
+        timeout: float | None = None,
+        max_records: int | None = None,
+    ) -> Any:
         """Records of a partition Faust has paused stay in aiokafka: an empty set of active
         partitions means none, not all.
 
@@ -170,10 +188,10 @@ class EtjConsumerThread(AIOKafkaConsumerThread):
         if active_partitions is not None:
             active_partitions = ActiveView(active_partitions)
         return await AIOKafkaConsumerThread._fetch_records(
-            self, consumer, active_partitions, timeout=timeout, max_records=max_records)
+            self, consumer, active_partitions, timeout=timeout, max_records=max_records
+        )
 
-    @replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._highwaters",
-              "829699ec62b7")
+    @replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._highwaters", "829699ec62b7")
     async def _highwaters(self, partitions: Any) -> Mapping[Any, int]:
         """End offsets from a Fetch as well as ListOffsets (``ETJ_END_OFFSETS_BY_FETCH``).
 
@@ -204,8 +222,9 @@ class EtjConsumerThread(AIOKafkaConsumerThread):
             return listed
         return await fetched_ends(self._ensure_consumer()._client, listed)
 
-    @replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread.seek_to_committed",
-              "43907fc11636")
+    @replaces(
+        "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread.seek_to_committed", "43907fc11636"
+    )
     async def seek_to_committed(self) -> dict[Any, Any]:
         """A partition with no committed offset is read from its start, not from wherever its
         fetch position was.

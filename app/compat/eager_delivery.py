@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from typing import Any, Coroutine
-
+from collections.abc import Coroutine
+from typing import Any
 
 __all__ = ["step", "resume"]
 
 
-def step(coro: Coroutine[Any, Any, Any],
-         context: contextvars.Context | None = None) -> tuple[bool, Any]:
+def step(
+    coro: Coroutine[Any, Any, Any], context: contextvars.Context | None = None
+) -> tuple[bool, Any]:
     """Run ``coro`` up to its next wait, in ``context`` (None: the current one, as inside
     :func:`resume`'s task): (True, its result) if it returned, else (False, what it yielded to
     the loop). Its errors are raised here."""
@@ -65,14 +66,16 @@ async def resume(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
         elif getattr(yielded, "_asyncio_future_blocking", None) is not None:
             done, yielded = await _wait_then_send(loop, coro, yielded)
         else:
-            done, yielded = _throw(coro, RuntimeError(
-                f"coroutine yielded {yielded!r}, not a future"))
+            done, yielded = _throw(
+                coro, RuntimeError(f"coroutine yielded {yielded!r}, not a future")
+            )
         if done:
             return yielded
 
 
-async def _wait_then_send(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any],
-                          fut: asyncio.Future) -> tuple[bool, Any]:
+async def _wait_then_send(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], fut: asyncio.Future
+) -> tuple[bool, Any]:
     fut._asyncio_future_blocking = False
     while not fut.done():
         waiter = loop.create_future()

@@ -102,8 +102,7 @@ def getall(self: FetchResult, max_records: int | None = None) -> list[Any]:
     if start is not None:
         end = records.next_fetch_offset
         if end > start + len(out):  # something was read past: a marker, compaction, an abort
-            note_skipped(self._topic_partition, skipped_ranges(start, end,
-                                                              [r.offset for r in out]))
+            note_skipped(self._topic_partition, skipped_ranges(start, end, [r.offset for r in out]))
     return out
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import aiokafka
 import aiokafka.errors
@@ -27,14 +28,26 @@ from faust.transport.producer import ProducerBuffer
 from app.compat.upstream import replaces
 from app.runtime import fail_stop
 
-__all__ = ["EtjProducer", "EtjProducerBuffer", "EtjTopic", "InvalidRecordError",
-           "aiokafka_producer", "describe_producer", "register_broker_errors",
-           "request_limits", "send_alone_batch", "topic_partitions", "track_every_topic",
-           "with_delivery_timeout"]
+__all__ = [
+    "EtjProducer",
+    "EtjProducerBuffer",
+    "EtjTopic",
+    "InvalidRecordError",
+    "aiokafka_producer",
+    "describe_producer",
+    "register_broker_errors",
+    "request_limits",
+    "send_alone_batch",
+    "topic_partitions",
+    "track_every_topic",
+    "with_delivery_timeout",
+]
 
 
-def with_delivery_timeout(producer: aiokafka.AIOKafkaProducer, delivery_timeout_s: float,
-                          ) -> aiokafka.AIOKafkaProducer:
+def with_delivery_timeout(
+    producer: aiokafka.AIOKafkaProducer,
+    delivery_timeout_s: float,
+) -> aiokafka.AIOKafkaProducer:
     """Let ``producer``'s batches outlive a request timeout, up to ``delivery_timeout_s`` (never
     less than the request timeout): expiry and the wait to append both use it."""
     accumulator = producer._message_accumulator
@@ -42,8 +55,9 @@ def with_delivery_timeout(producer: aiokafka.AIOKafkaProducer, delivery_timeout_
     accumulator._batch_ttl = ttl
     add_message = accumulator.add_message
 
-    async def add_message_within_ttl(tp: Any, key: Any, value: Any, timeout: float,
-                                     **kwargs: Any) -> Any:
+    async def add_message_within_ttl(
+        tp: Any, key: Any, value: Any, timeout: float, **kwargs: Any
+    ) -> Any:
         return await add_message(tp, key, value, ttl, **kwargs)
 
     accumulator.add_message = add_message_within_ttl
@@ -120,16 +134,20 @@ class EtjProducer(aiokafka_driver.Producer):
         Remove when: aiokafka has a ``delivery_timeout_ms`` and keeps every sent-to topic in
         its metadata.
         """
-        delivery_timeout_s = getattr(getattr(self.app, "etj", None),
-                                     "producer_delivery_timeout_s", None)
+        delivery_timeout_s = getattr(
+            getattr(self.app, "etj", None), "producer_delivery_timeout_s", None
+        )
         if delivery_timeout_s is None:
             return lambda **kw: track_every_topic(aiokafka.AIOKafkaProducer(**kw))
-        return lambda **kw: track_every_topic(with_delivery_timeout(
-            aiokafka.AIOKafkaProducer(**kw), delivery_timeout_s))
+        return lambda **kw: track_every_topic(
+            with_delivery_timeout(aiokafka.AIOKafkaProducer(**kw), delivery_timeout_s)
+        )
 
 
-@replaces(("faust.transport.producer:ProducerBuffer.size", "4cf1044f773f"),
-          ("faust.transport.producer:ProducerBuffer.put", "7716c9c980a0"))
+@replaces(
+    ("faust.transport.producer:ProducerBuffer.size", "4cf1044f773f"),
+    ("faust.transport.producer:ProducerBuffer.put", "7716c9c980a0"),
+)
 class EtjProducerBuffer(ProducerBuffer):
     """The producer buffer reads Faust's ``producer_threaded`` setting once, not on every
     record.
@@ -223,6 +241,7 @@ def register_broker_errors() -> None:
 
 # --- what the batch path and the send API read of aiokafka's producer ----------------------
 
+
 def aiokafka_producer(app: Any) -> aiokafka.AIOKafkaProducer:
     """The app's started aiokafka producer (Faust's ``Producer._ensure_producer``)."""
     return app.producer._ensure_producer()  # type: ignore[no-any-return]
@@ -241,8 +260,9 @@ async def topic_partitions(producer: aiokafka.AIOKafkaProducer, topic: str) -> s
     return client.cluster.partitions_for_topic(topic)  # type: ignore[no-any-return]
 
 
-async def send_alone_batch(producer: aiokafka.AIOKafkaProducer, topic: str, key: bytes | None,
-                           value: bytes | None) -> Any:
+async def send_alone_batch(
+    producer: aiokafka.AIOKafkaProducer, topic: str, key: bytes | None, value: bytes | None
+) -> Any:
     """Send one record in a producer batch of its own, to the partition ``send`` would pick,
     after ``send``'s own size check (``send_batch`` skips it: raises
     ``MessageSizeTooLargeError``); the delivery future."""
@@ -266,8 +286,10 @@ def describe_producer(app: Any) -> str:
     batches = [b for queue in producer._message_accumulator._batches.values() for b in queue]
     oldest = max((time.monotonic() - b._ctime for b in batches), default=0.0)
     task = getattr(sender, "_sender_task", None)
-    return (f"producer: requests in flight to nodes "
-            f"{sorted(getattr(sender, '_in_flight', ()))}, "
-            f"{len(getattr(sender, '_muted_partitions', ()))} partitions muted, {len(batches)} "
-            f"batches waiting (oldest {oldest:.1f} s), sender "
-            f"{'running' if task is not None and not task.done() else 'STOPPED'}")
+    return (
+        f"producer: requests in flight to nodes "
+        f"{sorted(getattr(sender, '_in_flight', ()))}, "
+        f"{len(getattr(sender, '_muted_partitions', ()))} partitions muted, {len(batches)} "
+        f"batches waiting (oldest {oldest:.1f} s), sender "
+        f"{'running' if task is not None and not task.done() else 'STOPPED'}"
+    )

@@ -19,7 +19,6 @@ from mode.services import ServiceTask
 
 from app import runtime
 from app.compat.changelog_holes import Holes
-
 from app.compat.upstream import replaces
 
 __all__ = ["EtjRecovery", "slurp_changelogs"]
@@ -86,6 +85,7 @@ async def slurp_changelogs(self: Recovery) -> None:
     buffers = self.buffers
     buffer_sizes = self.buffer_sizes
     processing_times = self._processing_times
+
     # a record after a hole is not applied; the hole is read again (app.compat.changelog_holes)
     async def earliest(tp: Any) -> int:
         return (await self.app.consumer.earliest_offsets(tp))[tp]
@@ -139,8 +139,11 @@ async def slurp_changelogs(self: Recovery) -> None:
             log.warning("recovery unknown topic %s offset %s", tp, offset)
             return False
         seen_offset = offsets.get(tp, None)
-        if (seen_offset is not None and offset > seen_offset + 1
-                and not await holes.follows(tp, seen_offset, offset)):
+        if (
+            seen_offset is not None
+            and offset > seen_offset + 1
+            and not await holes.follows(tp, seen_offset, offset)
+        ):
             return False
         if seen_offset is None or offset > seen_offset:
             offsets[tp] = offset
@@ -170,7 +173,7 @@ async def slurp_changelogs(self: Recovery) -> None:
             self.signal_recovery_end.clear()
             try:
                 event = await asyncio.wait_for(changelog_queue.get(), timeout=IDLE_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 timeout_count += 1
                 if self.should_stop:
                     return
@@ -234,8 +237,7 @@ class EtjRecovery(Recovery):
         consumer = self.app.consumer
         if consumer.assignment() and self.app.consumer_generation_id == generation_id:
             self.log.info("Seek stream partitions to committed offsets (before resuming them).")
-            await self._wait(consumer.perform_seek(),
-                             timeout=self.app.conf.broker_request_timeout)
+            await self._wait(consumer.perform_seek(), timeout=self.app.conf.broker_request_timeout)
             consumer.perform_seek = _already_seeked  # type: ignore[method-assign]
         try:
             await Recovery.on_recovery_completed(self, generation_id)

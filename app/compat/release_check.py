@@ -47,8 +47,11 @@ sys.exit(main([]))
 """
 
 
-def requirements(overrides: list[str], pyproject: Path = ROOT / "pyproject.toml",
-                 extras: tuple[str, ...] = EXTRAS) -> list[str]:
+def requirements(
+    overrides: list[str],
+    pyproject: Path = ROOT / "pyproject.toml",
+    extras: tuple[str, ...] = EXTRAS,
+) -> list[str]:
     """The project's dependencies and ``extras``, each named in ``overrides`` replaced by it."""
     project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
     wanted = {canonicalize_name(Requirement(r).name): r for r in overrides}
@@ -65,18 +68,21 @@ def _run(cmd: list[str], env: dict[str, str] | None = None, shown: str | None = 
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.compat.release_check",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("version", nargs="+",
-                        help='pip requirements, e.g. "aiokafka==0.13.0" (one or several)')
+    parser = argparse.ArgumentParser(
+        prog="python -m app.compat.release_check", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "version", nargs="+", help='pip requirements, e.g. "aiokafka==0.13.0" (one or several)'
+    )
     parser.add_argument("--venv", default=".venv-compat", help="the scratch virtualenv")
-    parser.add_argument("--no-tiers", action="store_true",
-                        help="only install and check the upstream hashes")
+    parser.add_argument(
+        "--no-tiers", action="store_true", help="only install and check the upstream hashes"
+    )
     args = parser.parse_args(argv)
     overrides = [r for arg in args.version for r in arg.split()]
     try:
         reqs = requirements(overrides)
-    except Exception as exc:  # noqa: BLE001 - a malformed requirement: say so
+    except Exception as exc:
         print(f"compat-check: {exc}", file=sys.stderr)
         return 2
     venv = (ROOT / args.venv).resolve()
@@ -85,18 +91,38 @@ def main(argv: list[str]) -> int:
         return 2
     pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     if _run(pip + reqs) or _run(pip + ["--no-deps", "-e", "."]):
-        print(f"compat-check: {' '.join(overrides)} does not install with etj's other pins",
-              file=sys.stderr)
+        print(
+            f"compat-check: {' '.join(overrides)} does not install with etj's other pins",
+            file=sys.stderr,
+        )
         return 2
     env = {**os.environ, "ETJ_UNTESTED_VERSIONS": "1"}
     env.pop("PYTHONPATH", None)  # the scratch venv's packages, not another's
     hashes = _run([python, "-c", HASH_CHECK], env, f"{python} -m app.compat.upstream")
-    tiers = None if args.no_tiers else _run(
-        [python, "-m", "pytest", "tests/unit", "tests/agent", "-m", TIERS, "-q",
-         "-p", "no:cacheprovider"], env)
-    print(f"\ncompat-check {' '.join(overrides)}: upstream of the patches "
-          f"{'unchanged' if hashes == 0 else 'CHANGED or BROKEN (see above)'}; unit and agent tiers "
-          f"{'not run' if tiers is None else 'passed' if tiers == 0 else 'FAILED'}")
+    tiers = (
+        None
+        if args.no_tiers
+        else _run(
+            [
+                python,
+                "-m",
+                "pytest",
+                "tests/unit",
+                "tests/agent",
+                "-m",
+                TIERS,
+                "-q",
+                "-p",
+                "no:cacheprovider",
+            ],
+            env,
+        )
+    )
+    print(
+        f"\ncompat-check {' '.join(overrides)}: upstream of the patches "
+        f"{'unchanged' if hashes == 0 else 'CHANGED or BROKEN (see above)'}; unit and agent tiers "
+        f"{'not run' if tiers is None else 'passed' if tiers == 0 else 'FAILED'}"
+    )
     return 1 if hashes or tiers else 0
 
 

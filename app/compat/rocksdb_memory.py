@@ -39,8 +39,12 @@ def usage() -> dict[str, int]:
     if _shared is None:
         return {}
     cache, buffers = _shared
-    return {"memtables": buffers.get_usage(), "memtables_budget": buffers.get_buffer_size(),
-            "block_cache": cache.get_usage(), "block_cache_budget": _cache_bytes}
+    return {
+        "memtables": buffers.get_usage(),
+        "memtables_budget": buffers.get_buffer_size(),
+        "block_cache": cache.get_usage(),
+        "block_cache_budget": _cache_bytes,
+    }
 
 
 class SharedBudgetOptions(RocksDBOptions):
@@ -95,5 +99,7 @@ def configure(block_cache_mb: int, memtables_mb: int) -> None:
     global _shared, _cache_bytes
     if _shared is None:
         _cache_bytes = block_cache_mb << 20
-        _shared = (rocksdict.Cache(_cache_bytes),
-                   rocksdict.WriteBufferManager(memtables_mb << 20, False))
+        _shared = (
+            rocksdict.Cache(_cache_bytes),
+            rocksdict.WriteBufferManager(memtables_mb << 20, False),
+        )

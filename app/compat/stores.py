@@ -33,8 +33,8 @@ offer an ordered ``items(lo, hi)`` per partition.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import MutableMapping
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any
 
 import faust
 import orjson
@@ -50,8 +50,14 @@ from yarl import URL
 from app.compat.rocksdb_memory import SharedBudgetOptions
 from app.compat.upstream import replaces
 
-__all__ = ["RangeTable", "SortedMemoryStore", "StoreIO", "committed_offset", "estimated_keys",
-           "iter_range"]
+__all__ = [
+    "RangeTable",
+    "SortedMemoryStore",
+    "StoreIO",
+    "committed_offset",
+    "estimated_keys",
+    "iter_range",
+]
 
 
 class SortedMemoryStore(MemoryStore):
@@ -101,10 +107,13 @@ class SplitSortedDict(MutableMapping):
     byte and remembered: every read and write of the hot path finds its mapping with one dict
     lookup instead of two calls and two slices (~0.5 µs of each)."""
 
-    def __init__(self, point: Callable[[bytes], bool] | None = None,
-                 group: Callable[[bytes], "bytes | None"] | None = None,
-                 by_first_byte: bool = False,
-                 group_end: Callable[[bytes], "bytes | None"] | None = None) -> None:
+    def __init__(
+        self,
+        point: Callable[[bytes], bool] | None = None,
+        group: Callable[[bytes], bytes | None] | None = None,
+        by_first_byte: bool = False,
+        group_end: Callable[[bytes], bytes | None] | None = None,
+    ) -> None:
         self.sorted = SortedDict()
         self.points: dict[Any, Any] = {}
         self.grouped: dict[Any, Any] = {}
@@ -192,38 +201,51 @@ class SplitSortedDict(MutableMapping):
         self.grouped.clear()
         self.groups.clear()
 
-    def irange(self, lo: Any = None, hi: Any = None,
-               inclusive: tuple[bool, bool] = (True, True)) -> Iterator[Any]:
+    def irange(
+        self, lo: Any = None, hi: Any = None, inclusive: tuple[bool, bool] = (True, True)
+    ) -> Iterator[Any]:
         group = self._group(lo) if isinstance(lo, bytes) else None
         if group is not None and lo.startswith(group):
             if hi is not None and (hi.startswith(group) or hi == self._group_end(group)):
                 keys = self.groups.get(group, ())
                 i = bisect_left(keys, lo) if inclusive[0] else bisect_right(keys, lo)
-                j = len(keys) if hi is None else (
-                    bisect_right(keys, hi) if inclusive[1] else bisect_left(keys, hi))
+                j = (
+                    len(keys)
+                    if hi is None
+                    else (bisect_right(keys, hi) if inclusive[1] else bisect_left(keys, hi))
+                )
                 return iter(keys[i:j])
         inside = list(self.sorted.irange(lo, hi, inclusive=inclusive))
         if self.grouped:  # a range across groups (not on a hot path): every grouped key in it
-            lo_ok = (lambda k: True) if lo is None else (
-                (lambda k: k >= lo) if inclusive[0] else (lambda k: k > lo))
-            hi_ok = (lambda k: True) if hi is None else (
-                (lambda k: k <= hi) if inclusive[1] else (lambda k: k < hi))
+            lo_ok = (
+                (lambda k: True)
+                if lo is None
+                else ((lambda k: k >= lo) if inclusive[0] else (lambda k: k > lo))
+            )
+            hi_ok = (
+                (lambda k: True)
+                if hi is None
+                else ((lambda k: k <= hi) if inclusive[1] else (lambda k: k < hi))
+            )
             inside = sorted(inside + [k for k in self.grouped if lo_ok(k) and hi_ok(k)])
         return iter(inside)
-
 
     def items_range(self, lo: bytes, hi: bytes | None) -> list[tuple[bytes, Any]]:
         """(key, value) of ``lo <= key < hi``, in key order: :meth:`irange` with the values
         read from the mapping the keys are in (a key's versions, read for every event, would
         otherwise find their mapping once per row)."""
         group = self._group(lo) if isinstance(lo, bytes) else None
-        if group is not None and lo.startswith(group) and hi is not None and (
-                hi.startswith(group) or hi == self._group_end(group)):
+        if (
+            group is not None
+            and lo.startswith(group)
+            and hi is not None
+            and (hi.startswith(group) or hi == self._group_end(group))
+        ):
             keys = self.groups.get(group)
             if not keys:
                 return []
             m = self.grouped
-            return [(k, m[k]) for k in keys[bisect_left(keys, lo):bisect_left(keys, hi)]]
+            return [(k, m[k]) for k in keys[bisect_left(keys, lo) : bisect_left(keys, hi)]]
         return [(k, self[k]) for k in self.irange(lo, hi, inclusive=(True, False))]
 
     def edge_item(self, lo: bytes, hi: bytes | None, last: bool) -> tuple[bytes, Any] | None:
@@ -235,8 +257,12 @@ class SplitSortedDict(MutableMapping):
         """The first (``last``: the last) key ``lo <= key < hi``, or None: a bounded read of
         one row, whatever the size of its group (a hot key's 100,000 versions)."""
         group = self._group(lo) if isinstance(lo, bytes) else None
-        if group is not None and lo.startswith(group) and hi is not None and (
-                hi.startswith(group) or hi == self._group_end(group)):
+        if (
+            group is not None
+            and lo.startswith(group)
+            and hi is not None
+            and (hi.startswith(group) or hi == self._group_end(group))
+        ):
             keys = self.groups.get(group, ())
             i, j = bisect_left(keys, lo), bisect_left(keys, hi)
             return None if i >= j else keys[j - 1 if last else i]
@@ -250,7 +276,8 @@ def share_budgets(store: StoreT) -> StoreT:
     Faust built them (``Store.__init__``), with etj's class."""
     if isinstance(store, RocksDBStore):
         store.rocksdb_options = SharedBudgetOptions(  # type: ignore[attr-defined]
-            **store.options, use_rocksdict=store.use_rocksdict)  # type: ignore[attr-defined]
+            **store.options, use_rocksdict=store.use_rocksdict
+        )  # type: ignore[attr-defined]
     return store
 
 
@@ -301,20 +328,34 @@ class RangeTable(EtjTable):
         elif not issubclass(cls, (SortedMemoryStore, RocksDBStore)):
             raise ImproperlyConfigured(
                 f"table {self.name!r} needs ordered range scans, which store {url} cannot do; "
-                "use memory:// or rocksdb://")
-        store = cls(url, self.app, self, table_name=self.name, key_type=self.key_type,
-                    key_serializer=self.key_serializer, value_serializer=self.value_serializer,
-                    value_type=self.value_type, loop=self.loop, options=self.options)
+                "use memory:// or rocksdb://"
+            )
+        store = cls(
+            url,
+            self.app,
+            self,
+            table_name=self.name,
+            key_type=self.key_type,
+            key_serializer=self.key_serializer,
+            value_serializer=self.value_serializer,
+            value_type=self.value_type,
+            loop=self.loop,
+            options=self.options,
+        )
         point, group = getattr(self, "point_key", None), getattr(self, "group_key", None)
         if (point or group) and isinstance(store, SortedMemoryStore):
-            store.data = SplitSortedDict(point, group,
-                                         getattr(self, "kind_by_first_byte", False),
-                                         getattr(self, "group_end", None))
+            store.data = SplitSortedDict(
+                point,
+                group,
+                getattr(self, "kind_by_first_byte", False),
+                getattr(self, "group_end", None),
+            )
         return share_budgets(store)
 
 
-def iter_range(table: faust.Table, lo: bytes, hi: bytes | None,
-               partition: int) -> Iterator[tuple[bytes, Any]]:
+def iter_range(
+    table: faust.Table, lo: bytes, hi: bytes | None, partition: int
+) -> Iterator[tuple[bytes, Any]]:
     """(key, decoded value) of ``lo <= key < hi`` in ``table``'s store, in key order."""
     store = table.data
     if isinstance(store, SortedMemoryStore):
@@ -327,12 +368,15 @@ def iter_range(table: faust.Table, lo: bytes, hi: bytes | None,
     elif isinstance(store, RocksDBStore):
         yield from _scan_rocksdb(store, lo, hi, partition)
     else:
-        raise TypeError(f"table {table.name!r} has store {type(store).__name__}, which cannot "
-                        "scan a key range (define it with range_table)")
+        raise TypeError(
+            f"table {table.name!r} has store {type(store).__name__}, which cannot "
+            "scan a key range (define it with range_table)"
+        )
 
 
-def _scan_rocksdb(store: RocksDBStore, lo: bytes, hi: bytes | None, partition: int,
-                  decode: Any = None) -> Iterator[tuple[bytes, Any]]:
+def _scan_rocksdb(
+    store: RocksDBStore, lo: bytes, hi: bytes | None, partition: int, decode: Any = None
+) -> Iterator[tuple[bytes, Any]]:
     if not store.use_rocksdict:
         raise TypeError("range scans need the rocksdict driver of Faust's RocksDB store")
     db = store._db_for_partition(partition)
@@ -352,8 +396,9 @@ def _scan_rocksdb(store: RocksDBStore, lo: bytes, hi: bytes | None, partition: i
         it.next()
 
 
-def _edge_rocksdb(store: RocksDBStore, lo: bytes, hi: bytes | None,
-                  partition: int, last: bool) -> tuple[bytes, Any] | None:
+def _edge_rocksdb(
+    store: RocksDBStore, lo: bytes, hi: bytes | None, partition: int, last: bool
+) -> tuple[bytes, Any] | None:
     """The first (``last``: the last) row ``lo <= key < hi`` of one partition's database."""
     it = store._db_for_partition(partition).iter(rocksdict.ReadOptions())
     skip = store.offset_key
@@ -380,8 +425,10 @@ def estimated_keys(table: faust.Table) -> int:
     (counting would read every key), else the table's length."""
     store = table.data
     if isinstance(store, RocksDBStore) and store.use_rocksdict:
-        return sum(db.property_int_value("rocksdb.estimate-num-keys") or 0
-                   for db in store._dbs_for_actives())
+        return sum(
+            db.property_int_value("rocksdb.estimate-num-keys") or 0
+            for db in store._dbs_for_actives()
+        )
     return len(table)
 
 
@@ -397,6 +444,7 @@ def committed_offset(consumer: Any, tp: Any) -> int | None:
 
 
 # --- a table's store read and written directly, a batch at a time (app.state.overlay) ----------------
+
 
 class StoreIO:
     """One table's local store, read and written without Faust's Table API: the per-batch
@@ -462,8 +510,9 @@ class StoreIO:
             return iter(store.data.items_range(lo, hi))  # no generator frame per scan
         return iter_range(self.table, lo, hi, partition)
 
-    def edge(self, partition: int, lo: bytes, hi: bytes | None,
-             last: bool = False) -> tuple[bytes, Any] | None:
+    def edge(
+        self, partition: int, lo: bytes, hi: bytes | None, last: bool = False
+    ) -> tuple[bytes, Any] | None:
         """(key, value) of the first (``last``: the last) row ``lo <= key < hi`` of a range
         table, or None: one row read, not the range (the version before a time)."""
         store = self.table.data

@@ -46,9 +46,11 @@ def _decode(raw: bytes | None, serializer: Any, typ: Any, error: type[Exception]
         raise error(str(exc)) from exc
 
 
-@replaces(("faust.serializers.schemas:Schema.__init__", "c414846b8d2b"),
-          ("faust.serializers.schemas:Schema.loads_key", "2e1724f7a6a7"),
-          ("faust.serializers.schemas:Schema.loads_value", "d5a89118ae85"))
+@replaces(
+    ("faust.serializers.schemas:Schema.__init__", "c414846b8d2b"),
+    ("faust.serializers.schemas:Schema.loads_key", "2e1724f7a6a7"),
+    ("faust.serializers.schemas:Schema.loads_value", "d5a89118ae85"),
+)
 class TableSchema(faust.Schema):
     """A table's schema (``app.topology``): plain JSON rows, decoded without the registry;
     ``decode=False``: not decoded at all (a store that keeps the changelog's bytes).
@@ -73,22 +75,24 @@ class TableSchema(faust.Schema):
         super().__init__(**kwargs)
         self.decode = decode
 
-    def loads_key(self, app: Any, message: Any, *, loads: Any = None,
-                  serializer: Any = None) -> Any:
+    def loads_key(
+        self, app: Any, message: Any, *, loads: Any = None, serializer: Any = None
+    ) -> Any:
         if not self.decode:
             return message.key
-        got = _decode(message.key, serializer or self.key_serializer, self.key_type,
-                      KeyDecodeError)
+        got = _decode(message.key, serializer or self.key_serializer, self.key_type, KeyDecodeError)
         if got is FAUST:
             return super().loads_key(app, message, loads=loads, serializer=serializer)
         return got
 
-    def loads_value(self, app: Any, message: Any, *, loads: Any = None,
-                    serializer: Any = None) -> Any:
+    def loads_value(
+        self, app: Any, message: Any, *, loads: Any = None, serializer: Any = None
+    ) -> Any:
         if not self.decode:
             return message.value
-        got = _decode(message.value, serializer or self.value_serializer, self.value_type,
-                      ValueDecodeError)
+        got = _decode(
+            message.value, serializer or self.value_serializer, self.value_type, ValueDecodeError
+        )
         if got is FAUST:
             return super().loads_value(app, message, loads=loads, serializer=serializer)
         return got

@@ -15,7 +15,6 @@ from faust.tables.manager import TableManager
 from faust.types import TP
 
 from app.compat.recovery import EtjRecovery
-
 from app.compat.upstream import replaces
 
 __all__ = ["EtjTableManager"]
@@ -71,8 +70,9 @@ class EtjTableManager(TableManager):
             await self.recovery.start()
 
     @replaces("faust.tables.manager:TableManager.on_rebalance", "fc9b70e03994")
-    async def on_rebalance(self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP],
-                           generation_id: int = 0) -> None:
+    async def on_rebalance(
+        self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP], generation_id: int = 0
+    ) -> None:
         """Snapshots are installed before the stores open their newly assigned partitions.
 
         Upstream: ``on_rebalance`` has every table's store open its newly assigned active

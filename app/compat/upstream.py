@@ -57,15 +57,28 @@ import pkgutil
 import re
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
-__all__ = ["replaces", "registry", "upstream_source", "upstream_hash", "changed", "Change",
-           "Patch", "parse_doc", "doc_problems", "unregistered", "load", "imported_upstream_names",
-           "upstream_module"]
+__all__ = [
+    "replaces",
+    "registry",
+    "upstream_source",
+    "upstream_hash",
+    "changed",
+    "Change",
+    "Patch",
+    "parse_doc",
+    "doc_problems",
+    "unregistered",
+    "load",
+    "imported_upstream_names",
+    "upstream_module",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the package of the patches (this module's), found from here and not imported: it imports the
@@ -120,14 +133,17 @@ def _pairs(targets: tuple[Any, ...]) -> list[tuple[str, str]]:
     elif targets and all(isinstance(t, tuple) and len(t) == 2 for t in targets):
         pairs = list(targets)
     else:
-        raise TypeError('replaces("module:qualname", "hash") or '
-                        'replaces(("module:qualname", "hash"), ...)')
+        raise TypeError(
+            'replaces("module:qualname", "hash") or replaces(("module:qualname", "hash"), ...)'
+        )
     for target, recorded in pairs:
         if not isinstance(target, str) or not _TARGET.match(target):
             raise ValueError(f"replaces: {target!r} is not 'upstream.module:Qual.name'")
         if not isinstance(recorded, str) or not _HASH.match(recorded):
-            raise ValueError(f"replaces({target!r}): {recorded!r} is not {HASH_LEN} lowercase hex "
-                             f"digits (python -m app.compat.upstream --hash {target})")
+            raise ValueError(
+                f"replaces({target!r}): {recorded!r} is not {HASH_LEN} lowercase hex "
+                f"digits (python -m app.compat.upstream --hash {target})"
+            )
     return pairs  # type: ignore[return-value]
 
 
@@ -138,8 +154,11 @@ def _function_of(obj: Any) -> Any:
             obj = obj.fget
         elif isinstance(obj, (classmethod, staticmethod)):
             obj = obj.__func__
-        elif not inspect.isclass(obj) and not inspect.isroutine(obj) \
-                and callable(getattr(obj, "fun", None)):
+        elif (
+            not inspect.isclass(obj)
+            and not inspect.isroutine(obj)
+            and callable(getattr(obj, "fun", None))
+        ):
             obj = obj.fun  # mode's ServiceTask and its kind
         else:
             break
@@ -161,12 +180,17 @@ def replaces(*targets: Any) -> Callable[[T], T]:
         qualname = getattr(fn, "__qualname__", None) or repr(fn)
         if "<locals>" in qualname and module.startswith("app."):
             # registered only once install() ran: the registry (and the page) would depend on it
-            raise TypeError(f"replaces: {module}:{qualname} is made inside a function; register "
-                            "a module-level function (or a method of a module-level class)")
+            raise TypeError(
+                f"replaces: {module}:{qualname} is made inside a function; register "
+                "a module-level function (or a method of a module-level class)"
+            )
         for target, recorded in pairs:
             patch = Patch(obj, module, qualname, target, recorded)
-            _REGISTRY[:] = [p for p in _REGISTRY  # decorated again (a reload): the newest counts
-                            if (p.module, p.qualname, p.target) != (module, qualname, target)]
+            _REGISTRY[:] = [
+                p
+                for p in _REGISTRY  # decorated again (a reload): the newest counts
+                if (p.module, p.qualname, p.target) != (module, qualname, target)
+            ]
             _REGISTRY.append(patch)
         return obj
 
@@ -181,7 +205,7 @@ def load() -> dict[str, str]:
             continue
         try:
             importlib.import_module(info.name)
-        except Exception as exc:  # noqa: BLE001 - reported by changed() and the command
+        except Exception as exc:
             _IMPORT_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
     return dict(_IMPORT_ERRORS)
 
@@ -193,6 +217,7 @@ def registry() -> list[Patch]:
 
 
 # -- the upstream source ---------------------------------------------------------------------
+
 
 def _split(target: str) -> tuple[str, list[str]]:
     if not _TARGET.match(target):
@@ -232,7 +257,7 @@ def _defined_names(node: ast.stmt) -> list[str]:
     return []
 
 
-@lru_cache(maxsize=None)
+@cache
 def _definitions(holder: Any) -> dict[str, str]:
     """name -> its definition's source text, for every name ``holder``'s source (a module's or a
     class's) defines at its top level; {} when there is no source to read."""
@@ -250,7 +275,7 @@ def _definitions(holder: Any) -> dict[str, str]:
     for node in _statements(body):
         for name in _defined_names(node):  # the last definition wins, as at run time
             first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-            out[name] = "\n".join(lines[first - 1:node.end_lineno])
+            out[name] = "\n".join(lines[first - 1 : node.end_lineno])
     return out
 
 
@@ -263,8 +288,11 @@ def _holders(owner: Any) -> list[Any]:
 
 def _defined_upstream(owner: Any, name: str) -> bool:
     """Does upstream's source define ``name`` in ``owner`` (or a base of it)?"""
-    return any(name in _definitions(h) for h in _holders(owner) if upstream_module(h)
-               or inspect.ismodule(h))
+    return any(
+        name in _definitions(h)
+        for h in _holders(owner)
+        if upstream_module(h) or inspect.ismodule(h)
+    )
 
 
 def upstream_module(obj: Any) -> bool:
@@ -281,13 +309,14 @@ def upstream_source(target: str) -> str:
     (property, ServiceTask and wrappers unwrapped). Dedented, line ends normalised.
     """
     owner, name = resolve_owner(target)
-    text = next((_definitions(h)[name] for h in _holders(owner) if name in _definitions(h)),
-                None)
+    text = next((_definitions(h)[name] for h in _holders(owner) if name in _definitions(h)), None)
     if text is None:
         obj = _function_of(getattr(owner, name))
         if not upstream_module(obj):
-            raise LookupError(f"{target}: no upstream definition found (the object there comes "
-                              f"from {getattr(obj, '__module__', None)!r})")
+            raise LookupError(
+                f"{target}: no upstream definition found (the object there comes "
+                f"from {getattr(obj, '__module__', None)!r})"
+            )
         text = inspect.getsource(obj)
     text = textwrap.dedent(text.replace("\r\n", "\n").replace("\r", "\n"))
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()) + "\n"
@@ -303,12 +332,14 @@ def changed() -> list[Change]:
     every module of app.compat that does not import (patch ``app.compat.x``, target ``import``).
     """
     patches = registry()
-    out = [Change(module, "import", "", f"missing: {error}")
-           for module, error in sorted(_IMPORT_ERRORS.items())]
+    out = [
+        Change(module, "import", "", f"missing: {error}")
+        for module, error in sorted(_IMPORT_ERRORS.items())
+    ]
     for patch in patches:
         try:
             now = upstream_hash(patch.target)
-        except Exception as exc:  # noqa: BLE001 - any failure to resolve is "missing"
+        except Exception as exc:
             now = f"missing: {type(exc).__name__}: {exc}"
         if now != patch.recorded:
             out.append(Change(patch.name, patch.target, patch.recorded, now))
@@ -372,10 +403,11 @@ def parse_doc(doc: str | None) -> PatchDoc:
             problems.append(f"no '{name}:' section")
         elif not joined[name]:
             problems.append(f"'{name}:' is empty")
-    seen = [name for name in dict.fromkeys(order)]
+    seen = list(dict.fromkeys(order))
     if not problems and seen != list(SECTIONS):
-        problems.append(f"sections out of order ({', '.join(seen)}; the form: "
-                        f"{', '.join(SECTIONS)})")
+        problems.append(
+            f"sections out of order ({', '.join(seen)}; the form: {', '.join(SECTIONS)})"
+        )
     if joined.get("Test") and not TEST_REF.search(joined["Test"]):
         problems.append("'Test:' names no test as path/to/test_file.py::test_function")
     free = re.sub(r"\n{3,}", "\n\n", "\n".join(text)).strip()
@@ -414,17 +446,24 @@ def patch_objects(patches: list[Patch] | None = None) -> dict[str, Any]:
 
 # -- what replaces upstream code but is not registered ---------------------------------------
 
+
 def imported_upstream_names(tree: ast.Module) -> set[str]:
     """Names a module binds to something imported from faust, aiokafka or mode (what an
     assignment onto such a name would patch)."""
     names = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in UPSTREAM \
-                and not node.level:
+        if (
+            isinstance(node, ast.ImportFrom)
+            and (node.module or "").split(".")[0] in UPSTREAM
+            and not node.level
+        ):
             names |= {a.asname or a.name for a in node.names}
         elif isinstance(node, ast.Import):
-            names |= {(a.asname or a.name).split(".")[0] for a in node.names
-                      if a.name.split(".")[0] in UPSTREAM}
+            names |= {
+                (a.asname or a.name).split(".")[0]
+                for a in node.names
+                if a.name.split(".")[0] in UPSTREAM
+            }
     return names
 
 
@@ -445,13 +484,19 @@ def _same_place(a: tuple[Any, str], b: tuple[Any, str]) -> bool:
         return False
     if owner_a is owner_b:
         return True
-    return inspect.isclass(owner_a) and inspect.isclass(owner_b) and (
-        owner_b in owner_a.__mro__ or owner_a in owner_b.__mro__)
+    return (
+        inspect.isclass(owner_a)
+        and inspect.isclass(owner_b)
+        and (owner_b in owner_a.__mro__ or owner_a in owner_b.__mro__)
+    )
 
 
 def _is_method_like(value: Any) -> bool:
-    return (inspect.isfunction(value) or isinstance(value, (property, classmethod, staticmethod))
-            or (not inspect.isclass(value) and callable(getattr(value, "fun", None))))
+    return (
+        inspect.isfunction(value)
+        or isinstance(value, (property, classmethod, staticmethod))
+        or (not inspect.isclass(value) and callable(getattr(value, "fun", None)))
+    )
 
 
 def unregistered(exempt: dict[str, str] | None = None) -> list[str]:
@@ -475,7 +520,7 @@ def unregistered(exempt: dict[str, str] | None = None) -> list[str]:
     for patch in patches:
         try:
             places.append((patch, resolve_owner(patch.target)))
-        except Exception:  # noqa: BLE001 - a target gone is changed()'s to report
+        except Exception:
             continue
     by_name = {p.name for p in patches}
     out: list[str] = []
@@ -486,12 +531,18 @@ def unregistered(exempt: dict[str, str] | None = None) -> list[str]:
         path = Path(module.__file__ or "")
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         imported = imported_upstream_names(tree)
-        functions = {n.name for n in tree.body
-                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        functions = {
+            n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
         where = f"app/compat/{path.name}"
         for node in ast.walk(tree):
-            targets = (node.targets if isinstance(node, ast.Assign)
-                       else [node.target] if isinstance(node, ast.AnnAssign) else [])
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
             for t in targets:
                 chain = _chain(t) if isinstance(t, ast.Attribute) else None
                 if not chain or chain[0] not in imported:
@@ -502,17 +553,21 @@ def unregistered(exempt: dict[str, str] | None = None) -> list[str]:
                         owner = getattr(owner, part)
                 except AttributeError:
                     continue
-                if not ((inspect.isclass(owner) or inspect.ismodule(owner))
-                        and (getattr(owner, "__name__" if inspect.ismodule(owner)
-                                     else "__module__", "") or "").split(".")[0] in UPSTREAM):
+                if not (
+                    (inspect.isclass(owner) or inspect.ismodule(owner))
+                    and (
+                        getattr(owner, "__name__" if inspect.ismodule(owner) else "__module__", "")
+                        or ""
+                    ).split(".")[0]
+                    in UPSTREAM
+                ):
                     continue
                 if not _defined_upstream(owner, chain[-1]):
                     continue  # an attribute of etj's own, added: nothing upstream to replace
                 place = (owner, chain[-1])
                 label = f"{where}:{node.lineno} {'.'.join(chain)} = …"
                 if not any(_same_place(place, p) for _, p in places):
-                    out.append(f"{label}: no patch registers a target "
-                               f"{'.'.join(chain[-2:])}")
+                    out.append(f"{label}: no patch registers a target {'.'.join(chain[-2:])}")
                     continue
                 value = getattr(node, "value", None)
                 if isinstance(value, ast.Call) and value.args:
@@ -527,26 +582,34 @@ def unregistered(exempt: dict[str, str] | None = None) -> list[str]:
             bases = [b for b in cls.__mro__[1:] if upstream_module(b)]
             if not bases:
                 continue
-            class_targets = {p.target.rpartition(".")[2] for p in patches
-                             if p.module == info.name and p.qualname == cls.__qualname__}
+            class_targets = {
+                p.target.rpartition(".")[2]
+                for p in patches
+                if p.module == info.name and p.qualname == cls.__qualname__
+            }
             for attr, value in vars(cls).items():
-                if not _is_method_like(value) \
-                        or not any(attr in _definitions(b) for b in bases):
+                if not _is_method_like(value) or not any(attr in _definitions(b) for b in bases):
                     continue
                 name = f"{info.name}:{cls.__qualname__}.{attr}"
                 if name in by_name or attr in class_targets or name in exempt:
                     continue
                 wrapped = getattr(value, "fun", None) or getattr(value, "fget", None)
-                if wrapped is not None and getattr(wrapped, "__module__", None) == info.name \
-                        and f"{info.name}:{wrapped.__qualname__}" in by_name:
+                if (
+                    wrapped is not None
+                    and getattr(wrapped, "__module__", None) == info.name
+                    and f"{info.name}:{wrapped.__qualname__}" in by_name
+                ):
                     continue  # ServiceTask(f) / property(f) of a registered module function
                 base = next(b for b in bases if attr in _definitions(b))
-                out.append(f"{where} {cls.__qualname__}.{attr} overrides "
-                           f"{base.__module__}:{base.__qualname__}.{attr}: not registered")
+                out.append(
+                    f"{where} {cls.__qualname__}.{attr} overrides "
+                    f"{base.__module__}:{base.__qualname__}.{attr}: not registered"
+                )
     return out
 
 
 # -- the command line ------------------------------------------------------------------------
+
 
 def versions() -> dict[str, str]:
     """The installed versions of the upstream distributions."""
@@ -565,13 +628,15 @@ def main(argv: list[str]) -> int:
         for target in argv[1:]:
             try:
                 print(f'@replaces("{target}", "{upstream_hash(target)}")')
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 print(f"{target}: missing: {type(exc).__name__}: {exc}", file=sys.stderr)
                 status = 1
         return status
     if argv:
-        print(__doc__.split("The command line::", 1)[1].split("The registry", 1)[0].rstrip(),
-              file=sys.stderr)
+        print(
+            __doc__.split("The command line::", 1)[1].split("The registry", 1)[0].rstrip(),
+            file=sys.stderr,
+        )
         return 2
     print("installed: " + ", ".join(f"{d} {v}" for d, v in versions().items()))
     bad = {(c.patch, c.target): c for c in changed()}
@@ -582,18 +647,24 @@ def main(argv: list[str]) -> int:
         change = bad.get((patch.name, patch.target))
         state = "CHANGED " if change else "ok      "
         now = change.now if change else patch.recorded
-        print(f"{state} {patch.name}  replaces {patch.target}  recorded {patch.recorded}"
-              f"  now {now}")
+        print(
+            f"{state} {patch.name}  replaces {patch.target}  recorded {patch.recorded}  now {now}"
+        )
     loose = unregistered()
     if loose:
-        print(f"\n{len(loose)} places replace upstream code without @replaces "
-              "(their upstream is not checked):")
+        print(
+            f"\n{len(loose)} places replace upstream code without @replaces "
+            "(their upstream is not checked):"
+        )
         for line in loose:
             print("  " + line)
     print(f"\n{len(patches)} registered, {len(bad)} changed or missing")
     if bad:
-        print("changed: " + ", ".join(sorted({c.patch for c in bad.values()}))
-              + "\nre-read each against the new source (docs/contributing/patches.md)")
+        print(
+            "changed: "
+            + ", ".join(sorted({c.patch for c in bad.values()}))
+            + "\nre-read each against the new source (docs/contributing/patches.md)"
+        )
     return 1 if bad else 0
 
 

@@ -32,8 +32,9 @@ class UntestedVersion(RuntimeError):
     """A faust-streaming or aiokafka outside the range :mod:`app.compat` was tested with."""
 
 
-def check_versions(installed: dict[str, str] | None = None,
-                   allow_untested: bool | None = None) -> None:
+def check_versions(
+    installed: dict[str, str] | None = None, allow_untested: bool | None = None
+) -> None:
     """Raise :class:`UntestedVersion` naming every library outside its tested range.
 
     ``installed``: distribution -> version, for tests; default: what is installed.
@@ -48,19 +49,25 @@ def check_versions(installed: dict[str, str] | None = None,
             problems.append(f"{dist} is not installed (etj needs {dist}{spec})")
             continue
         if Version(have) not in SpecifierSet(spec):
-            problems.append(f"{dist} {have} is installed, but etj's patches to it "
-                            f"(app/compat) were tested with {dist}{spec} only")
+            problems.append(
+                f"{dist} {have} is installed, but etj's patches to it "
+                f"(app/compat) were tested with {dist}{spec} only"
+            )
     if not problems:
         return
     if allow_untested is None:
         allow_untested = installed is None and _untested_allowed()
     if allow_untested:
-        log.warning("ETJ_UNTESTED_VERSIONS is set: starting anyway, although %s",
-                    "; ".join(problems))
+        log.warning(
+            "ETJ_UNTESTED_VERSIONS is set: starting anyway, although %s", "; ".join(problems)
+        )
         return
-    raise UntestedVersion("refusing to start: " + "; ".join(problems)
-                          + ". Install the tested versions (pip install -e .), or see "
-                          "docs/contributing/patches.md to move to a new release.")
+    raise UntestedVersion(
+        "refusing to start: "
+        + "; ".join(problems)
+        + ". Install the tested versions (pip install -e .), or see "
+        "docs/contributing/patches.md to move to a new release."
+    )
 
 
 def _untested_allowed() -> bool:

@@ -23,9 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-
-from typing import Any, Mapping
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
@@ -64,7 +64,7 @@ async def listening(bootstrap: str, deadline: float) -> Exception | None:
     while True:
         try:
             _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 3)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             if time.monotonic() > deadline:
                 return exc
             await asyncio.sleep(0.1)
@@ -73,8 +73,9 @@ async def listening(bootstrap: str, deadline: float) -> Exception | None:
             return None
 
 
-async def wait_until_ready(bootstrap: str, timeout_s: float = 30.0,
-                           auth: Mapping[str, Any] | None = None) -> None:
+async def wait_until_ready(
+    bootstrap: str, timeout_s: float = 30.0, auth: Mapping[str, Any] | None = None
+) -> None:
     """Wait until the broker answers a metadata request (listening is not enough).
 
     ``auth``: the client's TLS/SASL arguments (:func:`client_auth`); a broker whose TLS
@@ -89,8 +90,9 @@ async def wait_until_ready(bootstrap: str, timeout_s: float = 30.0,
     deadline = time.monotonic() + timeout_s
     last: Exception | None = await listening(bootstrap, deadline)
     while time.monotonic() < deadline:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=3000,
-                                    **(auth or {}))
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, request_timeout_ms=3000, **(auth or {})
+        )
         try:
             await consumer.start()
             await consumer.topics()
@@ -106,13 +108,13 @@ async def wait_until_ready(bootstrap: str, timeout_s: float = 30.0,
 class LocalBroker:
     """One broker process; ``url`` is the Faust form, ``bootstrap`` the aiokafka form."""
 
-    def __init__(self, port: int | None = None, log_dir: Path | None = None,
-                 use_existing: bool = True) -> None:
+    def __init__(
+        self, port: int | None = None, log_dir: Path | None = None, use_existing: bool = True
+    ) -> None:
         existing = os.environ.get(EXISTING_BROKER_ENV, "").strip() if use_existing else ""
         self.external = bool(existing)
         self.port = port or free_port()
-        self.bootstrap = (existing.split("://", 1)[-1] if existing
-                          else f"127.0.0.1:{self.port}")
+        self.bootstrap = existing.split("://", 1)[-1] if existing else f"127.0.0.1:{self.port}"
         self.log_path = Path(log_dir or tempfile.mkdtemp(prefix="etj-broker-")) / "tansu.log"
         self.proc: subprocess.Popen[bytes] | None = None
         #: how clients reach it: the ETJ_KAFKA_* settings for an existing broker; plaintext
@@ -123,15 +125,25 @@ class LocalBroker:
     def url(self) -> str:
         return ",".join(f"kafka://{h}" for h in self.bootstrap.split(","))
 
-    def start(self, timeout_s: float = 30.0) -> "LocalBroker":
+    def start(self, timeout_s: float = 30.0) -> LocalBroker:
         if not self.external:
             listener = f"tcp://127.0.0.1:{self.port}"
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             log = self.log_path.open("ab")
             self.proc = subprocess.Popen(
-                [tansu_binary(), "broker", "--listener-url", listener,
-                 "--advertised-listener-url", listener, "--storage-engine", "memory://tansu/"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    tansu_binary(),
+                    "broker",
+                    "--listener-url",
+                    listener,
+                    "--advertised-listener-url",
+                    listener,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
             log.close()
         asyncio.run(wait_until_ready(self.bootstrap, timeout_s, self.auth))
@@ -149,7 +161,7 @@ class LocalBroker:
                 self.proc.wait()
         self.proc = None
 
-    def __enter__(self) -> "LocalBroker":
+    def __enter__(self) -> LocalBroker:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

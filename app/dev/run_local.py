@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from app.runtime import EXIT_CODE as FAIL_STOP
 from app.dev.local_broker import EXISTING_BROKER_ENV, LocalBroker
+from app.runtime import EXIT_CODE as FAIL_STOP
 from app.settings import Settings
 
 
@@ -33,9 +33,12 @@ def main() -> None:
     settings = Settings()
     broker = LocalBroker(log_dir=Path("var/broker"))
     if not broker.external and os.environ.get("ETJ_BROKER_URL"):
-        print(f"note: ETJ_BROKER_URL is not used by `make run`, which starts its own broker; "
-              f"to use yours, set {EXISTING_BROKER_ENV}=host:port (and the ETJ_KAFKA_* "
-              f"settings for TLS/SASL)", flush=True)
+        print(
+            f"note: ETJ_BROKER_URL is not used by `make run`, which starts its own broker; "
+            f"to use yours, set {EXISTING_BROKER_ENV}=host:port (and the ETJ_KAFKA_* "
+            f"settings for TLS/SASL)",
+            flush=True,
+        )
     procs: list[subprocess.Popen[bytes]] = []
     try:
         broker.start()
@@ -73,22 +76,27 @@ def run(broker: LocalBroker, settings: Settings, procs: list[subprocess.Popen[by
     worker_log = open("var/worker.log", "ab")
 
     def start(*args: str, **out: object) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([*faust, *args], env=env, start_new_session=True,
-                                **out)  # type: ignore[call-overload]
+        return subprocess.Popen([*faust, *args], env=env, start_new_session=True, **out)  # type: ignore[call-overload]
 
     def start_worker() -> subprocess.Popen[bytes]:
         return start("worker", "-l", "info", stdout=worker_log, stderr=subprocess.STDOUT)
 
     procs.append(start_worker())
-    how = (f" (existing, {broker.auth.get('security_protocol', 'PLAINTEXT')})"
-           if broker.external else " (local tansu)")
-    print(f"broker  {broker.url}{how}\n"
-          f"worker  http://127.0.0.1:{settings.web_port}/  (log: var/worker.log)\n"
-          f"timeline http://127.0.0.1:{settings.web_port}/timeline/\n"
-          f"traffic out-of-order moods, recommendations, car arrivals and zone readings\n"
-          f"Below: one line per mood-join revision (CORRECTION lines are late data fixing an "
-          f"earlier answer) and one per car-view update ('car ...').\n"
-          f"Stop everything with Ctrl-C.\n", flush=True)
+    how = (
+        f" (existing, {broker.auth.get('security_protocol', 'PLAINTEXT')})"
+        if broker.external
+        else " (local tansu)"
+    )
+    print(
+        f"broker  {broker.url}{how}\n"
+        f"worker  http://127.0.0.1:{settings.web_port}/  (log: var/worker.log)\n"
+        f"timeline http://127.0.0.1:{settings.web_port}/timeline/\n"
+        f"traffic out-of-order moods, recommendations, car arrivals and zone readings\n"
+        f"Below: one line per mood-join revision (CORRECTION lines are late data fixing an "
+        f"earlier answer) and one per car-view update ('car ...').\n"
+        f"Stop everything with Ctrl-C.\n",
+        flush=True,
+    )
     time.sleep(3)
     procs.extend(start(tool) for tool in ("sample-traffic", "watch", "watch-cars"))
     while True:

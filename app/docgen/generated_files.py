@@ -8,8 +8,8 @@ gives (a test per page holds the same comparison).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 __all__ = ["ROOT", "stale", "write_or_check"]
 
@@ -18,8 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def stale(files: dict[Path, str]) -> list[Path]:
     """The files whose content differs from what the code gives (``files``: path -> text)."""
-    return [path for path, text in files.items()
-            if not path.exists() or path.read_text(encoding="utf-8") != text]
+    return [
+        path
+        for path, text in files.items()
+        if not path.exists() or path.read_text(encoding="utf-8") != text
+    ]
 
 
 def write_or_check(argv: list[str], files: Callable[[], dict[Path, str]], command: str) -> int:

@@ -164,10 +164,15 @@ def kind(patch: Patch) -> str:
     if inspect.isclass(owner) and any(upstream.upstream_module(b) for b in owner.__mro__[1:]):
         return "override"
     for cls in vars(module).values():  # a function a subclass wraps: ServiceTask(f), property(f)
-        if inspect.isclass(cls) and cls.__module__ == patch.module \
-                and any(upstream.upstream_module(b) for b in cls.__mro__[1:]) \
-                and any((getattr(v, "fun", None) or getattr(v, "fget", None)) is owner
-                        for v in vars(cls).values()):
+        if (
+            inspect.isclass(cls)
+            and cls.__module__ == patch.module
+            and any(upstream.upstream_module(b) for b in cls.__mro__[1:])
+            and any(
+                (getattr(v, "fun", None) or getattr(v, "fget", None)) is owner
+                for v in vars(cls).values()
+            )
+        ):
             return "override"
     return "monkeypatch"
 
@@ -188,33 +193,55 @@ def page() -> str:
     """The whole of ``docs/contributing/patches.md``."""
     # by module name (import order varies with what ran first); within a module, the order
     # its decorators ran in, which is the file's
-    patches = sorted((p for p in upstream.registry() if p.module.startswith("app.compat.")),
-                     key=lambda p: p.module)
+    patches = sorted(
+        (p for p in upstream.registry() if p.module.startswith("app.compat.")),
+        key=lambda p: p.module,
+    )
     by_module: dict[str, dict[str, list[Patch]]] = {}
     for p in patches:
         by_module.setdefault(p.module, {}).setdefault(p.qualname, []).append(p)
     out = [_HEADER, "\n## The patches\n"]
     if not patches:
-        out.append("\nNo patch is registered with `@replaces` yet: the modules below describe "
-                   "them in their docstrings.\n")
+        out.append(
+            "\nNo patch is registered with `@replaces` yet: the modules below describe "
+            "them in their docstrings.\n"
+        )
     else:
-        kinds = {(module, name): kind(group[0]) for module, mod in by_module.items()
-                 for name, group in mod.items()}
+        kinds = {
+            (module, name): kind(group[0])
+            for module, mod in by_module.items()
+            for name, group in mod.items()
+        }
         for label, which, what in (
-                ("Monkeypatches", "monkeypatch", "assigned onto an upstream class by their "
-                 "module's `install()`"),
-                ("Overrides", "override", "methods of etj's subclasses of upstream classes, "
-                 "upstream's own code left as it is")):
-            names = [f"`{_file(m)}` `{q}`" for m, group in by_module.items() for q in group
-                     if kinds[m, q] == which]
+            (
+                "Monkeypatches",
+                "monkeypatch",
+                "assigned onto an upstream class by their module's `install()`",
+            ),
+            (
+                "Overrides",
+                "override",
+                "methods of etj's subclasses of upstream classes, "
+                "upstream's own code left as it is",
+            ),
+        ):
+            names = [
+                f"`{_file(m)}` `{q}`"
+                for m, group in by_module.items()
+                for q in group
+                if kinds[m, q] == which
+            ]
             out.append(f"\n**{label}** ({what}): {', '.join(names) if names else 'none'}.\n")
-        out.append("\n| module | patch | kind | replaces (hash written against) |\n"
-                   "|---|---|---|---|\n")
+        out.append(
+            "\n| module | patch | kind | replaces (hash written against) |\n|---|---|---|---|\n"
+        )
         for module, group in by_module.items():
             for qualname, entries in group.items():
                 targets = "<br>".join(f"`{p.target}` (`{p.recorded}`)" for p in entries)
-                out.append(f"| `{_file(module)}` | `{qualname}` | {kinds[module, qualname]} | "
-                           f"{targets} |\n")
+                out.append(
+                    f"| `{_file(module)}` | `{qualname}` | {kinds[module, qualname]} | "
+                    f"{targets} |\n"
+                )
     others = []
     for module in compat_modules():
         mod = sys.modules.get(module)
@@ -232,17 +259,22 @@ def page() -> str:
             out.append(f"\n#### `{qualname}`\n")
             if doc.text:
                 out.append(f"\n{_md(doc.text)}\n")
-            out.append("\n- **Replaces**: " + ", ".join(f"`{p.target}` (`{p.recorded}`)"
-                                                      for p in entries) + "\n")
+            out.append(
+                "\n- **Replaces**: "
+                + ", ".join(f"`{p.target}` (`{p.recorded}`)" for p in entries)
+                + "\n"
+            )
             for section in upstream.SECTIONS:
                 text = doc.sections.get(section, "")
                 out.append(f"- **{section}**: {_md(text) if text else '(missing)'}\n")
     if others:
-        out.append("\n## Other modules of `app/compat`\n\nThey register no patch with "
-                   "`@replaces`: they read upstream's private parts or add to them without "
-                   "replacing its code, or their patches are not registered yet "
-                   "(`tests/unit/test_upstream.py::test_every_compat_patch_is_registered` "
-                   "names those). Each one's docstring:\n")
+        out.append(
+            "\n## Other modules of `app/compat`\n\nThey register no patch with "
+            "`@replaces`: they read upstream's private parts or add to them without "
+            "replacing its code, or their patches are not registered yet "
+            "(`tests/unit/test_upstream.py::test_every_compat_patch_is_registered` "
+            "names those). Each one's docstring:\n"
+        )
         for module, mod in others:
             out.append(f"\n### `{_file(module)}`\n")
             for paragraph in _paragraphs(mod.__doc__):

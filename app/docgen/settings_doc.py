@@ -34,59 +34,137 @@ HELM_VALUES = ROOT / "helm" / "etj" / "values.yaml"
 HELM_VALUES_PAGE = ROOT / "docs" / "operating" / "helm-values.md"
 
 #: settings the chart sets itself (per pod, or from other values), not through ``config.*``
-CHART_MANAGED = {"datadir": "`persistence.mountPath`", "web_port": "`web.port`",
-                 "web_bind": "set by the chart", "web_host": "the pod's DNS name",
-                 # secrets: files from a mounted Secret, never in the ConfigMap
-                 "kafka_tls_ca_file": "`kafka.tls.secretName`",
-                 "kafka_tls_cert_file": "`kafka.tls.secretName`",
-                 "kafka_tls_key_file": "`kafka.tls.secretName`",
-                 "kafka_tls_key_password_file": "`kafka.tls.secretName`",
-                 "kafka_tls_key_password": "`extraEnv` (from a Secret)",
-                 "kafka_sasl_password_file": "`kafka.sasl.secretName`",
-                 "kafka_sasl_password": "`extraEnv` (from a Secret)",
-                 "views_token_file": "`web.auth.secretName`",
-                 "views_token": "`extraEnv` (from a Secret)",
-                 # a trial of another Faust or aiokafka release, never a deployment's
-                 "untested_versions": "not in the chart"}
+CHART_MANAGED = {
+    "datadir": "`persistence.mountPath`",
+    "web_port": "`web.port`",
+    "web_bind": "set by the chart",
+    "web_host": "the pod's DNS name",
+    # secrets: files from a mounted Secret, never in the ConfigMap
+    "kafka_tls_ca_file": "`kafka.tls.secretName`",
+    "kafka_tls_cert_file": "`kafka.tls.secretName`",
+    "kafka_tls_key_file": "`kafka.tls.secretName`",
+    "kafka_tls_key_password_file": "`kafka.tls.secretName`",
+    "kafka_tls_key_password": "`extraEnv` (from a Secret)",
+    "kafka_sasl_password_file": "`kafka.sasl.secretName`",
+    "kafka_sasl_password": "`extraEnv` (from a Secret)",
+    "views_token_file": "`web.auth.secretName`",
+    "views_token": "`extraEnv` (from a Secret)",
+    # a trial of another Faust or aiokafka release, never a deployment's
+    "untested_versions": "not in the chart",
+}
 
 #: the page's sections, in reading order; a setting in none of them lands in "Other"
 GROUPS: list[tuple[str, str, list[str]]] = [
-    ("Worker and broker", "Where the worker connects, where it keeps its state, how it is "
-     "reached.", ["app_id", "broker_url", "store_url", "datadir", "rocksdb_write_buffer_mb",
-                  "rocksdb_memtables_mb", "rocksdb_block_cache_mb", "web_port", "web_bind",
-                  "web_host", "partitions", "replication_factor"]),
-    ("Topics", "Every topic name is a setting, so several deployments (and the tests) can share "
-     "one broker. What each topic holds: [topics and fields](../joins/topics.md).",
-     ["moods_topic", "events_topic", "output_topic", "ticks_topic", "car_arrivals_topic",
-      "zones_topic", "car_moves_topic", "car_ticks_topic", "car_pollution_topic",
-      "movies_topic", "ratings_topic", "rated_movies_topic", "movie_ticks_topic",
-      "dead_letter_topic", "late_topic"]),
-    ("Event time and joins", "See [retention and late records](../concepts/retention.md) and "
-     "[declarative joins](../joins/declarative.md).",
-     ["retention_ms", "revisit_interval_s", "review_lag_ms", "movie_retention_ms",
-      "movie_window_ms", "max_future_ms", "joins_file"]),
-    ("Flow control", "See [flow control](../concepts/flow-control.md).",
-     ["flow_control", "flow_max_idle_ms", "flow_max_buffered"]),
-    ("Snapshots", "Snapshots of the table partitions in object storage, for a worker that "
-     "starts with nothing on disk: [snapshots](snapshots.md).",
-     ["snapshot_url", "snapshot_interval_s", "snapshot_keep"]),
-    ("Delivery and the consumer group", "See [guarantees](../concepts/guarantees.md) and "
-     "[the Faust and aiokafka patches](../contributing/patches.md).",
-     ["producer_delivery_timeout_s", "producer_max_batch_size", "producer_max_request_bytes",
-      "end_offsets_by_fetch", "consumer_fetch_max_wait_ms",
-      "stall_check_s", "session_timeout_s", "heartbeat_interval_s", "rebalance_timeout_s",
-      "commit_interval_s", "stop_drain_s"]),
-    ("Another Faust or aiokafka", "The patches of `app/compat` are tested with exact "
-     "versions; the worker refuses others: "
-     "[moving to a new release](../contributing/patches.md#moving-to-a-new-release).",
-     ["untested_versions"]),
-    ("Security", "TLS and SASL to Kafka, and the token of the state views: "
-     "[security](security.md). A secret comes from its `_FILE` (a mounted Secret) or, else, "
-     "from its variable.",
-     ["kafka_tls", "kafka_tls_ca_file", "kafka_tls_cert_file", "kafka_tls_key_file",
-      "kafka_tls_key_password_file", "kafka_tls_key_password", "kafka_sasl_mechanism",
-      "kafka_sasl_username", "kafka_sasl_password_file", "kafka_sasl_password",
-      "views_token_file", "views_token"]),
+    (
+        "Worker and broker",
+        "Where the worker connects, where it keeps its state, how it is reached.",
+        [
+            "app_id",
+            "broker_url",
+            "store_url",
+            "datadir",
+            "rocksdb_write_buffer_mb",
+            "rocksdb_memtables_mb",
+            "rocksdb_block_cache_mb",
+            "web_port",
+            "web_bind",
+            "web_host",
+            "partitions",
+            "replication_factor",
+        ],
+    ),
+    (
+        "Topics",
+        "Every topic name is a setting, so several deployments (and the tests) can share "
+        "one broker. What each topic holds: [topics and fields](../joins/topics.md).",
+        [
+            "moods_topic",
+            "events_topic",
+            "output_topic",
+            "ticks_topic",
+            "car_arrivals_topic",
+            "zones_topic",
+            "car_moves_topic",
+            "car_ticks_topic",
+            "car_pollution_topic",
+            "movies_topic",
+            "ratings_topic",
+            "rated_movies_topic",
+            "movie_ticks_topic",
+            "dead_letter_topic",
+            "late_topic",
+        ],
+    ),
+    (
+        "Event time and joins",
+        "See [retention and late records](../concepts/retention.md) and "
+        "[declarative joins](../joins/declarative.md).",
+        [
+            "retention_ms",
+            "revisit_interval_s",
+            "review_lag_ms",
+            "movie_retention_ms",
+            "movie_window_ms",
+            "max_future_ms",
+            "joins_file",
+        ],
+    ),
+    (
+        "Flow control",
+        "See [flow control](../concepts/flow-control.md).",
+        ["flow_control", "flow_max_idle_ms", "flow_max_buffered"],
+    ),
+    (
+        "Snapshots",
+        "Snapshots of the table partitions in object storage, for a worker that "
+        "starts with nothing on disk: [snapshots](snapshots.md).",
+        ["snapshot_url", "snapshot_interval_s", "snapshot_keep"],
+    ),
+    (
+        "Delivery and the consumer group",
+        "See [guarantees](../concepts/guarantees.md) and "
+        "[the Faust and aiokafka patches](../contributing/patches.md).",
+        [
+            "producer_delivery_timeout_s",
+            "producer_max_batch_size",
+            "producer_max_request_bytes",
+            "end_offsets_by_fetch",
+            "consumer_fetch_max_wait_ms",
+            "stall_check_s",
+            "session_timeout_s",
+            "heartbeat_interval_s",
+            "rebalance_timeout_s",
+            "commit_interval_s",
+            "stop_drain_s",
+        ],
+    ),
+    (
+        "Another Faust or aiokafka",
+        "The patches of `app/compat` are tested with exact "
+        "versions; the worker refuses others: "
+        "[moving to a new release](../contributing/patches.md#moving-to-a-new-release).",
+        ["untested_versions"],
+    ),
+    (
+        "Security",
+        "TLS and SASL to Kafka, and the token of the state views: "
+        "[security](security.md). A secret comes from its `_FILE` (a mounted Secret) or, else, "
+        "from its variable.",
+        [
+            "kafka_tls",
+            "kafka_tls_ca_file",
+            "kafka_tls_cert_file",
+            "kafka_tls_key_file",
+            "kafka_tls_key_password_file",
+            "kafka_tls_key_password",
+            "kafka_sasl_mechanism",
+            "kafka_sasl_username",
+            "kafka_sasl_password_file",
+            "kafka_sasl_password",
+            "views_token_file",
+            "views_token",
+        ],
+    ),
 ]
 
 _HEADER = """\
@@ -121,11 +199,20 @@ def default_text(field: FieldInfo) -> str:
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"  # as it is written in the environment
     text = f"`{value}`"
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 60_000 \
-            and value % 60_000 == 0:
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value >= 60_000
+        and value % 60_000 == 0
+    ):
         minutes = value // 60_000
-        words = (f"{minutes // 1440} d" if minutes % 1440 == 0 else
-                 f"{minutes // 60} h" if minutes % 60 == 0 else f"{minutes} min")
+        words = (
+            f"{minutes // 1440} d"
+            if minutes % 1440 == 0
+            else f"{minutes // 60} h"
+            if minutes % 60 == 0
+            else f"{minutes} min"
+        )
         text += f" ({words})"
     return text
 
@@ -151,8 +238,10 @@ def settings_page() -> str:
         for name in names:
             field = fields[name]
             helm = CHART_MANAGED.get(name, f"`config.{name}`")
-            out.append(f"| `{env_name(name)}` | {default_text(field)} | {helm} | "
-                       f"{_cell(field.description or '')} |\n")
+            out.append(
+                f"| `{env_name(name)}` | {default_text(field)} | {helm} | "
+                f"{_cell(field.description or '')} |\n"
+            )
     return "".join(out)
 
 
@@ -178,7 +267,8 @@ def helm_values_page() -> str:
     import yaml  # the test and docs tooling has it; the worker never imports this module
 
     values = yaml.safe_load(HELM_VALUES.read_text())
-    out = ["""\
+    out = [
+        """\
 <!-- GENERATED by `python -m app.docgen.settings_doc` from helm/etj/values.yaml: do not edit by hand.
      tests/docs/test_generated.py fails when this page and the chart disagree. -->
 
@@ -187,7 +277,8 @@ def helm_values_page() -> str:
 Every value of the chart `helm/etj`, with its default and what it does, in the order of
 `values.yaml` (where each one is documented with `## @param`). `config.*` are the worker's
 [settings](settings.md). How to use the chart: [the Helm chart](helm.md).
-"""]
+"""
+    ]
     table_open = False
     for line in HELM_VALUES.read_text().splitlines():
         text = line.strip()
@@ -209,8 +300,11 @@ Every value of the chart `helm/etj`, with its default and what it does, in the o
 
 def generated() -> dict[Path, str]:
     """Every generated file and what it must hold."""
-    return {SETTINGS_PAGE: settings_page(), HELM_SCHEMA: helm_schema_text(),
-            HELM_VALUES_PAGE: helm_values_page()}
+    return {
+        SETTINGS_PAGE: settings_page(),
+        HELM_SCHEMA: helm_schema_text(),
+        HELM_VALUES_PAGE: helm_values_page(),
+    }
 
 
 def stale() -> list[Path]:

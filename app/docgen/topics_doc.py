@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from app.docgen import generated_files
 from app.joins.catalog import load_fk_specs, load_specs
@@ -58,9 +59,11 @@ class TopicUse:
     def kind(self) -> str:
         """input, output, side (dead letters, late) or internal: what ``topics create``
         creates (inputs only when asked)."""
-        return self.what.split(":", 1)[0] if ":" in self.what and self.what.split(":", 1)[0] \
-            in ("input", "output", "internal") else ("side" if self.created_by == "you"
-                                                     else "internal")
+        return (
+            self.what.split(":", 1)[0]
+            if ":" in self.what and self.what.split(":", 1)[0] in ("input", "output", "internal")
+            else ("side" if self.created_by == "you" else "internal")
+        )
 
     @property
     def read_by_worker(self) -> bool:
@@ -86,32 +89,87 @@ def join_topics(s: Settings, spec: JoinSpec) -> list[TopicUse]:
     n = spec.name
     t = spec.tables
     p = spec.partitions or s.partitions
-    out = [TopicUse(spec.events.topic, n, "input: events" + _keyed(spec.events), "you",
-                    READ, None if spec.events.repartition else p,
-                    timed_by_timestamp=spec.events.from_timestamp),
-           TopicUse(spec.dimension.topic, n, "input: dimension versions" + _keyed(
-               spec.dimension), "you", READ, None if spec.dimension.repartition else p,
-                    timed_by_timestamp=spec.dimension.from_timestamp),
-           TopicUse(spec.output, n, "output: the revision log", "you", WRITE, s.partitions),
-           TopicUse(spec.ticks, n, "internal: revisit ticks, co-partitioned with the inputs",
-                    "the worker", OWN, p)]
+    out = [
+        TopicUse(
+            spec.events.topic,
+            n,
+            "input: events" + _keyed(spec.events),
+            "you",
+            READ,
+            None if spec.events.repartition else p,
+            timed_by_timestamp=spec.events.from_timestamp,
+        ),
+        TopicUse(
+            spec.dimension.topic,
+            n,
+            "input: dimension versions" + _keyed(spec.dimension),
+            "you",
+            READ,
+            None if spec.dimension.repartition else p,
+            timed_by_timestamp=spec.dimension.from_timestamp,
+        ),
+        TopicUse(spec.output, n, "output: the revision log", "you", WRITE, s.partitions),
+        TopicUse(
+            spec.ticks,
+            n,
+            "internal: revisit ticks, co-partitioned with the inputs",
+            "the worker",
+            OWN,
+            p,
+        ),
+    ]
     for name, side in (("events", spec.events), ("dimension", spec.dimension)):
         if side.repartition:
-            out.append(TopicUse(side.repartition, n, f"internal: {side.topic}'s records re-keyed "
-                                f"by {side.path_of(side.key)} (the {name}' repartition topic), "
-                                "co-partitioned with the inputs", "the worker", OWN, p))
+            out.append(
+                TopicUse(
+                    side.repartition,
+                    n,
+                    f"internal: {side.topic}'s records re-keyed "
+                    f"by {side.path_of(side.key)} (the {name}' repartition topic), "
+                    "co-partitioned with the inputs",
+                    "the worker",
+                    OWN,
+                    p,
+                )
+            )
     if spec.final_topic is not None:
-        out.insert(3, TopicUse(spec.final_topic, n, "output: finality promises, one record "
-                               "per join partition (key: the partition)", "you", WRITE, 1,
-                               compacted=True))
-    for table, what in ((t.dimension, "the dimension's versions per key in the layout before "
-                                      "a row per version, read once to convert them"),
-                        (t.joins, "the dimension's versions, a row per version, and the joins "
-                                  "in retention, a row per join (its indexes are derived from "
-                                  "them, not logged)"),
-                        (t.clock, "stream time per partition")):
-        out.append(TopicUse(changelog(s, table), n, f"changelog of table `{table}`: {what}",
-                            "the worker", OWN, p, compacted=True))
+        out.insert(
+            3,
+            TopicUse(
+                spec.final_topic,
+                n,
+                "output: finality promises, one record per join partition (key: the partition)",
+                "you",
+                WRITE,
+                1,
+                compacted=True,
+            ),
+        )
+    for table, what in (
+        (
+            t.dimension,
+            "the dimension's versions per key in the layout before "
+            "a row per version, read once to convert them",
+        ),
+        (
+            t.joins,
+            "the dimension's versions, a row per version, and the joins "
+            "in retention, a row per join (its indexes are derived from "
+            "them, not logged)",
+        ),
+        (t.clock, "stream time per partition"),
+    ):
+        out.append(
+            TopicUse(
+                changelog(s, table),
+                n,
+                f"changelog of table `{table}`: {what}",
+                "the worker",
+                OWN,
+                p,
+                compacted=True,
+            )
+        )
     return out
 
 
@@ -121,40 +179,81 @@ def fk_topics(s: Settings, spec: FkJoinSpec) -> list[TopicUse]:
     t = spec.tables
     if spec.name == "cars":
         j = "car join"
-        words = ["input: car arrivals", "input: zone pollution readings",
-                 "output: the car view", "internal: DEL/ADD moves of cars, keyed by zone id",
-                 "internal: wake-ups of the zone side's flow control"]
+        words = [
+            "input: car arrivals",
+            "input: zone pollution readings",
+            "output: the car view",
+            "internal: DEL/ADD moves of cars, keyed by zone id",
+            "internal: wake-ups of the zone side's flow control",
+        ]
         tables = [f"changelog of table `{n}`" for n in (t.left, t.right, t.index)]
     else:
         j = spec.name
-        words = ["input: left table (latest version per key)",
-                 "input: right table (latest version per key)",
-                 "output: each left row with its right version, keyed by left key",
-                 "internal: DEL/ADD moves of left rows, keyed by right key",
-                 "internal: wake-ups of the right side's flow control"]
-        tables = [f"changelog of table `{t.left}`: the newest left version per key",
-                  f"changelog of table `{t.right}`: the newest right version per key",
-                  f"changelog of table `{t.index}`: the left rows under each right key"]
+        words = [
+            "input: left table (latest version per key)",
+            "input: right table (latest version per key)",
+            "output: each left row with its right version, keyed by left key",
+            "internal: DEL/ADD moves of left rows, keyed by right key",
+            "internal: wake-ups of the right side's flow control",
+        ]
+        tables = [
+            f"changelog of table `{t.left}`: the newest left version per key",
+            f"changelog of table `{t.right}`: the newest right version per key",
+            f"changelog of table `{t.index}`: the left rows under each right key",
+        ]
     # moves are written by the left side and read by the right side: one worker does both
-    return [TopicUse(spec.left.topic, j, words[0], "you", READ, p,
-                     timed_by_timestamp=spec.left.from_timestamp),
-            TopicUse(spec.right.topic, j, words[1], "you", READ, p,
-                     timed_by_timestamp=spec.right.from_timestamp),
-            TopicUse(spec.output, j, words[2], "you", WRITE, s.partitions),
-            TopicUse(spec.moves, j, words[3], "the worker", OWN, p),
-            TopicUse(spec.ticks, j, words[4], "the worker", OWN, p),
-            *(TopicUse(changelog(s, n), j, what, "the worker", OWN, p, compacted=True)
-              for n, what in zip((t.left, t.right, t.index), tables))]
+    return [
+        TopicUse(
+            spec.left.topic,
+            j,
+            words[0],
+            "you",
+            READ,
+            p,
+            timed_by_timestamp=spec.left.from_timestamp,
+        ),
+        TopicUse(
+            spec.right.topic,
+            j,
+            words[1],
+            "you",
+            READ,
+            p,
+            timed_by_timestamp=spec.right.from_timestamp,
+        ),
+        TopicUse(spec.output, j, words[2], "you", WRITE, s.partitions),
+        TopicUse(spec.moves, j, words[3], "the worker", OWN, p),
+        TopicUse(spec.ticks, j, words[4], "the worker", OWN, p),
+        *(
+            TopicUse(changelog(s, n), j, what, "the worker", OWN, p, compacted=True)
+            for n, what in zip((t.left, t.right, t.index), tables)
+        ),
+    ]
 
 
 def shared_topics(s: Settings) -> list[TopicUse]:
     j = "every join"
-    return [TopicUse(s.dead_letter_topic, j, "invalid input records, with the reason", "you",
-                     WRITE, s.partitions),
-            TopicUse(s.late_topic, j, "input records older than their join's horizon", "you",
-                     WRITE, s.partitions),
-            TopicUse(leader_topic(s), j, "Faust's leader election (one partition)",
-                     "the worker", OWN, 1)]
+    return [
+        TopicUse(
+            s.dead_letter_topic,
+            j,
+            "invalid input records, with the reason",
+            "you",
+            WRITE,
+            s.partitions,
+        ),
+        TopicUse(
+            s.late_topic,
+            j,
+            "input records older than their join's horizon",
+            "you",
+            WRITE,
+            s.partitions,
+        ),
+        TopicUse(
+            leader_topic(s), j, "Faust's leader election (one partition)", "the worker", OWN, 1
+        ),
+    ]
 
 
 def inventory(s: Settings, specs: Iterable[JoinSpec]) -> list[TopicUse]:
@@ -169,6 +268,7 @@ def inventory(s: Settings, specs: Iterable[JoinSpec]) -> list[TopicUse]:
 
 # --- the page -------------------------------------------------------------------------------
 
+
 def _example_spec(repartition: str | None = None) -> dict[str, Any]:
     """The README's example spec (``tiers``), as a join of your own (with ``"repartition":
     true`` on the side ``repartition`` names)."""
@@ -182,8 +282,9 @@ def _example_spec(repartition: str | None = None) -> dict[str, Any]:
 
 def _table(uses: list[TopicUse]) -> str:
     rows = ["| topic | what it holds | created by | the worker needs |", "|---|---|---|---|"]
-    rows += [f"| `{u.topic}` | {u.what} | {u.created_by} | {', '.join(u.operations)} |"
-             for u in uses]
+    rows += [
+        f"| `{u.topic}` | {u.what} | {u.created_by} | {', '.join(u.operations)} |" for u in uses
+    ]
     return "\n".join(rows) + "\n"
 
 
@@ -196,23 +297,35 @@ def tables(s: Settings, specs: list[JoinSpec]) -> str:
         title = join if join in ("car join", "every join") else f"join `{join}`"
         out.append(f"\n### {title[0].upper() + title[1:]}\n\n")
         out.append(_table([u for u in uses if u.join == join]))
-    out.append(f"\n### Consumer group\n\nThe worker's group is its app id, `{s.app_id}` "
-               "(`ETJ_APP_ID`): Read and Describe on the group.\n")
-    out.append("\n### As `kafka-acls` commands\n\nFor a principal `User:etj` (replace it, and "
-               "the bootstrap server):\n\n```sh\n")
+    out.append(
+        f"\n### Consumer group\n\nThe worker's group is its app id, `{s.app_id}` "
+        "(`ETJ_APP_ID`): Read and Describe on the group.\n"
+    )
+    out.append(
+        "\n### As `kafka-acls` commands\n\nFor a principal `User:etj` (replace it, and "
+        "the bootstrap server):\n\n```sh\n"
+    )
     acl = "kafka-acls.sh --bootstrap-server kafka:9092 --add --allow-principal User:etj"
     by_ops: dict[tuple[str, ...], list[str]] = {}
     for u in uses:
         if u.created_by == "you":
             by_ops.setdefault(u.operations, []).append(u.topic)
     for ops, topics in by_ops.items():
-        out.append(f"{acl} {' '.join(f'--operation {o}' for o in ops)} \\\n    "
-                   + " ".join(f"--topic {t}" for t in topics) + "\n")
-    out.append(f"{acl} {' '.join(f'--operation {o}' for o in OWN)} \\\n    "
-               f"--resource-pattern-type prefixed --topic {s.app_id}- \\\n    "
-               + " ".join(f"--topic {u.topic}" for u in uses
-                          if u.created_by == "the worker" and not u.topic.startswith(
-                              f"{s.app_id}-")) + "\n")
+        out.append(
+            f"{acl} {' '.join(f'--operation {o}' for o in ops)} \\\n    "
+            + " ".join(f"--topic {t}" for t in topics)
+            + "\n"
+        )
+    out.append(
+        f"{acl} {' '.join(f'--operation {o}' for o in OWN)} \\\n    "
+        f"--resource-pattern-type prefixed --topic {s.app_id}- \\\n    "
+        + " ".join(
+            f"--topic {u.topic}"
+            for u in uses
+            if u.created_by == "the worker" and not u.topic.startswith(f"{s.app_id}-")
+        )
+        + "\n"
+    )
     out.append(f"{acl} --operation Read --operation Describe --group {s.app_id}\n```\n")
     return "".join(out)
 
@@ -262,19 +375,27 @@ def page() -> str:
     """The whole of docs/operating/topics.md."""
     s = Settings.model_construct()  # defaults, whatever this process's environment says
     own = [u for spec in resolve_all([_example_spec()], s.app_id) for u in join_topics(s, spec)]
-    return (_HEADER + tables(s, load_specs(s))
-            + "\n## A join of your own\n\nThe README's example spec `tiers` "
-            "([declarative joins](../joins/declarative.md)) adds these, with the same ACLs "
-            "as any join's; run alone (`ETJ_JOINS_FILE` and no `ETJ_BUILTIN_JOINS`), the worker "
-            "uses these and the topics of *every join* above, nothing else:\n\n"
-            + _table(own)
-            + "\nWith `\"repartition\": true` on a side ([any record key]"
-            "(../joins/declarative.md#any-record-key)), that side's topic may have any key and "
-            "any partition count, and the worker creates one more internal topic (covered by the "
-            "prefixed ACL); for `tiers` with its events side repartitioned:\n\n"
-            + _table([u for spec in resolve_all([_example_spec(repartition="events")], s.app_id)
-                      for u in join_topics(s, spec) if u.topic in (
-                          spec.events.topic, spec.events.repartition)]))
+    return (
+        _HEADER
+        + tables(s, load_specs(s))
+        + "\n## A join of your own\n\nThe README's example spec `tiers` "
+        "([declarative joins](../joins/declarative.md)) adds these, with the same ACLs "
+        "as any join's; run alone (`ETJ_JOINS_FILE` and no `ETJ_BUILTIN_JOINS`), the worker "
+        "uses these and the topics of *every join* above, nothing else:\n\n"
+        + _table(own)
+        + '\nWith `"repartition": true` on a side ([any record key]'
+        "(../joins/declarative.md#any-record-key)), that side's topic may have any key and "
+        "any partition count, and the worker creates one more internal topic (covered by the "
+        "prefixed ACL); for `tiers` with its events side repartitioned:\n\n"
+        + _table(
+            [
+                u
+                for spec in resolve_all([_example_spec(repartition="events")], s.app_id)
+                for u in join_topics(s, spec)
+                if u.topic in (spec.events.topic, spec.events.repartition)
+            ]
+        )
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -282,8 +403,9 @@ def main(argv: list[str]) -> int:
         s = Settings()
         print(tables(s, load_specs(s)).lstrip("\n"))
         return 0
-    return generated_files.write_or_check(argv, lambda: {PAGE: page()},
-                                          "python -m app.docgen.topics_doc")
+    return generated_files.write_or_check(
+        argv, lambda: {PAGE: page()}, "python -m app.docgen.topics_doc"
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 NO_MOOD = None  # the bucket of recommendations that joined no mood (mood = null)
 
@@ -82,8 +83,9 @@ def counts_of_answers(moods: Iterable[str | None]) -> dict[str | None, int]:
     return dict(Counter(moods))
 
 
-async def read_counts(bootstrap: str, topic: str, idle_s: float = 2.0,
-                      timeout_s: float = 120.0) -> MoodCounts:
+async def read_counts(
+    bootstrap: str, topic: str, idle_s: float = 2.0, timeout_s: float = 120.0
+) -> MoodCounts:
     """Fold ``topic`` from the beginning until ``idle_s`` pass without a record."""
     import time
 
@@ -92,15 +94,20 @@ async def read_counts(bootstrap: str, topic: str, idle_s: float = 2.0,
     from app.kafka.security import aiokafka_auth
     from app.settings import get_settings
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                auto_offset_reset="earliest", **aiokafka_auth(get_settings()))
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **aiokafka_auth(get_settings()),
+    )
     await consumer.start()
     state = MoodCounts()
     try:
         if topic not in await consumer.topics():
             return state
-        consumer.assign([TopicPartition(topic, p)
-                         for p in consumer.partitions_for_topic(topic) or ()])
+        consumer.assign(
+            [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        )
         await consumer.seek_to_beginning()
         deadline, last = time.monotonic() + timeout_s, time.monotonic()
         while time.monotonic() < deadline and time.monotonic() - last < idle_s:
@@ -119,10 +126,20 @@ def main() -> None:
 
     s = get_settings()
     state = asyncio.run(read_counts(bootstrap_servers(s.broker_url), s.output_topic))
-    print(json.dumps({"counts": {("null" if k is None else k): v
-                                 for k, v in sorted(state.counts.items(), key=str)},
-                      "joins": len(state.applied), "ignored_repeats": state.ignored,
-                      "previous_mood_mismatches": state.mismatches}, indent=2))
+    print(
+        json.dumps(
+            {
+                "counts": {
+                    ("null" if k is None else k): v
+                    for k, v in sorted(state.counts.items(), key=str)
+                },
+                "joins": len(state.applied),
+                "ignored_repeats": state.ignored,
+                "previous_mood_mismatches": state.mismatches,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -40,11 +40,20 @@ import json
 import logging
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
-__all__ = ["BatchPlan", "PostgresSink", "Rejected", "SinkCounts", "Upsert", "create_sql",
-           "plan_batch", "table_name_for"]
+__all__ = [
+    "BatchPlan",
+    "PostgresSink",
+    "Rejected",
+    "SinkCounts",
+    "Upsert",
+    "create_sql",
+    "plan_batch",
+    "table_name_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +94,7 @@ class BatchPlan:
     rejected: list[Rejected] = field(default_factory=list)
 
 
-def _revision_of(partition: int, offset: int, key: bytes | None,
-                 value: bytes) -> Upsert | Rejected:
+def _revision_of(partition: int, offset: int, key: bytes | None, value: bytes) -> Upsert | Rejected:
     try:
         record = json.loads(value)
     except ValueError as exc:
@@ -97,8 +105,9 @@ def _revision_of(partition: int, offset: int, key: bytes | None,
     if jid is None or isinstance(jid, (dict, list)):
         return Rejected(partition, offset, key, value, "no join id (field 'id')")
     if not isinstance(number, int) or isinstance(number, bool) or number < 1:
-        return Rejected(partition, offset, key, value,
-                        "no revision number (field 'revision': an integer >= 1)")
+        return Rejected(
+            partition, offset, key, value, "no revision number (field 'revision': an integer >= 1)"
+        )
     return Upsert(str(jid), number, record, partition, offset)
 
 
@@ -112,8 +121,9 @@ def plan_batch(records: Iterable[tuple[int, int, bytes | None, bytes | None]]) -
     for i, (partition, offset, key, value) in enumerate(records):
         if value is None:
             if key is None:
-                plan.rejected.append(Rejected(partition, offset, key, value,
-                                              "a tombstone without a key"))
+                plan.rejected.append(
+                    Rejected(partition, offset, key, value, "a tombstone without a key")
+                )
             else:
                 jid = key.decode("utf-8", "replace")
                 deleted[jid] = i
@@ -164,12 +174,14 @@ def create_sql(table: str) -> list[str]:
 
 def upsert_sql(table: str) -> str:
     """The consumer rule as one statement: a row only moves to a higher revision."""
-    return (f'INSERT INTO "{table}" AS t (id, revision, record, kafka_partition, kafka_offset)\n'
-            "VALUES (%s, %s, %s, %s, %s)\n"
-            "ON CONFLICT (id) DO UPDATE SET revision = excluded.revision,\n"
-            "    record = excluded.record, kafka_partition = excluded.kafka_partition,\n"
-            "    kafka_offset = excluded.kafka_offset, updated_at = now()\n"
-            "WHERE t.revision < excluded.revision")
+    return (
+        f'INSERT INTO "{table}" AS t (id, revision, record, kafka_partition, kafka_offset)\n'
+        "VALUES (%s, %s, %s, %s, %s)\n"
+        "ON CONFLICT (id) DO UPDATE SET revision = excluded.revision,\n"
+        "    record = excluded.record, kafka_partition = excluded.kafka_partition,\n"
+        "    kafka_offset = excluded.kafka_offset, updated_at = now()\n"
+        "WHERE t.revision < excluded.revision"
+    )
 
 
 @dataclass
@@ -191,9 +203,17 @@ class PostgresSink:
     it to end :meth:`run` after the batch in hand.
     """
 
-    def __init__(self, bootstrap: str, topic: str, dsn: str, table: str, group: str,
-                 auth: dict[str, Any] | None = None, max_records: int = 2000,
-                 idle_exit_s: float | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        dsn: str,
+        table: str,
+        group: str,
+        auth: dict[str, Any] | None = None,
+        max_records: int = 2000,
+        idle_exit_s: float | None = None,
+    ) -> None:
         self.bootstrap, self.topic, self.dsn, self.table = bootstrap, topic, dsn, table
         self.group, self.auth, self.max_records = group, auth or {}, max_records
         self.idle_exit_s = idle_exit_s
@@ -217,20 +237,26 @@ class PostgresSink:
         async with conn.transaction():
             async with conn.cursor() as cur:
                 if plan.upserts:
-                    await cur.executemany(upsert_sql(self.table), [
-                        (u.id, u.revision, Jsonb(u.record), u.partition, u.offset)
-                        for u in plan.upserts], returning=False)
+                    await cur.executemany(
+                        upsert_sql(self.table),
+                        [
+                            (u.id, u.revision, Jsonb(u.record), u.partition, u.offset)
+                            for u in plan.upserts
+                        ],
+                        returning=False,
+                    )
                     moved = cur.rowcount
                 if plan.deletes:
-                    await cur.execute(f'DELETE FROM "{self.table}" WHERE id = ANY(%s)',
-                                      (plan.deletes,))
+                    await cur.execute(
+                        f'DELETE FROM "{self.table}" WHERE id = ANY(%s)', (plan.deletes,)
+                    )
                 if plan.rejected:
                     await cur.executemany(
                         f'INSERT INTO "{self.table}_rejected" (kafka_partition, kafka_offset,'
                         " kafka_key, kafka_value, reason) VALUES (%s, %s, %s, %s, %s)"
                         " ON CONFLICT (kafka_partition, kafka_offset) DO NOTHING",
-                        [(r.partition, r.offset, r.key, r.value, r.reason)
-                         for r in plan.rejected])
+                        [(r.partition, r.offset, r.key, r.value, r.reason) for r in plan.rejected],
+                    )
         return moved
 
     async def run(self) -> SinkCounts:
@@ -240,17 +266,23 @@ class PostgresSink:
         from aiokafka.errors import CommitFailedError, KafkaError
 
         consumer = AIOKafkaConsumer(
-            self.topic, bootstrap_servers=self.bootstrap, group_id=self.group,
-            enable_auto_commit=False, auto_offset_reset="earliest",
-            max_poll_records=self.max_records, **self.auth)
+            self.topic,
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=self.max_records,
+            **self.auth,
+        )
         conn: Any = await self._connect()  # a wrong DSN fails here, before any record
         await consumer.start()
         idle, logged = 0.0, time.monotonic()
         try:
             while not self.stop.is_set():
                 batch = await consumer.getmany(timeout_ms=500, max_records=self.max_records)
-                records = [(m.partition, m.offset, m.key, m.value)
-                           for msgs in batch.values() for m in msgs]
+                records = [
+                    (m.partition, m.offset, m.key, m.value) for msgs in batch.values() for m in msgs
+                ]
                 if not records:
                     idle += 0.5
                     if self.idle_exit_s is not None and idle >= self.idle_exit_s:
@@ -259,16 +291,23 @@ class PostgresSink:
                 idle = 0.0
                 plan = plan_batch(records)
                 for r in plan.rejected:
-                    log.warning("sink %s: record %s/%d rejected: %s", self.table, r.partition,
-                                r.offset, r.reason)
+                    log.warning(
+                        "sink %s: record %s/%d rejected: %s",
+                        self.table,
+                        r.partition,
+                        r.offset,
+                        r.reason,
+                    )
                 while True:
                     try:
                         if conn is None:
                             conn = await self._connect()
                         moved = await self.write(conn, plan)
                         break
-                    except (psycopg.errors.DeadlockDetected,
-                            psycopg.errors.SerializationFailure) as exc:
+                    except (
+                        psycopg.errors.DeadlockDetected,
+                        psycopg.errors.SerializationFailure,
+                    ) as exc:
                         self.counts.retries += 1
                         log.warning("sink %s: transaction retried: %r", self.table, exc)
                     except psycopg.OperationalError as exc:  # the server gone: wait for it
@@ -285,8 +324,12 @@ class PostgresSink:
                 except (CommitFailedError, KafkaError) as exc:
                     # a rebalance took the partitions: their new owner re-reads the batch,
                     # which the rule makes harmless
-                    log.warning("sink %s: offsets not committed (%r); redelivered to the "
-                                "partitions' next owner", self.table, exc)
+                    log.warning(
+                        "sink %s: offsets not committed (%r); redelivered to the "
+                        "partitions' next owner",
+                        self.table,
+                        exc,
+                    )
                 c = self.counts
                 c.batches += 1
                 c.records += len(records)

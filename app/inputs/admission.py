@@ -27,7 +27,8 @@ per record.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from app.kafka.copartition import check_partition
 from app.kafka.partitioner import partition_for
@@ -36,8 +37,14 @@ from app.logic.future_records import from_the_future, kafka_timestamp, refusal_r
 __all__ = ["check_record", "door"]
 
 
-def check_record(record: Any, event_time: int, partitions: int | None, now_ms: int,
-                 max_future_ms: int, check_partitioner: bool = True) -> tuple[str, str] | None:
+def check_record(
+    record: Any,
+    event_time: int,
+    partitions: int | None,
+    now_ms: int,
+    max_future_ms: int,
+    check_partitioner: bool = True,
+) -> tuple[str, str] | None:
     """(rule, reason) of a parsed input record refused at the door; None: it may pass."""
     if check_partitioner:
         wrong = check_partition(record.key, record.partition, partitions)
@@ -55,8 +62,13 @@ _PARTITIONS: dict[int, dict[bytes, int]] = {}
 _CACHED_KEYS = 100_000
 
 
-def door(partition: int, partitions: int | None, now_ms: int, max_future_ms: int,
-         check_partitioner: bool = True) -> Callable[[Any, int], tuple[str, str] | None]:
+def door(
+    partition: int,
+    partitions: int | None,
+    now_ms: int,
+    max_future_ms: int,
+    check_partitioner: bool = True,
+) -> Callable[[Any, int], tuple[str, str] | None]:
     """:func:`check_record` for the records of one batch (one ``partition``, judged at
     ``now_ms``): ``door(record, event_time)`` -> (rule, reason) or None."""
     limit = now_ms + max_future_ms
@@ -76,8 +88,9 @@ def door(partition: int, partitions: int | None, now_ms: int, max_future_ms: int
                     return check_record(record, event_time, partitions, now_ms, max_future_ms)
         ts = record.timestamp
         if event_time > limit or (ts is not None and event_time > ts + max_future_ms):
-            return check_record(record, event_time, partitions, now_ms, max_future_ms,
-                                check_partitioner)
+            return check_record(
+                record, event_time, partitions, now_ms, max_future_ms, check_partitioner
+            )
         return None
 
     return judge

@@ -57,9 +57,16 @@ class _Partition:
 class EventTimeMerge:
     """Per partition, releases queued records of several inputs in event-time order."""
 
-    def __init__(self, topics: Sequence[str], lag: Lag, *, max_idle_s: float = 2.0,
-                 max_buffered: int = 10_000, clock: Callable[[], float] = time.monotonic,
-                 enabled: bool = True) -> None:
+    def __init__(
+        self,
+        topics: Sequence[str],
+        lag: Lag,
+        *,
+        max_idle_s: float = 2.0,
+        max_buffered: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+        enabled: bool = True,
+    ) -> None:
         self.topics = tuple(topics)
         self.rank = {t: i for i, t in enumerate(self.topics)}
         self.lag = lag
@@ -77,8 +84,9 @@ class EventTimeMerge:
             p = self.partitions[partition] = _Partition({t: deque() for t in self.topics})
         return p
 
-    def offer(self, topic: str, partition: int, offset: int, event_time: int,
-              item: Any) -> list[Any]:
+    def offer(
+        self, topic: str, partition: int, offset: int, event_time: int, item: Any
+    ) -> list[Any]:
         """Queue one delivered record; return the items (of this partition) that may go now,
         in the order to handle them. A record without a valid event time passes ``-1``."""
         if not self.enabled:
@@ -88,8 +96,13 @@ class EventTimeMerge:
         p.next_offset[topic] = offset + 1
         return self._release(partition, p)
 
-    def offer_batch(self, topic: str, partition: int,
-                    entries: Sequence[tuple[int, int, Any]], highwater: int | None) -> None:
+    def offer_batch(
+        self,
+        topic: str,
+        partition: int,
+        entries: Sequence[tuple[int, int, Any]],
+        highwater: int | None,
+    ) -> None:
         """Queue a partition's batch of one input, ``(event_time, offset, item)`` in offset
         order (``-1`` for a record without a valid event time), fetched when the partition's
         high water was ``highwater``. Nothing is released: call :meth:`release`."""
@@ -125,8 +138,13 @@ class EventTimeMerge:
 
     def waiting(self, partition: int | None = None) -> int:
         """Records queued (of one partition, or of all)."""
-        parts = (self.partitions.values() if partition is None
-                 else [self.partitions[partition]] if partition in self.partitions else [])
+        parts = (
+            self.partitions.values()
+            if partition is None
+            else [self.partitions[partition]]
+            if partition in self.partitions
+            else []
+        )
         return sum(p.size() for p in parts)
 
     def waiting_partitions(self) -> list[int]:
@@ -135,8 +153,9 @@ class EventTimeMerge:
     def reset(self) -> list[Any]:
         """Forget everything queued (a rebalance: unacked records are delivered again); returns
         the items it held, so that the engine can stop tracking them."""
-        held = [item for p in self.partitions.values() for q in p.queues.values()
-                for _, _, item in q]
+        held = [
+            item for p in self.partitions.values() for q in p.queues.values() for _, _, item in q
+        ]
         self.partitions.clear()
         return held
 
@@ -148,15 +167,13 @@ class EventTimeMerge:
 
     def next_wait_s(self) -> float | None:
         """Seconds until the first wait times out (None: nothing waits)."""
-        since = [p.waiting_since for p in self.partitions.values()
-                 if p.waiting_since is not None]
+        since = [p.waiting_since for p in self.partitions.values() if p.waiting_since is not None]
         if not since:
             return None
         return max(0.0, min(since) + self.max_idle_s - self.clock())
 
     def _must_wait(self, partition: int, p: _Partition) -> bool:
-        lagging = tuple(t for t in self.topics
-                        if not p.queues[t] and self._lags(t, partition, p))
+        lagging = tuple(t for t in self.topics if not p.queues[t] and self._lags(t, partition, p))
         if not lagging:
             p.waiting_since, p.waiting_for = None, ()
             return False

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 __all__ = ["Batch", "Inbox"]
 
@@ -83,8 +84,9 @@ class Inbox:
         return False
 
     # --- the agent's side ------------------------------------------------------------------
-    async def take(self, timeout: float | None = None,
-                   max_records: int | None = None) -> list[Batch]:
+    async def take(
+        self, timeout: float | None = None, max_records: int | None = None
+    ) -> list[Batch]:
         """The batches waiting (at least one, unless ``timeout`` seconds pass: then []), in
         the order they came, up to ``max_records`` records (at least one batch)."""
         event = self._wake()
@@ -95,7 +97,7 @@ class Inbox:
             else:
                 try:
                     await asyncio.wait_for(event.wait(), timeout)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     return []
         return self.take_nowait(max_records)
 

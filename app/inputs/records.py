@@ -12,19 +12,17 @@ Rules (docs/concepts/guarantees.md#input-rules):
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
 import types
-from typing import Annotated, Any, Callable, ClassVar, Literal, TypeVar, Union, get_args, get_origin
+from collections.abc import Callable
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 import msgspec
 from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.types import AllowInfNan
-
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
-                      model_validator)
 
 #: 2100-01-01T00:00:00Z in epoch ms: anything later is an absurd event time (a seconds/µs mix-up)
 MAX_EVENT_TIME = 4_102_444_800_000
@@ -99,8 +97,9 @@ def _json_type(data: Any) -> str:
     """The JSON name of a decoded value's type (a person reads 'null', not 'NoneType')."""
     if data is None:
         return "null"
-    return {bool: "boolean", int: "number", float: "number", str: "string",
-            list: "array"}.get(type(data), type(data).__name__)
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array"}.get(
+        type(data), type(data).__name__
+    )
 
 
 def parse(model: type[M], key: bytes | None, value: bytes | None) -> M:
@@ -179,7 +178,7 @@ class CarMoveIn(WireModel):
         return (rec.op == "ADD") == (rec.to_zone_id == rec.zone_id)
 
     @model_validator(mode="after")
-    def _op_matches_zones(self) -> "CarMoveIn":
+    def _op_matches_zones(self) -> CarMoveIn:
         if (self.op == "ADD") != (self.to_zone_id == self.zone_id):
             raise ValueError("an ADD is addressed to its arrival's zone, a DEL to another one")
         return self
@@ -229,8 +228,10 @@ def _meta(metadata: list[Any]) -> tuple[dict[str, Any], bool, bool]:
             meta["lt"] = m.lt
         elif isinstance(m, AllowInfNan):
             finite = not m.allow_inf_nan
-        elif type(m).__name__ == "AfterValidator" and getattr(m.func, "__name__", "") \
-                == "_no_negative_zero":
+        elif (
+            type(m).__name__ == "AfterValidator"
+            and getattr(m.func, "__name__", "") == "_no_negative_zero"
+        ):
             negzero = True
         else:
             raise _Unsupported(f"metadata {m!r}")
@@ -261,11 +262,13 @@ def _field_type(annotation: Any, metadata: list[Any]) -> tuple[Any, bool, bool]:
     return (typ | None if optional else typ), finite, negzero
 
 
-def _struct_for(model: type[WireModel]) -> tuple[type[msgspec.Struct], tuple[str, ...],
-                                                 tuple[str, ...]]:
+def _struct_for(
+    model: type[WireModel],
+) -> tuple[type[msgspec.Struct], tuple[str, ...], tuple[str, ...]]:
     decorators = model.__pydantic_decorators__
-    if (decorators.model_validators or decorators.field_validators) \
-            and getattr(model, "fast_check", None) is None:
+    if (decorators.model_validators or decorators.field_validators) and getattr(
+        model, "fast_check", None
+    ) is None:
         raise _Unsupported("validators without a fast_check")
     if model.model_config.get("extra") != "ignore" or not model.model_config.get("strict"):
         raise _Unsupported("not a strict WireModel")
@@ -284,8 +287,7 @@ def _struct_for(model: type[WireModel]) -> tuple[type[msgspec.Struct], tuple[str
     # refuses any other), which never make a cycle, so the collector need not track one
     # object per record it parses (issue 47: ~30 tracked objects per record, ~4 µs of
     # collections)
-    struct = msgspec.defstruct(f"{model.__name__}Fast", fields, kw_only=True, frozen=True,
-                               gc=False)
+    struct = msgspec.defstruct(f"{model.__name__}Fast", fields, kw_only=True, frozen=True, gc=False)
     return struct, tuple(finite), tuple(negzero)
 
 
@@ -318,7 +320,7 @@ def compile_parser(model: type[M]) -> Parser:
         try:
             rec = decode(value)
         except (ValueError, TypeError, RecursionError):  # not JSON, not UTF-8, too deep, a
-            return slow(key, value)                      # type or a bound: parse says why
+            return slow(key, value)  # type or a bound: parse says why
         # A field named twice? Every key ends with '"', JSON whitespace, ':' — counted, that
         # is at least the object's keys (more only inside strings or nested objects). The
         # fields the record has (its required ones, its optional ones not null) are at most
@@ -345,7 +347,7 @@ def compile_parser(model: type[M]) -> Parser:
         if check is not None and not check(rec):
             return slow(key, value)
         if key != str(getattr(rec, key_field)).encode():  # equal bytes: equal text; else
-            return slow(key, value)                        # parse compares it as text
+            return slow(key, value)  # parse compares it as text
         return rec
 
     return parse_fast
@@ -377,8 +379,10 @@ KAFKA_TIMESTAMP = "$timestamp"
 #: ISO-8601 as etj reads it: date, ``T`` or a space, time to the second, an optional fraction
 #: (truncated to the millisecond), and a zone (``Z`` or ``±HH:MM``) that is required: a time
 #: without one means a different instant in every time zone
-_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
-                  r"(?:(Z)|([+-])(\d{2}):(\d{2}))")
+_ISO = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+    r"(?:(Z)|([+-])(\d{2}):(\d{2}))"
+)
 _ISO_NO_ZONE = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?")
 
 
@@ -411,16 +415,23 @@ def iso_to_ms(text: str) -> int:
                 return seconds * 1000 + (int(frac[:3].ljust(3, "0")) if frac else 0)
     if m is None:
         if _ISO_NO_ZONE.fullmatch(text):
-            raise InvalidRecord(f"{text[:60]!r} has no time zone (add 'Z' or an offset such as "
-                                "'+02:00'): it would be a different instant in every zone")
-        raise InvalidRecord(f"{text[:60]!r} is not an ISO-8601 time "
-                            "(YYYY-MM-DDTHH:MM:SS[.fff](Z|±HH:MM))")
+            raise InvalidRecord(
+                f"{text[:60]!r} has no time zone (add 'Z' or an offset such as "
+                "'+02:00'): it would be a different instant in every zone"
+            )
+        raise InvalidRecord(
+            f"{text[:60]!r} is not an ISO-8601 time (YYYY-MM-DDTHH:MM:SS[.fff](Z|±HH:MM))"
+        )
     y, mo, d, h, mi, s, frac, z, sign, oh, om = m.groups()
     try:
-        offset = dt.timedelta(0) if z else (1 if sign == "+" else -1) * dt.timedelta(
-            hours=int(oh), minutes=int(om))
-        when = dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s),
-                           tzinfo=dt.timezone(offset))
+        offset = (
+            dt.timedelta(0)
+            if z
+            else (1 if sign == "+" else -1) * dt.timedelta(hours=int(oh), minutes=int(om))
+        )
+        when = dt.datetime(
+            int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=dt.timezone(offset)
+        )
     except ValueError as exc:
         raise InvalidRecord(f"{text[:60]!r} is not a valid time: {exc}") from None
     ms = int(when.timestamp()) * 1000 + int((frac or "0")[:3].ljust(3, "0"))
@@ -441,8 +452,7 @@ def convert_time(raw: Any, time_format: str) -> Any:
         return iso_to_ms(raw) if isinstance(raw, str) else raw
     if time_format == "epoch_s" and isinstance(raw, (int, float)):
         if not math.isfinite(raw) or raw < 0:
-            raise InvalidRecord(f"{raw!r} is not an epoch time in seconds (negative or not "
-                                "finite)")
+            raise InvalidRecord(f"{raw!r} is not an epoch time in seconds (negative or not finite)")
         return math.floor(raw * 1000 + 0.5)
     if time_format == "epoch_us" and isinstance(raw, int):
         if raw < 0:
@@ -476,8 +486,11 @@ def _fast_object(value: bytes | None) -> dict[str, Any] | None:
         return None
     try:
         data = msgspec.json.decode(value)
-        if type(data) is not dict or _SPACED_KEY_END.search(value) is not None \
-                or value.count(b'":') != _count_keys(data):
+        if (
+            type(data) is not dict
+            or _SPACED_KEY_END.search(value) is not None
+            or value.count(b'":') != _count_keys(data)
+        ):
             return None
     except (ValueError, TypeError, RecursionError):
         return None
@@ -524,21 +537,25 @@ def read_path(data: dict[str, Any], path: str) -> Any:
     return node
 
 
-def compile_shaped_parser(model: type[M], paths: dict[str, str], time_field: str,
-                          time_format: str, from_timestamp: bool) -> Callable[..., Any]:
+def compile_shaped_parser(
+    model: type[M], paths: dict[str, str], time_field: str, time_format: str, from_timestamp: bool
+) -> Callable[..., Any]:
     """A parser for a side shaped otherwise (see above): (key, value, timestamp) -> the flat
     record (the ``model`` instance), or :class:`InvalidRecord` whose reason names the spec's
     path. ``paths``: flat field -> dotted path (the time field absent when ``from_timestamp``);
     ``timestamp``: the record's Kafka timestamp in epoch ms (None: it has none)."""
     items = tuple(paths.items())
-    to_path = {flat: path for flat, path in items}
+    to_path = dict(items)
     if from_timestamp:
         to_path[time_field] = KAFKA_TIMESTAMP
     key_field = model.key_field
     name = model.__name__
 
-    def parse_shaped(key: bytes | None, value: bytes | None, timestamp: int | None = None,
-                     ) -> Any:
+    def parse_shaped(
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None = None,
+    ) -> Any:
         data = _fast_object(value)
         if data is None:
             data = _json_object(value)  # accepts, or says why not
@@ -555,8 +572,9 @@ def compile_shaped_parser(model: type[M], paths: dict[str, str], time_field: str
             try:
                 flat[time_field] = convert_time(flat[time_field], time_format)
             except InvalidRecord as exc:
-                raise InvalidRecord(f"invalid {name}: {to_path[time_field]}: {exc} "
-                                    f"(time_format {time_format})") from None
+                raise InvalidRecord(
+                    f"invalid {name}: {to_path[time_field]}: {exc} (time_format {time_format})"
+                ) from None
         try:
             record = model.model_validate(flat)
         except ValidationError as exc:
@@ -566,8 +584,9 @@ def compile_shaped_parser(model: type[M], paths: dict[str, str], time_field: str
             raise InvalidRecord(f"record has no key; it must be keyed by {to_path[key_field]}")
         key_text = key.decode("utf-8", errors="replace")
         if key_text != str(expected):
-            raise InvalidRecord(f"key {key_text[:60]!r} disagrees with {to_path[key_field]} "
-                                f"{str(expected)[:60]!r}")
+            raise InvalidRecord(
+                f"key {key_text[:60]!r} disagrees with {to_path[key_field]} {str(expected)[:60]!r}"
+            )
         return record
 
     return parse_shaped

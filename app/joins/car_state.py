@@ -28,26 +28,47 @@ module existed.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from app.joins import fk_state
 from app.joins.fk_state import INT_KEYS, IndexRows, left_rows_in
-from app.logic.car_join import (CarArrival, CarPosition, ZoneReading, to_arrival, to_left,
-                                to_reading, to_right)
+from app.logic.car_join import (
+    CarArrival,
+    CarPosition,
+    ZoneReading,
+    to_arrival,
+    to_left,
+    to_reading,
+    to_right,
+)
 from app.logic.fk_join import Position
 from app.state.ordered_keys import prefix_end, zone_prefix
 from app.state.overlay import Overlay
 from app.state.range_scan import RangeTable, scan
 
-__all__ = ["CAR_POSITIONS", "CarPositions", "ZONE_CARS", "ZONE_POLLUTION", "ZoneCars",
-           "ZoneCarsTable", "ZonePollution", "cars_in_zone", "position_of", "position_row",
-           "reading_of", "reading_row", "zone_car_rows"]
+__all__ = [
+    "CAR_POSITIONS",
+    "CarPositions",
+    "ZONE_CARS",
+    "ZONE_POLLUTION",
+    "ZoneCars",
+    "ZoneCarsTable",
+    "ZonePollution",
+    "cars_in_zone",
+    "position_of",
+    "position_row",
+    "reading_of",
+    "reading_row",
+    "zone_car_rows",
+]
 
 #: the tables' names (their changelogs: ``<app id>-<name>-changelog``)
 CAR_POSITIONS, ZONE_POLLUTION, ZONE_CARS = "car-positions", "zone-pollution", "zone-cars"
 
 
 # --- rows: the rules' values <-> what a table holds (app.joins.fk_state's, in car words) --------
+
 
 def position_row(position: CarPosition) -> list[Any]:
     return fk_state.position_row(Position(to_left(position.arrival), position.left_zone))
@@ -69,6 +90,7 @@ def reading_of(zone_id: int, row: Sequence[Any]) -> ZoneReading:
 
 
 # --- zone-cars: a zone's cars, one key range -----------------------------------------------------
+
 
 class ZoneCarsTable(RangeTable):
     """zone-cars: a zone's cars are only ever scanned together, so the memory store keeps them
@@ -100,6 +122,7 @@ def cars_in_zone(table: Any, zone_id: int, partition: int) -> Iterator[CarArriva
 
 
 # --- the tables through a batch's overlay (the agents) -----------------------------------------
+
 
 class CarPositions:
     """car-positions, read and written as :class:`~app.logic.car_join.CarPosition`."""

@@ -28,12 +28,22 @@ from app.settings import Settings
 def mood_spec(s: Settings) -> dict[str, Any]:
     return {
         "name": "moods",
-        "events": {"topic": s.events_topic, "model": "app.inputs.records:RecommendationIn",
-                   "key": "consultant", "time": "event_time", "id": "id",
-                   "copy": ["consultant", "event_time", "recommendation"]},
-        "dimension": {"topic": s.moods_topic, "model": "app.inputs.records:MoodIn",
-                      "key": "name", "time": "event_time", "copy": ["mood"],
-                      "time_as": "mood_event_time"},
+        "events": {
+            "topic": s.events_topic,
+            "model": "app.inputs.records:RecommendationIn",
+            "key": "consultant",
+            "time": "event_time",
+            "id": "id",
+            "copy": ["consultant", "event_time", "recommendation"],
+        },
+        "dimension": {
+            "topic": s.moods_topic,
+            "model": "app.inputs.records:MoodIn",
+            "key": "name",
+            "time": "event_time",
+            "copy": ["mood"],
+            "time_as": "mood_event_time",
+        },
         "output": s.output_topic,
         "ticks": s.ticks_topic,
         "mode": "left",
@@ -42,21 +52,35 @@ def mood_spec(s: Settings) -> dict[str, Any]:
         "review_lag_ms": s.review_lag_ms,
         # the names the mood join's tables (and changelogs) had before it was a spec; the rows
         # of recent-joins are one per join since the batch path (app.joins.state)
-        "tables": {"dimension": "mood-history", "joins": "recent-joins",
-                   "clock": "stream-clock"},
+        "tables": {"dimension": "mood-history", "joins": "recent-joins", "clock": "stream-clock"},
     }
 
 
 def movie_spec(s: Settings) -> dict[str, Any]:
     return {
         "name": "movies",
-        "events": {"topic": s.ratings_topic, "key": "movie_id", "time": "event_time", "id": "id",
-                   "fields": {"id": "str", "movie_id": "str", "user_id": "str",
-                              "rating": "float", "event_time": "time"},
-                   "copy": ["movie_id", "user_id", "rating", "event_time"]},
-        "dimension": {"topic": s.movies_topic, "key": "movie_id", "time": "event_time",
-                      "fields": {"movie_id": "str", "title": "str", "event_time": "time"},
-                      "copy": ["title"], "time_as": "movie_event_time"},
+        "events": {
+            "topic": s.ratings_topic,
+            "key": "movie_id",
+            "time": "event_time",
+            "id": "id",
+            "fields": {
+                "id": "str",
+                "movie_id": "str",
+                "user_id": "str",
+                "rating": "float",
+                "event_time": "time",
+            },
+            "copy": ["movie_id", "user_id", "rating", "event_time"],
+        },
+        "dimension": {
+            "topic": s.movies_topic,
+            "key": "movie_id",
+            "time": "event_time",
+            "fields": {"movie_id": "str", "title": "str", "event_time": "time"},
+            "copy": ["title"],
+            "time_as": "movie_event_time",
+        },
         "output": s.rated_movies_topic,
         "ticks": s.movie_ticks_topic,
         "mode": "inner",
@@ -74,12 +98,23 @@ def car_spec(s: Settings) -> dict[str, Any]:
     return {
         "kind": "foreign-key",
         "name": "cars",
-        "left": {"topic": s.car_arrivals_topic, "model": "app.inputs.records:CarArrivalIn",
-                 "key": "car_id", "time": "event_time", "foreign_key": "to_zone_id",
-                 "copy": ["fuel_level"], "time_as": "car_event_time"},
-        "right": {"topic": s.zones_topic, "model": "app.inputs.records:ZoneIn",
-                  "key": "zone_id", "time": "event_time", "copy": ["pollution_level"],
-                  "time_as": "zone_event_time"},
+        "left": {
+            "topic": s.car_arrivals_topic,
+            "model": "app.inputs.records:CarArrivalIn",
+            "key": "car_id",
+            "time": "event_time",
+            "foreign_key": "to_zone_id",
+            "copy": ["fuel_level"],
+            "time_as": "car_event_time",
+        },
+        "right": {
+            "topic": s.zones_topic,
+            "model": "app.inputs.records:ZoneIn",
+            "key": "zone_id",
+            "time": "event_time",
+            "copy": ["pollution_level"],
+            "time_as": "zone_event_time",
+        },
         "output": s.car_pollution_topic,
         "moves": s.car_moves_topic,
         "ticks": s.car_ticks_topic,
@@ -107,8 +142,11 @@ def load_all(s: Settings) -> tuple[list[JoinSpec], list[FkJoinSpec]]:
     (raises :class:`SpecError`): the built-in ones ``ETJ_BUILTIN_JOINS`` names (all without
     ``ETJ_JOINS_FILE``, none with it), then the file's."""
     builtins = s.builtins
-    raws = [make(s) for name, make in (("moods", mood_spec), ("movies", movie_spec),
-                                       ("cars", car_spec)) if name in builtins]
+    raws = [
+        make(s)
+        for name, make in (("moods", mood_spec), ("movies", movie_spec), ("cars", car_spec))
+        if name in builtins
+    ]
     if s.joins_file is not None:
         raws += read_joins_file(s.joins_file)
     events = resolve_all([r for r in raws if not is_foreign_key(r)], s.app_id)
@@ -152,5 +190,6 @@ def topic_roles(specs: list[JoinSpec]) -> dict[str, list[tuple[Role, str | None]
         out.setdefault(s.events.topic, []).append(("events", s.events.time))
         out.setdefault(s.dimension.topic, []).append((dim, s.dimension.time))
         out.setdefault(s.output, []).append(
-            ("output", s.events.time if s.events.time in s.events.copy else None))
+            ("output", s.events.time if s.events.time in s.events.copy else None)
+        )
     return out

@@ -19,12 +19,11 @@ from typing import Any, Literal
 
 from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 
+from app.inputs.records import WireModel
 from app.joins.fk_spec import FkJoinSpec
 from app.joins.spec import JoinSpec
-from app.inputs.records import WireModel
 
-__all__ = ["Column", "Kind", "fk_output_columns", "model_columns", "output_columns",
-           "ARROW_TYPES"]
+__all__ = ["Column", "Kind", "fk_output_columns", "model_columns", "output_columns", "ARROW_TYPES"]
 
 Kind = Literal["str", "int", "float", "bool"]
 _KINDS: dict[Any, Kind] = {str: "str", int: "int", float: "float", bool: "bool"}
@@ -73,8 +72,10 @@ def _kind(annotation: Any) -> tuple[Kind, bool, list[Any]]:
     base, constraints = _unwrap(annotation)
     if base in _KINDS:
         return _KINDS[base], optional, constraints
-    raise TypeError(f"a wire field of type {annotation!r} has no column type (str, int, float, "
-                    "bool, optionally None)")
+    raise TypeError(
+        f"a wire field of type {annotation!r} has no column type (str, int, float, "
+        "bool, optionally None)"
+    )
 
 
 def model_columns(model: type[WireModel]) -> list[Column]:
@@ -106,6 +107,7 @@ def output_columns(spec: JoinSpec) -> list[Column]:
     """The columns of ``spec``'s output revision log: every field nullable but the id, the
     revision and what the events side requires; no other check (a revision that breaks one is
     the stream's mistake, for ``reconcile`` to report, not to drop)."""
+
     def typed(c: Column) -> Column:
         return Column(c.name, c.kind, c.required)
 
@@ -126,6 +128,11 @@ def fk_output_columns(spec: FkJoinSpec) -> list[Column]:
     it requires them, the right side's nullable (no right version yet)."""
     left = {c.name: Column(c.name, c.kind, c.required) for c in model_columns(spec.left.model)}
     right = {c.name: Column(c.name, c.kind, False) for c in model_columns(spec.right.model)}
-    return [left[spec.left.key], Column(spec.fk_as, left[spec.fk].kind),
-            *(left[f] for f in spec.left.copy), *(right[f] for f in spec.right.copy),
-            Column(spec.left_time_as, "int"), Column(spec.right_time_as, "int", False)]
+    return [
+        left[spec.left.key],
+        Column(spec.fk_as, left[spec.fk].kind),
+        *(left[f] for f in spec.left.copy),
+        *(right[f] for f in spec.right.copy),
+        Column(spec.left_time_as, "int"),
+        Column(spec.right_time_as, "int", False),
+    ]

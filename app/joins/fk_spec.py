@@ -21,19 +21,34 @@ at import time like an event-time spec's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.inputs.records import KAFKA_TIMESTAMP, InvalidRecord
-from app.joins.spec import (JoinSpec, Side, SideConfig, SpecError, parse_start,
-                            refuse_shared_inputs, resolve_side,
-                            validated)
+from app.joins.spec import (
+    JoinSpec,
+    Side,
+    SideConfig,
+    SpecError,
+    parse_start,
+    refuse_shared_inputs,
+    resolve_side,
+    validated,
+)
 from app.logic.fk_join import Joined, Left, Move, Right
 
-__all__ = ["FK_KIND", "FkJoinConfig", "FkJoinSpec", "FkTableNames", "check_together",
-           "is_foreign_key", "resolve_fk"]
+__all__ = [
+    "FK_KIND",
+    "FkJoinConfig",
+    "FkJoinSpec",
+    "FkTableNames",
+    "check_together",
+    "is_foreign_key",
+    "resolve_fk",
+]
 
 FK_KIND = "foreign-key"
 #: the types a key or a foreign key may have (they are table keys and index key parts)
@@ -49,8 +64,9 @@ def is_foreign_key(raw: Any) -> bool:
 class FkLeftConfig(SideConfig):
     """The left table's topic: its key, foreign key, copied fields and time."""
 
-    foreign_key: str = Field(min_length=1, description="field (a path) holding the right "
-                                                       "key this row points at")
+    foreign_key: str = Field(
+        min_length=1, description="field (a path) holding the right key this row points at"
+    )
 
 
 class FkTableNames(BaseModel):
@@ -60,8 +76,10 @@ class FkTableNames(BaseModel):
 
     left: str = Field(min_length=1, description="left key -> its newest version")
     right: str = Field(min_length=1, description="right key -> its newest version")
-    index: str = Field(min_length=1, description="(right key, left key) -> the left rows "
-                                                 "pointing at a right key (range scans)")
+    index: str = Field(
+        min_length=1,
+        description="(right key, left key) -> the left rows pointing at a right key (range scans)",
+    )
 
 
 class FkJoinConfig(BaseModel):
@@ -107,8 +125,14 @@ class FkJoinSpec:
 
     @property
     def output_fields(self) -> tuple[str, ...]:
-        return (self.left.key, self.fk_as, *self.left.copy, *self.right.copy,
-                self.left_time_as, self.right_time_as)
+        return (
+            self.left.key,
+            self.fk_as,
+            *self.left.copy,
+            *self.right.copy,
+            self.left_time_as,
+            self.right_time_as,
+        )
 
     @property
     def move_fk(self) -> str:
@@ -129,8 +153,10 @@ class FkJoinSpec:
     def int_keys(self) -> bool:
         """Are the right key and the left key ints (then the index keys are the car join's
         16 bytes, :mod:`app.state.ordered_keys`)?"""
-        return (_annotation(self.right, self.right.key) is int
-                and _annotation(self.left, self.left.key) is int)
+        return (
+            _annotation(self.right, self.right.key) is int
+            and _annotation(self.left, self.left.key) is int
+        )
 
     @property
     def right_key_type(self) -> Any:
@@ -139,14 +165,19 @@ class FkJoinSpec:
 
     # --- records <-> the rules' values -------------------------------------------------------
     def left_of(self, rec: Any) -> Left:
-        return Left(getattr(rec, self.left.key), getattr(rec, self.fk),
-                    tuple(getattr(rec, f) for f in self.left.copy),
-                    getattr(rec, self.left.time))
+        return Left(
+            getattr(rec, self.left.key),
+            getattr(rec, self.fk),
+            tuple(getattr(rec, f) for f in self.left.copy),
+            getattr(rec, self.left.time),
+        )
 
     def right_of(self, rec: Any) -> Right:
-        return Right(getattr(rec, self.right.key),
-                     tuple(getattr(rec, f) for f in self.right.copy),
-                     getattr(rec, self.right.time))
+        return Right(
+            getattr(rec, self.right.key),
+            tuple(getattr(rec, f) for f in self.right.copy),
+            getattr(rec, self.right.time),
+        )
 
     def to_wire(self, out: Joined) -> dict[str, Any]:
         """One output as the output topic carries it (:attr:`output_fields` order)."""
@@ -163,16 +194,19 @@ class FkJoinSpec:
 
     def from_wire(self, wire: dict[str, Any]) -> Joined:
         """An output record back as the rules' value (tests, the consumer rule)."""
-        left = Left(wire[self.left.key], wire[self.fk_as],
-                    tuple(wire[f] for f in self.left.copy), wire[self.left_time_as])
+        left = Left(
+            wire[self.left.key],
+            wire[self.fk_as],
+            tuple(wire[f] for f in self.left.copy),
+            wire[self.left_time_as],
+        )
         t = wire[self.right_time_as]
         right = None if t is None else Right(left.fk, tuple(wire[f] for f in self.right.copy), t)
         return Joined(left, right)
 
     def move_to_wire(self, move: Move) -> dict[str, Any]:
         left = move.left
-        wire = {"op": move.op, self.fk_as: move.fk, self.left.key: left.key,
-                self.move_fk: left.fk}
+        wire = {"op": move.op, self.fk_as: move.fk, self.left.key: left.key, self.move_fk: left.fk}
         wire.update(zip(self.left.copy, left.values))
         wire[self.left.time] = left.event_time
         return wire
@@ -184,25 +218,47 @@ class FkJoinSpec:
             op = wire["op"]
             if op not in ("ADD", "DEL"):
                 raise InvalidRecord(f"move op {op!r} is neither ADD nor DEL")
-            return Move(op, wire[self.fk_as], Left(
-                wire[self.left.key], wire[self.move_fk], tuple(wire[f] for f in self.left.copy),
-                wire[self.left.time]))
+            return Move(
+                op,
+                wire[self.fk_as],
+                Left(
+                    wire[self.left.key],
+                    wire[self.move_fk],
+                    tuple(wire[f] for f in self.left.copy),
+                    wire[self.left.time],
+                ),
+            )
         except (KeyError, TypeError) as exc:
             raise InvalidRecord(f"not a move of join {self.name!r}: missing {exc}") from None
 
     def describe(self) -> dict[str, Any]:
         """What ``GET /joins/`` lists for this spec: its kind, sides, keys and tables."""
+
         def side(s: Side, time_as: str) -> dict[str, Any]:
-            return {"topic": s.topic, "key": s.key, "time": s.time, "copy": list(s.copy),
-                    "fields": list(s.field_names), "time_format": s.time_format,
-                    "start": s.start, "time_as": time_as,
-                    **({"paths": dict(s.paths)} if s.shaped else {})}
-        return {"name": self.name, "kind": self.kind,
-                "left": {**side(self.left, self.left_time_as), "foreign_key": self.fk},
-                "right": side(self.right, self.right_time_as),
-                "output": self.output, "output_fields": list(self.output_fields),
-                "moves": self.moves, "ticks": self.ticks, "partitions": self.partitions,
-                "tables": self.tables.model_dump()}
+            return {
+                "topic": s.topic,
+                "key": s.key,
+                "time": s.time,
+                "copy": list(s.copy),
+                "fields": list(s.field_names),
+                "time_format": s.time_format,
+                "start": s.start,
+                "time_as": time_as,
+                **({"paths": dict(s.paths)} if s.shaped else {}),
+            }
+
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "left": {**side(self.left, self.left_time_as), "foreign_key": self.fk},
+            "right": side(self.right, self.right_time_as),
+            "output": self.output,
+            "output_fields": list(self.output_fields),
+            "moves": self.moves,
+            "ticks": self.ticks,
+            "partitions": self.partitions,
+            "tables": self.tables.model_dump(),
+        }
 
 
 def _annotation(side: Side, flat: str) -> Any:
@@ -211,81 +267,128 @@ def _annotation(side: Side, flat: str) -> Any:
 
 # --- resolution ----------------------------------------------------------------------------------
 
+
 def resolve_fk(raw: dict[str, Any] | FkJoinConfig, index: int | None = None) -> FkJoinSpec:
     """Validate one foreign-key spec (plain data or an :class:`FkJoinConfig`) and resolve it."""
     cfg, where = validated(FkJoinConfig, raw, index)
     for name, side in (("left", cfg.left), ("right", cfg.right)):
         if side.id is not None:
-            raise SpecError(f"{where}: {name}.id: a foreign-key join has no join id (its "
-                            f"output is keyed by the left key)")
+            raise SpecError(
+                f"{where}: {name}.id: a foreign-key join has no join id (its "
+                f"output is keyed by the left key)"
+            )
         if getattr(side, "repartition", False):
-            raise SpecError(f"{where}: {name}.repartition: a foreign-key join reads its sides "
-                            f"keyed by their key field; re-key the topic first (an event-time "
-                            f"spec's side can repartition)")
+            raise SpecError(
+                f"{where}: {name}.repartition: a foreign-key join reads its sides "
+                f"keyed by their key field; re-key the topic first (an event-time "
+                f"spec's side can repartition)"
+            )
         if not side.time_as:
-            raise SpecError(f"{where}: {name}.time_as: missing (the output field carrying the "
-                            f"{name} version's event time, e.g. 'car_event_time')")
+            raise SpecError(
+                f"{where}: {name}.time_as: missing (the output field carrying the "
+                f"{name} version's event time, e.g. 'car_event_time')"
+            )
     if not cfg.right.copy_fields:
         raise SpecError(f"{where}: right.copy is empty: a join must copy at least one field")
     start = parse_start(where, "start", cfg.start) or "earliest"
     fk_entry = cfg.left.foreign_key
-    left = resolve_side(where, "left", cfg.left,
-                        parse_start(where, "left.start", cfg.left.start) or start)
+    left = resolve_side(
+        where, "left", cfg.left, parse_start(where, "left.start", cfg.left.start) or start
+    )
     flat_of = {path: flat for flat, path in left.paths} or {f: f for f in left.field_names}
     if fk_entry not in flat_of:
-        raise SpecError(f"{where}: left.foreign_key names {fk_entry!r}, a field "
-                        f"{cfg.left.topic} records do not have (they have: "
-                        f"{', '.join(p for p in flat_of if p != KAFKA_TIMESTAMP)})")
+        raise SpecError(
+            f"{where}: left.foreign_key names {fk_entry!r}, a field "
+            f"{cfg.left.topic} records do not have (they have: "
+            f"{', '.join(p for p in flat_of if p != KAFKA_TIMESTAMP)})"
+        )
     fk = flat_of[fk_entry]
-    right = resolve_side(where, "right", cfg.right,
-                         parse_start(where, "right.start", cfg.right.start) or start)
+    right = resolve_side(
+        where, "right", cfg.right, parse_start(where, "right.start", cfg.right.start) or start
+    )
     if fk_entry == KAFKA_TIMESTAMP or fk in (left.key, left.time):
-        raise SpecError(f"{where}: left.foreign_key {fk_entry!r} must be a field of its own, "
-                        "not the key nor the time")
+        raise SpecError(
+            f"{where}: left.foreign_key {fk_entry!r} must be a field of its own, "
+            "not the key nor the time"
+        )
     if fk in left.copy:
-        raise SpecError(f"{where}: left.copy lists the foreign key {fk_entry!r}: the output "
-                        f"carries it as {right.key!r} already")
-    for name, side, fields in (("left", left, (left.key, fk, *left.copy)),
-                               ("right", right, (right.key, *right.copy))):
+        raise SpecError(
+            f"{where}: left.copy lists the foreign key {fk_entry!r}: the output "
+            f"carries it as {right.key!r} already"
+        )
+    for name, side, fields in (
+        ("left", left, (left.key, fk, *left.copy)),
+        ("right", right, (right.key, *right.copy)),
+    ):
         for f in fields:
             if not side.model.model_fields[f].is_required():
-                raise SpecError(f"{where}: {name} field {side.path_of(f)!r} is optional, but "
-                                "versions are ordered by it (and null means 'no version'); "
-                                "declare it required")
-    types = {what: _annotation(s, f) for what, s, f in (
-        ("left.key", left, left.key), ("left.foreign_key", left, fk),
-        ("right.key", right, right.key))}
+                raise SpecError(
+                    f"{where}: {name} field {side.path_of(f)!r} is optional, but "
+                    "versions are ordered by it (and null means 'no version'); "
+                    "declare it required"
+                )
+    types = {
+        what: _annotation(s, f)
+        for what, s, f in (
+            ("left.key", left, left.key),
+            ("left.foreign_key", left, fk),
+            ("right.key", right, right.key),
+        )
+    }
     for what, t in types.items():
         if t not in _KEY_TYPES:
-            raise SpecError(f"{where}: {what} is of type {getattr(t, '__name__', t)}; a key is "
-                            "an int or a str")
+            raise SpecError(
+                f"{where}: {what} is of type {getattr(t, '__name__', t)}; a key is an int or a str"
+            )
     if types["left.foreign_key"] is not types["right.key"]:
-        raise SpecError(f"{where}: left.foreign_key is {types['left.foreign_key'].__name__} "
-                        f"but right.key is {types['right.key'].__name__}: they never match")
+        raise SpecError(
+            f"{where}: left.foreign_key is {types['left.foreign_key'].__name__} "
+            f"but right.key is {types['right.key'].__name__}: they never match"
+        )
     topics = [cfg.left.topic, cfg.right.topic, cfg.moves, cfg.ticks, cfg.output]
     if len(set(topics)) != len(topics):
-        raise SpecError(f"{where}: left {cfg.left.topic}, right {cfg.right.topic}, moves "
-                        f"{cfg.moves}, ticks {cfg.ticks} and output {cfg.output} must be five "
-                        "different topics")
-    spec = FkJoinSpec(cfg.name, left, right, fk, cfg.left.time_as or "", cfg.right.time_as or "",
-                      cfg.output, cfg.moves, cfg.ticks,
-                      cfg.tables or FkTableNames(left=f"{cfg.name}-left",
-                                                 right=f"{cfg.name}-right",
-                                                 index=f"{cfg.name}-index"),
-                      cfg.partitions)
+        raise SpecError(
+            f"{where}: left {cfg.left.topic}, right {cfg.right.topic}, moves "
+            f"{cfg.moves}, ticks {cfg.ticks} and output {cfg.output} must be five "
+            "different topics"
+        )
+    spec = FkJoinSpec(
+        cfg.name,
+        left,
+        right,
+        fk,
+        cfg.left.time_as or "",
+        cfg.right.time_as or "",
+        cfg.output,
+        cfg.moves,
+        cfg.ticks,
+        cfg.tables
+        or FkTableNames(
+            left=f"{cfg.name}-left", right=f"{cfg.name}-right", index=f"{cfg.name}-index"
+        ),
+        cfg.partitions,
+    )
     for what, names in (("output", spec.output_fields), ("move", spec.move_fields)):
         dupes = sorted({f for f in names if names.count(f) > 1})
         if dupes:
-            raise SpecError(f"{where}: {what} fields collide: {', '.join(dupes)} (the {what} "
-                            f"carries {', '.join(_shape(what))}); rename a copied field with "
-                            "{\"path\": \"name\"}")
+            raise SpecError(
+                f"{where}: {what} fields collide: {', '.join(dupes)} (the {what} "
+                f"carries {', '.join(_shape(what))}); rename a copied field with "
+                '{"path": "name"}'
+            )
     return spec
 
 
 def _shape(what: str) -> list[str]:
     if what == "output":
-        return ["left.key", "right.key (the foreign key)", "left.copy", "right.copy",
-                "left.time_as", "right.time_as"]
+        return [
+            "left.key",
+            "right.key (the foreign key)",
+            "left.copy",
+            "right.copy",
+            "left.time_as",
+            "right.time_as",
+        ]
     return ["op", "right.key", "left.key", "left.foreign_key", "left.copy", "left.time"]
 
 
@@ -296,8 +399,9 @@ def check_together(event_specs: Sequence[JoinSpec], fk_specs: Sequence[FkJoinSpe
 
     def claim(what: str, value: str, owner: str) -> None:
         if (what, value) in seen:
-            raise SpecError(f"join specs {seen[(what, value)]!r} and {owner!r} share the "
-                            f"{what} {value!r}")
+            raise SpecError(
+                f"join specs {seen[(what, value)]!r} and {owner!r} share the {what} {value!r}"
+            )
         seen[(what, value)] = owner
 
     for s in event_specs:
@@ -314,14 +418,27 @@ def check_together(event_specs: Sequence[JoinSpec], fk_specs: Sequence[FkJoinSpe
         for n in f.tables.model_dump().values():
             claim("table name", n, f.name)
     reads = refuse_shared_inputs(
-        [*((s.name, n, side) for s in event_specs
-           for n, side in (("events", s.events), ("dimension", s.dimension))),
-         *((f.name, n, side) for f in fk_specs for n, side in (("left", f.left),
-                                                                ("right", f.right)))])
-    for name, written in [*((s.name, (s.output, s.ticks)) for s in event_specs),
-                          *((f.name, (f.output, f.moves, f.ticks)) for f in fk_specs)]:
+        [
+            *(
+                (s.name, n, side)
+                for s in event_specs
+                for n, side in (("events", s.events), ("dimension", s.dimension))
+            ),
+            *(
+                (f.name, n, side)
+                for f in fk_specs
+                for n, side in (("left", f.left), ("right", f.right))
+            ),
+        ]
+    )
+    for name, written in [
+        *((s.name, (s.output, s.ticks)) for s in event_specs),
+        *((f.name, (f.output, f.moves, f.ticks)) for f in fk_specs),
+    ]:
         for t in written:
             if t in reads and reads[t][0] != name:
-                raise SpecError(f"join spec {name!r} writes {t}, which join "
-                                f"{reads[t][0]!r} reads: a join must not feed another's "
-                                "inputs")
+                raise SpecError(
+                    f"join spec {name!r} writes {t}, which join "
+                    f"{reads[t][0]!r} reads: a join must not feed another's "
+                    "inputs"
+                )

@@ -27,21 +27,35 @@ and any change to them is a state layout change (docs/operating/recovery.md#stat
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import orjson
 
 from app.logic.fk_join import Left, Position, Right
-from app.state.ordered_keys import (decode_zone_car, encode_zone_car, prefix_end, zone_prefix)
+from app.state.ordered_keys import decode_zone_car, encode_zone_car, prefix_end, zone_prefix
 from app.state.overlay import Overlay
 from app.state.range_scan import RangeTable, scan
 
-__all__ = ["IndexKeys", "INT_KEYS", "IndexTable", "JSON_KEYS", "LeftRows", "IndexRows",
-           "RightRows", "index_table_class", "left_rows_in", "position_of", "position_row",
-           "right_of", "right_row"]
+__all__ = [
+    "IndexKeys",
+    "INT_KEYS",
+    "IndexTable",
+    "JSON_KEYS",
+    "LeftRows",
+    "IndexRows",
+    "RightRows",
+    "index_table_class",
+    "left_rows_in",
+    "position_of",
+    "position_row",
+    "right_of",
+    "right_row",
+]
 
 
 # --- rows: the rules' values <-> what a table holds --------------------------------------------
+
 
 def position_row(position: Position) -> list[Any]:
     left = position.left
@@ -70,12 +84,17 @@ def _index_of(fk: Any, key: Any, row: Sequence[Any]) -> Left:
 
 # --- index keys -------------------------------------------------------------------------------
 
+
 class IndexKeys:
     """How (fk, left key) become one byte key whose prefix is the fk's (module docstring)."""
 
-    def __init__(self, encode: Callable[[Any, Any], bytes],
-                 decode: Callable[[bytes], tuple[Any, Any]], prefix: Callable[[Any], bytes],
-                 group_key: Callable[[bytes], bytes]) -> None:
+    def __init__(
+        self,
+        encode: Callable[[Any, Any], bytes],
+        decode: Callable[[bytes], tuple[Any, Any]],
+        prefix: Callable[[Any], bytes],
+        group_key: Callable[[bytes], bytes],
+    ) -> None:
         self.encode, self.decode, self.prefix, self.group_key = encode, decode, prefix, group_key
 
 
@@ -89,7 +108,7 @@ def _json_encode(fk: Any, key: Any) -> bytes:
 
 
 def _json_group(key: bytes) -> bytes:
-    return key[:4 + int.from_bytes(key[:4], "big")]
+    return key[: 4 + int.from_bytes(key[:4], "big")]
 
 
 def _json_decode(key: bytes) -> tuple[Any, Any]:
@@ -123,14 +142,18 @@ def left_rows_in(table: Any, keys: IndexKeys, fk: Any, partition: int) -> Iterat
     batch's :class:`~app.state.overlay.Overlay` of it), in key order."""
     lo = keys.prefix(fk)
     hi = prefix_end(lo)
-    rows = table.scan(partition, lo, hi) if isinstance(table, Overlay) else scan(
-        table, lo, hi, partition)
+    rows = (
+        table.scan(partition, lo, hi)
+        if isinstance(table, Overlay)
+        else scan(table, lo, hi, partition)
+    )
     for key, row in rows:
         _, left_key = keys.decode(key)
         yield _index_of(fk, left_key, row)
 
 
 # --- the tables through a batch's overlay (the agents) -----------------------------------------
+
 
 class LeftRows:
     """The left table, read and written as :class:`~app.logic.fk_join.Position`."""

@@ -48,8 +48,29 @@ import orjson
 
 from app.state.ordered_keys import prefix_end
 
-__all__ = ["BUCKET_MS", "HELD", "RELEASED", "held_key", "held_range", "split_held_key", "ID", "JOIN", "VERSION", "version_key", "version_range", "bucket", "key_group", "expiry_key", "expiry_range", "id_key",
-           "is_join_row", "join_key", "join_range", "split_expiry_key", "split_join_key"]
+__all__ = [
+    "BUCKET_MS",
+    "HELD",
+    "RELEASED",
+    "held_key",
+    "held_range",
+    "split_held_key",
+    "ID",
+    "JOIN",
+    "VERSION",
+    "version_key",
+    "version_range",
+    "bucket",
+    "key_group",
+    "expiry_key",
+    "expiry_range",
+    "id_key",
+    "is_join_row",
+    "join_key",
+    "join_range",
+    "split_expiry_key",
+    "split_join_key",
+]
 
 JOIN, ID, EXPIRY, VERSION, HELD, RELEASED = b"J", b"I", b"X", b"V", b"H", b"R"
 #: the width of an expiry bucket, ~17.5 minutes: a key's joins of one bucket share one
@@ -81,16 +102,19 @@ def join_range(key: str, start: int | None, end: int | None) -> tuple[bytes, byt
 
 def split_join_key(raw: bytes) -> tuple[str, int, str]:
     """(key, event time, join id) of a :func:`join_key`."""
-    n = int.from_bytes(raw[1:1 + _U32], "big")
+    n = int.from_bytes(raw[1 : 1 + _U32], "big")
     at = 1 + _U32 + n
-    return (raw[1 + _U32:at].decode("utf-8"), int.from_bytes(raw[at:at + _U64], "big"),
-            raw[at + _U64:].decode("utf-8"))
+    return (
+        raw[1 + _U32 : at].decode("utf-8"),
+        int.from_bytes(raw[at : at + _U64], "big"),
+        raw[at + _U64 :].decode("utf-8"),
+    )
 
 
 def key_group(raw: bytes) -> bytes:
     """The first bytes every row of one key shares (kind, length, key): ``J`` rows of one key
     are scanned together."""
-    return raw[:5 + int.from_bytes(raw[1:5], "big")]
+    return raw[: 5 + int.from_bytes(raw[1:5], "big")]
 
 
 def is_join_row(raw: bytes) -> bool:
@@ -108,8 +132,12 @@ def bucket(event_time: int) -> int:
 
 def expiry_key(partition: int, event_time: int, key: str) -> bytes:
     """The ``X`` row of ``key``'s joins in the bucket of ``event_time``."""
-    return (EXPIRY + partition.to_bytes(_U32, "big") + bucket(event_time).to_bytes(_U64, "big")
-            + _key(key))
+    return (
+        EXPIRY
+        + partition.to_bytes(_U32, "big")
+        + bucket(event_time).to_bytes(_U64, "big")
+        + _key(key)
+    )
 
 
 def expiry_range(partition: int, start: int | None, end: int | None) -> tuple[bytes, bytes]:
@@ -124,19 +152,28 @@ def expiry_range(partition: int, start: int | None, end: int | None) -> tuple[by
 def split_expiry_key(raw: bytes) -> tuple[int, int, str]:
     """(partition, bucket start, key) of an :func:`expiry_key`."""
     at = 1 + _U32 + _U64
-    n = int.from_bytes(raw[at:at + _U32], "big")
-    return (int.from_bytes(raw[1:1 + _U32], "big"), int.from_bytes(raw[1 + _U32:at], "big"),
-            raw[at + _U32:at + _U32 + n].decode("utf-8"))
+    n = int.from_bytes(raw[at : at + _U32], "big")
+    return (
+        int.from_bytes(raw[1 : 1 + _U32], "big"),
+        int.from_bytes(raw[1 + _U32 : at], "big"),
+        raw[at + _U32 : at + _U32 + n].decode("utf-8"),
+    )
 
 
 def held_key(partition: int, event_time: int, key: str, jid: str, kind: bytes = HELD) -> bytes:
     """The ``H`` row of a join a bounded hold keeps waiting (``kind`` R: a released one)."""
-    return (kind + partition.to_bytes(_U32, "big") + event_time.to_bytes(_U64, "big")
-            + _key(key) + jid.encode("utf-8"))
+    return (
+        kind
+        + partition.to_bytes(_U32, "big")
+        + event_time.to_bytes(_U64, "big")
+        + _key(key)
+        + jid.encode("utf-8")
+    )
 
 
-def held_range(partition: int, start: int | None, end: int | None,
-               kind: bytes = HELD) -> tuple[bytes, bytes]:
+def held_range(
+    partition: int, start: int | None, end: int | None, kind: bytes = HELD
+) -> tuple[bytes, bytes]:
     """[lo, hi) of the held (``kind`` R: released) keys of ``partition`` with
     ``start <= event_time < end``."""
     prefix = kind + partition.to_bytes(_U32, "big")
@@ -149,9 +186,13 @@ def held_range(partition: int, start: int | None, end: int | None,
 def split_held_key(raw: bytes) -> tuple[int, int, str, str]:
     """(partition, event time, key, join id) of a :func:`held_key`."""
     at = 1 + _U32 + _U64
-    n = int.from_bytes(raw[at:at + _U32], "big")
-    return (int.from_bytes(raw[1:1 + _U32], "big"), int.from_bytes(raw[1 + _U32:at], "big"),
-            raw[at + _U32:at + _U32 + n].decode("utf-8"), raw[at + _U32 + n:].decode("utf-8"))
+    n = int.from_bytes(raw[at : at + _U32], "big")
+    return (
+        int.from_bytes(raw[1 : 1 + _U32], "big"),
+        int.from_bytes(raw[1 + _U32 : at], "big"),
+        raw[at + _U32 : at + _U32 + n].decode("utf-8"),
+        raw[at + _U32 + n :].decode("utf-8"),
+    )
 
 
 def version_key(key: str, event_time: int, values: list[Any]) -> bytes:

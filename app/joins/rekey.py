@@ -10,7 +10,8 @@ records through it.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -41,8 +42,7 @@ def any_key_parser(side: Side) -> Callable[..., Any]:
     path = tuple(side.path_of(side.key).split("."))
     parse = side.parser()
 
-    def parse_any_key(key: bytes | None, value: bytes | None,
-                      timestamp: int | None = None) -> Any:
+    def parse_any_key(key: bytes | None, value: bytes | None, timestamp: int | None = None) -> Any:
         return parse(key_at(value, path), value, timestamp)
 
     return parse_any_key

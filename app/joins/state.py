@@ -47,26 +47,61 @@ Gap-free re-emits: with a join's current revision go the revisions it superseded
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import orjson
 
 from app.compat.stores import StoreIO, iter_range
-from app.joins.keys import (BUCKET_MS, ID, JOIN, RELEASED, VERSION, bucket, held_key,
-                            held_range, split_held_key, version_key, version_range, expiry_key, expiry_range, id_key,
-                            join_key, join_range, key_group, split_expiry_key, split_join_key)
+from app.joins.keys import (
+    BUCKET_MS,
+    ID,
+    JOIN,
+    RELEASED,
+    VERSION,
+    bucket,
+    expiry_key,
+    expiry_range,
+    held_key,
+    held_range,
+    id_key,
+    join_key,
+    join_range,
+    key_group,
+    split_expiry_key,
+    split_held_key,
+    split_join_key,
+    version_key,
+    version_range,
+)
 from app.joins.spec import JoinSpec
+from app.logic.event_join import (
+    Event,
+    Join,
+    Purged,
+    Revision,
+    Version,
+    affected_floor,
+    affected_until,
+    purge_history,
+    rejoin_affected,
+    superseded_revisions,
+    undelivered_revisions,
+)
 from app.logic.finality import Promise
-from app.logic.event_join import (Event, Join, Purged, Revision, Version, affected_floor,
-                                  affected_until, purge_history, rejoin_affected,
-                                  superseded_revisions, undelivered_revisions)
 from app.state.ordered_keys import prefix_end
 from app.state.overlay import Overlay
 from app.state.range_scan import RangeTable
 
-__all__ = ["FinalJoinError", "JoinState", "JoinsTable", "StateLayoutError", "joins_overlay",
-           "stored_versions"]
+__all__ = [
+    "FinalJoinError",
+    "JoinState",
+    "JoinsTable",
+    "StateLayoutError",
+    "joins_overlay",
+    "stored_versions",
+]
 
 #: (partition, source of a revision) -> is its output known to be in the log?
 Delivered = Callable[[int, Any], bool]
@@ -120,7 +155,8 @@ class JoinsTable(RangeTable):
                     f"join {self.join_name!r}: changelog {self.changelog_topic.get_topic_name()}"
                     f" holds a row of an older state layout (key {key!r:.60}); this version "
                     "keeps one row per join (docs/operating/recovery.md#state-layout-changes "
-                    "says how to move to it)")
+                    "says how to move to it)"
+                )
         super().apply_changelog_batch(events)
         io = StoreIO(self)
         derived: dict[int, list[tuple[Any, bytes | None, Any]]] = {}
@@ -138,15 +174,25 @@ class JoinsTable(RangeTable):
                 rows.append((expiry_key(p, t, key), b"1", 1))
             if self.hold_shape is not None:
                 value = event.message.value
-                raw = None if value is None else (
-                    orjson.loads(value) if isinstance(value, (bytes, str)) else value)
+                raw = (
+                    None
+                    if value is None
+                    else (orjson.loads(value) if isinstance(value, (bytes, str)) else value)
+                )
                 rows += hold_rows(p, key, t, jid, raw, *self.hold_shape)
         for p, rows in derived.items():
             io.write(p, rows)
 
 
-def hold_rows(p: int, key: str, t: int, jid: str, raw: Any, n_payload: int, n_dim: int,
-              ) -> list[tuple[bytes, bytes | None, Any]]:
+def hold_rows(
+    p: int,
+    key: str,
+    t: int,
+    jid: str,
+    raw: Any,
+    n_payload: int,
+    n_dim: int,
+) -> list[tuple[bytes, bytes | None, Any]]:
     """The ``H``/``R`` rows a stored join (``raw``; None: deleted) implies, as store rows
     (key, encoded or None to delete, value): held (revision 0) -> an ``H`` row; answered by
     its hold's end (a ``hold-end`` revision, current or superseded and not yet known
@@ -156,10 +202,14 @@ def hold_rows(p: int, key: str, t: int, jid: str, raw: Any, n_payload: int, n_di
     if raw is None:
         return [(h, None, None), (r, None, None)]
     j = Join.from_json(raw, n_payload, n_dim)
-    rows: list[tuple[bytes, bytes | None, Any]] = [(h, b"1", 1) if j.revision == 0
-                                                    else (h, None, None)]
-    src = j.source if j.cause == "hold-end" else next(
-        (u[0] for u in j.unsent if u[2] == "hold-end"), None)
+    rows: list[tuple[bytes, bytes | None, Any]] = [
+        (h, b"1", 1) if j.revision == 0 else (h, None, None)
+    ]
+    src = (
+        j.source
+        if j.cause == "hold-end"
+        else next((u[0] for u in j.unsent if u[2] == "hold-end"), None)
+    )
     rows.append((r, orjson.dumps(src), src) if src is not None else (r, None, None))
     return rows
 
@@ -189,8 +239,15 @@ def stored_versions(joins: Any, history: Any, key: str, partition: int) -> list[
 class JoinState:
     """One spec's state through the batch's overlays (module docstring)."""
 
-    def __init__(self, spec: JoinSpec, history: Overlay, joins: Overlay, clock: Overlay,
-                 delivered: Delivered | None = None, emitted: Delivered | None = None) -> None:
+    def __init__(
+        self,
+        spec: JoinSpec,
+        history: Overlay,
+        joins: Overlay,
+        clock: Overlay,
+        delivered: Delivered | None = None,
+        emitted: Delivered | None = None,
+    ) -> None:
         """``delivered(p, src)``: the outputs of input record ``src`` are in the log (a
         superseded revision it made may be dropped from state); ``emitted(p, src)``: they are
         in the log or on their way there from this process (a duplicate need not send them
@@ -235,18 +292,23 @@ class JoinState:
             j.source = src
             return []
         j.settle(src, lambda s: self.delivered(p, s))
-        return [replace(r, again=True) for r in superseded_revisions(
-            jid, key, j, lambda s: self.emitted(p, s))]
+        return [
+            replace(r, again=True)
+            for r in superseded_revisions(jid, key, j, lambda s: self.emitted(p, s))
+        ]
 
     def unsent(self, p: int, jid: str, key: str, j: Join) -> list[Revision]:
         """What to re-emit for ``j``: its revisions that may be missing from the log and are
         not on their way there (a crash loses what is on its way: the restarted worker, which
         knows nothing of it, re-emits then)."""
-        return [replace(r, again=True) for r in undelivered_revisions(
-            self.rules, jid, key, j, lambda s: self.emitted(p, s))]
+        return [
+            replace(r, again=True)
+            for r in undelivered_revisions(self.rules, jid, key, j, lambda s: self.emitted(p, s))
+        ]
 
-    def _put(self, p: int, key: str, jid: str, j: Join, old_time: int | None,
-             was_held: bool = False) -> None:
+    def _put(
+        self, p: int, key: str, jid: str, j: Join, old_time: int | None, was_held: bool = False
+    ) -> None:
         joins = self.joins
         t = j.event_time
         if old_time is not None and old_time != t:
@@ -260,8 +322,9 @@ class JoinState:
         if self.hold is not None:
             self._held_rows(p, key, jid, j, old_time, was_held)
 
-    def _held_rows(self, p: int, key: str, jid: str, j: Join, old_time: int | None,
-                   was_held: bool) -> None:
+    def _held_rows(
+        self, p: int, key: str, jid: str, j: Join, old_time: int | None, was_held: bool
+    ) -> None:
         """Keep the ``H`` index of a hold spec's join (app.joins.keys): a join held now has
         its row at its time; one held before and no more (answered by a version), or moved,
         loses the old one."""
@@ -288,8 +351,13 @@ class JoinState:
         raw = self.joins.get(p, join_key(key, t, jid))
         return (t, raw) if raw is not None else (None, None)
 
-    def _joins_of(self, p: int, key: str, start: int | None, end: int | None,
-                  ) -> list[tuple[str, Join]]:
+    def _joins_of(
+        self,
+        p: int,
+        key: str,
+        start: int | None,
+        end: int | None,
+    ) -> list[tuple[str, Join]]:
         """(jid, join) of the key's joins with ``start <= event_time < end``, by time."""
         lo, hi = join_range(key, start, end)
         return [(split_join_key(k)[2], self.load(raw)) for k, raw in self.joins.scan(p, lo, hi)]
@@ -331,25 +399,44 @@ class JoinState:
     _moved: set[int]
 
     # --- the rules' inputs -------------------------------------------------------------------
-    def on_event(self, p: int, e: Event, horizon: int | None,
-                 release_from: int | None, src: Any = None) -> tuple[list[Revision], bool]:
+    def on_event(
+        self, p: int, e: Event, horizon: int | None, release_from: int | None, src: Any = None
+    ) -> tuple[list[Revision], bool]:
         old_time, raw = self._find(p, e.key, e.id)
-        if old_time is not None and horizon is not None and old_time < horizon \
-                and old_time != e.event_time and self.spec.final_topic is not None:
-            raise FinalJoinError(f"join {e.id} is final (its event time {old_time} is behind "
-                                 f"the horizon {horizon}): an event re-using its id with time "
-                                 f"{e.event_time} would revise it")
+        if (
+            old_time is not None
+            and horizon is not None
+            and old_time < horizon
+            and old_time != e.event_time
+            and self.spec.final_topic is not None
+        ):
+            raise FinalJoinError(
+                f"join {e.id} is final (its event time {old_time} is behind "
+                f"the horizon {horizon}): an event re-using its id with time "
+                f"{e.event_time} would revise it"
+            )
         existing = None if raw is None else self.load(raw)
-        j, rev = self.rules.arrive(self._answering(p, e.key, e.event_time, src), e, existing,
-                                   release_from, self.stream_time(p))
+        j, rev = self.rules.arrive(
+            self._answering(p, e.key, e.event_time, src),
+            e,
+            existing,
+            release_from,
+            self.stream_time(p),
+        )
         if j is None:  # a duplicate: perhaps re-delivered after a crash lost its output
             if existing is None:
                 return [], False
             self.joins.put(p, join_key(e.key, old_time, e.id), raw)  # its row again
             return self.unsent(p, e.id, e.key, existing), False
         out = [*self._settle(p, e.id, e.key, j, src), rev] if rev else []
-        self._put(p, e.key, e.id, j, old_time,
-                  existing is not None and Join.stored_revision(raw, self.np, self.nd) == 0)
+        self._put(
+            p,
+            e.key,
+            e.id,
+            j,
+            old_time,
+            existing is not None and Join.stored_revision(raw, self.np, self.nd) == 0,
+        )
         return out, (existing is None and j.revision == 0)
 
     # --- a key's versions: one ``V`` row each (app.joins.keys) ------------------------------
@@ -415,15 +502,23 @@ class JoinState:
         if not old:
             return
         clock = self.stream_time(p)
-        versions = old if clock is None else purge_history(
-            sorted(old), clock - self.spec.retention_ms)
+        versions = (
+            old if clock is None else purge_history(sorted(old), clock - self.spec.retention_ms)
+        )
         for v in versions:
             self.joins.put(p, version_key(key, v[0], v[1:]), list(v))
         self._converted_now.add((p, key))
         self._converting.setdefault((p, key), src)
 
-    def on_version(self, p: int, key: str, v: Version, horizon: int | None,
-                   release_from: int | None, src: Any = None) -> list[Revision]:
+    def on_version(
+        self,
+        p: int,
+        key: str,
+        v: Version,
+        horizon: int | None,
+        release_from: int | None,
+        src: Any = None,
+    ) -> list[Revision]:
         self._convert(p, key, src)
         t = v[0]
         vk = version_key(key, t, v[1:])
@@ -443,16 +538,22 @@ class JoinState:
         prev = self._time_before(p, key, t)
         # rows before the horizon besides v itself need a version before t or a tie at t
         # (t < horizon: none lies in (t, horizon), the check above returned otherwise)
-        if horizon is not None and (prev is not None or first == t) \
-                and self._purge(p, key, horizon):
+        if (
+            horizon is not None
+            and (prev is not None or first == t)
+            and self._purge(p, key, horizon)
+        ):
             prev = self._time_before(p, key, t)  # t < horizon: the purge took all before t
         rule = self.rules.asof
         if first == t:
             here, nxt = self._group(p, key, t), self._time_from(p, key, t + 1)
         else:  # nothing else at t, and the next time is the first read (the purge keeps it:
             here, nxt = [v], first  # it is at or after the horizon)
-        window = ((self._group(p, key, prev) if prev is not None else []) + here
-                  + (self._group(p, key, nxt) if nxt is not None else []))
+        window = (
+            (self._group(p, key, prev) if prev is not None else [])
+            + here
+            + (self._group(p, key, nxt) if nxt is not None else [])
+        )
         floor = affected_floor(window, v, rule, horizon)
         cands = self._joins_of(p, key, floor, affected_until(window, v, rule))
         held = {jid for jid, j in cands if j.revision == 0} if self.hold is not None else ()
@@ -465,8 +566,9 @@ class JoinState:
             self._put(p, key, rev.id, j, j.event_time, rev.id in held)
         return out
 
-    def on_late(self, p: int, key: str, src: Any, jid: str | None = None,
-                v: Version | None = None) -> list[Revision]:
+    def on_late(
+        self, p: int, key: str, src: Any, jid: str | None = None, v: Version | None = None
+    ) -> list[Revision]:
         """A record late now (routed to the late topic, not joined) that may have been handled
         before a crash, when it was not late: the revisions it made that may be missing from
         the log and are not on their way, re-emitted (an event: ``jid``; a version: ``v``).
@@ -487,8 +589,9 @@ class JoinState:
             return []
         return self._again(p, key, v, src, answering=False)
 
-    def _again(self, p: int, key: str, v: Version, src: Any,
-               answering: bool = True) -> list[Revision]:
+    def _again(
+        self, p: int, key: str, v: Version, src: Any, answering: bool = True
+    ) -> list[Revision]:
         """A version seen before, or too old to change anything: re-emit (and write again) the
         joins that answer with it (unless not ``answering``: a late record, :meth:`on_late`)
         and those with a revision it made (``src``), current or superseded. The latter matter:
@@ -508,8 +611,14 @@ class JoinState:
                     out += self.unsent(p, jid, key, j)
         return out
 
-    def on_tick(self, p: int, clock: int, release_from: int | None, src: Any = None,
-                keep_from: int | None = None) -> tuple[list[Revision], Purged]:
+    def on_tick(
+        self,
+        p: int,
+        clock: int,
+        release_from: int | None,
+        src: Any = None,
+        keep_from: int | None = None,
+    ) -> tuple[list[Revision], Purged]:
         """Purge the joins behind the horizon (final) and the versions their keys no longer
         need; review the recent ones if the spec asks for it (``review_lag_ms``: a safety
         net, since versions re-join at once). ``keep_from``: purge no join at or after it
@@ -551,8 +660,9 @@ class JoinState:
                 for jid, j in self._joins_of(p, key, max(start, review_from), start + BUCKET_MS):
                     t = j.event_time
                     was_held = j.revision == 0
-                    rev = self.rules.rejoin(jid, key, j, self._answering(p, key, t, src),
-                                            "revisit", release_from)
+                    rev = self.rules.rejoin(
+                        jid, key, j, self._answering(p, key, t, src), "revisit", release_from
+                    )
                     if rev:
                         out += self._settle(p, jid, key, j, src)
                         self._put(p, key, jid, j, t, was_held)
@@ -635,8 +745,9 @@ class JoinState:
         """The current revisions of the emitted joins of ``p`` with ``lo <= event time < hi``
         (emit=final: the joins a promise makes final), by bucket then key then time."""
         out: list[Revision] = []
-        for xk, _ in list(self.joins.scan(p, *expiry_range(p, None if lo is None else bucket(lo),
-                                                           hi))):
+        for xk, _ in list(
+            self.joins.scan(p, *expiry_range(p, None if lo is None else bucket(lo), hi))
+        ):
             _, start, key = split_expiry_key(xk)
             first = start if lo is None else max(start, lo)
             for jid, j in self._joins_of(p, key, first, min(start + BUCKET_MS, hi)):

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.kafka.connection import bootstrap_servers
 from app.kafka.partitioner import partition_for
-
 
 log = logging.getLogger(__name__)
 
@@ -49,28 +49,35 @@ def check_groups(counts: Mapping[str, int], groups: Iterable[Group]) -> None:
         if any(n != expected for n in present.values()):
             listed = ", ".join(f"{t} has {n}" for t, n in present.items())
             agreed = set(present.values())
-            hint = (f" (they agree on {next(iter(agreed))}: give the join that count)"
-                    if len(agreed) == 1 and len(present) > 1 else "")
-            problems.append(f"{name}: co-partitioned topics {', '.join(topics)} must have "
-                            f"{expected} partitions: {listed}{hint}")
+            hint = (
+                f" (they agree on {next(iter(agreed))}: give the join that count)"
+                if len(agreed) == 1 and len(present) > 1
+                else ""
+            )
+            problems.append(
+                f"{name}: co-partitioned topics {', '.join(topics)} must have "
+                f"{expected} partitions: {listed}{hint}"
+            )
     if problems:
         raise CopartitionError(
             "etj refuses to start: "
             + "; ".join(problems)
             + ". Topics that are joined must share their key and partition count: recreate the "
             "odd topic with the group's count, or give the join that count (a spec's "
-            "\"partitions\"; ETJ_PARTITIONS for the built-in joins and specs without one)."
+            '"partitions"; ETJ_PARTITIONS for the built-in joins and specs without one).'
         )
 
 
-async def fetch_partition_counts(broker_url: str, topics: Iterable[str],
-                                 auth: Mapping[str, Any] | None = None) -> dict[str, int]:
+async def fetch_partition_counts(
+    broker_url: str, topics: Iterable[str], auth: Mapping[str, Any] | None = None
+) -> dict[str, int]:
     """Partition count of each of ``topics`` that exists (metadata only, creates nothing).
 
     ``auth``: TLS/SASL keyword arguments of the client (:func:`app.kafka.security.aiokafka_auth`).
     """
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers(broker_url),
-                                enable_auto_commit=False, **(auth or {}))
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers(broker_url), enable_auto_commit=False, **(auth or {})
+    )
     await consumer.start()
     try:
         existing = await consumer.topics()
@@ -85,8 +92,9 @@ async def fetch_partition_counts(broker_url: str, topics: Iterable[str],
         await consumer.stop()
 
 
-async def check_copartitioning(broker_url: str, groups: list[Group],
-                               auth: Mapping[str, Any] | None = None) -> None:
+async def check_copartitioning(
+    broker_url: str, groups: list[Group], auth: Mapping[str, Any] | None = None
+) -> None:
     """Raise :class:`CopartitionError` if any group of joined topics disagrees."""
     counts = await fetch_partition_counts(broker_url, {t for _, g, _ in groups for t in g}, auth)
     check_groups(counts, groups)
@@ -94,16 +102,19 @@ async def check_copartitioning(broker_url: str, groups: list[Group],
 
 # --- the partitioner: each record at the door, a sample at start ---------------------------------
 
+
 def wrong_partition_reason(key: bytes, partition: int, expected: int, partitions: int) -> str:
     """What a dead letter, or the start-up sample's log line, says of a key in the wrong
     partition."""
-    return (f"key {key[:60]!r} is in partition {partition}, but Kafka's default partitioner "
-            f"(murmur2) puts it in partition {expected} of {partitions}: the producer uses "
-            "another partitioner (librdkafka's default, consistent_random, hashes with CRC32), "
-            "so this key's records may be split across partitions and joined wrong; set "
-            "partitioner=murmur2_random on that producer (confluent-kafka, Go, .NET), or "
-            "ETJ_CHECK_PARTITIONER=false if every input of the join is partitioned the same "
-            "other way")
+    return (
+        f"key {key[:60]!r} is in partition {partition}, but Kafka's default partitioner "
+        f"(murmur2) puts it in partition {expected} of {partitions}: the producer uses "
+        "another partitioner (librdkafka's default, consistent_random, hashes with CRC32), "
+        "so this key's records may be split across partitions and joined wrong; set "
+        "partitioner=murmur2_random on that producer (confluent-kafka, Go, .NET), or "
+        "ETJ_CHECK_PARTITIONER=false if every input of the join is partitioned the same "
+        "other way"
+    )
 
 
 def check_partition(key: bytes | None, partition: int, partitions: int | None) -> str | None:
@@ -121,23 +132,31 @@ def check_partition(key: bytes | None, partition: int, partitions: int | None) -
 SAMPLE_PER_PARTITION = 20
 
 
-async def sample_partitioner(broker_url: str, topics: Iterable[str],
-                             auth: Mapping[str, Any] | None = None,
-                             per_partition: int = SAMPLE_PER_PARTITION,
-                             timeout_s: float = 10.0) -> dict[str, tuple[int, int, str]]:
+async def sample_partitioner(
+    broker_url: str,
+    topics: Iterable[str],
+    auth: Mapping[str, Any] | None = None,
+    per_partition: int = SAMPLE_PER_PARTITION,
+    timeout_s: float = 10.0,
+) -> dict[str, tuple[int, int, str]]:
     """Read the last ``per_partition`` records of each partition of ``topics`` and check each
     keyed one is where Kafka's default partitioner (murmur2) puts its key
     (:func:`check_partition`). Returns topic -> (records in the wrong partition,
     records sampled, the first one's reason) for the topics with any: a producer with another
     partitioner (librdkafka's CRC32 default) named before the join answers wrong. Without a
     group, reads only; a partition not read within ``timeout_s`` is sampled as far as it got."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers(broker_url),
-                                enable_auto_commit=False, **(auth or {}))
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers(broker_url), enable_auto_commit=False, **(auth or {})
+    )
     await consumer.start()
     try:
         existing = await consumer.topics()
-        tps = [TopicPartition(t, p) for t in topics if t in existing
-               for p in sorted(consumer.partitions_for_topic(t) or ())]
+        tps = [
+            TopicPartition(t, p)
+            for t in topics
+            if t in existing
+            for p in sorted(consumer.partitions_for_topic(t) or ())
+        ]
         if not tps:
             return {}
         counts = {t: len(consumer.partitions_for_topic(t) or ()) for t in {tp.topic for tp in tps}}
@@ -167,8 +186,9 @@ async def sample_partitioner(broker_url: str, topics: Iterable[str],
         await consumer.stop()
 
 
-async def warn_of_partitioners(broker_url: str, topics: Iterable[str],
-                               auth: Mapping[str, Any] | None = None) -> dict[str, tuple]:
+async def warn_of_partitioners(
+    broker_url: str, topics: Iterable[str], auth: Mapping[str, Any] | None = None
+) -> dict[str, tuple]:
     """:func:`sample_partitioner`, each topic with records in the wrong partition logged as an
     ERROR that names the producer fix (the records themselves are dead-lettered as they come:
     app.inputs.admission). A broker that cannot be sampled is a warning, not a refusal to start."""
@@ -178,7 +198,13 @@ async def warn_of_partitioners(broker_url: str, topics: Iterable[str],
         log.warning("could not sample the input topics' partitioner at start: %r", exc)
         return {}
     for topic, (n, sampled, why) in sorted(wrong.items()):
-        log.error("input topic %s: %d of the %d keyed records sampled at start are not in the "
-                  "partition Kafka's default partitioner gives their key; they and every such "
-                  "record will be dead letters, not joined. First: %s", topic, n, sampled, why)
+        log.error(
+            "input topic %s: %d of the %d keyed records sampled at start are not in the "
+            "partition Kafka's default partitioner gives their key; they and every such "
+            "record will be dead letters, not joined. First: %s",
+            topic,
+            n,
+            sampled,
+            why,
+        )
     return wrong

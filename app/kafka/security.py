@@ -23,8 +23,14 @@ from pydantic import SecretStr
 
 from app.settings import Settings
 
-__all__ = ["KafkaSecurityError", "aiokafka_auth", "check_tls", "read_secret", "ssl_context",
-           "tls_enabled"]
+__all__ = [
+    "KafkaSecurityError",
+    "aiokafka_auth",
+    "check_tls",
+    "read_secret",
+    "ssl_context",
+    "tls_enabled",
+]
 
 
 class KafkaSecurityError(RuntimeError):
@@ -50,20 +56,26 @@ def ssl_context(s: Settings) -> ssl.SSLContext | None:
     if not tls_enabled(s):
         return None
     if bool(s.kafka_tls_cert_file) != bool(s.kafka_tls_key_file):
-        raise KafkaSecurityError("mutual TLS needs both ETJ_KAFKA_TLS_CERT_FILE and "
-                                 "ETJ_KAFKA_TLS_KEY_FILE")
+        raise KafkaSecurityError(
+            "mutual TLS needs both ETJ_KAFKA_TLS_CERT_FILE and ETJ_KAFKA_TLS_KEY_FILE"
+        )
     try:
         ctx = ssl.create_default_context(
             ssl.Purpose.SERVER_AUTH,
-            cafile=str(s.kafka_tls_ca_file) if s.kafka_tls_ca_file else None)
+            cafile=str(s.kafka_tls_ca_file) if s.kafka_tls_ca_file else None,
+        )
         if s.kafka_tls_cert_file:
             ctx.load_cert_chain(
-                str(s.kafka_tls_cert_file), str(s.kafka_tls_key_file),
-                password=read_secret(s.kafka_tls_key_password_file, s.kafka_tls_key_password))
+                str(s.kafka_tls_cert_file),
+                str(s.kafka_tls_key_file),
+                password=read_secret(s.kafka_tls_key_password_file, s.kafka_tls_key_password),
+            )
     except (OSError, ssl.SSLError) as exc:
-        raise KafkaSecurityError(f"cannot load the Kafka TLS files (CA "
-                                 f"{s.kafka_tls_ca_file}, cert {s.kafka_tls_cert_file}, key "
-                                 f"{s.kafka_tls_key_file}): {exc}") from exc
+        raise KafkaSecurityError(
+            f"cannot load the Kafka TLS files (CA "
+            f"{s.kafka_tls_ca_file}, cert {s.kafka_tls_cert_file}, key "
+            f"{s.kafka_tls_key_file}): {exc}"
+        ) from exc
     return ctx
 
 
@@ -77,11 +89,15 @@ def aiokafka_auth(s: Settings) -> dict[str, Any]:
         if not s.kafka_sasl_username or password is None:
             raise KafkaSecurityError(
                 f"SASL {s.kafka_sasl_mechanism} needs ETJ_KAFKA_SASL_USERNAME and a password "
-                "(ETJ_KAFKA_SASL_PASSWORD_FILE or ETJ_KAFKA_SASL_PASSWORD)")
-        return {"security_protocol": "SASL_SSL" if ctx is not None else "SASL_PLAINTEXT",
-                "sasl_mechanism": s.kafka_sasl_mechanism,
-                "sasl_plain_username": s.kafka_sasl_username,
-                "sasl_plain_password": password, "ssl_context": ctx}
+                "(ETJ_KAFKA_SASL_PASSWORD_FILE or ETJ_KAFKA_SASL_PASSWORD)"
+            )
+        return {
+            "security_protocol": "SASL_SSL" if ctx is not None else "SASL_PLAINTEXT",
+            "sasl_mechanism": s.kafka_sasl_mechanism,
+            "sasl_plain_username": s.kafka_sasl_username,
+            "sasl_plain_password": password,
+            "ssl_context": ctx,
+        }
     if ctx is not None:
         return {"security_protocol": "SSL", "ssl_context": ctx}
     return {"security_protocol": "PLAINTEXT"}
@@ -102,17 +118,20 @@ async def check_tls(s: Settings, bootstrap: str, timeout_s: float = 10.0) -> Non
         host = host.strip("[]")
         try:
             _, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, int(port), ssl=ctx), timeout_s)
+                asyncio.open_connection(host, int(port), ssl=ctx), timeout_s
+            )
         except ssl.SSLCertVerificationError as exc:
             raise KafkaSecurityError(
                 f"etj refuses to start: TLS certificate verification failed for Kafka broker "
                 f"{server}: {exc.verify_message or exc} (trusted CAs: "
                 f"{s.kafka_tls_ca_file or 'the system store'}; ETJ_KAFKA_TLS_CA_FILE must name "
-                f"the CA that signed the broker's certificate)") from exc
+                f"the CA that signed the broker's certificate)"
+            ) from exc
         except ssl.SSLError as exc:
-            raise KafkaSecurityError(f"etj refuses to start: TLS handshake with Kafka broker "
-                                     f"{server} failed: {exc}") from exc
-        except (OSError, asyncio.TimeoutError):
+            raise KafkaSecurityError(
+                f"etj refuses to start: TLS handshake with Kafka broker {server} failed: {exc}"
+            ) from exc
+        except (TimeoutError, OSError):
             continue  # down or unreachable: the clients' own retries and errors apply
         writer.close()
         try:

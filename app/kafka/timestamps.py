@@ -11,7 +11,8 @@ stamp arrival times on purpose is a choice; a broker that does not answer Descri
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -26,31 +27,35 @@ __all__ = ["timestamp_types", "warn_of_log_append_time"]
 async def timestamp_types(admin: AIOKafkaAdminClient, topics: Iterable[str]) -> dict[str, str]:
     """Topic -> its ``message.timestamp.type`` ("unknown" when the broker does not say)."""
     topics = list(topics)
-    out = {t: "unknown" for t in topics}
+    out = dict.fromkeys(topics, "unknown")
     if not topics:
         return out
     try:
         found = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics])
+            [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics]
+        )
         for response in found:
             for resource in response.resources:
                 name, configs = resource[3], resource[4]
                 for entry in configs:
                     if entry[0] == "message.timestamp.type" and entry[1]:
                         out[name] = entry[1]
-    except Exception as exc:  # noqa: BLE001 - a broker that cannot describe: "unknown"
+    except Exception as exc:
         log.debug("DescribeConfigs of %s failed: %r", topics, exc)
     return out
 
 
 def reason(topic: str, kind: str) -> str:
-    return (f"input topic {topic}: a join's event time is its Kafka timestamp ($timestamp) and "
-            f"its message.timestamp.type is {kind}: it must be CreateTime (with LogAppendTime "
-            "the event time is the time the broker appended the record)")
+    return (
+        f"input topic {topic}: a join's event time is its Kafka timestamp ($timestamp) and "
+        f"its message.timestamp.type is {kind}: it must be CreateTime (with LogAppendTime "
+        "the event time is the time the broker appended the record)"
+    )
 
 
-async def warn_of_log_append_time(broker_url: str, topics: Iterable[str],
-                                  auth: Mapping[str, Any] | None = None) -> dict[str, str]:
+async def warn_of_log_append_time(
+    broker_url: str, topics: Iterable[str], auth: Mapping[str, Any] | None = None
+) -> dict[str, str]:
     """Log a WARNING for each of ``topics`` not known to carry CreateTime; topic -> its type."""
     topics = list(topics)
     if not topics:
@@ -59,7 +64,7 @@ async def warn_of_log_append_time(broker_url: str, topics: Iterable[str],
     try:
         await admin.start()
         types = await timestamp_types(admin, topics)
-    except Exception as exc:  # noqa: BLE001 - the start goes on
+    except Exception as exc:
         log.warning("could not read the timestamp type of %s at start: %r", topics, exc)
         return {}
     finally:

@@ -28,8 +28,9 @@ the input is re-consumed. Duplicates are harmless under the consumer rule.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 from app.logic import fk_join as fk
 
@@ -80,9 +81,14 @@ class Move:
 
     def to_wire(self) -> dict[str, Any]:
         a = self.arrival
-        return {"op": self.op, "zone_id": self.zone_id, "car_id": a.car_id,
-                "to_zone_id": a.to_zone_id, "fuel_level": a.fuel_level,
-                "event_time": a.event_time}
+        return {
+            "op": self.op,
+            "zone_id": self.zone_id,
+            "car_id": a.car_id,
+            "to_zone_id": a.to_zone_id,
+            "fuel_level": a.fuel_level,
+            "event_time": a.event_time,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,21 +103,37 @@ class CarPollution:
     zone_event_time: int | None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"car_id": self.car_id, "zone_id": self.zone_id, "fuel_level": self.fuel_level,
-                "pollution_level": self.pollution_level, "car_event_time": self.car_event_time,
-                "zone_event_time": self.zone_event_time}
+        return {
+            "car_id": self.car_id,
+            "zone_id": self.zone_id,
+            "fuel_level": self.fuel_level,
+            "pollution_level": self.pollution_level,
+            "car_event_time": self.car_event_time,
+            "zone_event_time": self.zone_event_time,
+        }
 
     @classmethod
-    def from_wire(cls, raw: dict[str, Any]) -> "CarPollution":
-        return cls(raw["car_id"], raw["zone_id"], raw["fuel_level"], raw["pollution_level"],
-                   raw["car_event_time"], raw["zone_event_time"])
+    def from_wire(cls, raw: dict[str, Any]) -> CarPollution:
+        return cls(
+            raw["car_id"],
+            raw["zone_id"],
+            raw["fuel_level"],
+            raw["pollution_level"],
+            raw["car_event_time"],
+            raw["zone_event_time"],
+        )
 
 
 def join(arrival: CarArrival, reading: ZoneReading | None) -> CarPollution:
     """The output for a car at ``arrival`` under its zone's ``reading`` (None: unknown yet)."""
-    return CarPollution(arrival.car_id, arrival.to_zone_id, arrival.fuel_level,
-                        None if reading is None else reading.pollution_level,
-                        arrival.event_time, None if reading is None else reading.event_time)
+    return CarPollution(
+        arrival.car_id,
+        arrival.to_zone_id,
+        arrival.fuel_level,
+        None if reading is None else reading.pollution_level,
+        arrival.event_time,
+        None if reading is None else reading.event_time,
+    )
 
 
 def output_order(out: CarPollution) -> tuple[Any, ...]:
@@ -119,8 +141,11 @@ def output_order(out: CarPollution) -> tuple[Any, ...]:
 
     Arrival order, then reading order; an output without a reading sorts below any with one.
     """
-    reading = ((-1, float("-inf")) if out.zone_event_time is None or out.pollution_level is None
-               else (out.zone_event_time, out.pollution_level))
+    reading = (
+        (-1, float("-inf"))
+        if out.zone_event_time is None or out.pollution_level is None
+        else (out.zone_event_time, out.pollution_level)
+    )
     return (out.car_event_time, out.zone_id, out.fuel_level, *reading)
 
 
@@ -179,8 +204,9 @@ class CarPosition:
         return [_move(m) for m in fk.Position(to_left(self.arrival), self.left_zone).moves()]
 
 
-def apply_arrival(position: CarPosition | None,
-                  arrival: CarArrival) -> tuple[CarPosition | None, list[Move]]:
+def apply_arrival(
+    position: CarPosition | None, arrival: CarArrival
+) -> tuple[CarPosition | None, list[Move]]:
     """Apply one arrival (:func:`app.logic.fk_join.apply_left`): (the new position to store,
     or None to keep the old; moves to send).
 
@@ -190,35 +216,42 @@ def apply_arrival(position: CarPosition | None,
     - equal to the position (re-delivery): the position's moves again, nothing to store;
     - older: nothing at all (an old arrival arriving late never moves the car back).
     """
-    old = (None if position is None
-           else fk.Position(to_left(position.arrival), position.left_zone))
+    old = None if position is None else fk.Position(to_left(position.arrival), position.left_zone)
     new, moves = fk.apply_left(old, to_left(arrival))
-    return (None if new is None else CarPosition(to_arrival(new.left), new.left_fk),
-            [_move(m) for m in moves])
+    return (
+        None if new is None else CarPosition(to_arrival(new.left), new.left_fk),
+        [_move(m) for m in moves],
+    )
 
 
 # --- zone side: zone id -> ZoneReading; (zone id, car id) -> the car's arrival -----------------
 
 
-def apply_add(stored: CarArrival | None, move: Move,
-              reading: ZoneReading | None) -> tuple[bool, CarPollution | None]:
+def apply_add(
+    stored: CarArrival | None, move: Move, reading: ZoneReading | None
+) -> tuple[bool, CarPollution | None]:
     """ADD (:func:`app.logic.fk_join.apply_add`): (store ``move.arrival`` under (zone, car)?,
     the output to send). An ADD older than the stored entry (possible only through
     re-delivery) changes nothing."""
-    store, out = fk.apply_add(None if stored is None else to_left(stored),
-                              fk.Move(move.op, move.zone_id, to_left(move.arrival)),
-                              to_right(reading))
+    store, out = fk.apply_add(
+        None if stored is None else to_left(stored),
+        fk.Move(move.op, move.zone_id, to_left(move.arrival)),
+        to_right(reading),
+    )
     return store, None if out is None else _output(out)
 
 
 def apply_del(stored: CarArrival | None, move: Move) -> bool:
     """DEL: remove the (zone, car) entry? Only if it is older than the arrival that moved it."""
-    return fk.apply_del(None if stored is None else to_left(stored),
-                        fk.Move(move.op, move.zone_id, to_left(move.arrival)))
+    return fk.apply_del(
+        None if stored is None else to_left(stored),
+        fk.Move(move.op, move.zone_id, to_left(move.arrival)),
+    )
 
 
-def apply_reading(stored: ZoneReading | None, reading: ZoneReading,
-                  cars: Iterable[CarArrival]) -> tuple[bool, list[CarPollution]]:
+def apply_reading(
+    stored: ZoneReading | None, reading: ZoneReading, cars: Iterable[CarArrival]
+) -> tuple[bool, list[CarPollution]]:
     """A reading (:func:`app.logic.fk_join.apply_right`): (store it?, one output per car of
     the zone).
 
@@ -234,8 +267,9 @@ def apply_reading(stored: ZoneReading | None, reading: ZoneReading,
 # --- the reference answer ---------------------------------------------------------------------
 
 
-def exact_car_view(arrivals: Iterable[CarArrival],
-                   zones: Iterable[ZoneReading]) -> dict[int, CarPollution]:
+def exact_car_view(
+    arrivals: Iterable[CarArrival], zones: Iterable[ZoneReading]
+) -> dict[int, CarPollution]:
     """Brute-force reference answer (:func:`app.logic.fk_join.exact_view`): car id -> its
     output. Order of input is irrelevant.
 

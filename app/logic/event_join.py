@@ -42,8 +42,9 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
+from typing import Any, Literal
 
 Cause = Literal["arrival", "late-dimension", "revisit", "backfill", "hold-end"]
 AsOf = Literal["before", "at-or-before-else-earliest"]
@@ -76,6 +77,7 @@ def derive_id(values: Iterable[Any]) -> str:
 
 # --- histories (one key's dimension versions, sorted) -------------------------------------------
 
+
 def as_of(history: Sequence[Version], t: int, rule: AsOf) -> Version | None:
     """The version an event at ``t`` joins under ``rule``; None when there is none."""
     if rule == "before":
@@ -105,7 +107,7 @@ def insert_version(history: list[Version], version: Version) -> bool:
 
 def purge_history(history: list[Version], horizon: int) -> list[Version]:
     """Drop versions before ``horizon`` but the last one: an event at or after it may need it."""
-    return history[purgeable(history, horizon):]
+    return history[purgeable(history, horizon) :]
 
 
 def purgeable(history: Sequence[Version], horizon: int) -> int:
@@ -141,8 +143,9 @@ def affected_until(history: Sequence[Version], version: Version, rule: AsOf) -> 
     return nxt + 1 if rule == "before" else nxt
 
 
-def affected_floor(history: Sequence[Version], version: Version, rule: AsOf,
-                   final_before: int | None) -> int | None:
+def affected_floor(
+    history: Sequence[Version], version: Version, rule: AsOf, final_before: int | None
+) -> int | None:
     """:func:`affected_from`, but never below ``final_before`` (older joins are final)."""
     start = affected_from(history, version, rule)
     if start is None:
@@ -151,6 +154,7 @@ def affected_floor(history: Sequence[Version], version: Version, rule: AsOf,
 
 
 # --- joins ---------------------------------------------------------------------------------------
+
 
 @dataclass(slots=True)
 class Join:
@@ -172,8 +176,15 @@ class Join:
 
     def to_json(self, n_dim: int) -> list[Any]:
         none = [None] * n_dim
-        row = [self.event_time, *self.payload, *(self.answer or none), self.answer_time,
-               self.revision, self.cause, *(self.previous or none)]
+        row = [
+            self.event_time,
+            *self.payload,
+            *(self.answer or none),
+            self.answer_time,
+            self.revision,
+            self.cause,
+            *(self.previous or none),
+        ]
         if self.unsent:
             row += [self.source, self.unsent]
         elif self.source is not None:
@@ -182,14 +193,25 @@ class Join:
 
     def supersede(self) -> None:
         """The current revision is about to be replaced: keep it until it is known delivered."""
-        self.unsent.append([self.source, self.revision, self.cause, self.event_time,
-                            self.payload, self.answer, self.answer_time, self.previous])
+        self.unsent.append(
+            [
+                self.source,
+                self.revision,
+                self.cause,
+                self.event_time,
+                self.payload,
+                self.answer,
+                self.answer_time,
+                self.previous,
+            ]
+        )
 
     def made_by(self, source: Any) -> bool:
         """Whether input ``source`` made a revision of this join still held: the current one
         or a superseded one not known delivered (what a re-delivered record must send again)."""
-        return source is not None and (self.source == source
-                                       or any(u[0] == source for u in self.unsent))
+        return source is not None and (
+            self.source == source or any(u[0] == source for u in self.unsent)
+        )
 
     def settle(self, source: Any, delivered: Callable[[Any], bool]) -> None:
         """A new revision from input ``source`` was made: stamp it, forget delivered ones."""
@@ -203,16 +225,22 @@ class Join:
         return raw[2 + n_payload + n_dim]  # type: ignore[no-any-return]
 
     @classmethod
-    def from_json(cls, raw: Sequence[Any], n_payload: int, n_dim: int) -> "Join":
+    def from_json(cls, raw: Sequence[Any], n_payload: int, n_dim: int) -> Join:
         p, d = 1 + n_payload, 1 + n_payload + n_dim
         answer_time = raw[d]
-        previous = list(raw[d + 3:d + 3 + n_dim]) or [None] * n_dim  # older states had none
+        previous = list(raw[d + 3 : d + 3 + n_dim]) or [None] * n_dim  # older states had none
         tail = d + 3 + n_dim
-        return cls(raw[0], list(raw[1:p]), None if answer_time is None else list(raw[p:d]),
-                   answer_time, raw[d + 1], raw[d + 2],
-                   None if all(v is None for v in previous) else previous,
-                   raw[tail] if len(raw) > tail else None,
-                   [list(u) for u in raw[tail + 1]] if len(raw) > tail + 1 else [])
+        return cls(
+            raw[0],
+            list(raw[1:p]),
+            None if answer_time is None else list(raw[p:d]),
+            answer_time,
+            raw[d + 1],
+            raw[d + 2],
+            None if all(v is None for v in previous) else previous,
+            raw[tail] if len(raw) > tail else None,
+            [list(u) for u in raw[tail + 1]] if len(raw) > tail + 1 else [],
+        )
 
 
 # Event and Revision are made once per record on a worker's hot path: plain slotted classes
@@ -256,9 +284,17 @@ class Revision:
 
 
 def _revision(jid: str, key: str, j: Join) -> Revision:
-    return Revision(jid, key, j.event_time, tuple(j.payload),
-                    None if j.answer is None else tuple(j.answer), j.answer_time, j.revision,
-                    None if j.previous is None else tuple(j.previous), j.cause)
+    return Revision(
+        jid,
+        key,
+        j.event_time,
+        tuple(j.payload),
+        None if j.answer is None else tuple(j.answer),
+        j.answer_time,
+        j.revision,
+        None if j.previous is None else tuple(j.previous),
+        j.cause,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,8 +315,9 @@ class JoinRules:
             return False
         return event_time + hold > (event_time if clock is None else clock)
 
-    def release(self, jid: str, key: str, j: Join, history: Sequence[Version],
-                cause: Cause = "hold-end") -> Revision | None:
+    def release(
+        self, jid: str, key: str, j: Join, history: Sequence[Version], cause: Cause = "hold-end"
+    ) -> Revision | None:
         """A held join whose hold ended: its first revision, with whatever answer applies now
         (normally none: a version that came within the hold released it already). None when
         ``j`` is not held."""
@@ -296,9 +333,14 @@ class JoinRules:
         v = as_of(history, t, self.asof)
         return (None, None) if v is None else (list(v[1:]), v[0])
 
-    def arrive(self, history: Sequence[Version], event: Event, existing: Join | None,
-               release_from: int | None = None, clock: int | None = None,
-               ) -> tuple[Join | None, Revision | None]:
+    def arrive(
+        self,
+        history: Sequence[Version],
+        event: Event,
+        existing: Join | None,
+        release_from: int | None = None,
+        clock: int | None = None,
+    ) -> tuple[Join | None, Revision | None]:
         """An event arrives: (the join to store, or None when state is unchanged; what to emit).
 
         A duplicate with the same content changes nothing. ``release_from``: in inner mode, an
@@ -307,23 +349,46 @@ class JoinRules:
         """
         if existing is not None:
             # compared before the rejoin: a held join's rejoin moves it without a revision
-            same = (existing.event_time, existing.payload) == (event.event_time,
-                                                                list(event.payload))
-            rev = self.rejoin(event.id, event.key, existing, history, "arrival", release_from,
-                              event.event_time, list(event.payload))
+            same = (existing.event_time, existing.payload) == (
+                event.event_time,
+                list(event.payload),
+            )
+            rev = self.rejoin(
+                event.id,
+                event.key,
+                existing,
+                history,
+                "arrival",
+                release_from,
+                event.event_time,
+                list(event.payload),
+            )
             return (existing if rev or not same else None), rev
         answer, answer_time = self.answer(history, event.event_time)
         held = answer is None and (self.mode == "inner" or self.holds(event.event_time, clock))
-        if not held and self.mode == "inner" and release_from is not None \
-                and event.event_time < release_from:
+        if (
+            not held
+            and self.mode == "inner"
+            and release_from is not None
+            and event.event_time < release_from
+        ):
             held = True
-        j = Join(event.event_time, list(event.payload), answer, answer_time, 0 if held else 1,
-                 "arrival")
+        j = Join(
+            event.event_time, list(event.payload), answer, answer_time, 0 if held else 1, "arrival"
+        )
         return j, None if held else _revision(event.id, event.key, j)
 
-    def rejoin(self, jid: str, key: str, j: Join, history: Sequence[Version], cause: Cause,
-               release_from: int | None = None, event_time: int | None = None,
-               payload: list[Any] | None = None) -> Revision | None:
+    def rejoin(
+        self,
+        jid: str,
+        key: str,
+        j: Join,
+        history: Sequence[Version],
+        cause: Cause,
+        release_from: int | None = None,
+        event_time: int | None = None,
+        payload: list[Any] | None = None,
+    ) -> Revision | None:
         """Recompute ``j`` (in place); a revision only when what it says changed.
 
         A held join whose answer is still None stays held; one older than ``release_from``
@@ -332,18 +397,27 @@ class JoinRules:
         new_time = j.event_time if event_time is None else event_time
         new_payload = j.payload if payload is None else payload
         answer, answer_time = self.answer(history, new_time)
-        if j.revision == 0 and (answer is None or (release_from is not None
-                                                   and new_time < release_from)):
+        if j.revision == 0 and (
+            answer is None or (release_from is not None and new_time < release_from)
+        ):
             j.event_time, j.payload = new_time, new_payload  # still held: nothing to emit
             return None
-        if (new_time, new_payload, answer, answer_time) == (j.event_time, j.payload, j.answer,
-                                                             j.answer_time) and j.revision:
+        if (new_time, new_payload, answer, answer_time) == (
+            j.event_time,
+            j.payload,
+            j.answer,
+            j.answer_time,
+        ) and j.revision:
             return None
         if j.revision:
             j.supersede()
         j.previous = j.answer if j.revision else None
-        j.event_time, j.payload, j.answer, j.answer_time = new_time, new_payload, answer, \
-            answer_time
+        j.event_time, j.payload, j.answer, j.answer_time = (
+            new_time,
+            new_payload,
+            answer,
+            answer_time,
+        )
         j.revision += 1
         j.cause = cause
         return _revision(jid, key, j)
@@ -360,6 +434,7 @@ class JoinRules:
 
 # --- one key's whole state (what the property tests and the batch side drive) -----------------
 
+
 @dataclass(slots=True)
 class KeyState:
     """Everything a join keeps for one key: dimension history and recent joins."""
@@ -368,9 +443,13 @@ class KeyState:
     joins: dict[str, Join] = field(default_factory=dict)  # join id -> Join
 
 
-def add_event(rules: JoinRules, state: KeyState, event: Event,
-              release_from: int | None = None, clock: int | None = None,
-              ) -> tuple[bool, list[Revision]]:
+def add_event(
+    rules: JoinRules,
+    state: KeyState,
+    event: Event,
+    release_from: int | None = None,
+    clock: int | None = None,
+) -> tuple[bool, list[Revision]]:
     """Join an event on arrival; returns (joins changed, revisions)."""
     j, rev = rules.arrive(state.history, event, state.joins.get(event.id), release_from, clock)
     if j is None:
@@ -379,9 +458,14 @@ def add_event(rules: JoinRules, state: KeyState, event: Event,
     return True, [rev] if rev else []
 
 
-def add_version(rules: JoinRules, state: KeyState, key: str, version: Version,
-                final_before: int | None = None,
-                release_from: int | None = None) -> tuple[bool, list[Revision]]:
+def add_version(
+    rules: JoinRules,
+    state: KeyState,
+    key: str,
+    version: Version,
+    final_before: int | None = None,
+    release_from: int | None = None,
+) -> tuple[bool, list[Revision]]:
     """Record a version and re-join, at once, the joins it may change.
 
     Joins older than ``final_before`` (the retention horizon) are final and left alone.
@@ -389,13 +473,22 @@ def add_version(rules: JoinRules, state: KeyState, key: str, version: Version,
     """
     if not insert_version(state.history, version):
         return False, []
-    return True, list(rejoin_affected(rules, state.history, key, version,
-                                      state.joins.items(), final_before, release_from))
+    return True, list(
+        rejoin_affected(
+            rules, state.history, key, version, state.joins.items(), final_before, release_from
+        )
+    )
 
 
-def rejoin_affected(rules: JoinRules, history: Sequence[Version], key: str, version: Version,
-                    joins: Iterable[tuple[str, Join]], final_before: int | None = None,
-                    release_from: int | None = None) -> Iterator[Revision]:
+def rejoin_affected(
+    rules: JoinRules,
+    history: Sequence[Version],
+    key: str,
+    version: Version,
+    joins: Iterable[tuple[str, Join]],
+    final_before: int | None = None,
+    release_from: int | None = None,
+) -> Iterator[Revision]:
     """Re-join those of ``joins`` that ``version`` (already in ``history``) may change."""
     floor = affected_floor(history, version, rules.asof, final_before)
     for jid, j in joins:
@@ -425,8 +518,14 @@ class Purged:
     versions: int = 0
 
 
-def revisit(rules: JoinRules, state: KeyState, key: str, review_from: int | None, horizon: int,
-            release_from: int | None = None) -> tuple[list[Revision], Purged]:
+def revisit(
+    rules: JoinRules,
+    state: KeyState,
+    key: str,
+    review_from: int | None,
+    horizon: int,
+    release_from: int | None = None,
+) -> tuple[list[Revision], Purged]:
     """Re-check joins at or after ``review_from`` (None: none), then purge behind ``horizon``.
 
     Joins before the horizon are final and dropped (a held one is counted as unmatched);
@@ -448,8 +547,9 @@ def revisit(rules: JoinRules, state: KeyState, key: str, review_from: int | None
     return revisions, Purged(len(stale), unmatched, before - len(state.history))
 
 
-def current_revisions(rules: JoinRules, state: KeyState, key: str,
-                      delivered: Callable[[Any], bool] | None = None) -> Iterator[Revision]:
+def current_revisions(
+    rules: JoinRules, state: KeyState, key: str, delivered: Callable[[Any], bool] | None = None
+) -> Iterator[Revision]:
     """Every emitted join's revisions that may be missing from the log, as they were emitted
     (re-emit after recovery): its :func:`unsent_revisions`, or only the latest revision when
     ``delivered`` is None."""
@@ -457,17 +557,32 @@ def current_revisions(rules: JoinRules, state: KeyState, key: str,
         yield from unsent_revisions(rules, jid, key, j, delivered)
 
 
-def superseded_revisions(jid: str, key: str, j: Join,
-                         delivered: Callable[[Any], bool]) -> list[Revision]:
+def superseded_revisions(
+    jid: str, key: str, j: Join, delivered: Callable[[Any], bool]
+) -> list[Revision]:
     """The revisions ``j`` superseded whose source is not ``delivered``, oldest first, exactly
     as they were emitted, each with the record that made it."""
-    return [Revision(jid, key, u[3], tuple(u[4]), None if u[5] is None else tuple(u[5]), u[6],
-                     u[1], None if u[7] is None else tuple(u[7]), u[2], source=u[0])
-            for u in j.unsent if not delivered(u[0])]
+    return [
+        Revision(
+            jid,
+            key,
+            u[3],
+            tuple(u[4]),
+            None if u[5] is None else tuple(u[5]),
+            u[6],
+            u[1],
+            None if u[7] is None else tuple(u[7]),
+            u[2],
+            source=u[0],
+        )
+        for u in j.unsent
+        if not delivered(u[0])
+    ]
 
 
-def unsent_revisions(rules: JoinRules, jid: str, key: str, j: Join,
-                     delivered: Callable[[Any], bool] | None = None) -> list[Revision]:
+def unsent_revisions(
+    rules: JoinRules, jid: str, key: str, j: Join, delivered: Callable[[Any], bool] | None = None
+) -> list[Revision]:
     """What to re-emit for ``j`` after a crash: the superseded revisions whose source is not
     ``delivered`` (oldest first), then the current one. Re-emitting a revision that did reach
     the log repeats it (same number, same answer); skipping one that did not leaves a gap."""
@@ -476,8 +591,9 @@ def unsent_revisions(rules: JoinRules, jid: str, key: str, j: Join,
     return out + [rev] if rev else out
 
 
-def undelivered_revisions(rules: JoinRules, jid: str, key: str, j: Join,
-                          delivered: Callable[[Any], bool]) -> list[Revision]:
+def undelivered_revisions(
+    rules: JoinRules, jid: str, key: str, j: Join, delivered: Callable[[Any], bool]
+) -> list[Revision]:
     """What a re-delivered record re-emits for ``j``: :func:`unsent_revisions`, but the
     current revision only when its own source is not known ``delivered`` (a source of None
     counts as delivered). A duplicate arriving long after its original was delivered re-emits

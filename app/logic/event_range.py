@@ -30,7 +30,7 @@ from typing import Literal
 __all__ = ["EventRange", "Role", "parse_time", "needs"]
 
 Role = Literal["events", "dimension-before", "dimension-earliest", "output"]
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def parse_time(text: str) -> int:
@@ -42,10 +42,12 @@ def parse_time(text: str) -> int:
     try:
         when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"{text!r} is neither epoch milliseconds nor an ISO date or date-time "
-                         "(e.g. 2026-10-01 or 2026-10-01T12:00:00Z)") from None
+        raise ValueError(
+            f"{text!r} is neither epoch milliseconds nor an ISO date or date-time "
+            "(e.g. 2026-10-01 or 2026-10-01T12:00:00Z)"
+        ) from None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
+        when = when.replace(tzinfo=dt.UTC)
     return (when - _EPOCH) // dt.timedelta(milliseconds=1)  # exact: no float on the way
 
 
@@ -58,8 +60,9 @@ class EventRange:
 
     def __post_init__(self) -> None:
         if self.start is not None and self.end is not None and self.start >= self.end:
-            raise ValueError(f"an empty event-time range: from {self.start} is not before to "
-                             f"{self.end}")
+            raise ValueError(
+                f"an empty event-time range: from {self.start} is not before to {self.end}"
+            )
 
     @property
     def bounded(self) -> bool:

@@ -48,7 +48,7 @@ class Promise:
         return [self.final_before, self.sent_from, self.source]
 
     @classmethod
-    def from_json(cls, raw: Any) -> "Promise":
+    def from_json(cls, raw: Any) -> Promise:
         return cls() if raw is None else cls(raw[0], raw[1], raw[2])
 
     @property
@@ -58,8 +58,11 @@ class Promise:
         return self.sent_from if self.source is not None else self.final_before
 
 
-def ready_before(pending: list[tuple[int, Any]], delivered: Any, retention_ms: int,
-                 ) -> int | None:
+def ready_before(
+    pending: list[tuple[int, Any]],
+    delivered: Any,
+    retention_ms: int,
+) -> int | None:
     """Pop the batches of ``pending`` ((stream time at the batch's end, a record of the
     batch), oldest first) whose outputs are ``delivered(record)``; the promise they allow
     (the last one's stream time − retention), or None."""
@@ -69,8 +72,9 @@ def ready_before(pending: list[tuple[int, Any]], delivered: Any, retention_ms: i
     return ready
 
 
-def ready_now(pending: list[tuple[int, Any]], delivered: Any, retention_ms: int,
-              kept: int | None) -> int | None:
+def ready_now(
+    pending: list[tuple[int, Any]], delivered: Any, retention_ms: int, kept: int | None
+) -> int | None:
     """What may be promised now: :func:`ready_before` of ``pending``, or ``kept`` — what an
     earlier batch found ready and no promise has used yet — if more. Why: ``ready_before``
     pops the delivered batches; while a promise is still in flight :func:`next_step` cannot
@@ -84,8 +88,12 @@ def ready_now(pending: list[tuple[int, Any]], delivered: Any, retention_ms: int,
     return ready
 
 
-def next_step(promise: Promise, ready: int | None, delivered: bool, emitted: bool,
-              ) -> tuple[Step, int | None, int | None]:
+def next_step(
+    promise: Promise,
+    ready: int | None,
+    delivered: bool,
+    emitted: bool,
+) -> tuple[Step, int | None, int | None]:
     """What the engine does for one partition at a batch's first record, and the range of
     joins it concerns: ``(step, lo, hi)``; ``promise`` is updated in place (the caller stores
     it with the batch and, for ``new``/``again``, sends the promise record — and, emit=final,

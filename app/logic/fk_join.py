@@ -28,8 +28,9 @@ the input is re-consumed. Duplicates are harmless under the consumer rule.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 Op = Literal["ADD", "DEL"]
 
@@ -141,8 +142,10 @@ def apply_left(position: Position | None, left: Left) -> tuple[Position | None, 
     if left.order == current.order:
         return None, position.moves()
     if left.fk != current.fk:
-        return Position(left, current.fk), [Move("DEL", current.fk, left),
-                                            Move("ADD", left.fk, left)]
+        return Position(left, current.fk), [
+            Move("DEL", current.fk, left),
+            Move("ADD", left.fk, left),
+        ]
     return Position(left, position.left_fk), [Move("ADD", left.fk, left)]
 
 
@@ -162,8 +165,9 @@ def apply_del(stored: Left | None, move: Move) -> bool:
     return stored is not None and stored.order < move.left.order
 
 
-def apply_right(stored: Right | None, right: Right,
-                lefts: Iterable[Left]) -> tuple[bool, list[Joined]]:
+def apply_right(
+    stored: Right | None, right: Right, lefts: Iterable[Left]
+) -> tuple[bool, list[Joined]]:
     """A right record: (store it?, one output per left row pointing at its key).
 
     ``lefts`` is only iterated when the record is not older than the stored one (pass a lazy

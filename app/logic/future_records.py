@@ -23,8 +23,14 @@ handles the record; the batch twin: when its run started, or ``--now``). Shapes:
 
 from __future__ import annotations
 
-__all__ = ["NO_TIMESTAMP", "kafka_timestamp", "timestamp_from_seconds", "reference_time",
-           "from_the_future", "refusal_reason"]
+__all__ = [
+    "NO_TIMESTAMP",
+    "kafka_timestamp",
+    "timestamp_from_seconds",
+    "reference_time",
+    "from_the_future",
+    "refusal_reason",
+]
 
 #: what Kafka clients report for a record without a timestamp (message format v0)
 NO_TIMESTAMP = -1
@@ -52,18 +58,25 @@ def reference_time(timestamp_ms: int | None, now_ms: int) -> int:
     return min(timestamp_ms, now_ms)
 
 
-def from_the_future(event_time: int, timestamp_ms: int | None, now_ms: int,
-                    tolerance_ms: int) -> bool:
+def from_the_future(
+    event_time: int, timestamp_ms: int | None, now_ms: int, tolerance_ms: int
+) -> bool:
     """Is the record refused? ``timestamp_ms``: its Kafka timestamp (None: it has none)."""
     return event_time > reference_time(timestamp_ms, now_ms) + tolerance_ms
 
 
-def refusal_reason(event_time: int, timestamp_ms: int | None, now_ms: int,
-                   tolerance_ms: int) -> str:
+def refusal_reason(
+    event_time: int, timestamp_ms: int | None, now_ms: int, tolerance_ms: int
+) -> str:
     """The dead letter's ``error`` for a refused record: what it was held against, and by how
     much it is ahead."""
     reference = reference_time(timestamp_ms, now_ms)
-    against = ("its Kafka timestamp" if timestamp_ms is not None and timestamp_ms <= now_ms
-               else "the wall clock")
-    return (f"event time {event_time} is {event_time - reference} ms ahead of {against} "
-            f"({reference}); at most {tolerance_ms} ms ahead is accepted (ETJ_MAX_FUTURE_MS)")
+    against = (
+        "its Kafka timestamp"
+        if timestamp_ms is not None and timestamp_ms <= now_ms
+        else "the wall clock"
+    )
+    return (
+        f"event time {event_time} is {event_time - reference} ms ahead of {against} "
+        f"({reference}); at most {tolerance_ms} ms ahead is accepted (ETJ_MAX_FUTURE_MS)"
+    )

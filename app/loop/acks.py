@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_right
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from app import metrics
 from app.loop.types import Out, Source
@@ -33,8 +34,16 @@ __all__ = ["AckedRuns", "dead_letter", "dead_letter_refused"]
 _DEAD_LETTERS: dict[tuple[str, str], Any] = {}
 
 
-def dead_letter(join: str, dead_letters: str, topic: str, partition: int, offset: int,
-                key: bytes | None, value: bytes | None, error: str) -> Out:
+def dead_letter(
+    join: str,
+    dead_letters: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    error: str,
+) -> Out:
     """The dead letter of an input record that cannot be joined (counted once, per join)."""
     counter = _DEAD_LETTERS.get((join, topic))
     if counter is None:  # prometheus' labels() costs ~3 µs: once per (join, topic)
@@ -85,9 +94,15 @@ class AckedRuns:
         self._runs.clear()
 
 
-async def dead_letter_refused(app: Any, join: str, dead_letters: str,
-                              refused: list[tuple[int, BaseException]], outs: Sequence[Out],
-                              sources: Sequence[Source], ends: Sequence[int]) -> None:
+async def dead_letter_refused(
+    app: Any,
+    join: str,
+    dead_letters: str,
+    refused: list[tuple[int, BaseException]],
+    outs: Sequence[Out],
+    sources: Sequence[Source],
+    ends: Sequence[int],
+) -> None:
     """Outputs refused for good (index into ``outs``, error): each sent alone again; the
     records whose outputs are refused again go to the dead letters (module docstring).
     ``ends[i]``: len(outs) after ``sources[i]`` was handled."""
@@ -101,8 +116,14 @@ async def dead_letter_refused(app: Any, join: str, dead_letters: str,
         if source in dead:
             continue
         if out.again:  # its own record was dead-lettered when it was first refused
-            log.warning("join %s: the broker refused a re-emitted output again (%r): output to "
-                        "%s, key %s; not sent", join, exc, out.topic, _text(out.key))
+            log.warning(
+                "join %s: the broker refused a re-emitted output again (%r): output to "
+                "%s, key %s; not sent",
+                join,
+                exc,
+                out.topic,
+                _text(out.key),
+            )
             continue
         try:
             await (await delivery.send_alone(app, out.topic, out.key, out.value))
@@ -113,12 +134,26 @@ async def dead_letter_refused(app: Any, join: str, dead_letters: str,
             exc = again
         dead.add(source)
         src = sources[source]
-        log.warning("join %s: the broker refused an output of %s[%s]@%s for good (%r); the "
-                    "record goes to the dead letters", join, src.topic, src.partition,
-                    src.offset, exc)
-        letter = dead_letter(join, dead_letters, src.topic, src.partition, src.offset, src.key,
-                             src.value, f"output refused by the broker: {exc!r} (output to "
-                             f"{out.topic}, key {_text(out.key)}, {len(out.value)} bytes)")
+        log.warning(
+            "join %s: the broker refused an output of %s[%s]@%s for good (%r); the "
+            "record goes to the dead letters",
+            join,
+            src.topic,
+            src.partition,
+            src.offset,
+            exc,
+        )
+        letter = dead_letter(
+            join,
+            dead_letters,
+            src.topic,
+            src.partition,
+            src.offset,
+            src.key,
+            src.value,
+            f"output refused by the broker: {exc!r} (output to "
+            f"{out.topic}, key {_text(out.key)}, {len(out.value)} bytes)",
+        )
         letters.append(await delivery.send_direct(app, dead_letters, letter.key, letter.value))
     for fut in letters:
         await fut  # a failure here failed stop already (send_direct's callback)

@@ -20,7 +20,7 @@ from typing import Any
 MAX_DEPTH = 12
 
 
-def chain(task: "asyncio.Future[Any] | None") -> list[str]:
+def chain(task: asyncio.Future[Any] | None) -> list[str]:
     """``file:line function`` of each coroutine ``task`` awaits through, outermost first, and
     what it waits on at the end (a future, a queue's getter)."""
     if task is None:
@@ -44,13 +44,15 @@ def chain(task: "asyncio.Future[Any] | None") -> list[str]:
                 coro = inner[0]
                 continue
             futures = [r for r in held if isinstance(r, asyncio.Future)]
-            out.append(f"waits on {_future(futures[0])}" if futures
-                       else f"<{type(coro).__name__}>")
+            out.append(f"waits on {_future(futures[0])}" if futures else f"<{type(coro).__name__}>")
             break
         code = frame.f_code
         out.append(f"{_short(code.co_filename)}:{frame.f_lineno} {code.co_name}")
-        nxt = (getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-               or getattr(coro, "ag_await", None))
+        nxt = (
+            getattr(coro, "cr_await", None)
+            or getattr(coro, "gi_yieldfrom", None)
+            or getattr(coro, "ag_await", None)
+        )
         if nxt is None or not hasattr(nxt, "__await__") and not hasattr(nxt, "send"):
             break
         if isinstance(nxt, asyncio.Future):
@@ -67,13 +69,17 @@ def chain(task: "asyncio.Future[Any] | None") -> list[str]:
 def agents(app: Any) -> str:
     """What each agent loop of ``app`` is doing, and the producer's state."""
     from app.compat.producer import describe_producer
+
     parts = [loop.describe() for loop in getattr(app, "loops", ())]
     return "\n".join([*parts, describe_producer(app)])
 
 
 def _frame(coro: Any) -> Any:
-    return (getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-            or getattr(coro, "ag_frame", None))
+    return (
+        getattr(coro, "cr_frame", None)
+        or getattr(coro, "gi_frame", None)
+        or getattr(coro, "ag_frame", None)
+    )
 
 
 def _future(fut: asyncio.Future[Any]) -> str:
@@ -87,5 +93,5 @@ def _short(path: str) -> str:
     for marker in ("site-packages", "asyncio", "app", "tests", "bench"):
         if marker in parts:
             i = len(parts) - 1 - parts[::-1].index(marker)
-            return "/".join(parts[i + 1:] if marker == "site-packages" else parts[i:])
+            return "/".join(parts[i + 1 :] if marker == "site-packages" else parts[i:])
     return path

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from app.faust_app import app
 from app.inputs.inbox import Batch
@@ -53,15 +54,21 @@ __all__ = ["DurableLoop", "agent_body", "loops"]
 log = logging.getLogger(__name__)
 
 #: every loop of this worker (tests wait until each has delivered what it handled)
-loops: list["DurableLoop"] = []
+loops: list[DurableLoop] = []
 
 
 class DurableLoop:
     """One agent's loop (module docstring): its intake (:mod:`app.loop.intake`), the
     handling, its delivery (:mod:`app.loop.pipeline`)."""
 
-    def __init__(self, engine: Engine, topics: Sequence[str], merged: Sequence[str] = (),
-                 ticks: str | None = None, hop: bool = False) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        topics: Sequence[str],
+        merged: Sequence[str] = (),
+        ticks: str | None = None,
+        hop: bool = False,
+    ) -> None:
         """``topics``: every input; ``merged``: those flow control orders by event time (ties:
         the first); ``ticks``: the agent's ticks topic (None: none); ``hop``: the engine
         passes records on, keyed otherwise (:class:`~app.loop.types.Hop`): they skip the door
@@ -128,7 +135,7 @@ class DurableLoop:
                 self._handle_one(unit, b.topic, record, None)
         if not unit.sources:
             return None
-        for (topic, partition), (first, end) in unit.acks.items():
+        for (topic, partition), (first, _end) in unit.acks.items():
             self.acked.handled(topic, partition, first)
         return unit
 
@@ -141,12 +148,23 @@ class DurableLoop:
             elif self.hop:
                 outs = self.engine.pass_on(topic, record, parsed)  # type: ignore[attr-defined]
             else:
-                outs = self.engine.on_record(topic, partition, offset, record.key,
-                                             record.value, parsed)
+                outs = self.engine.on_record(
+                    topic, partition, offset, record.key, record.value, parsed
+                )
         except Exception as exc:
             log.exception("join %s failed on %s[%s]@%s", self.join, topic, partition, offset)
-            outs = [dead_letter(self.join, DEAD_LETTERS, topic, partition, offset, record.key,
-                                record.value, f"internal error: {exc!r}")]
+            outs = [
+                dead_letter(
+                    self.join,
+                    DEAD_LETTERS,
+                    topic,
+                    partition,
+                    offset,
+                    record.key,
+                    record.value,
+                    f"internal error: {exc!r}",
+                )
+            ]
         unit.outs += outs
         unit.sources.append(record)  # its Source: the consumer record (topic == record.topic)
         unit.ends.append(len(unit.outs))
@@ -182,7 +200,8 @@ class DurableLoop:
             f"join {self.join}: inbox {self.intake.inbox.waiting()} records, batches in flight "
             f"{pipeline.in_flight} (pipeline {'?' if queue is None else queue.qsize()}/"
             f"{pipeline.max_in_flight}), flow control holds {merge.waiting()} (partition -> "
-            f"lagging inputs waited for: {held})"]
+            f"lagging inputs waited for: {held})"
+        ]
         for name, task in pipeline.tasks.items():
             lines.append(f"  {name}: " + " -> ".join(awaiting.chain(task)))
         return "\n".join(lines)

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from faust.types import TP
 
 from app import metrics
-from app.inputs.admission import door
 from app.compat.stores import committed_offset
 from app.faust_app import app, settings
+from app.inputs.admission import door
 from app.inputs.flow_control import EventTimeMerge
 from app.inputs.inbox import Batch, Inbox
 from app.inputs.records import InvalidRecord
@@ -39,8 +40,14 @@ class Intake:
     #: records came as one fetch
     max_batch = 5_000
 
-    def __init__(self, engine: Engine, topics: Sequence[str], merged: Sequence[str] = (),
-                 ticks: str | None = None, door: bool = True) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        topics: Sequence[str],
+        merged: Sequence[str] = (),
+        ticks: str | None = None,
+        door: bool = True,
+    ) -> None:
         self.engine = engine
         #: records pass the door (app.inputs.admission); False for a hop that only passes
         #: records on, keyed otherwise (app.agents.repartition): the join's door judges them
@@ -51,17 +58,21 @@ class Intake:
         #: every input but the ticks goes through flow control: ordered by event time when
         #: the loop has several (``merged``), else first come first served, a turn's worth
         self.merged = tuple(merged) or tuple(t for t in topics if t != ticks)
-        self.merge = EventTimeMerge(self.merged, lag,
-                                    max_idle_s=settings.flow_max_idle_ms / 1000,
-                                    max_buffered=settings.flow_max_buffered,
-                                    enabled=settings.flow_control and len(merged) > 1)
+        self.merge = EventTimeMerge(
+            self.merged,
+            lag,
+            max_idle_s=settings.flow_max_idle_ms / 1000,
+            max_buffered=settings.flow_max_buffered,
+            enabled=settings.flow_control and len(merged) > 1,
+        )
         #: partition -> the inputs this loop stopped fetching (flow control holds too many)
         self._holding: dict[int, set[str]] = {}
         #: partitions flow control may have more records of to let go now (a turn handles
         #: at most max_batch records)
         self._ready: set[int] = set()
-        self._records_in = {t: metrics.records_in.labels(self.join, t)
-                            for t in topics if t != ticks}
+        self._records_in = {
+            t: metrics.records_in.labels(self.join, t) for t in topics if t != ticks
+        }
         self._flow_waiting = metrics.flow_waiting.labels(self.join)
 
     async def take(self) -> list[Batch]:
@@ -72,8 +83,7 @@ class Intake:
             return self.inbox.take_nowait()
         return await self.inbox.take(self.merge.next_wait_s())
 
-    def release(self, batches: Sequence[Batch],
-                generation: int) -> tuple[list[Any], list[Batch]]:
+    def release(self, batches: Sequence[Batch], generation: int) -> tuple[list[Any], list[Batch]]:
         """Parse ``batches`` into flow control; what it lets go in event-time order, up to
         :attr:`max_batch` records (the rest stays queued, in order, for the next turn), as
         ``(topic, record, parsed)``, and the batches of ticks."""
@@ -87,9 +97,12 @@ class Intake:
                 ticks.append(b)
                 continue
             self._records_in[b.topic].inc(len(b.records))
-            merge.offer_batch(b.topic, b.partition,
-                              parse_batch(self.join, self.engine.parse, b, self.door),
-                              b.highwater)
+            merge.offer_batch(
+                b.topic,
+                b.partition,
+                parse_batch(self.join, self.engine.parse, b, self.door),
+                b.highwater,
+            )
             ready.add(b.partition)
         forced = merge.forced
         budget = self.max_batch
@@ -100,7 +113,7 @@ class Intake:
             if len(released) < budget:
                 ready.discard(p)  # all it could let go: wait for its lagging input, or more
         released += merge.poll()
-        self._back_pressure({p for p in merge.partitions} if merge.partitions else set())
+        self._back_pressure(set(merge.partitions) if merge.partitions else set())
         if merge.forced > forced:
             metrics.flow_forced.labels(self.join).inc(merge.forced - forced)
         self._flow_waiting.set(merge.waiting())
@@ -152,8 +165,9 @@ def lag(topic: str, partition: int, next_offset: int | None) -> bool:
     return highwater > next_offset  # type: ignore[no-any-return]
 
 
-def parse_batch(join: str, parse: Parse, b: Batch,
-                judged: bool = True) -> list[tuple[int, int, Any]]:
+def parse_batch(
+    join: str, parse: Parse, b: Batch, judged: bool = True
+) -> list[tuple[int, int, Any]]:
     """``(event_time, offset, (topic, record, parsed))`` of a batch, for flow control:
     parsed, then through the door (:mod:`app.inputs.admission`: Kafka's partitioner, records from
     the future) unless not ``judged``; a record refused goes first, to the dead letters, and
@@ -165,8 +179,13 @@ def parse_batch(join: str, parse: Parse, b: Batch,
             partitions = app.consumer.topic_partitions(topic)
         except Exception:
             partitions = None  # no metadata yet: the partitioner is not checked
-        judge = door(b.partition, partitions, int(time.time() * 1000), settings.max_future_ms,
-                     settings.check_partitioner)
+        judge = door(
+            b.partition,
+            partitions,
+            int(time.time() * 1000),
+            settings.max_future_ms,
+            settings.check_partitioner,
+        )
     out = []
     for record in b.records:
         try:
@@ -174,8 +193,9 @@ def parse_batch(join: str, parse: Parse, b: Batch,
         except InvalidRecord as exc:
             parsed, event_time = exc, -1  # goes first, to the dead letters
         except Exception as exc:  # a bug must not kill the worker nor lose the record
-            log.exception("join %s failed to parse %s[%s]@%s", join, topic,
-                          record.partition, record.offset)
+            log.exception(
+                "join %s failed to parse %s[%s]@%s", join, topic, record.partition, record.offset
+            )
             parsed, event_time = InvalidRecord(f"internal error: {exc!r}"), -1
         else:
             refused = None if judge is None else judge(record, event_time)

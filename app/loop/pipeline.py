@@ -16,10 +16,10 @@ from typing import Any
 
 from faust.types import TP
 
-from app.loop.acks import AckedRuns, dead_letter_refused
-from app.outputs.producer_batches import send_records
 from app.compat.stores import StoreIO
 from app.faust_app import app, settings
+from app.loop.acks import AckedRuns, dead_letter_refused
+from app.outputs.producer_batches import send_records
 
 DEAD_LETTERS = settings.dead_letter_topic
 
@@ -92,9 +92,15 @@ class DeliveryPipeline:
                 if unit.changelog is not None:
                     await unit.changelog.wait()  # a failure failed stop already
                 unit.sent = await send_records(
-                    app, [(o.topic, None, o.key, o.value) if o.timestamp is None
-                          else (o.topic, None, o.key, o.value, o.timestamp, o.headers)
-                          for o in unit.outs], refusable=True)
+                    app,
+                    [
+                        (o.topic, None, o.key, o.value)
+                        if o.timestamp is None
+                        else (o.topic, None, o.key, o.value, o.timestamp, o.headers)
+                        for o in unit.outs
+                    ],
+                    refusable=True,
+                )
                 await acks.put(unit)
                 if acking.done():  # it only ends by raising
                     acking.result()
@@ -121,8 +127,9 @@ class DeliveryPipeline:
             assert unit.sent is not None
             refused = await unit.sent.wait()
             if refused:
-                await dead_letter_refused(app, self.join, DEAD_LETTERS, refused, unit.outs,
-                                          unit.sources, unit.ends)
+                await dead_letter_refused(
+                    app, self.join, DEAD_LETTERS, refused, unit.outs, unit.sources, unit.ends
+                )
             if unit.generation == app.consumer_generation_id:
                 for (topic, partition), (first, end) in unit.acks.items():
                     consumer.ack_range(TP(topic, partition), first, end)

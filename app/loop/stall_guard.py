@@ -50,15 +50,21 @@ async def check_stalls(app: Any) -> list[Any]:
     consumer = app.consumer
     fixed = []
     seen = set()
-    holding = {loop.join: loop.inbox.waiting() + loop.merge.waiting() + loop.in_flight
-               for loop in getattr(app, "loops", ())}
+    holding = {
+        loop.join: loop.inbox.waiting() + loop.merge.waiting() + loop.in_flight
+        for loop in getattr(app, "loops", ())
+    }
     for tp in list(consumer.input_partitions()):
         try:
             highwater = consumer.highwater(tp)
             position = await asyncio.wait_for(consumer.position(tp), POSITION_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            log.info("input %s[%s]: no fetch position within %.0f s (being reset); checked "
-                     "next time", tp.topic, tp.partition, POSITION_TIMEOUT_S)
+        except TimeoutError:
+            log.info(
+                "input %s[%s]: no fetch position within %.0f s (being reset); checked next time",
+                tp.topic,
+                tp.partition,
+                POSITION_TIMEOUT_S,
+            )
             continue
         except Exception:
             continue
@@ -67,8 +73,7 @@ async def check_stalls(app: Any) -> list[Any]:
         inbox = consumer.inboxes.get(tp.topic)
         busy = inbox is not None and holding.get(inbox.name, 0) > 0
         nxt = consumer.next_offset(tp)
-        if position < highwater and not consumer.fetching(tp) \
-                and not consumer.held_back(tp):
+        if position < highwater and not consumer.fetching(tp) and not consumer.held_back(tp):
             state: tuple[Any, ...] = ("paused", position)
             why = "paused with records waiting"
         elif nxt is not None and position > nxt and not busy:
@@ -80,13 +85,26 @@ async def check_stalls(app: Any) -> list[Any]:
             _suspects[tp] = state
             continue
         if state[0] == "paused":
-            log.warning("input %s[%s] stalled: %s, fetch position %s, high watermark %s; "
-                        "resuming it", tp.topic, tp.partition, why, position, highwater)
+            log.warning(
+                "input %s[%s] stalled: %s, fetch position %s, high watermark %s; resuming it",
+                tp.topic,
+                tp.partition,
+                why,
+                position,
+                highwater,
+            )
             consumer.resume_partitions({tp})
         else:
-            log.warning("input %s[%s] stalled: %s, fetch position %s, high watermark %s; "
-                        "reading again from %s", tp.topic, tp.partition, why, position,
-                        highwater, nxt)
+            log.warning(
+                "input %s[%s] stalled: %s, fetch position %s, high watermark %s; "
+                "reading again from %s",
+                tp.topic,
+                tp.partition,
+                why,
+                position,
+                highwater,
+                nxt,
+            )
             await consumer.seek(tp, nxt)
             consumer.rewound(tp, nxt)
         fixed.append(tp)
@@ -97,8 +115,11 @@ async def check_stalls(app: Any) -> list[Any]:
     now = time.monotonic()
     if fixed and now - _described[0] >= DESCRIBE_EVERY_S:
         _described[0] = now  # an agent blocked somewhere says where (app.loop.awaiting)
-        log.warning("stalled inputs %s; the agents:\n%s",
-                    sorted(f"{tp.topic}[{tp.partition}]" for tp in fixed), awaiting.agents(app))
+        log.warning(
+            "stalled inputs %s; the agents:\n%s",
+            sorted(f"{tp.topic}[{tp.partition}]" for tp in fixed),
+            awaiting.agents(app),
+        )
     return fixed
 
 

@@ -14,8 +14,9 @@ from ``durable`` (under ``TYPE_CHECKING``): an import cycle. The pattern of faus
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from app.outputs.producer_batches import Sent
@@ -68,13 +69,21 @@ class Engine(Protocol):
     def end_batch(self) -> None:
         """The batch is handled: write what it kept aside for its end (before the flush)."""
 
-    def parse(self, topic: str, key: bytes | None, value: bytes | None,
-              timestamp: int | None = None) -> tuple[Any, int]:
+    def parse(
+        self, topic: str, key: bytes | None, value: bytes | None, timestamp: int | None = None
+    ) -> tuple[Any, int]:
         """(the record, its event time); raises :class:`InvalidRecord`. ``timestamp``: the
         record's Kafka timestamp (epoch ms), for a spec side timed by it."""
 
-    def on_record(self, topic: str, partition: int, offset: int, key: bytes | None,
-                  value: bytes | None, parsed: Any) -> list[Out]:
+    def on_record(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        parsed: Any,
+    ) -> list[Out]:
         """One input record (``parsed``: the record, or the :class:`InvalidRecord`)."""
 
     def on_tick(self, partition: int, offset: int) -> list[Out]:

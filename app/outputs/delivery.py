@@ -35,16 +35,30 @@ import functools
 import logging
 from typing import Any
 
-from aiokafka.errors import (CorruptRecordException, KafkaError, MessageSizeTooLargeError,
-                             RecordListTooLargeError)
+from aiokafka.errors import (
+    CorruptRecordException,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+)
 from faust.exceptions import ProducerSendError
 from faust.sensors import Sensor
 
 from app.compat.producer import InvalidRecordError, aiokafka_producer, send_alone_batch
 from app.runtime import EXIT_CODE, fail_stop
 
-__all__ = ["EXIT_CODE", "FailStopOnSendError", "REFUSED_FOR_GOOD", "fail_stop", "install",
-           "refused_for_good", "row_hint", "send_alone", "send_direct", "watch"]
+__all__ = [
+    "EXIT_CODE",
+    "FailStopOnSendError",
+    "REFUSED_FOR_GOOD",
+    "fail_stop",
+    "install",
+    "refused_for_good",
+    "row_hint",
+    "send_alone",
+    "send_direct",
+    "watch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +90,15 @@ def refused_for_good(exc: BaseException) -> bool:
     return isinstance(exc, REFUSED_FOR_GOOD) and not getattr(exc, "retriable", False)
 
 
-async def send_direct(app: Any, topic: str, key: bytes | None, value: bytes | None,
-                      partition: int | None = None, *, refusable: bool = False) -> Any:
+async def send_direct(
+    app: Any,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    partition: int | None = None,
+    *,
+    refusable: bool = False,
+) -> Any:
     """Hand serialized bytes straight to Faust's producer (aiokafka); the delivery future.
 
     The hot path's sends (a batch's changelog rows and outputs, :mod:`app.loop.durable`)
@@ -107,8 +128,9 @@ def watch(fut: Any, topic: str, *, refusable: bool = False) -> None:
     caller awaits ``fut`` and deals with the record). Every send of the hot path is watched so,
     one record at a time (:func:`send_direct`, :func:`send_alone`) or a batch builder at a time
     (:mod:`app.outputs.producer_batches`)."""
-    fut.add_done_callback(_fail_stop_unless_refused if refusable
-                          else functools.partial(_fail_stop_on_error, topic))
+    fut.add_done_callback(
+        _fail_stop_unless_refused if refusable else functools.partial(_fail_stop_on_error, topic)
+    )
 
 
 def row_hint(topic: str, exc: BaseException) -> str:
@@ -116,10 +138,12 @@ def row_hint(topic: str, exc: BaseException) -> str:
     every restart until someone acts): empty for any other refusal."""
     if not (topic.endswith("-changelog") and refused_for_good(exc)):
         return ""
-    return ("; a table row outgrew what the producer or the topic accepts: raise "
-            "ETJ_PRODUCER_MAX_REQUEST_BYTES and the changelog topic's max.message.bytes (a "
-            "join keeps a row per join and per dimension version, so such a row holds one "
-            "record's fields: docs/operating/recovery.md#state-layout-changes)")
+    return (
+        "; a table row outgrew what the producer or the topic accepts: raise "
+        "ETJ_PRODUCER_MAX_REQUEST_BYTES and the changelog topic's max.message.bytes (a "
+        "join keeps a row per join and per dimension version, so such a row holds one "
+        "record's fields: docs/operating/recovery.md#state-layout-changes)"
+    )
 
 
 async def send_alone(app: Any, topic: str, key: bytes | None, value: bytes | None) -> Any:
@@ -151,13 +175,15 @@ def _failed(exc: BaseException) -> Any:
 def _fail_stop_on_error(topic: str, fut: Any) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         exc = fut.exception()
-        fail_stop(f"a produced record was not delivered to {topic}: {exc!r}"
-                  f"{row_hint(topic, exc)}")
+        fail_stop(f"a produced record was not delivered to {topic}: {exc!r}{row_hint(topic, exc)}")
 
 
 def _fail_stop_unless_refused(fut: Any) -> None:
-    if not fut.cancelled() and fut.exception() is not None \
-            and not refused_for_good(fut.exception()):
+    if (
+        not fut.cancelled()
+        and fut.exception() is not None
+        and not refused_for_good(fut.exception())
+    ):
         fail_stop(f"a produced record was not delivered: {fut.exception()!r}")
 
 

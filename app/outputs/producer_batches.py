@@ -25,16 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from aiokafka.producer.message_accumulator import BatchBuilder
 from murmurhash2 import murmurhash2
 
-from app.outputs import delivery
 from app.compat.producer import aiokafka_producer, request_limits, topic_partitions
 from app.kafka.partitioner import SEED
+from app.outputs import delivery
 
 __all__ = ["Sent", "send_records"]
 
@@ -80,8 +81,9 @@ class Sent:
         return sorted(refused, key=lambda r: r[0])
 
 
-async def send_records(app: Any, records: Sequence[Record], *, refusable: bool = False,
-                       on_sent: Any = None) -> Sent:
+async def send_records(
+    app: Any, records: Sequence[Record], *, refusable: bool = False, on_sent: Any = None
+) -> Sent:
     """Hand ``records`` to the producer, a builder per (topic, partition), in order.
 
     ``on_sent(topic, partition, count, future)``: called for each builder sent (the RocksDB
@@ -111,17 +113,22 @@ async def send_records(app: Any, records: Sequence[Record], *, refusable: bool =
             n = counts.get(topic)
             if n is None:
                 n = counts[topic] = await _partitions(producer, topic)
-            partition = (murmurhash2(key, SEED) & 0x7FFFFFFF) % n if key is not None \
+            partition = (
+                (murmurhash2(key, SEED) & 0x7FFFFFFF) % n
+                if key is not None
                 else random.randrange(n)
+            )
         size = (0 if key is None else len(key)) + (0 if value is None else len(value))
         if size > max_request:
             exc = MessageSizeTooLargeError(
                 f"The message is {size} bytes when serialized which is larger than the "
                 f"maximum request size you have configured with the max_request_size "
-                f"configuration")
+                f"configuration"
+            )
             if not refusable:
-                delivery.fail_stop(f"sending to {topic} failed: {exc!r}"
-                                   f"{delivery.row_hint(topic, exc)}")
+                delivery.fail_stop(
+                    f"sending to {topic} failed: {exc!r}{delivery.row_hint(topic, exc)}"
+                )
                 raise exc
             sent.refused.append((i, exc))
             continue
@@ -130,11 +137,13 @@ async def send_records(app: Any, records: Sequence[Record], *, refusable: bool =
         if chain is None:
             chain = per_tp[tp] = [(new_builder(), [])]
         builder, indices = chain[-1]
-        if builder.append(key=key, value=value, timestamp=timestamp,
-                          headers=headers) is None:  # full: a new one
+        if (
+            builder.append(key=key, value=value, timestamp=timestamp, headers=headers) is None
+        ):  # full: a new one
             builder = new_builder()
-            builder.append(key=key, value=value, timestamp=timestamp,
-                           headers=headers)  # the first always fits
+            builder.append(
+                key=key, value=value, timestamp=timestamp, headers=headers
+            )  # the first always fits
             indices = []
             chain.append((builder, indices))
         indices.append(i)
@@ -147,14 +156,24 @@ async def send_records(app: Any, records: Sequence[Record], *, refusable: bool =
         [(tp, chain)] = per_tp.items()
         await _send_chain(app, producer, sent, tp, chain, refusable, on_sent)
     else:
-        await asyncio.gather(*(_send_chain(app, producer, sent, tp, chain, refusable, on_sent)
-                               for tp, chain in per_tp.items()))
+        await asyncio.gather(
+            *(
+                _send_chain(app, producer, sent, tp, chain, refusable, on_sent)
+                for tp, chain in per_tp.items()
+            )
+        )
     return sent
 
 
-async def _send_chain(app: Any, producer: Any, sent: Sent, tp: tuple[str, int],
-                      chain: list[tuple[Any, list[int]]], refusable: bool,
-                      on_sent: Any) -> None:
+async def _send_chain(
+    app: Any,
+    producer: Any,
+    sent: Sent,
+    tp: tuple[str, int],
+    chain: list[tuple[Any, list[int]]],
+    refusable: bool,
+    on_sent: Any,
+) -> None:
     for builder, indices in chain:
         await _send(app, producer, sent, tp[0], tp[1], builder, indices, refusable, on_sent)
 
@@ -166,8 +185,17 @@ async def _partitions(producer: Any, topic: str) -> int:
     return len(parts)
 
 
-async def _send(app: Any, producer: Any, sent: Sent, topic: str, partition: int, builder: Any,
-                indices: list[int], refusable: bool, on_sent: Any) -> None:
+async def _send(
+    app: Any,
+    producer: Any,
+    sent: Sent,
+    topic: str,
+    partition: int,
+    builder: Any,
+    indices: list[int],
+    refusable: bool,
+    on_sent: Any,
+) -> None:
     try:
         fut = await producer.send_batch(builder, topic, partition=partition)
     except KafkaError as exc:

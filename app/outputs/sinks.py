@@ -21,34 +21,59 @@ from typing import Any
 MAX_KEPT_BYTES = 64 * 1024
 
 
-def dead_letter(topic: str, partition: int, offset: int, key: bytes | None,
-                value: bytes | None, error: str) -> bytes:
+def dead_letter(
+    topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, error: str
+) -> bytes:
     """The dead-letter value: original bytes, where they came from and why they were refused."""
     encoding, text = _as_text(value)
     kept = value if value is None or len(value) <= MAX_KEPT_BYTES else value[:MAX_KEPT_BYTES]
     if kept is not value and kept is not None:  # a cut inside a UTF-8 character drops it
-        text = (kept.decode("utf-8", errors="ignore") if encoding == "text"
-                else base64.b64encode(kept).decode("ascii"))
+        text = (
+            kept.decode("utf-8", errors="ignore")
+            if encoding == "text"
+            else base64.b64encode(kept).decode("ascii")
+        )
     out: dict[str, Any] = {
-        "topic": topic, "partition": partition, "offset": offset,
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
         "key": None if key is None else key[:MAX_KEPT_BYTES].decode("utf-8", errors="replace"),
-        "value": text, "value_encoding": encoding, "error": error,
+        "value": text,
+        "value_encoding": encoding,
+        "error": error,
     }
     if value is not None and kept is not value:
-        out.update(value_truncated=True, value_size=len(value),
-                   value_sha256=hashlib.sha256(value).hexdigest())
+        out.update(
+            value_truncated=True,
+            value_size=len(value),
+            value_sha256=hashlib.sha256(value).hexdigest(),
+        )
     return json.dumps(out).encode()
 
 
-def late_record(topic: str, partition: int, offset: int, record: dict[str, Any],
-                event_time: int, stream_time: int, horizon: int) -> bytes:
+def late_record(
+    topic: str,
+    partition: int,
+    offset: int,
+    record: dict[str, Any],
+    event_time: int,
+    stream_time: int,
+    horizon: int,
+) -> bytes:
     """The late-topic value: the record and why it was too late for the stream."""
-    return json.dumps({
-        "topic": topic, "partition": partition, "offset": offset, "record": record,
-        "event_time": event_time, "stream_time": stream_time, "horizon": horizon,
-        "reason": f"event_time {event_time} is older than the partition's retention horizon "
-                  f"{horizon} (stream time {stream_time}); the batch backfill can apply it",
-    }).encode()
+    return json.dumps(
+        {
+            "topic": topic,
+            "partition": partition,
+            "offset": offset,
+            "record": record,
+            "event_time": event_time,
+            "stream_time": stream_time,
+            "horizon": horizon,
+            "reason": f"event_time {event_time} is older than the partition's retention horizon "
+            f"{horizon} (stream time {stream_time}); the batch backfill can apply it",
+        }
+    ).encode()
 
 
 def _as_text(value: bytes | None) -> tuple[str, str | None]:

@@ -48,10 +48,14 @@ def claim(tabledir: Path) -> int:
         for db in sorted(tabledir.glob("*.db")):
             shutil.rmtree(db, ignore_errors=True)
             deleted += 1
-        log.warning("the last worker on %s did not stop cleanly (its marker says %s): its local "
-                    "state may be ahead of the changelogs, so %d table partition databases were "
-                    "deleted and will be recovered from the changelogs (or snapshots)", tabledir,
-                    marker.read_text(errors="replace").strip() or "?", deleted)
+        log.warning(
+            "the last worker on %s did not stop cleanly (its marker says %s): its local "
+            "state may be ahead of the changelogs, so %d table partition databases were "
+            "deleted and will be recovered from the changelogs (or snapshots)",
+            tabledir,
+            marker.read_text(errors="replace").strip() or "?",
+            deleted,
+        )
     marker.write_text(f"pid {os.getpid()}\n")
     return deleted
 
@@ -62,5 +66,8 @@ def release(tabledir: Path, clean: bool) -> None:
     if clean:
         (tabledir / MARKER).unlink(missing_ok=True)
     else:
-        log.warning("stopping with handled records not all delivered: the next start on %s "
-                    "discards its local state", tabledir)
+        log.warning(
+            "stopping with handled records not all delivered: the next start on %s "
+            "discards its local state",
+            tabledir,
+        )

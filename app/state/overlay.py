@@ -26,7 +26,8 @@ not be changed afterwards — the engines build new lists.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import orjson
 from faust.stores.rocksdb import Store as RocksDBStore
@@ -46,7 +47,7 @@ Row = tuple[str, int, bytes, "bytes | None"]
 class Overlay:
     """One table's rows read and written by the batch being handled (module docstring)."""
 
-    def __init__(self, io: "StoreIO | MemoryIO", logged_first: bytes | None = None) -> None:
+    def __init__(self, io: StoreIO | MemoryIO, logged_first: bytes | None = None) -> None:
         self.io = io
         #: an ordered table's rows whose key starts with this byte go to the changelog before
         #: the others of the batch (a join's versions before its joins: a crash between two
@@ -91,7 +92,7 @@ class Overlay:
             return self._direct(key)
         k = (partition, key)
         value = self._rows.get(k, _UNREAD)  # a miss is the usual case (a key's first read in
-        if value is _UNREAD:                # the batch): no KeyError raised and caught
+        if value is _UNREAD:  # the batch): no KeyError raised and caught
             value = self._rows[k] = self.io.get(partition, key)
         return None if value is _DELETED else value
 
@@ -143,8 +144,9 @@ class Overlay:
             return iter(scan(lo, hi))
         return self.io.scan(partition, lo, hi)
 
-    def edge(self, partition: int, lo: bytes, hi: bytes | None,
-             last: bool = False) -> tuple[bytes, Any] | None:
+    def edge(
+        self, partition: int, lo: bytes, hi: bytes | None, last: bool = False
+    ) -> tuple[bytes, Any] | None:
         """(key, value) of the first (``last``: the last) row ``lo <= key < hi`` of an ordered
         table, or None (the store has every write of the batch)."""
         edge = self._direct_edge
@@ -170,8 +172,17 @@ class Overlay:
             later: list[Row] = []
             for (partition, key), value in self._dirty.items():
                 (out if first is None or key[:1] == first else later).append(
-                    (topic, partition, key, None if value is _DELETED else
-                     value if type(value) is bytes else dumps(value)))
+                    (
+                        topic,
+                        partition,
+                        key,
+                        None
+                        if value is _DELETED
+                        else value
+                        if type(value) is bytes
+                        else dumps(value),
+                    )
+                )
             out += later
             self.clear()
             return out
@@ -225,11 +236,13 @@ class MemoryIO:
         keys = self._sorted.get(partition)
         if not keys:
             return iter(())
-        return iter([(k, self.data[(partition, k)])
-                     for k in keys.irange(lo, hi, inclusive=(True, False))])
+        return iter(
+            [(k, self.data[(partition, k)]) for k in keys.irange(lo, hi, inclusive=(True, False))]
+        )
 
-    def edge(self, partition: int, lo: bytes, hi: bytes | None,
-             last: bool = False) -> tuple[bytes, Any] | None:
+    def edge(
+        self, partition: int, lo: bytes, hi: bytes | None, last: bool = False
+    ) -> tuple[bytes, Any] | None:
         keys = self._sorted.get(partition)
         if not keys:
             return None

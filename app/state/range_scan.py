@@ -6,7 +6,8 @@ are ``bytes`` whose byte order is the order to scan by (:mod:`app.state.ordered_
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import faust
 from faust.exceptions import ImproperlyConfigured
@@ -31,8 +32,9 @@ def range_table(app: AppT, name: str, **kwargs: Any) -> RangeTable:
     return app.tables.add(table)  # type: ignore[no-any-return]
 
 
-def scan(table: faust.Table, lo: bytes, hi: bytes | None,
-         partition: int) -> Iterator[tuple[bytes, Any]]:
+def scan(
+    table: faust.Table, lo: bytes, hi: bytes | None, partition: int
+) -> Iterator[tuple[bytes, Any]]:
     """(key, value) of every key ``lo <= key < hi`` (``hi=None``: no upper end), in key order.
 
     ``partition`` is the table partition the keys live in (the current event's partition: a
@@ -43,7 +45,6 @@ def scan(table: faust.Table, lo: bytes, hi: bytes | None,
     return iter_range(table, lo, hi, partition)
 
 
-def scan_prefix(table: faust.Table, prefix: bytes,
-                partition: int) -> Iterator[tuple[bytes, Any]]:
+def scan_prefix(table: faust.Table, prefix: bytes, partition: int) -> Iterator[tuple[bytes, Any]]:
     """(key, value) of every key that starts with ``prefix``, in key order (see :func:`scan`)."""
     return scan(table, prefix, prefix_end(prefix), partition)

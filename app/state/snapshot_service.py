@@ -43,16 +43,24 @@ import asyncio
 import logging
 import shutil
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import rocksdict
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 
 from app.compat.stores import open_partitions
-from app.state.snapshot_store import Manifest, SnapshotError, Snapshots, fingerprint, read_offset, refusal
+from app.state.snapshot_store import (
+    Manifest,
+    SnapshotError,
+    Snapshots,
+    fingerprint,
+    read_offset,
+    refusal,
+)
 
 __all__ = ["SnapshotService", "install", "restoring", "service_of", "table_fingerprint"]
 
@@ -68,7 +76,7 @@ BOOTSTRAP_UNREADABLE_S = 60.0
 _restoring = 0
 
 
-def service_of(app: Any) -> "SnapshotService | None":
+def service_of(app: Any) -> SnapshotService | None:
     """``app``'s snapshot service (None: snapshots are off): its ``table_snapshots``, which
     :func:`install` sets and etj's table manager reads (it imports nothing of this module)."""
     return getattr(app, "table_snapshots", None)
@@ -90,16 +98,22 @@ def table_fingerprint(table: Any, partitions: int) -> str:
     """The layout of ``table``'s bytes: a snapshot of another layout is never installed."""
     # a table whose rows changed layout names it (app.joins.state: JoinsTable.state_layout)
     extra = {"state_layout": table.state_layout} if getattr(table, "state_layout", None) else {}
-    return fingerprint(table=table.name, key_serializer=_serializer(table, "key_serializer"),
-                       value_serializer=_serializer(table, "value_serializer"),
-                       key_type=getattr(table.key_type, "__name__", str(table.key_type)),
-                       value_type=getattr(table.value_type, "__name__", str(table.value_type)),
-                       partitions=partitions, driver="rocksdict", **extra)
+    return fingerprint(
+        table=table.name,
+        key_serializer=_serializer(table, "key_serializer"),
+        value_serializer=_serializer(table, "value_serializer"),
+        key_type=getattr(table.key_type, "__name__", str(table.key_type)),
+        value_type=getattr(table.value_type, "__name__", str(table.value_type)),
+        partitions=partitions,
+        driver="rocksdict",
+        **extra,
+    )
 
 
 def _rocksdb_tables(app: Any) -> list[Any]:
-    return [t for t in app.tables.values()
-            if isinstance(t.data, RocksDBStore) and t.data.use_rocksdict]
+    return [
+        t for t in app.tables.values() if isinstance(t.data, RocksDBStore) and t.data.use_rocksdict
+    ]
 
 
 class SnapshotService:
@@ -156,11 +170,19 @@ class SnapshotService:
             if existing and existing[-1].offset == offset:
                 return None  # another start already snapshotted this offset
             t0 = time.monotonic()
-            m = self.snapshots.upload(folder, tp.topic, tp.partition, offset,
-                                      self.fingerprint(table))
+            m = self.snapshots.upload(
+                folder, tp.topic, tp.partition, offset, self.fingerprint(table)
+            )
             pruned = self.snapshots.prune(tp.topic, tp.partition, self.keep)
-            log.info("snapshot of %s[%d] at offset %d: %d bytes in %.1f s (pruned %d)",
-                     tp.topic, tp.partition, offset, m.size, time.monotonic() - t0, len(pruned))
+            log.info(
+                "snapshot of %s[%d] at offset %d: %d bytes in %.1f s (pruned %d)",
+                tp.topic,
+                tp.partition,
+                offset,
+                m.size,
+                time.monotonic() - t0,
+                len(pruned),
+            )
             return m
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -174,12 +196,18 @@ class SnapshotService:
             loop = asyncio.get_running_loop()
             for table, tp, offset, folder in self.checkpoints():
                 try:
-                    await loop.run_in_executor(self.executor, self._upload, table, tp, offset,
-                                               folder)
+                    await loop.run_in_executor(
+                        self.executor, self._upload, table, tp, offset, folder
+                    )
                     self.uploaded[tp] = offset
                 except Exception as exc:  # an unreachable store must not stop the join
-                    log.warning("snapshot of %s[%d] at offset %d failed: %r", tp.topic,
-                                tp.partition, offset, exc)
+                    log.warning(
+                        "snapshot of %s[%d] at offset %d failed: %r",
+                        tp.topic,
+                        tp.partition,
+                        offset,
+                        exc,
+                    )
         finally:
             self.busy = False
 
@@ -194,23 +222,27 @@ class SnapshotService:
             self.snapshots.download(m, tmp)
             offset = read_offset(tmp, store.offset_key)
             if offset != m.offset:
-                raise SnapshotError(f"its database holds offset {offset}, the manifest says "
-                                    f"{m.offset}")
+                raise SnapshotError(
+                    f"its database holds offset {offset}, the manifest says {m.offset}"
+                )
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp.rename(target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    async def _restore_one(self, table: Any, tp: TP, earliest: int | None,
-                           highwater: int | None) -> None:
+    async def _restore_one(
+        self, table: Any, tp: TP, earliest: int | None, highwater: int | None
+    ) -> None:
         loop = asyncio.get_running_loop()
         where = f"{tp.topic}[{tp.partition}]"
         try:
-            candidates = await loop.run_in_executor(None, self.snapshots.list, tp.topic,
-                                                    tp.partition)
+            candidates = await loop.run_in_executor(
+                None, self.snapshots.list, tp.topic, tp.partition
+            )
         except Exception as exc:
-            log.warning("snapshots of %s cannot be listed (%r): full replay of its changelog",
-                        where, exc)
+            log.warning(
+                "snapshots of %s cannot be listed (%r): full replay of its changelog", where, exc
+            )
             return
         if not candidates:
             log.info("no snapshot of %s: full replay of its changelog", where)
@@ -225,9 +257,15 @@ class SnapshotService:
                 except Exception as exc:
                     reason = f"unreadable: {exc}"
                 else:
-                    log.info("restored %s from snapshot %s (offset %d, %d bytes) in %.1f s; "
-                             "the changelog is replayed from there", where, m.id, m.offset,
-                             m.size, time.monotonic() - t0)
+                    log.info(
+                        "restored %s from snapshot %s (offset %d, %d bytes) in %.1f s; "
+                        "the changelog is replayed from there",
+                        where,
+                        m.id,
+                        m.offset,
+                        m.size,
+                        time.monotonic() - t0,
+                    )
                     return
             log.warning("snapshot %s of %s not used: %s", m.id, where, reason)
         log.warning("no usable snapshot of %s: full replay of its changelog", where)
@@ -245,28 +283,45 @@ class SnapshotService:
             while True:
                 try:
                     marker = await loop.run_in_executor(None, self.snapshots.bootstrap, topic)
-                    why = None if marker is None or marker.state == "done" else (
-                        f"bootstrap job {marker.job} {marker.state}"
-                        + (f" ({marker.error})" if marker.error else ""))
+                    why = (
+                        None
+                        if marker is None or marker.state == "done"
+                        else (
+                            f"bootstrap job {marker.job} {marker.state}"
+                            + (f" ({marker.error})" if marker.error else "")
+                        )
+                    )
                 except Exception as exc:  # an unreachable store: wait a while, say so
                     why = f"its bootstrap marker is unreadable ({exc!r})"
                     if time.monotonic() - began >= BOOTSTRAP_UNREADABLE_S:
-                        log.warning("table %s: %s for %.0f s: reading the table without "
-                                    "knowing whether a bootstrap job is writing it", topic, why,
-                                    time.monotonic() - began)
+                        log.warning(
+                            "table %s: %s for %.0f s: reading the table without "
+                            "knowing whether a bootstrap job is writing it",
+                            topic,
+                            why,
+                            time.monotonic() - began,
+                        )
                         break
                 if why is None:
                     self.not_bootstrapping.add(topic)
                     if said:
-                        log.info("table %s: its bootstrap is done (waited %.0f s)", topic,
-                                 time.monotonic() - began)
+                        log.info(
+                            "table %s: its bootstrap is done (waited %.0f s)",
+                            topic,
+                            time.monotonic() - began,
+                        )
                     break
                 now = time.monotonic()
                 if not said or now - said >= BOOTSTRAP_SAY_S:
                     said = now
-                    log.warning("table %s: %s; waited %.0f s, waiting until it is done before "
-                                "reading the table (a failed job: run it again, "
-                                "docs/operating/bootstrap.md)", topic, why, now - began)
+                    log.warning(
+                        "table %s: %s; waited %.0f s, waiting until it is done before "
+                        "reading the table (a failed job: run it again, "
+                        "docs/operating/bootstrap.md)",
+                        topic,
+                        why,
+                        now - began,
+                    )
                 await asyncio.sleep(BOOTSTRAP_POLL_S)
 
     async def restore(self, assigned: Iterable[TP]) -> None:
@@ -283,8 +338,12 @@ class SnapshotService:
             if any(tp.topic in topics for tp in assigned):
                 touched.append(table)
             for tp in assigned:
-                if (tp.topic in topics and tp in actives and tp.partition not in opened
-                        and not Path(store.partition_path(tp.partition)).exists()):
+                if (
+                    tp.topic in topics
+                    and tp in actives
+                    and tp.partition not in opened
+                    and not Path(store.partition_path(tp.partition)).exists()
+                ):
                     todo.append((table, tp))
         global _restoring
         _restoring += 1
@@ -299,9 +358,12 @@ class SnapshotService:
             except Exception as exc:
                 log.warning("changelog offsets unknown (%r): snapshots are not used", exc)
                 earliest, highwaters = {}, {}
-            await asyncio.gather(*(self._restore_one(table, tp, earliest.get(tp),
-                                                     highwaters.get(tp))
-                                   for table, tp in todo))
+            await asyncio.gather(
+                *(
+                    self._restore_one(table, tp, earliest.get(tp), highwaters.get(tp))
+                    for table, tp in todo
+                )
+            )
         finally:
             _restoring -= 1
 
@@ -313,11 +375,14 @@ def install(app: Any) -> None:
     if not settings.snapshot_url:
         return
     if not settings.local_tables:
-        log.warning("ETJ_SNAPSHOT_URL is set but the store is %s: snapshots need rocksdb://",
-                    settings.store_url)
+        log.warning(
+            "ETJ_SNAPSHOT_URL is set but the store is %s: snapshots need rocksdb://",
+            settings.store_url,
+        )
         return
-    service = app.table_snapshots = SnapshotService(app, Snapshots(settings.snapshot_url),
-                                                    settings.snapshot_keep)
+    service = app.table_snapshots = SnapshotService(
+        app, Snapshots(settings.snapshot_url), settings.snapshot_keep
+    )
     shutil.rmtree(service.workdir, ignore_errors=True)  # checkpoints left by a killed worker
 
     async def write_snapshots() -> None:

@@ -29,13 +29,22 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
-__all__ = ["FORMAT", "BootstrapMarker", "Manifest", "SnapshotError", "Snapshots", "fingerprint",
-           "open_store", "refusal"]
+__all__ = [
+    "FORMAT",
+    "BootstrapMarker",
+    "Manifest",
+    "SnapshotError",
+    "Snapshots",
+    "fingerprint",
+    "open_store",
+    "refusal",
+]
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +97,17 @@ class Manifest:
         return json.dumps(asdict(self), indent=1, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "Manifest":
+    def from_json(cls, data: bytes) -> Manifest:
         d = json.loads(data)
-        return cls(table=str(d["table"]), partition=int(d["partition"]), offset=int(d["offset"]),
-                   fingerprint=str(d["fingerprint"]), created_ms=int(d["created_ms"]),
-                   files=dict(d["files"]), format=int(d.get("format", 0)))
+        return cls(
+            table=str(d["table"]),
+            partition=int(d["partition"]),
+            offset=int(d["offset"]),
+            fingerprint=str(d["fingerprint"]),
+            created_ms=int(d["created_ms"]),
+            files=dict(d["files"]),
+            format=int(d.get("format", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -118,7 +133,7 @@ class BootstrapMarker:
         return json.dumps(asdict(self), indent=1, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "BootstrapMarker":
+    def from_json(cls, data: bytes) -> BootstrapMarker:
         d = json.loads(data)
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
@@ -135,27 +150,35 @@ def partition_prefix(table: str, partition: int) -> str:
     return f"{table}/{partition}/"
 
 
-def refusal(m: Manifest, *, fingerprint: str, earliest: int | None,
-            highwater: int | None) -> str | None:
+def refusal(
+    m: Manifest, *, fingerprint: str, earliest: int | None, highwater: int | None
+) -> str | None:
     """Why snapshot ``m`` must not be installed (None: it may). ``earliest``: the changelog
     partition's log-start offset; ``highwater``: its end offset (the next offset written)."""
     if m.format != FORMAT:
         return f"manifest format {m.format}, this worker reads {FORMAT}"
     if m.fingerprint != fingerprint:
-        return (f"table layout {m.fingerprint} differs from this worker's {fingerprint} "
-                "(another table definition, serializer or partition count)")
+        return (
+            f"table layout {m.fingerprint} differs from this worker's {fingerprint} "
+            "(another table definition, serializer or partition count)"
+        )
     if earliest is None or highwater is None:
         return "the changelog's offsets are unknown"
     if m.offset + 1 < earliest:
-        return (f"older than the changelog's retention: it covers up to offset {m.offset}, "
-                f"the changelog starts at {earliest} (records in between are gone)")
+        return (
+            f"older than the changelog's retention: it covers up to offset {m.offset}, "
+            f"the changelog starts at {earliest} (records in between are gone)"
+        )
     if m.offset >= highwater:
-        return (f"ahead of the changelog: offset {m.offset}, the changelog ends at {highwater} "
-                "(was the topic recreated?)")
+        return (
+            f"ahead of the changelog: offset {m.offset}, the changelog ends at {highwater} "
+            "(was the topic recreated?)"
+        )
     return None
 
 
 # --- object stores ------------------------------------------------------------------------------
+
 
 class ObjectStore(Protocol):
     """The five operations snapshots need, over keys relative to the store's URL."""
@@ -243,8 +266,9 @@ class S3Store:
         from botocore.exceptions import ClientError
 
         try:
-            self.client.download_file(self.bucket, self.prefix + key, str(local),
-                                      Config=self.transfer)
+            self.client.download_file(
+                self.bucket, self.prefix + key, str(local), Config=self.transfer
+            )
         except ClientError as exc:
             raise SnapshotError(f"cannot read object {key}: {exc}") from exc
 
@@ -264,17 +288,20 @@ class S3Store:
     def list(self, prefix: str) -> list[tuple[str, int]]:
         out = []
         pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=self.prefix + prefix)
+            Bucket=self.bucket, Prefix=self.prefix + prefix
+        )
         for page in pages:
             for obj in page.get("Contents", ()):
-                out.append((obj["Key"][len(self.prefix):], int(obj["Size"])))
+                out.append((obj["Key"][len(self.prefix) :], int(obj["Size"])))
         return sorted(out)
 
     def delete(self, keys: Iterable[str]) -> None:
         keys = [self.prefix + k for k in keys]
         for i in range(0, len(keys), 1000):
-            self.client.delete_objects(Bucket=self.bucket, Delete={
-                "Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+            self.client.delete_objects(
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True},
+            )
 
 
 def open_store(url: str) -> ObjectStore:
@@ -291,6 +318,7 @@ def open_store(url: str) -> ObjectStore:
 
 # --- snapshots --------------------------------------------------------------------------------
 
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -306,8 +334,15 @@ class Snapshots:
         self.url = url
         self.store = store if store is not None else open_store(url)
 
-    def upload(self, checkpoint: Path, table: str, partition: int, offset: int,
-               fingerprint: str, created_ms: int | None = None) -> Manifest:
+    def upload(
+        self,
+        checkpoint: Path,
+        table: str,
+        partition: int,
+        offset: int,
+        fingerprint: str,
+        created_ms: int | None = None,
+    ) -> Manifest:
         """Upload a checkpoint folder as the snapshot of (table, partition) at ``offset``;
         its manifest last, so a cut-short upload is never listed."""
         created = int(time.time() * 1000) if created_ms is None else created_ms
@@ -323,8 +358,11 @@ class Snapshots:
 
     def list(self, table: str | None = None, partition: int | None = None) -> list[Manifest]:
         """Every complete snapshot (those with a readable manifest), oldest first."""
-        prefix = "" if table is None else (
-            f"{table}/" if partition is None else partition_prefix(table, partition))
+        prefix = (
+            ""
+            if table is None
+            else (f"{table}/" if partition is None else partition_prefix(table, partition))
+        )
         out = []
         for key, _ in self.store.list(prefix):
             if key.rsplit("/", 1)[-1] != MANIFEST:
@@ -341,12 +379,15 @@ class Snapshots:
         prefix = partition_prefix(table, partition)
         by_id: dict[str, list[str]] = {}
         for key, _ in self.store.list(prefix):
-            by_id.setdefault(key[len(prefix):].split("/", 1)[0], []).append(key)
+            by_id.setdefault(key[len(prefix) :].split("/", 1)[0], []).append(key)
         complete = sorted(i for i, keys in by_id.items() if f"{prefix}{i}/{MANIFEST}" in keys)
         kept = set(complete[-keep:]) if keep > 0 else set()
         oldest_kept = min(kept) if kept else None
-        doomed = [i for i in sorted(by_id) if i not in kept
-                  and (i in complete or (oldest_kept is not None and i < oldest_kept))]
+        doomed = [
+            i
+            for i in sorted(by_id)
+            if i not in kept and (i in complete or (oldest_kept is not None and i < oldest_kept))
+        ]
         for i in doomed:  # the manifest first: a half-deleted snapshot is never listed
             keys = by_id[i]
             self.store.delete([k for k in keys if k.endswith("/" + MANIFEST)])
@@ -376,8 +417,10 @@ class Snapshots:
             self.store.get_file(m.prefix + name, path)
             size = path.stat().st_size
             if size != int(meta["size"]):
-                raise SnapshotError(f"snapshot {m.id}: {name} has {size} bytes, the manifest "
-                                    f"says {meta['size']} (truncated?)")
+                raise SnapshotError(
+                    f"snapshot {m.id}: {name} has {size} bytes, the manifest "
+                    f"says {meta['size']} (truncated?)"
+                )
             if _sha256(path) != meta["sha256"]:
                 raise SnapshotError(f"snapshot {m.id}: {name} does not match its checksum")
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hmac
 import json
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -44,10 +45,15 @@ def is_open(path: str) -> bool:
 
 
 def _unauthorized() -> web.Response:
-    body = json.dumps({"error": "a bearer token is required: Authorization: Bearer <token>",
-                       "status": 401})
-    return web.Response(status=401, text=body, content_type="application/json",
-                        headers={"WWW-Authenticate": 'Bearer realm="etj"'})
+    body = json.dumps(
+        {"error": "a bearer token is required: Authorization: Bearer <token>", "status": 401}
+    )
+    return web.Response(
+        status=401,
+        text=body,
+        content_type="application/json",
+        headers={"WWW-Authenticate": 'Bearer realm="etj"'},
+    )
 
 
 def middleware(token: str) -> Any:

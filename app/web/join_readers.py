@@ -19,9 +19,11 @@ one hash away (:func:`partition_of`), and a key's answer is one range read on on
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
+from app import topology
 from app.agents.event_join import JoinEngine, engines
 from app.faust_app import settings
 from app.joins import car_state, fk_state
@@ -31,7 +33,6 @@ from app.kafka.partitioner import partition_for
 from app.logic.car_join import join as join_car
 from app.logic.fk_join import Joined
 from app.state.range_scan import scan
-from app import topology
 
 __all__ = ["EventTimeReader", "ForeignKeyReader", "JoinReader", "readers", "output_topics"]
 
@@ -79,8 +80,13 @@ class EventTimeReader(JoinReader):
 
     def describe(self) -> dict[str, Any]:
         spec = self.engine.spec
-        return {**spec.describe(), "kind": self.kind, "key": spec.dimension.key,
-                "key_url": f"/joins/{spec.name}/{{key}}/", "timeline": self.timeline_fields()}
+        return {
+            **spec.describe(),
+            "kind": self.kind,
+            "key": spec.dimension.key,
+            "key_url": f"/joins/{spec.name}/{{key}}/",
+            "timeline": self.timeline_fields(),
+        }
 
     def timeline_fields(self) -> dict[str, str | None]:
         """Which output fields the timeline page draws (``/timeline/?join=<name>``): a dot's
@@ -90,9 +96,12 @@ class EventTimeReader(JoinReader):
         events, dim = spec.events, spec.dimension.copy
         answer = dim[0] if dim else None
         label = next((f for f in spec.payload_fields), "id")
-        return {"time": events.time if events.time in events.copy else None,
-                "answer": answer, "previous": None if answer is None else f"previous_{answer}",
-                "label": label}
+        return {
+            "time": events.time if events.time in events.copy else None,
+            "answer": answer,
+            "previous": None if answer is None else f"previous_{answer}",
+            "label": label,
+        }
 
     def local_keys(self, partitions: set[int]) -> set[str]:
         """Keys with rows (joins or versions) in ``partitions`` of this worker's store."""
@@ -107,11 +116,14 @@ class EventTimeReader(JoinReader):
     def joins_of(self, key: str, partition: int) -> list[tuple[str, Any]]:
         """(join id, join) of the key's joins in retention, by event time (one range read)."""
         state, joins = self.engine.state, self.engine.tables.joins
-        return [(split_join_key(k)[2], state.load(raw))
-                for k, raw in scan(joins, *join_range(key, None, None), partition)]
+        return [
+            (split_join_key(k)[2], state.load(raw))
+            for k, raw in scan(joins, *join_range(key, None, None), partition)
+        ]
 
-    def latest_revisions(self, key: str, found: Iterable[tuple[str, Any]],
-                         partition: int = 0) -> list[dict]:
+    def latest_revisions(
+        self, key: str, found: Iterable[tuple[str, Any]], partition: int = 0
+    ) -> list[dict]:
         """The latest revision of each join, as the output carries it, with its lineage (a
         held join of an ``inner`` spec has none yet: it is counted, not listed)."""
         spec, engine = self.engine.spec, self.engine
@@ -132,9 +144,13 @@ class EventTimeReader(JoinReader):
         spec = self.engine.spec
         clock = tables.clock.get(partition)
         dim_fields = ("event_time", *spec.dimension.copy)
-        return {"versions": [dict(zip(dim_fields, v)) for v in versions or []],
-                "joins": rows, "held": len(found) - len(rows), "stream_time": clock,
-                "retention_horizon": None if clock is None else clock - spec.retention_ms}
+        return {
+            "versions": [dict(zip(dim_fields, v)) for v in versions or []],
+            "joins": rows,
+            "held": len(found) - len(rows),
+            "stream_time": clock,
+            "retention_horizon": None if clock is None else clock - spec.retention_ms,
+        }
 
 
 @dataclass
@@ -155,8 +171,13 @@ class ForeignKeyReader(JoinReader):
     kind = "foreign-key"
 
     def describe(self) -> dict[str, Any]:
-        return {**self.description, "name": self.name, "kind": self.kind,
-                "output": self.output, "key_url": f"/joins/{self.name}/{{key}}/"}
+        return {
+            **self.description,
+            "name": self.name,
+            "kind": self.kind,
+            "output": self.output,
+            "key_url": f"/joins/{self.name}/{{key}}/",
+        }
 
     def parse_key(self, text: str) -> Any:
         return self.parse(text)
@@ -167,8 +188,11 @@ class ForeignKeyReader(JoinReader):
         found = list(self.members(key, partition))
         if version is None and not found:
             return None
-        return {"versions": [] if version is None else [self.version_fields(version)],
-                "joins": [self.joined(m, version) for m in found], "held": 0}
+        return {
+            "versions": [] if version is None else [self.version_fields(version)],
+            "joins": [self.joined(m, version) for m in found],
+            "held": 0,
+        }
 
 
 def parse_id(text: str) -> int:
@@ -191,23 +215,36 @@ def car_reader(cars: Any) -> ForeignKeyReader:
         return None if row is None else car_state.reading_of(zone_id, row)
 
     return ForeignKeyReader(
-        name="cars", output=settings.car_pollution_topic, table=cars.pollution,
+        name="cars",
+        output=settings.car_pollution_topic,
+        table=cars.pollution,
         partitions=settings.partitions,
-        description={"events": {"topic": settings.car_arrivals_topic, "key": "car_id",
-                                "foreign_key": "to_zone_id", "time": "event_time"},
-                     "dimension": {"topic": settings.zones_topic, "key": "zone_id",
-                                   "time": "event_time", "copy": ["pollution_level"]},
-                     "key": "zone_id", "consumer_rule": "per car_id, the greatest "
-                     "(car_event_time, zone_event_time, pollution_level)"},
+        description={
+            "events": {
+                "topic": settings.car_arrivals_topic,
+                "key": "car_id",
+                "foreign_key": "to_zone_id",
+                "time": "event_time",
+            },
+            "dimension": {
+                "topic": settings.zones_topic,
+                "key": "zone_id",
+                "time": "event_time",
+                "copy": ["pollution_level"],
+            },
+            "key": "zone_id",
+            "consumer_rule": "per car_id, the greatest "
+            "(car_event_time, zone_event_time, pollution_level)",
+        },
         dimension=reading,
         members=lambda zone_id, p: car_state.cars_in_zone(cars.zone_cars, zone_id, p),
         joined=lambda arrival, r: join_car(arrival, r).to_wire(),
-        version_fields=lambda r: {"event_time": r.event_time,
-                                  "pollution_level": r.pollution_level},
-        parse=parse_id)
+        version_fields=lambda r: {"event_time": r.event_time, "pollution_level": r.pollution_level},
+        parse=parse_id,
+    )
 
 
-def fk_reader(t: "topology.FkJoinTopology") -> ForeignKeyReader:
+def fk_reader(t: topology.FkJoinTopology) -> ForeignKeyReader:
     """A foreign-key spec's join (a user's), read by right key: its latest version and the
     left rows pointing at it now, each joined as the output carries it."""
     spec = t.spec
@@ -217,15 +254,19 @@ def fk_reader(t: "topology.FkJoinTopology") -> ForeignKeyReader:
         return None if row is None else fk_state.right_of(key, row)
 
     return ForeignKeyReader(
-        name=spec.name, output=spec.output, table=t.right_table,
+        name=spec.name,
+        output=spec.output,
+        table=t.right_table,
         partitions=spec.partitions or settings.partitions,
         description={**spec.describe(), "key": spec.right.key},
         dimension=version,
         members=lambda key, p: fk_state.left_rows_in(t.index_table, t.index_keys, key, p),
         joined=lambda left, right: spec.to_wire(Joined(left, right)),
-        version_fields=lambda r: dict(zip(("event_time", *spec.right.copy),
-                                          (r.event_time, *r.values))),
-        parse=parse_id if spec.right_key_type is int else str)
+        version_fields=lambda r: dict(
+            zip(("event_time", *spec.right.copy), (r.event_time, *r.values))
+        ),
+        parse=parse_id if spec.right_key_type is int else str,
+    )
 
 
 def build_readers() -> dict[str, JoinReader]:

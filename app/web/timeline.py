@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 from faust.web import Request, Response, View
@@ -34,9 +35,20 @@ from app.joins.keys import is_join_row, split_join_key
 from app.topology import owned_partitions
 from app.web.auth import peer_headers
 from app.web.join_readers import EventTimeReader, readers
-from app.web.views import (FORWARDED, MOODS, input_partition, mood_engine, mood_history,
-                           page_if, recent_joins, routed, served_by, worker_ident, zone_cars,
-                           zone_pollution)
+from app.web.views import (
+    FORWARDED,
+    MOODS,
+    input_partition,
+    mood_engine,
+    mood_history,
+    page_if,
+    recent_joins,
+    routed,
+    served_by,
+    worker_ident,
+    zone_cars,
+    zone_pollution,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +69,7 @@ async def timeline_page(view: View, request: Request) -> Response:
 
 
 # ---- which keys this worker owns ------------------------------------------------------------
+
 
 def local_consultants() -> list[str]:
     """Consultants with state in partitions this worker owns (mood history or recent joins)."""
@@ -84,12 +97,19 @@ def local_zones() -> list[dict[str, Any]]:
             continue
         reading = reading_of(int(zone_id), row)
         cars = sum(1 for _ in zone_car_rows(zone_cars, reading.zone_id, partition))
-        out.append({"zone_id": reading.zone_id, "pollution_level": reading.pollution_level,
-                    "event_time": reading.event_time, "cars": cars})
+        out.append(
+            {
+                "zone_id": reading.zone_id,
+                "pollution_level": reading.pollution_level,
+                "event_time": reading.event_time,
+                "cars": cars,
+            }
+        )
     return sorted(out, key=lambda z: z["zone_id"])
 
 
 # ---- gathering from every worker ------------------------------------------------------------
+
 
 def peer_urls() -> list[URL]:
     """Every worker of the group, per the latest assignment (this one included)."""
@@ -102,21 +122,29 @@ async def ask_peer(url: URL, path: str) -> dict[str, Any]:
     """GET ``path`` of worker ``url`` (its local answer), or an ``error`` saying why not."""
     try:
         async with app.http_client.get(
-                url.with_path(path), headers={FORWARDED: served_by(), **peer_headers()},
-                timeout=aiohttp.ClientTimeout(total=PEER_TIMEOUT_S)) as resp:
+            url.with_path(path),
+            headers={FORWARDED: served_by(), **peer_headers()},
+            timeout=aiohttp.ClientTimeout(total=PEER_TIMEOUT_S),
+        ) as resp:
             if resp.status != 200:
                 return {"served_by": str(url), "error": f"HTTP {resp.status}"}
             body: dict[str, Any] = await resp.json()
             return body
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+    except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
         return {"served_by": str(url), "error": repr(exc)}
 
 
 async def gather(path: str, local: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
     """The local answer of every worker: computed here for this one, asked of the others."""
     here = worker_ident(app.conf.canonical_url)
-    return list(await asyncio.gather(*(
-        _local(local) if worker_ident(url) == here else ask_peer(url, path) for url in peer_urls())))
+    return list(
+        await asyncio.gather(
+            *(
+                _local(local) if worker_ident(url) == here else ask_peer(url, path)
+                for url in peer_urls()
+            )
+        )
+    )
 
 
 async def _local(local: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -125,17 +153,21 @@ async def _local(local: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 
 def _workers(answers: list[dict[str, Any]], field: str) -> dict[str, Any]:
     """Per worker: how many items it gave, or its error (so the page can say who is missing)."""
-    return {a.get("served_by", "?"): a["error"] if "error" in a else len(a.get(field, []))
-            for a in answers}
+    return {
+        a.get("served_by", "?"): a["error"] if "error" in a else len(a.get(field, []))
+        for a in answers
+    }
 
 
 # ---- views -----------------------------------------------------------------------------------
 
+
 @app.page("/timeline/api/consultants/local/")
 async def consultants_local(view: View, request: Request) -> Response:
     """Consultants whose partition this worker owns."""
-    return view.json({"served_by": served_by(), "consultants": local_consultants()},
-                     headers=NO_CACHE)
+    return view.json(
+        {"served_by": served_by(), "consultants": local_consultants()}, headers=NO_CACHE
+    )
 
 
 @app.page("/timeline/api/consultants/")
@@ -143,10 +175,14 @@ async def consultants(view: View, request: Request) -> Response:
     """Every consultant with state, gathered from all workers, sorted."""
     answers = await gather(
         "/timeline/api/consultants/local/",
-        lambda: {"served_by": served_by(), "consultants": local_consultants()})
+        lambda: {"served_by": served_by(), "consultants": local_consultants()},
+    )
     names = sorted({n for a in answers for n in a.get("consultants", [])})
-    return view.json({"consultants": names, "workers": _workers(answers, "consultants")},
-                     headers=NO_CACHE)
+    return view.json(
+        {"consultants": names, "workers": _workers(answers, "consultants")}, headers=NO_CACHE
+    )
+
+
 # -> {"consultants": [name, ...], "workers": {url: count | error}}
 
 
@@ -159,10 +195,13 @@ async def zones_local(view: View, request: Request) -> Response:
 @app.page("/timeline/api/zones/")
 async def zones(view: View, request: Request) -> Response:
     """Every zone with a reading, its pollution and car count, gathered from all workers."""
-    answers = await gather("/timeline/api/zones/local/",
-                           lambda: {"served_by": served_by(), "zones": local_zones()})
+    answers = await gather(
+        "/timeline/api/zones/local/", lambda: {"served_by": served_by(), "zones": local_zones()}
+    )
     rows = sorted((z for a in answers for z in a.get("zones", [])), key=lambda z: z["zone_id"])
     return view.json({"zones": rows, "workers": _workers(answers, "zones")}, headers=NO_CACHE)
+
+
 # -> {"zones": [{"zone_id", "pollution_level", "event_time", "cars"}], "workers": {...}}
 
 
@@ -171,15 +210,26 @@ async def zones(view: View, request: Request) -> Response:
 async def clock(view: View, request: Request, consultant: str, partition: int) -> Response:
     """Stream time and retention horizon of the partition that holds ``consultant``."""
     stream_time = mood_engine.tables.clock.get(partition)
-    return view.json({
-        "consultant": consultant, "partition": partition, "served_by": served_by(),
-        "stream_time": stream_time, "retention_ms": settings.retention_ms,
-        "retention_horizon": None if stream_time is None else stream_time - settings.retention_ms,
-    }, headers=NO_CACHE)
+    return view.json(
+        {
+            "consultant": consultant,
+            "partition": partition,
+            "served_by": served_by(),
+            "stream_time": stream_time,
+            "retention_ms": settings.retention_ms,
+            "retention_horizon": None
+            if stream_time is None
+            else stream_time - settings.retention_ms,
+        },
+        headers=NO_CACHE,
+    )
+
+
 # -> {"consultant", "partition", "served_by", "stream_time", "retention_ms", "retention_horizon"}
 
 
 # ---- any event-time join (/timeline/?join=<name>) --------------------------------------------
+
 
 def local_keys(name: str) -> dict[str, Any]:
     """The keys of event-time join ``name`` whose partition this worker owns."""
@@ -204,6 +254,9 @@ async def join_keys(view: View, request: Request, join: str) -> Response:
         return view.error(404, f"no event-time join {join!r}", join=join)
     answers = await gather(f"/timeline/api/joins/{join}/keys/local/", lambda: local_keys(join))
     keys = sorted({k for a in answers for k in a.get("keys", [])})
-    return view.json({"join": join, "keys": keys, "workers": _workers(answers, "keys")},
-                     headers=NO_CACHE)
+    return view.json(
+        {"join": join, "keys": keys, "workers": _workers(answers, "keys")}, headers=NO_CACHE
+    )
+
+
 # -> {"join", "keys": [key, ...], "workers": {url: count | error}}

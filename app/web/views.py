@@ -20,11 +20,11 @@ recovering its tables answers 503 (it would otherwise report a half-recovered ta
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from functools import wraps
 from itertools import islice
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 from faust.types import TP
@@ -35,14 +35,14 @@ from yarl import URL
 
 from app import metrics, topology
 from app.agents.event_join import engines
-from app.kafka.partitioner import partition_for
 from app.compat import rocksdb_memory
-from app.state.snapshot_service import restoring
 from app.compat.stores import estimated_keys
 from app.faust_app import app, settings
 from app.joins import car_state
 from app.joins.state import stored_versions
+from app.kafka.partitioner import partition_for
 from app.logic.car_join import ZoneReading, join
+from app.state.snapshot_service import restoring
 from app.topology import owned_partitions
 from app.web.auth import peer_headers
 from app.web.join_readers import JoinReader, parse_id, readers
@@ -76,6 +76,7 @@ Handler = Callable[..., Awaitable[Response]]
 
 # ---- readiness and ownership --------------------------------------------------------------
 
+
 def recovery_state() -> dict[str, Any]:
     """Whether this worker's tables are recovered (first assignment done, none in progress;
     snapshots being installed count as recovering: app.state.snapshot_service)."""
@@ -83,8 +84,12 @@ def recovery_state() -> dict[str, Any]:
     recovered_once = recovery.completed.is_set()
     recovering = bool(app.in_recovery) or restoring()
     remaining = recovery.active_remaining_total() if recovering else 0
-    return {"ready": recovered_once and not recovering, "recovering": recovering,
-            "recovered_once": recovered_once, "active_remaining": remaining}
+    return {
+        "ready": recovered_once and not recovering,
+        "recovering": recovering,
+        "recovered_once": recovered_once,
+        "active_remaining": remaining,
+    }
 
 
 def input_partition(raw_key: str) -> int:
@@ -108,8 +113,9 @@ def owner_of(table: Any, partition: int) -> URL | None:
     return None
 
 
-def routed(table: Any, param: str,
-           parse: Callable[[str], Any] | None = None) -> Callable[[Handler], Handler]:
+def routed(
+    table: Any, param: str, parse: Callable[[str], Any] | None = None
+) -> Callable[[Handler], Handler]:
     """Answer on the worker that owns the URL's ``param`` key of ``table`` (see module doc).
 
     ``parse`` turns the URL text into the table key (e.g. ``int``); a ValueError is a 404, as
@@ -130,18 +136,30 @@ def routed(table: Any, param: str,
             except ValueError as exc:
                 return view.error(404, f"unknown {param} {text!r}: {exc}", **{param: text})
             partition = input_partition(str(key))
-            return await at_owner(view, request, table, partition, lambda: fun(
-                view, request, **{**kwargs, param: key, "partition": partition}),
-                fun.__name__, **{param: text})
+            return await at_owner(
+                view,
+                request,
+                table,
+                partition,
+                lambda: fun(view, request, **{**kwargs, param: key, "partition": partition}),
+                fun.__name__,
+                **{param: text},
+            )
 
         return get
 
     return decorate
 
 
-async def at_owner(view: View, request: Request, table: Any, partition: int,
-                   answer: Callable[[], Awaitable[Response]], what: str,
-                   **about: Any) -> Response:
+async def at_owner(
+    view: View,
+    request: Request,
+    table: Any,
+    partition: int,
+    answer: Callable[[], Awaitable[Response]],
+    what: str,
+    **about: Any,
+) -> Response:
     """``answer()`` on the worker that has ``partition`` of ``table`` active: forwarded there
     (one hop) from any other; 503 while this worker recovers or the partition moves; a bug in
     ``answer`` is a JSON 500 naming ``about`` (the URL's key), never an HTML page."""
@@ -154,8 +172,12 @@ async def at_owner(view: View, request: Request, table: Any, partition: int,
         return view.error(503, "tables are recovering; retry", **state)
     active = TP(table.changelog_topic.get_topic_name(), partition)
     if not app.assignor.is_active(active):
-        return view.error(503, "partition not owned here (rebalancing?); retry",
-                          partition=partition, owner=str(owner) if owner else None)
+        return view.error(
+            503,
+            "partition not owned here (rebalancing?); retry",
+            partition=partition,
+            owner=str(owner) if owner else None,
+        )
     try:
         return await answer()
     except Exception as exc:  # a bug must answer JSON, and be in the log
@@ -165,27 +187,37 @@ async def at_owner(view: View, request: Request, table: Any, partition: int,
 
 async def forward(view: View, request: Request, owner: URL) -> Response:
     """Ask the owner, return its answer (status and body) unchanged."""
-    url = request.url.with_scheme(owner.scheme or "http").with_host(owner.host or "") \
+    url = (
+        request.url.with_scheme(owner.scheme or "http")
+        .with_host(owner.host or "")
         .with_port(owner.port)
-    headers = {"Accept": request.headers.get("Accept", "application/json"),
-               FORWARDED: str(app.conf.canonical_url), **peer_headers()}
+    )
+    headers = {
+        "Accept": request.headers.get("Accept", "application/json"),
+        FORWARDED: str(app.conf.canonical_url),
+        **peer_headers(),
+    }
     try:
         async with app.http_client.get(
-                url, headers=headers,
-                timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)) as resp:
+            url, headers=headers, timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
+        ) as resp:
             body = await resp.read()
             return view.bytes(body, content_type=resp.content_type, status=resp.status)
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError) as exc:
         return view.error(502, f"owner {owner} did not answer: {exc!r}", owner=str(owner))
 
 
 async def ask(owner: URL, path_qs: str) -> tuple[int, Any]:
     """GET ``path_qs`` of the worker ``owner`` itself (no further hop): (status, JSON body)."""
     url = URL(str(owner)).with_path("").join(URL(path_qs))
-    headers = {"Accept": "application/json", FORWARDED: str(app.conf.canonical_url),
-               **peer_headers()}
+    headers = {
+        "Accept": "application/json",
+        FORWARDED: str(app.conf.canonical_url),
+        **peer_headers(),
+    }
     async with app.http_client.get(
-            url, headers=headers, timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)) as resp:
+        url, headers=headers, timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
+    ) as resp:
         return resp.status, await resp.json(content_type=None)
 
 
@@ -195,6 +227,7 @@ def served_by() -> str:
 
 # ---- keyed views ----------------------------------------------------------------------------
 
+
 @page_if(MOODS, "/moods/{consultant}/")
 @routed(mood_history, "consultant")
 async def moods(view: View, request: Request, consultant: str, partition: int) -> Response:
@@ -202,10 +235,16 @@ async def moods(view: View, request: Request, consultant: str, partition: int) -
     history = stored_versions(recent_joins, mood_history, consultant, partition)
     if history is None and not _joins_of(consultant, partition):
         return view.error(404, f"unknown consultant {consultant!r}", consultant=consultant)
-    return view.json({
-        "consultant": consultant, "partition": partition, "served_by": served_by(),
-        "moods": [{"event_time": t, "mood": m} for t, m in history or []],
-    })
+    return view.json(
+        {
+            "consultant": consultant,
+            "partition": partition,
+            "served_by": served_by(),
+            "moods": [{"event_time": t, "mood": m} for t, m in history or []],
+        }
+    )
+
+
 # -> {"consultant", "partition", "served_by", "moods": [{"event_time", "mood"}, ...]}
 
 
@@ -215,8 +254,16 @@ def _joins_of(consultant: str, partition: int) -> list[tuple[str, Any]]:
 
 
 #: the fields of a /joins/{consultant}/ row (its latest revision, without the consultant)
-JOIN_ROW = ("id", "event_time", "recommendation", "mood", "mood_event_time", "revision", "cause",
-            "previous_mood")
+JOIN_ROW = (
+    "id",
+    "event_time",
+    "recommendation",
+    "mood",
+    "mood_event_time",
+    "revision",
+    "cause",
+    "previous_mood",
+)
 
 
 @app.page("/joins/")
@@ -225,6 +272,8 @@ async def list_joins(view: View, request: Request) -> Response:
     window; the car join's topics and key) and this worker's counters of it (not routed: every
     worker runs the same joins)."""
     return view.json({"joins": [described(r) for r in readers.values()]})
+
+
 # -> {"joins": [{"name", "kind", "key", "key_url", "events": {...}, "dimension": {...},
 #                "output", ..., "counters": {"records", "held", ...}}]}
 
@@ -262,8 +311,11 @@ async def consultant_joins(view: View, request: Request, name: str, partition: i
             wire = spec.to_wire(rev)
             rows.append({f: wire[f] for f in JOIN_ROW})
     rows.sort(key=lambda r: (r["event_time"], r["id"]))
-    return view.json({"consultant": consultant, "partition": partition,
-                      "served_by": served_by(), "joins": rows})
+    return view.json(
+        {"consultant": consultant, "partition": partition, "served_by": served_by(), "joins": rows}
+    )
+
+
 # -> {"consultant", "partition", "served_by", "joins": [{"id", "event_time", ..., "cause"}]}
 
 
@@ -277,19 +329,29 @@ async def join_key_view(view: View, request: Request, name: str, key: str) -> Re
     try:
         parsed = reader.parse_key(key)
     except ValueError as exc:
-        return view.error(404, f"unknown key {key!r} of join {name!r}: {exc}", join=name,
-                          key=key)
+        return view.error(404, f"unknown key {key!r} of join {name!r}: {exc}", join=name, key=key)
     partition = reader.partition_of(parsed)
 
     async def answer() -> Response:
         found = reader.read(parsed, partition)
         if found is None:
             return view.error(404, f"unknown key {key!r} of join {name!r}", join=name, key=key)
-        return view.json({"join": name, "kind": reader.kind, "key": parsed,
-                          "partition": partition, "served_by": served_by(), **found})
+        return view.json(
+            {
+                "join": name,
+                "kind": reader.kind,
+                "key": parsed,
+                "partition": partition,
+                "served_by": served_by(),
+                **found,
+            }
+        )
 
-    return await at_owner(view, request, reader.table, partition, answer, "join_key_view",
-                          join=name, key=key)
+    return await at_owner(
+        view, request, reader.table, partition, answer, "join_key_view", join=name, key=key
+    )
+
+
 # -> {"join", "kind", "key", "partition", "served_by", "versions": [{"event_time", ...}],
 #     "joins": [latest revision of each join, as the output carries it], "held",
 #     "stream_time", "retention_horizon"}   (the last two for event-time joins)
@@ -322,15 +384,21 @@ async def cars_in_zone(view: View, request: Request, zone_id: int, partition: in
     # list() before any await: the RocksDB iterator must not outlive this event-loop step
     found = list(islice(car_state.cars_in_zone(zone_cars, zone_id, partition), limit + 1))
     if reading is None and not found:
-        return view.error(404, f"unknown zone {zone_id}: no reading and no car",
-                          zone_id=zone_id)
+        return view.error(404, f"unknown zone {zone_id}: no reading and no car", zone_id=zone_id)
     cars = [join(arrival, reading).to_wire() for arrival in found[:limit]]
-    return view.json({
-        "zone_id": zone_id, "partition": partition, "served_by": served_by(),
-        "pollution_level": None if reading is None else reading.pollution_level,
-        "zone_event_time": None if reading is None else reading.event_time,
-        "cars": cars, "truncated": len(found) > limit,
-    })
+    return view.json(
+        {
+            "zone_id": zone_id,
+            "partition": partition,
+            "served_by": served_by(),
+            "pollution_level": None if reading is None else reading.pollution_level,
+            "zone_event_time": None if reading is None else reading.event_time,
+            "cars": cars,
+            "truncated": len(found) > limit,
+        }
+    )
+
+
 # -> {"zone_id", "partition", "served_by", "pollution_level", "zone_event_time",
 #     "cars": [{car_id, zone_id, fuel_level, pollution_level, car_event_time, zone_event_time}],
 #     "truncated"}   (cars ordered by car id)
@@ -354,35 +422,56 @@ async def car(view: View, request: Request, car_id: int, partition: int) -> Resp
     owner = owner_of(zone_pollution, zone_partition)
     here = worker_ident(app.conf.canonical_url)
     if owner is None or worker_ident(owner) == here:
-        if not app.assignor.is_active(TP(zone_pollution.changelog_topic.get_topic_name(),
-                                          zone_partition)):
-            return view.error(503, f"no worker owns zone {zone_id}'s partition (rebalancing?)",
-                              car_id=car_id, zone_id=zone_id)
+        if not app.assignor.is_active(
+            TP(zone_pollution.changelog_topic.get_topic_name(), zone_partition)
+        ):
+            return view.error(
+                503,
+                f"no worker owns zone {zone_id}'s partition (rebalancing?)",
+                car_id=car_id,
+                zone_id=zone_id,
+            )
         reading, zone_served_by = zone_reading(zone_id), served_by()
     else:
         try:
             status, body = await ask(owner, f"/zones/{zone_id}/cars/?limit=0")
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
-            return view.error(502, f"zone owner {owner} did not answer: {exc!r}",
-                              car_id=car_id, zone_id=zone_id)
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            return view.error(
+                502, f"zone owner {owner} did not answer: {exc!r}", car_id=car_id, zone_id=zone_id
+            )
         if status == 404:
             reading = None
         elif status == 200:
-            reading = (None if body["zone_event_time"] is None
-                       else ZoneReading(zone_id, body["pollution_level"],
-                                        body["zone_event_time"]))
+            reading = (
+                None
+                if body["zone_event_time"] is None
+                else ZoneReading(zone_id, body["pollution_level"], body["zone_event_time"])
+            )
         else:
-            return view.error(503 if status == 503 else 502,
-                              f"zone owner {owner} answered {status}", car_id=car_id,
-                              zone_id=zone_id, zone_answer=body)
+            return view.error(
+                503 if status == 503 else 502,
+                f"zone owner {owner} answered {status}",
+                car_id=car_id,
+                zone_id=zone_id,
+                zone_answer=body,
+            )
         zone_served_by = str(owner)
-    return view.json({**join(arrival, reading).to_wire(), "partition": partition,
-                      "served_by": served_by(), "zone_served_by": zone_served_by})
+    return view.json(
+        {
+            **join(arrival, reading).to_wire(),
+            "partition": partition,
+            "served_by": served_by(),
+            "zone_served_by": zone_served_by,
+        }
+    )
+
+
 # -> {"car_id", "zone_id", "fuel_level", "pollution_level", "car_event_time", "zone_event_time",
 #     "partition", "served_by", "zone_served_by"}
 
 
 # ---- this worker: stats, health, readiness, metrics ---------------------------------------
+
 
 def partition_clocks(engine: Any) -> dict[str, dict[str, int | None]]:
     """Stream time and retention horizon of each partition of one join this worker owns."""
@@ -392,7 +481,8 @@ def partition_clocks(engine: Any) -> dict[str, dict[str, int | None]]:
         clock = tables.clock.get(p)
         row: dict[str, int | None] = {
             "stream_time": clock,
-            "retention_horizon": None if clock is None else clock - spec.retention_ms}
+            "retention_horizon": None if clock is None else clock - spec.retention_ms,
+        }
         out[str(p)] = row
     return out
 
@@ -429,9 +519,13 @@ def refresh_gauges() -> dict[str, Any]:
             if c["stream_time"] is not None:
                 metrics.stream_time.labels(spec_name, p).set(c["stream_time"])
                 metrics.retention_horizon.labels(spec_name, p).set(c["retention_horizon"])
-    return {"recovery": state, "partitions": clocks.get("moods", {}), "joins": clocks,
-            "tables": sizes,
-            "rocksdb_memory": rocksdb}
+    return {
+        "recovery": state,
+        "partitions": clocks.get("moods", {}),
+        "joins": clocks,
+        "tables": sizes,
+        "rocksdb_memory": rocksdb,
+    }
 
 
 @app.page("/stats/")
@@ -439,25 +533,29 @@ async def stats(view: View, request: Request) -> Response:
     """This worker's counters, per-partition clocks and state sizes (not routed: per worker)."""
     current = refresh_gauges()
     revisions = metrics.totals(metrics.revisions_out, "cause")
-    return view.json({
-        "served_by": served_by(),
-        "ready": current["recovery"]["ready"],
-        "recovery": current["recovery"],
-        "records_in": metrics.totals(metrics.records_in, "topic"),
-        "joins": int(revisions.get("arrival", 0)),
-        "corrections": int(sum(v for c, v in revisions.items() if c != "arrival")),
-        "revisions_by_cause": revisions,
-        "joins_finalised": int(sum(metrics.totals(metrics.joins_finalised).values())),
-        "late": metrics.totals(metrics.late_records, "topic"),
-        "dead_letters": metrics.totals(metrics.dead_letters, "topic"),
-        "car_moves": metrics.totals(metrics.car_moves, "op"),
-        "car_outputs": metrics.totals(metrics.car_outputs, "cause"),
-        "retention_ms": settings.retention_ms,
-        "partitions": current["partitions"],
-        "join_partitions": current["joins"],
-        "tables": current["tables"],
-        "rocksdb_memory": current["rocksdb_memory"],
-    })
+    return view.json(
+        {
+            "served_by": served_by(),
+            "ready": current["recovery"]["ready"],
+            "recovery": current["recovery"],
+            "records_in": metrics.totals(metrics.records_in, "topic"),
+            "joins": int(revisions.get("arrival", 0)),
+            "corrections": int(sum(v for c, v in revisions.items() if c != "arrival")),
+            "revisions_by_cause": revisions,
+            "joins_finalised": int(sum(metrics.totals(metrics.joins_finalised).values())),
+            "late": metrics.totals(metrics.late_records, "topic"),
+            "dead_letters": metrics.totals(metrics.dead_letters, "topic"),
+            "car_moves": metrics.totals(metrics.car_moves, "op"),
+            "car_outputs": metrics.totals(metrics.car_outputs, "cause"),
+            "retention_ms": settings.retention_ms,
+            "partitions": current["partitions"],
+            "join_partitions": current["joins"],
+            "tables": current["tables"],
+            "rocksdb_memory": current["rocksdb_memory"],
+        }
+    )
+
+
 # -> {"records_in": {topic: n}, "joins", "corrections", "late", "dead_letters", "car_moves",
 #     "car_outputs",
 #     "partitions": {p: {"stream_time", "retention_horizon"}}, "tables": {name: n},

@@ -14,20 +14,21 @@ import itertools
 import json
 import time
 from collections import namedtuple
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
 from unittest import mock
 
 import pytest
 
-from app.loop import pipeline
-from app.loop.durable import DurableLoop, loops
 from app.agents.event_join import JoinEngine, engines
-from app.outputs.producer_batches import Sent as Delivery
-from app.outputs import delivery
 from app.faust_app import app
 from app.inputs.inbox import Batch
 from app.joins.keys import join_range, split_join_key
+from app.loop import pipeline
+from app.loop.durable import DurableLoop, loops
+from app.outputs import delivery
+from app.outputs.producer_batches import Sent as Delivery
 from app.state.range_scan import scan
 
 #: what the consumer hands a loop: aiokafka's ConsumerRecord, the fields the loop reads
@@ -42,17 +43,30 @@ class Sent(list):
         super().__init__()
         self.changelog: list[tuple[str, int | None, Any, Any]] = []  # (topic, partition, k, v)
 
+
 _offsets = itertools.count()
 
 
-async def deliver(loop: DurableLoop, topic: str, key: str | bytes | None, value: Any,
-                  partition: int = 0, offset: int | None = None) -> None:
+async def deliver(
+    loop: DurableLoop,
+    topic: str,
+    key: str | bytes | None,
+    value: Any,
+    partition: int = 0,
+    offset: int | None = None,
+) -> None:
     """Hand one record to ``loop`` (a batch of one) and wait until it is delivered.
     ``offset``: the record's (a re-delivery: the offset it had); default, a new one."""
     raw = value if isinstance(value, (bytes, type(None))) else json.dumps(value).encode()
     offset = next(_offsets) if offset is None else offset
-    record = Record(topic, partition, offset, key.encode() if isinstance(key, str) else key, raw,
-                    int(time.time() * 1000))
+    record = Record(
+        topic,
+        partition,
+        offset,
+        key.encode() if isinstance(key, str) else key,
+        raw,
+        int(time.time() * 1000),
+    )
     await handle(loop, [Batch(topic, partition, [record], None, app.consumer_generation_id)])
 
 
@@ -64,8 +78,11 @@ async def handle(loop: DurableLoop, batches: Sequence[Batch]) -> None:
     if unit is not None:
         await loop.pipeline.hand_over(unit)
     for _ in range(1000):
-        failed = [t for t in loop.pipeline.tasks.values() if t is not None and t.done()
-                  and not t.cancelled() and t.exception() is not None]
+        failed = [
+            t
+            for t in loop.pipeline.tasks.values()
+            if t is not None and t.done() and not t.cancelled() and t.exception() is not None
+        ]
         if not loop.in_flight or failed:  # a failure: the worker would have failed stop
             break
         await asyncio.sleep(0)
@@ -79,11 +96,12 @@ def captured() -> Iterator[Sent]:
     app.finalize()
     sent = Sent()
 
-    async def fake_send_records(app_: Any, records: Any, *, refusable: bool = False,
-                                on_sent: Any = None) -> Delivery:
+    async def fake_send_records(
+        app_: Any, records: Any, *, refusable: bool = False, on_sent: Any = None
+    ) -> Delivery:
         out = Delivery()
         for i, (topic, partition, key, value, *_) in enumerate(records):  # *_: a hop's
-            if topic.endswith("-changelog"):                                 # timestamp, headers
+            if topic.endswith("-changelog"):  # timestamp, headers
                 sent.changelog.append((topic, partition, key, value))
             else:
                 sent.append((topic, key, value))
@@ -92,15 +110,18 @@ def captured() -> Iterator[Sent]:
             out.futures.append((done, [i]))
         return out
 
-    async def fake_send_direct(app_: Any, topic: str, key: Any, value: Any,
-                               partition: int | None = None, **kw: Any) -> asyncio.Future:
+    async def fake_send_direct(
+        app_: Any, topic: str, key: Any, value: Any, partition: int | None = None, **kw: Any
+    ) -> asyncio.Future:
         sent.append((topic, key, value))
         done: asyncio.Future = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
 
-    with mock.patch.object(pipeline, "send_records", fake_send_records), \
-            mock.patch.object(delivery, "send_direct", fake_send_direct):
+    with (
+        mock.patch.object(pipeline, "send_records", fake_send_records),
+        mock.patch.object(delivery, "send_direct", fake_send_direct),
+    ):
         try:
             yield sent
         finally:
@@ -119,19 +140,24 @@ class JoinHarness:
         self.engine, self.loop, self.sent = engine, engine.loop, sent
         self.spec, self.tables = engine.spec, engine.tables
 
-    async def put(self, topic: str, key: str | None, value: Any, partition: int = 0,
-                  offset: int | None = None) -> None:
+    async def put(
+        self, topic: str, key: str | None, value: Any, partition: int = 0, offset: int | None = None
+    ) -> None:
         await deliver(self.loop, topic, key, value, partition, offset)
 
-    async def event(self, value: dict[str, Any], partition: int = 0,
-                    offset: int | None = None) -> None:
-        await self.put(self.spec.events.topic, value[self.spec.events.key], value, partition,
-                       offset)
+    async def event(
+        self, value: dict[str, Any], partition: int = 0, offset: int | None = None
+    ) -> None:
+        await self.put(
+            self.spec.events.topic, value[self.spec.events.key], value, partition, offset
+        )
 
-    async def dimension(self, value: dict[str, Any], partition: int = 0,
-                        offset: int | None = None) -> None:
-        await self.put(self.spec.dimension.topic, value[self.spec.dimension.key], value,
-                       partition, offset)
+    async def dimension(
+        self, value: dict[str, Any], partition: int = 0, offset: int | None = None
+    ) -> None:
+        await self.put(
+            self.spec.dimension.topic, value[self.spec.dimension.key], value, partition, offset
+        )
 
     async def tick(self, partition: int = 0) -> None:
         await self.put(self.spec.ticks, None, b"{}", partition)
@@ -141,8 +167,10 @@ class JoinHarness:
 
     def joins(self, key: str, partition: int = 0) -> dict[str, Any]:
         """The key's joins in state: join id -> :class:`app.logic.event_join.Join`."""
-        return {split_join_key(k)[2]: self.engine.state.load(raw)
-                for k, raw in scan(self.tables.joins, *join_range(key, None, None), partition)}
+        return {
+            split_join_key(k)[2]: self.engine.state.load(raw)
+            for k, raw in scan(self.tables.joins, *join_range(key, None, None), partition)
+        }
 
     def clear(self) -> None:
         """Forget state and sends, as a fresh worker would (between randomised runs)."""

@@ -7,7 +7,8 @@ scenario chooses when a DEL or ADD lands. The tables are checked as well as what
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -19,8 +20,7 @@ from tests.agent.conftest import Sent, captured, deliver, outputs
 
 car_positions, zone_pollution, zone_cars = cars.positions, cars.pollution, cars.zone_cars
 
-FIELDS = {"car_id", "zone_id", "fuel_level", "pollution_level", "car_event_time",
-          "zone_event_time"}
+FIELDS = {"car_id", "zone_id", "fuel_level", "pollution_level", "car_event_time", "zone_event_time"}
 
 
 class Harness:
@@ -31,17 +31,26 @@ class Harness:
         self.forwarded = 0  # moves of ``sent`` already queued
         self.queue: list[tuple[bytes, dict[str, Any]]] = []  # moves in flight
 
-    async def put(self, agent: Any, topic: str, key: str | bytes | None, value: Any,
-                  partition: int = 0) -> None:
+    async def put(
+        self, agent: Any, topic: str, key: str | bytes | None, value: Any, partition: int = 0
+    ) -> None:
         await deliver(agent, topic, key, value, partition)
 
     async def arrive(self, car: int, zone: int, fuel: float, t: int) -> None:
-        await self.put(self.cars, settings.car_arrivals_topic, str(car),
-                       {"car_id": car, "to_zone_id": zone, "fuel_level": fuel, "event_time": t})
+        await self.put(
+            self.cars,
+            settings.car_arrivals_topic,
+            str(car),
+            {"car_id": car, "to_zone_id": zone, "fuel_level": fuel, "event_time": t},
+        )
 
     async def reading(self, zone: int, level: float, t: int) -> None:
-        await self.put(self.zones, settings.zones_topic, str(zone),
-                       {"zone_id": zone, "pollution_level": level, "event_time": t})
+        await self.put(
+            self.zones,
+            settings.zones_topic,
+            str(zone),
+            {"zone_id": zone, "pollution_level": level, "event_time": t},
+        )
 
     def moves(self) -> list[tuple[bytes, dict[str, Any]]]:
         return [(k, json.loads(v)) for t, k, v in self.sent if t == settings.car_moves_topic]
@@ -49,7 +58,7 @@ class Harness:
     async def deliver(self, only_zone: int | None = None) -> None:
         """Hand pending moves to the zone side (those of one zone, or all), in their order."""
         sent = self.moves()
-        self.queue += sent[self.forwarded:]
+        self.queue += sent[self.forwarded :]
         self.forwarded = len(sent)
         now = [m for m in self.queue if only_zone is None or m[1]["zone_id"] == only_zone]
         self.queue = [m for m in self.queue if m not in now]
@@ -72,7 +81,10 @@ async def test_a_move_sends_del_and_add_keyed_by_zone_and_stores_the_position(ha
     await harness.arrive(7, 1, 0.9, 10)
     await harness.arrive(7, 2, 0.8, 20)
     assert [(k, m["op"], m["zone_id"], m["event_time"]) for k, m in harness.moves()] == [
-        (b"1", "ADD", 1, 10), (b"1", "DEL", 1, 20), (b"2", "ADD", 2, 20)]
+        (b"1", "ADD", 1, 10),
+        (b"1", "DEL", 1, 20),
+        (b"2", "ADD", 2, 20),
+    ]
     assert car_positions[7] == [20, 2, 0.8, 1]  # newest arrival, and the zone it left
     await harness.arrive(7, 1, 0.5, 15)  # older, arriving late: no move at all
     assert len(harness.moves()) == 3 and car_positions[7][1] == 2
@@ -86,16 +98,35 @@ async def test_zone_update_reaches_every_car_of_the_zone_and_no_other(harness):
     out = harness.outputs()
     assert all(set(o) == FIELDS for o in out)
     assert [(o["car_id"], o["pollution_level"], o["zone_event_time"]) for o in out] == [
-        (1, None, None), (2, None, None), (3, None, None)]
-    assert sorted(zone_cars.data.keys()) == [encode_zone_car(5, 1), encode_zone_car(5, 2),
-                                             encode_zone_car(6, 3)]
+        (1, None, None),
+        (2, None, None),
+        (3, None, None),
+    ]
+    assert sorted(zone_cars.data.keys()) == [
+        encode_zone_car(5, 1),
+        encode_zone_car(5, 2),
+        encode_zone_car(6, 3),
+    ]
     # 2. a reading of zone 5: one output per car of zone 5, found by range scan
     await harness.reading(5, 42.0, 90)
     assert harness.outputs()[3:] == [
-        {"car_id": 1, "zone_id": 5, "fuel_level": 0.5, "pollution_level": 42.0,
-         "car_event_time": 101, "zone_event_time": 90},
-        {"car_id": 2, "zone_id": 5, "fuel_level": 0.5, "pollution_level": 42.0,
-         "car_event_time": 102, "zone_event_time": 90}]
+        {
+            "car_id": 1,
+            "zone_id": 5,
+            "fuel_level": 0.5,
+            "pollution_level": 42.0,
+            "car_event_time": 101,
+            "zone_event_time": 90,
+        },
+        {
+            "car_id": 2,
+            "zone_id": 5,
+            "fuel_level": 0.5,
+            "pollution_level": 42.0,
+            "car_event_time": 102,
+            "zone_event_time": 90,
+        },
+    ]
     assert zone_pollution[5] == [90, 42.0]
     # 3. an older reading changes nothing; a car arriving later picks up the stored one
     await harness.reading(5, 1.0, 80)
@@ -123,19 +154,44 @@ async def test_del_add_race_leaves_a_stale_output_that_the_consumer_rule_discard
 
 async def test_bad_records_become_dead_letters_and_the_agents_go_on(harness):
     await harness.put(harness.cars, settings.car_arrivals_topic, "1", b"{oops")
-    await harness.put(harness.cars, settings.car_arrivals_topic, "2",
-                      {"car_id": 1, "to_zone_id": 1, "fuel_level": 0.5, "event_time": 1})
-    await harness.put(harness.cars, settings.car_arrivals_topic, "1",
-                      b'{"car_id": 1, "to_zone_id": 1, "fuel_level": NaN, "event_time": 1}')
-    await harness.put(harness.zones, settings.zones_topic, "3",
-                      {"zone_id": 3, "pollution_level": "high", "event_time": 1})
-    await harness.put(harness.zones, settings.car_moves_topic, "3",
-                      {"op": "MOVE", "zone_id": 3, "car_id": 1, "to_zone_id": 3,
-                       "fuel_level": 0.5, "event_time": 1})
+    await harness.put(
+        harness.cars,
+        settings.car_arrivals_topic,
+        "2",
+        {"car_id": 1, "to_zone_id": 1, "fuel_level": 0.5, "event_time": 1},
+    )
+    await harness.put(
+        harness.cars,
+        settings.car_arrivals_topic,
+        "1",
+        b'{"car_id": 1, "to_zone_id": 1, "fuel_level": NaN, "event_time": 1}',
+    )
+    await harness.put(
+        harness.zones,
+        settings.zones_topic,
+        "3",
+        {"zone_id": 3, "pollution_level": "high", "event_time": 1},
+    )
+    await harness.put(
+        harness.zones,
+        settings.car_moves_topic,
+        "3",
+        {
+            "op": "MOVE",
+            "zone_id": 3,
+            "car_id": 1,
+            "to_zone_id": 3,
+            "fuel_level": 0.5,
+            "event_time": 1,
+        },
+    )
     await harness.put(harness.zones, settings.zones_topic, "3", None)
     dead = harness.outputs(settings.dead_letter_topic)
     assert [d["topic"] for d in dead] == [settings.car_arrivals_topic] * 3 + [
-        settings.zones_topic, settings.car_moves_topic, settings.zones_topic]
+        settings.zones_topic,
+        settings.car_moves_topic,
+        settings.zones_topic,
+    ]
     reasons = " | ".join(d["error"] for d in dead)
     for phrase in ("not valid JSON", "disagrees", "finite", "valid number", "op", "empty"):
         assert phrase in reasons
@@ -155,9 +211,14 @@ async def test_records_of_any_age_are_joined_never_sent_to_late(harness):
     await harness.arrive(2, 2, 0.4, 2)
     await harness.deliver()
     assert harness.outputs(settings.late_topic) == []
-    assert harness.outputs()[-1] == {"car_id": 2, "zone_id": 2, "fuel_level": 0.4,
-                                     "pollution_level": 7.0, "car_event_time": 2,
-                                     "zone_event_time": 1}
+    assert harness.outputs()[-1] == {
+        "car_id": 2,
+        "zone_id": 2,
+        "fuel_level": 0.4,
+        "pollution_level": 7.0,
+        "car_event_time": 2,
+        "zone_event_time": 1,
+    }
 
 
 def car_rows(sent: Sent) -> dict[tuple[str, bytes], bytes | None]:

@@ -10,11 +10,11 @@ import random
 from typing import Any
 
 from app import metrics as jm
+from app.inputs.records import parse
 from app.joins.keys import BUCKET_MS, expiry_key, id_key, join_key
 from app.joins.state import stored_versions
-from tests.oracle import exact_answer
-from app.inputs.records import parse
 from app.settings import Settings
+from tests.oracle import exact_answer
 
 DAY = 86_400_000
 T = 1_790_000_000_000
@@ -25,8 +25,13 @@ def movie(movie_id: str, title: str, t: int) -> dict[str, Any]:
     return {"movie_id": movie_id, "title": title, "event_time": t}
 
 
-def rating(rid: str, movie_id: str, t: int, user: str = "u1", stars: float = 4.0,
-           ) -> dict[str, Any]:
+def rating(
+    rid: str,
+    movie_id: str,
+    t: int,
+    user: str = "u1",
+    stars: float = 4.0,
+) -> dict[str, Any]:
     return {"id": rid, "movie_id": movie_id, "user_id": user, "rating": stars, "event_time": t}
 
 
@@ -46,19 +51,34 @@ async def test_a_rating_is_held_until_its_movie_arrives_then_released(join_harne
         assert h.engine.tables.joins[id_key("m1", "r1")] == T
         # 2. the movie arrives, stamped after the rating: the earliest version, released now
         await h.dimension(movie("m1", "Alien", T + 5), offset=7)
-        assert h.outputs() == [{
-            "id": "r1", "movie_id": "m1", "user_id": "u1", "rating": 4.0, "event_time": T,
-            "title": "Alien", "movie_event_time": T + 5, "revision": 1, "previous_title": None,
-            "cause": "late-dimension",  # lineage: the movie record released it
-            "source": {"topic": h.spec.dimension.topic, "partition": 0, "offset": 7}}]
+        assert h.outputs() == [
+            {
+                "id": "r1",
+                "movie_id": "m1",
+                "user_id": "u1",
+                "rating": 4.0,
+                "event_time": T,
+                "title": "Alien",
+                "movie_event_time": T + 5,
+                "revision": 1,
+                "previous_title": None,
+                "cause": "late-dimension",  # lineage: the movie record released it
+                "source": {"topic": h.spec.dimension.topic, "partition": 0, "offset": 7},
+            }
+        ]
         assert count(jm.released, "movies") == released0 + 1
         # 3. an older version arrives late: the rating now joins it (greatest <= its time)
         await h.dimension(movie("m1", "Alien (1979)", T - 10 * DAY))
         last = h.outputs()[-1]
         assert (last["title"], last["revision"], last["previous_title"]) == (
-            "Alien (1979)", 2, "Alien")
-        assert stored_versions(h.engine.tables.joins, h.engine.tables.history, "m1", 0) == [[T - 10 * DAY, "Alien (1979)"],
-                                                 [T + 5, "Alien"]]
+            "Alien (1979)",
+            2,
+            "Alien",
+        )
+        assert stored_versions(h.engine.tables.joins, h.engine.tables.history, "m1", 0) == [
+            [T - 10 * DAY, "Alien (1979)"],
+            [T + 5, "Alien"],
+        ]
 
 
 async def test_ratings_older_than_the_window_go_to_late_old_movies_do_not(join_harness):
@@ -107,11 +127,12 @@ async def test_a_redelivered_record_re_emits_what_it_touched(join_harness):
         h.loop.drop_waiting()
         await h.event(rating("r1", "m1", T + 1))
         await h.dimension(movie("m1", "Up", T))
-        again = h.outputs()[len(first):]
+        again = h.outputs()[len(first) :]
         assert again == [first[0], first[0], first[1]]  # same revisions, nothing new
 
 
 # ---- randomised arrival orders through the real agents of both specs --------------------------
+
 
 def partition_of(key: str) -> int:
     return sum(key.encode()) % 4
@@ -148,18 +169,41 @@ def as_results(spec: Any, latest: dict[str, Any]) -> dict[str, Any]:
         key = o[spec.events.key]
         payload = tuple(o[f] for f in spec.payload_fields)
         answer = tuple(o[f] for f in spec.dimension.copy)
-        out[jid] = (jid, key, o[spec.events.time], payload,
-                    None if o[spec.time_as] is None else answer, o[spec.time_as])
+        out[jid] = (
+            jid,
+            key,
+            o[spec.events.time],
+            payload,
+            None if o[spec.time_as] is None else answer,
+            o[spec.time_as],
+        )
     return out
 
 
 def random_movies(rng: random.Random) -> list[tuple[str, dict[str, Any]]]:
     movies = ["m1", "m2", "m3", "m4"]
-    recs = [("dim", movie(rng.choice(movies), rng.choice(["A", "B", "C"]),
-                          T + rng.randrange(0, 40) * DAY // 4)) for _ in range(rng.randrange(12))]
-    recs += [("event", rating(f"r{i}", rng.choice(movies), T + rng.randrange(0, 40) * DAY // 4,
-                              rng.choice(["u1", "u2"]), rng.choice([1.0, 2.5, 5.0])))
-             for i in range(rng.randrange(1, 25))]
+    recs = [
+        (
+            "dim",
+            movie(
+                rng.choice(movies), rng.choice(["A", "B", "C"]), T + rng.randrange(0, 40) * DAY // 4
+            ),
+        )
+        for _ in range(rng.randrange(12))
+    ]
+    recs += [
+        (
+            "event",
+            rating(
+                f"r{i}",
+                rng.choice(movies),
+                T + rng.randrange(0, 40) * DAY // 4,
+                rng.choice(["u1", "u2"]),
+                rng.choice([1.0, 2.5, 5.0]),
+            ),
+        )
+        for i in range(rng.randrange(1, 25))
+    ]
     recs += rng.sample(recs, k=min(3, len(recs)))  # duplicates
     rng.shuffle(recs)
     return recs
@@ -167,11 +211,23 @@ def random_movies(rng: random.Random) -> list[tuple[str, dict[str, Any]]]:
 
 def random_moods(rng: random.Random) -> list[tuple[str, dict[str, Any]]]:
     names = ["ann", "bob", "cy", "dee"]
-    recs = [("dim", {"name": rng.choice(names), "mood": rng.choice(["happy", "sad", "calm"]),
-                     "event_time": T + rng.randrange(40) * 1000}) for _ in range(rng.randrange(12))]
+    recs = [
+        (
+            "dim",
+            {
+                "name": rng.choice(names),
+                "mood": rng.choice(["happy", "sad", "calm"]),
+                "event_time": T + rng.randrange(40) * 1000,
+            },
+        )
+        for _ in range(rng.randrange(12))
+    ]
     for i in range(rng.randrange(1, 25)):
-        rec = {"consultant": rng.choice(names), "recommendation": rng.choice(["tea", "cake"]),
-               "event_time": T + rng.randrange(40) * 1000}
+        rec = {
+            "consultant": rng.choice(names),
+            "recommendation": rng.choice(["tea", "cake"]),
+            "event_time": T + rng.randrange(40) * 1000,
+        }
         if rng.random() < 0.5:
             rec["id"] = f"j{i}"
         recs.append(("event", rec))

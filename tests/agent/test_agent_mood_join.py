@@ -7,7 +7,8 @@ what it leaves in its tables (history, joins, clock: the spec's tables).
 from __future__ import annotations
 
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -31,13 +32,19 @@ async def harness(join_harness: Any) -> AsyncIterator[Any]:
 
 
 async def test_recommendation_then_late_mood_emits_arrival_then_correction(harness):
-    await harness.put(settings.events_topic, "ann",
-                      {"consultant": "ann", "recommendation": "tea", "event_time": 100, "id": "j"})
-    await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "happy",
-                                                    "event_time": 50})
+    await harness.put(
+        settings.events_topic,
+        "ann",
+        {"consultant": "ann", "recommendation": "tea", "event_time": 100, "id": "j"},
+    )
+    await harness.put(
+        settings.moods_topic, "ann", {"name": "ann", "mood": "happy", "event_time": 50}
+    )
     out = harness.outputs(settings.output_topic)
     assert [(r["revision"], r["mood"], r["previous_mood"], r["cause"]) for r in out] == [
-        (1, None, None, "arrival"), (2, "happy", None, "late-dimension")]
+        (1, None, None, "arrival"),
+        (2, "happy", None, "late-dimension"),
+    ]
     assert moods_of("ann") == [[50, "happy"]]
     assert harness.joins("ann")["j"].revision == 2  # revision held in state
     assert stream_clock[0] == 100
@@ -45,8 +52,11 @@ async def test_recommendation_then_late_mood_emits_arrival_then_correction(harne
 
 async def test_bad_record_becomes_a_dead_letter_and_the_agent_goes_on(harness):
     await harness.put(settings.moods_topic, "ann", b"{oops")
-    await harness.put(settings.events_topic, "ann",
-                      {"consultant": "ann", "recommendation": "tea", "event_time": 5})
+    await harness.put(
+        settings.events_topic,
+        "ann",
+        {"consultant": "ann", "recommendation": "tea", "event_time": 5},
+    )
     [dead] = harness.outputs(settings.dead_letter_topic)
     assert dead["topic"] == settings.moods_topic and "not valid JSON" in dead["error"]
     assert dead["value"] == "{oops"
@@ -55,10 +65,16 @@ async def test_bad_record_becomes_a_dead_letter_and_the_agent_goes_on(harness):
 
 async def test_too_old_record_goes_to_late_and_leaves_state_alone(harness):
     now = 10 * settings.retention_ms
-    await harness.put(settings.events_topic, "ann",
-                      {"consultant": "ann", "recommendation": "a", "event_time": now, "id": "a"})
-    await harness.put(settings.moods_topic, "ann",
-                      {"name": "ann", "mood": "sad", "event_time": now - settings.retention_ms - 1})
+    await harness.put(
+        settings.events_topic,
+        "ann",
+        {"consultant": "ann", "recommendation": "a", "event_time": now, "id": "a"},
+    )
+    await harness.put(
+        settings.moods_topic,
+        "ann",
+        {"name": "ann", "mood": "sad", "event_time": now - settings.retention_ms - 1},
+    )
     [late] = harness.outputs(settings.late_topic)
     assert late["record"]["mood"] == "sad" and late["horizon"] == now - settings.retention_ms
     assert moods_of("ann") is None
@@ -68,11 +84,16 @@ async def test_tick_purges_state_behind_the_horizon(harness):
     r = settings.retention_ms
     await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "a", "event_time": 10})
     await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "b", "event_time": 20})
-    await harness.put(settings.events_topic, "ann",
-                      {"consultant": "ann", "recommendation": "x", "event_time": 30, "id": "x"})
-    await harness.put(settings.events_topic, "ann",
-                      {"consultant": "ann", "recommendation": "y", "event_time": 31 + r,
-                       "id": "y"})
+    await harness.put(
+        settings.events_topic,
+        "ann",
+        {"consultant": "ann", "recommendation": "x", "event_time": 30, "id": "x"},
+    )
+    await harness.put(
+        settings.events_topic,
+        "ann",
+        {"consultant": "ann", "recommendation": "y", "event_time": 31 + r, "id": "y"},
+    )
     await harness.put(settings.ticks_topic, None, b"{}")
     assert list(harness.joins("ann")) == ["y"]  # x is final and dropped
     assert moods_of("ann") == [[20, "b"]]  # the last mood before the horizon stays
@@ -109,8 +130,9 @@ async def test_a_bug_in_parsing_dead_letters_the_record_and_the_agent_goes_on(ha
     engine._parsers[settings.moods_topic] = parser
     try:
         await harness.put(settings.moods_topic, "ann", {"boom": 1})
-        await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "ok",
-                                                        "event_time": 5})
+        await harness.put(
+            settings.moods_topic, "ann", {"name": "ann", "mood": "ok", "event_time": 5}
+        )
     finally:
         engine._parsers[settings.moods_topic] = real
     [dead] = harness.outputs(settings.dead_letter_topic)
@@ -119,7 +141,8 @@ async def test_a_bug_in_parsing_dead_letters_the_record_and_the_agent_goes_on(ha
 
 
 async def test_the_door_dead_letters_a_wrong_partition_and_a_record_from_the_future(
-        harness, monkeypatch):
+    harness, monkeypatch
+):
     """app.inputs.admission in the loop: a record in the partition a CRC32 producer would choose and
     one stamped a year ahead are dead letters that say why and are counted; neither touches
     state nor moves stream time, and what comes after joins as if they had not come."""
@@ -131,15 +154,31 @@ async def test_the_door_dead_letters_a_wrong_partition_and_a_record_from_the_fut
     [p] = partitions_of([b"ann"], 4)
     refused = metrics.refused.labels("moods", settings.moods_topic, "partitioner")
     before = refused._value.get()
-    await harness.put(settings.events_topic, "ann", {"consultant": "ann",
-                      "recommendation": "tea", "event_time": 1_000, "id": "a"}, partition=p)
-    await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "sad",
-                      "event_time": 500}, partition=(p + 1) % 4)
+    await harness.put(
+        settings.events_topic,
+        "ann",
+        {"consultant": "ann", "recommendation": "tea", "event_time": 1_000, "id": "a"},
+        partition=p,
+    )
+    await harness.put(
+        settings.moods_topic,
+        "ann",
+        {"name": "ann", "mood": "sad", "event_time": 500},
+        partition=(p + 1) % 4,
+    )
     year_ahead = int(time.time() * 1000) + 365 * 86_400_000
-    await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "odd",
-                      "event_time": year_ahead}, partition=p)
-    await harness.put(settings.events_topic, "ann", {"consultant": "ann",
-                      "recommendation": "cake", "event_time": 2_000, "id": "b"}, partition=p)
+    await harness.put(
+        settings.moods_topic,
+        "ann",
+        {"name": "ann", "mood": "odd", "event_time": year_ahead},
+        partition=p,
+    )
+    await harness.put(
+        settings.events_topic,
+        "ann",
+        {"consultant": "ann", "recommendation": "cake", "event_time": 2_000, "id": "b"},
+        partition=p,
+    )
     wrong, future = harness.outputs(settings.dead_letter_topic)
     assert "partitioner=murmur2_random" in wrong["error"] and wrong["value"].count("sad")
     assert "ms ahead of" in future["error"] and "ETJ_MAX_FUTURE_MS" in future["error"]
@@ -148,4 +187,6 @@ async def test_the_door_dead_letters_a_wrong_partition_and_a_record_from_the_fut
     assert stream_clock[p] == 2_000
     assert harness.outputs(settings.late_topic) == []
     assert [(r["id"], r["mood"]) for r in harness.outputs(settings.output_topic)] == [
-        ("a", None), ("b", None)]
+        ("a", None),
+        ("b", None),
+    ]

@@ -21,22 +21,39 @@ from tests.agent.conftest import captured, handle
 #: aiokafka's ConsumerRecord, the fields a hop reads
 Record = namedtuple("Record", "topic partition offset key value timestamp headers")
 
-SPEC = {"name": "hoptest",
-        "events": {"topic": "hoptest-clicks", "key": "user.id", "time": "at", "id": "id",
-                   "repartition": True,
-                   "fields": {"id": "str", "user.id": "str", "at": "time"},
-                   "copy": ["user.id", "at"]},
-        "dimension": {"topic": "hoptest-plans", "key": "user", "time": "at",
-                      "fields": {"user": "str", "plan": "str", "at": "time"}, "copy": ["plan"],
-                      "time_as": "plan_time"},
-        "output": "hoptest-out", "ticks": "hoptest-ticks", "retention_ms": 10 ** 9}
+SPEC = {
+    "name": "hoptest",
+    "events": {
+        "topic": "hoptest-clicks",
+        "key": "user.id",
+        "time": "at",
+        "id": "id",
+        "repartition": True,
+        "fields": {"id": "str", "user.id": "str", "at": "time"},
+        "copy": ["user.id", "at"],
+    },
+    "dimension": {
+        "topic": "hoptest-plans",
+        "key": "user",
+        "time": "at",
+        "fields": {"user": "str", "plan": "str", "at": "time"},
+        "copy": ["plan"],
+        "time_as": "plan_time",
+    },
+    "output": "hoptest-out",
+    "ticks": "hoptest-ticks",
+    "retention_ms": 10**9,
+}
 
 
 def hop_engine() -> RepartitionEngine:
     spec = resolve(SPEC, app_id=settings.app_id)
     side = spec.events
-    return RepartitionEngine(RepartitionHop(spec, "events", side, app.topic(side.topic),
-                                            app.topic(side.input, internal=True)))
+    return RepartitionEngine(
+        RepartitionHop(
+            spec, "events", side, app.topic(side.topic), app.topic(side.input, internal=True)
+        )
+    )
 
 
 async def test_a_hop_passes_records_on_by_join_key_and_dead_letters_what_the_join_refuses():
@@ -45,10 +62,16 @@ async def test_a_hop_passes_records_on_by_join_key_and_dead_letters_what_the_joi
     assert engine.target == target
     value = {"id": "c1", "user": {"id": "u1"}, "at": 1000}
     records = [
-        Record("hoptest-clicks", 2, 10, b"session-1", json.dumps(value).encode(), 990,
-               [("origin", b"web")]),
-        Record("hoptest-clicks", 2, 11, None, json.dumps({**value, "id": "c2"}).encode(), 991,
-               []),
+        Record(
+            "hoptest-clicks",
+            2,
+            10,
+            b"session-1",
+            json.dumps(value).encode(),
+            990,
+            [("origin", b"web")],
+        ),
+        Record("hoptest-clicks", 2, 11, None, json.dumps({**value, "id": "c2"}).encode(), 991, []),
         Record("hoptest-clicks", 2, 12, b"session-2", b'{"id": "c3", "at": 5}', 992, []),
     ]
     with captured() as sent:
@@ -61,10 +84,13 @@ async def test_a_hop_passes_records_on_by_join_key_and_dead_letters_what_the_joi
             return outs
 
         engine.pass_on = spy  # type: ignore[method-assign]
-        await handle(engine.loop, [Batch("hoptest-clicks", 2, records, 13,
-                                         app.consumer_generation_id)])
+        await handle(
+            engine.loop, [Batch("hoptest-clicks", 2, records, 13, app.consumer_generation_id)]
+        )
     assert [(o.topic, o.key, o.timestamp, o.headers) for o in passed[:2]] == [
-        (target, b"u1", 990, [("origin", b"web")]), (target, b"u1", 991, [])]
+        (target, b"u1", 990, [("origin", b"web")]),
+        (target, b"u1", 991, []),
+    ]
     assert [json.loads(o.value)["id"] for o in passed[:2]] == ["c1", "c2"]  # unchanged
     [(topic, key, dead)] = [s for s in sent if s[0] == settings.dead_letter_topic]
     dead = json.loads(dead)

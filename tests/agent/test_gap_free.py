@@ -11,14 +11,15 @@ nothing once everything is committed (app.logic.event_join.Join.unsent,
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator
+from typing import Any
 from unittest import mock
 
-from app.loop.acks import AckedRuns
 from app.agents.event_join import engines
 from app.faust_app import app
 from app.inputs.inbox import Batch
+from app.loop.acks import AckedRuns
 from tests.agent.conftest import Record
 
 T = 1_790_000_000_000
@@ -50,8 +51,9 @@ def committed_upto(offset: int, restarted: bool = True) -> Iterator[None]:
     these records before: the one after a crash). Not ``restarted``: the worker that handles
     them first (their outputs are on their way; the crash loses them later)."""
     with ExitStack() as stack:
-        stack.enter_context(mock.patch.object(app.consumer, "_committed_offset",
-                                              _Committed(offset), create=True))
+        stack.enter_context(
+            mock.patch.object(app.consumer, "_committed_offset", _Committed(offset), create=True)
+        )
         for engine in engines.values():
             stack.enter_context(mock.patch.object(engine.loop, "acked", _Forgets()))
             if restarted:
@@ -71,8 +73,9 @@ async def test_per_join_a_redelivered_version_re_emits_superseded_unsent_revisio
     async with join_harness("movies") as h:
         with committed_upto(0, restarted=False):  # nothing committed: every output may be lost
             await h.dimension(movie("A", T))
-            await h.event({"id": "r1", "movie_id": "m1", "user_id": "u", "rating": 4.0,
-                           "event_time": T + 10})
+            await h.event(
+                {"id": "r1", "movie_id": "m1", "user_id": "u", "rating": 4.0, "event_time": T + 10}
+            )
             await h.dimension(movie("B", T + 5))
             await h.dimension(movie("C", T + 7))
             first = h.outputs()
@@ -80,10 +83,11 @@ async def test_per_join_a_redelivered_version_re_emits_superseded_unsent_revisio
         with committed_upto(0):
             # as after a crash that lost all three outputs: the records come again
             await h.dimension(movie("C", T + 7))
-            assert h.outputs()[len(first):] == first  # 1, 2, 3 again, exactly as emitted
-            await h.event({"id": "r1", "movie_id": "m1", "user_id": "u", "rating": 4.0,
-                           "event_time": T + 10})
-            assert h.outputs()[2 * len(first):] == first
+            assert h.outputs()[len(first) :] == first  # 1, 2, 3 again, exactly as emitted
+            await h.event(
+                {"id": "r1", "movie_id": "m1", "user_id": "u", "rating": 4.0, "event_time": T + 10}
+            )
+            assert h.outputs()[2 * len(first) :] == first
         n = len(h.outputs())
         with committed_upto(10**12):  # every source committed: all delivered, nothing again
             await h.dimension(movie("C", T + 7))
@@ -97,15 +101,22 @@ async def test_per_join_every_lost_revision_comes_again_as_commits_advance(join_
     # answers the rating, yet it must re-emit the revision it made before its own offset is
     # committed: after that, revision 1 counts as delivered. The chaos run found the gap.
     rating = {"id": "r1", "movie_id": "m1", "user_id": "u", "rating": 4.0, "event_time": T + 10}
-    first_order = [("event", rating, 20), ("dimension", movie("A", T), 11),
-                   ("dimension", movie("B", T + 5), 12), ("dimension", movie("C", T + 7), 13)]
+    first_order = [
+        ("event", rating, 20),
+        ("dimension", movie("A", T), 11),
+        ("dimension", movie("B", T + 5), 12),
+        ("dimension", movie("C", T + 7), 13),
+    ]
     async with join_harness("movies") as h:
         with committed_upto(0, restarted=False):
             for side, value, offset in first_order:
                 await getattr(h, side)(value, offset=offset)
         first = {r["revision"]: r for r in h.outputs()}
         assert [(n, r["title"], r["cause"]) for n, r in sorted(first.items())] == [
-            (1, "A", "late-dimension"), (2, "B", "late-dimension"), (3, "C", "late-dimension")]
+            (1, "A", "late-dimension"),
+            (2, "B", "late-dimension"),
+            (3, "C", "late-dimension"),
+        ]
         n = len(h.outputs())
         for side, value, offset in [*first_order[1:], first_order[0]]:
             with committed_upto(min(offset, 14)):  # those before it are committed (r1: 20)
@@ -119,17 +130,21 @@ async def test_moods_a_redelivered_version_re_emits_superseded_unsent_revisions(
     async with join_harness("moods") as h:
         with committed_upto(0, restarted=False):
             await h.dimension(mood("sad", T))
-            await h.event({"consultant": "ann", "recommendation": "tea", "event_time": T + 10,
-                           "id": "x"})
+            await h.event(
+                {"consultant": "ann", "recommendation": "tea", "event_time": T + 10, "id": "x"}
+            )
             await h.dimension(mood("ok", T + 5))
             await h.dimension(mood("happy", T + 7))
             first = h.outputs()
-            assert [(r["revision"], r["mood"]) for r in first] == \
-                [(1, "sad"), (2, "ok"), (3, "happy")]
+            assert [(r["revision"], r["mood"]) for r in first] == [
+                (1, "sad"),
+                (2, "ok"),
+                (3, "happy"),
+            ]
         with committed_upto(0):
             # after a crash the records come again: the last version re-emits every revision
             await h.dimension(mood("happy", T + 7))
-            assert h.outputs()[len(first):] == first
+            assert h.outputs()[len(first) :] == first
             await h.tick()  # a tick re-emits nothing
             assert len(h.outputs()) == 2 * len(first)
         n = len(h.outputs())
@@ -138,13 +153,13 @@ async def test_moods_a_redelivered_version_re_emits_superseded_unsent_revisions(
         assert h.outputs()[n:] == []
 
 
-async def test_committed_sources_are_dropped_from_state_when_the_row_is_next_written(
-        join_harness):
+async def test_committed_sources_are_dropped_from_state_when_the_row_is_next_written(join_harness):
     async with join_harness("moods") as h:
         with committed_upto(0):
             await h.dimension(mood("sad", T))
-            await h.event({"consultant": "ann", "recommendation": "tea", "event_time": T + 10,
-                           "id": "x"})
+            await h.event(
+                {"consultant": "ann", "recommendation": "tea", "event_time": T + 10, "id": "x"}
+            )
             await h.dimension(mood("ok", T + 5))
         j = h.joins("ann")["x"]
         assert [u[1] for u in j.unsent] == [1]  # revision 1 kept: its source is uncommitted
@@ -163,21 +178,30 @@ async def test_acked_sources_are_dropped_before_any_commit(join_harness):
     async with join_harness("moods") as h:
         with mock.patch.object(app.consumer, "_committed_offset", _Committed(0), create=True):
             await h.dimension(mood("sad", T), offset=100)
-            await h.event({"consultant": "ann", "recommendation": "tea", "event_time": T + 10,
-                           "id": "x"}, offset=200)
+            await h.event(
+                {"consultant": "ann", "recommendation": "tea", "event_time": T + 10, "id": "x"},
+                offset=200,
+            )
             await h.dimension(mood("ok", T + 5), offset=101)
             await h.dimension(mood("happy", T + 7), offset=102)
-            in_log = [h.engine.loop.acked.holds(h.spec.dimension.topic, 0, o)
-                      for o in range(99, 104)]
+            in_log = [
+                h.engine.loop.acked.holds(h.spec.dimension.topic, 0, o) for o in range(99, 104)
+            ]
             assert in_log == [False, True, True, True, False]
             # a record Faust read past (offset 104 acked, 103 never handled): a new run
             await h.dimension(mood("calm", T + 8), offset=104)
             await h.dimension(mood("glad", T + 9), offset=105)
-            in_log = [h.engine.loop.acked.holds(h.spec.dimension.topic, 0, o)
-                      for o in range(101, 107)]
+            in_log = [
+                h.engine.loop.acked.holds(h.spec.dimension.topic, 0, o) for o in range(101, 107)
+            ]
             assert in_log == [False, False, False, True, True, False]  # 101-102: forgotten
         assert [(r["revision"], r["mood"]) for r in h.outputs()] == [
-            (1, "sad"), (2, "ok"), (3, "happy"), (4, "calm"), (5, "glad")]
+            (1, "sad"),
+            (2, "ok"),
+            (3, "happy"),
+            (4, "calm"),
+            (5, "glad"),
+        ]
         j = h.joins("ann")["x"]
         assert (j.revision, j.unsent) == (5, [])  # each superseded one was acked already
 
@@ -193,7 +217,12 @@ def test_a_record_handled_again_or_a_rebalance_makes_acked_offsets_unknown():
     with mock.patch.object(loop.engine, "on_tick", return_value=[]):
         loop.handle([Batch(ticks, 0, [tick], None, app.consumer_generation_id)])
     assert [loop.acked.holds(ticks, 0, o) for o in (99, 100, 103, 104, 109)] == [
-        False, True, True, False, False]
+        False,
+        True,
+        True,
+        False,
+        False,
+    ]
     loop.drop_waiting()  # a rebalance starts: the partition may go, and come back
     assert not loop.acked.holds(ticks, 0, 100)
 
@@ -206,11 +235,15 @@ def test_a_record_handled_again_or_a_rebalance_makes_acked_offsets_unknown():
 # again, the next owner of the partition (recovering from the changelog) never gets them. The
 # 10-minute chaos run with batching showed it: ratings waiting for their movie never answered.
 
+
 def state_rows(h: Any) -> dict[tuple[str, bytes], bytes]:
     """The join-state changelog rows sent so far: (topic, key) -> value (the stream clock
     aside)."""
-    return {(t, k): v for t, _, k, v in h.sent.changelog
-            if t.endswith(("-joins-changelog", "-history-changelog"))}
+    return {
+        (t, k): v
+        for t, _, k, v in h.sent.changelog
+        if t.endswith(("-joins-changelog", "-history-changelog"))
+    }
 
 
 async def test_per_join_a_redelivered_record_writes_its_rows_again(join_harness):
@@ -230,12 +263,14 @@ async def test_per_join_a_redelivered_record_writes_its_rows_again(join_harness)
 async def test_moods_a_redelivered_record_writes_its_rows_again(join_harness):
     async with join_harness("moods") as h:
         await h.dimension(mood("sad", T))
-        await h.event({"consultant": "ann", "recommendation": "tea", "event_time": T + 10,
-                       "id": "x"})
+        await h.event(
+            {"consultant": "ann", "recommendation": "tea", "event_time": T + 10, "id": "x"}
+        )
         first = state_rows(h)
         assert any(k[:1] == b"V" for t, k in first if t.endswith("-joins-changelog")), first
         h.sent.changelog.clear()
         await h.dimension(mood("sad", T))
-        await h.event({"consultant": "ann", "recommendation": "tea", "event_time": T + 10,
-                       "id": "x"})
+        await h.event(
+            {"consultant": "ann", "recommendation": "tea", "event_time": T + 10, "id": "x"}
+        )
         assert state_rows(h) == first

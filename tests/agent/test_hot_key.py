@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -32,8 +33,10 @@ async def harness(join_harness: Any) -> AsyncIterator[Any]:
 
 def batch(topic: str, values: list[dict[str, Any]], first_offset: int) -> Batch:
     now = int(time.time() * 1000)
-    records = [Record(topic, 0, first_offset + i, b"hot", json.dumps(v).encode(), now)
-               for i, v in enumerate(values)]
+    records = [
+        Record(topic, 0, first_offset + i, b"hot", json.dumps(v).encode(), now)
+        for i, v in enumerate(values)
+    ]
     return Batch(topic, 0, records, None, app.consumer_generation_id)
 
 
@@ -43,11 +46,13 @@ def size(value: Any) -> int:
 
 async def test_a_key_with_more_joins_than_a_row_held_is_exact_and_writes_small_rows(harness):
     moods = [{"name": "hot", "mood": f"m{t}", "event_time": t} for t in range(0, 10 * RECS, 1000)]
-    recs = [{"consultant": "hot", "recommendation": f"r{i}", "event_time": 10 * i + 5}
-            for i in range(RECS)]
+    recs = [
+        {"consultant": "hot", "recommendation": f"r{i}", "event_time": 10 * i + 5}
+        for i in range(RECS)
+    ]
     await handle(harness.loop, [batch(settings.moods_topic, moods[1:], 0)])
     for i in range(0, RECS, BATCH):
-        await handle(harness.loop, [batch(settings.events_topic, recs[i:i + BATCH], i)])
+        await handle(harness.loop, [batch(settings.events_topic, recs[i : i + BATCH], i)])
     before = len(harness.sent.changelog)
     # a late mood before every recommendation: every join that had no mood is corrected
     await handle(harness.loop, [batch(settings.moods_topic, moods[:1], len(moods))])
@@ -77,10 +82,14 @@ async def test_a_key_with_more_versions_than_a_row_held_is_exact_and_writes_smal
     request limit: the worker exited on every restart). Each version is its own row now
     (``V`` rows): every changelog row stays small, and a late mood writes its own row, not
     the key's history; the answers are the oracle's."""
-    moods = [{"name": "hot", "mood": f"{t:09d}" + "x" * 191, "event_time": t}
-             for t in range(0, 6_000 * 10, 10)]
-    recs = [{"consultant": "hot", "recommendation": f"r{i}", "event_time": 95 * i + 7}
-            for i in range(600)]
+    moods = [
+        {"name": "hot", "mood": f"{t:09d}" + "x" * 191, "event_time": t}
+        for t in range(0, 6_000 * 10, 10)
+    ]
+    recs = [
+        {"consultant": "hot", "recommendation": f"r{i}", "event_time": 95 * i + 7}
+        for i in range(600)
+    ]
     late = moods[1::10]  # a tenth of the moods come after the recommendations
     early = [m for m in moods if m not in late]
     await handle(harness.loop, [batch(settings.moods_topic, early, 0)])

@@ -5,19 +5,20 @@ the future of the send as a broker gives it; tests/broker/test_poison_pill.py ha
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 from unittest import mock
 
 import pytest
 from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 
+from app import runtime
+from app.faust_app import settings
 from app.loop import pipeline
 from app.loop.durable import loops
-from app.outputs.producer_batches import Sent as Delivery
-from app import runtime
 from app.outputs import delivery
-from app.faust_app import settings
+from app.outputs.producer_batches import Sent as Delivery
 
 POISON = b"POISON"
 
@@ -42,11 +43,13 @@ def broker_refuses(refused: BaseException, alone_too: bool = True) -> Iterator[l
     captured_send = delivery.send_direct
     alone: list[bytes] = []
 
-    async def send_records(app: Any, records: Any, *, refusable: bool = False,
-                           on_sent: Any = None) -> Any:
+    async def send_records(
+        app: Any, records: Any, *, refusable: bool = False, on_sent: Any = None
+    ) -> Any:
         poison = [i for i, r in enumerate(records) if refusable and POISON in (r[3] or b"")]
-        sent = await captured_records(app, [r for i, r in enumerate(records)
-                                            if i not in poison], refusable=refusable)
+        sent = await captured_records(
+            app, [r for i, r in enumerate(records) if i not in poison], refusable=refusable
+        )
         keep = [i for i in range(len(records)) if i not in poison]
         out = Delivery([(fut, [keep[j] for j in idx]) for fut, idx in sent.futures])
         out.futures += [(_failed(refused), [i]) for i in poison]
@@ -58,8 +61,10 @@ def broker_refuses(refused: BaseException, alone_too: bool = True) -> Iterator[l
             return _failed(refused)
         return await captured_send(app, topic, key, value)
 
-    with mock.patch.object(pipeline, "send_records", send_records), \
-            mock.patch.object(delivery, "send_alone", send_alone):
+    with (
+        mock.patch.object(pipeline, "send_records", send_records),
+        mock.patch.object(delivery, "send_alone", send_alone),
+    ):
         yield alone
 
 
@@ -67,11 +72,11 @@ def event(rid: str, text: str, t: int) -> dict[str, Any]:
     return {"consultant": "ann", "recommendation": text, "event_time": t, "id": rid}
 
 
-async def test_the_record_whose_revision_is_refused_is_dead_lettered_and_the_rest_joined(
-        harness):
+async def test_the_record_whose_revision_is_refused_is_dead_lettered_and_the_rest_joined(harness):
     with broker_refuses(MessageSizeTooLargeError()) as alone:
-        await harness.put(settings.moods_topic, "ann",
-                          {"name": "ann", "mood": "happy", "event_time": 10})
+        await harness.put(
+            settings.moods_topic, "ann", {"name": "ann", "mood": "happy", "event_time": 10}
+        )
         await harness.event(event("a", "tea", 100))
         await harness.event(event("big", "POISON" * 10, 200))
         await harness.event(event("c", "cake", 300))
@@ -92,17 +97,23 @@ async def test_a_refusal_that_was_a_batch_neighbours_is_not_a_dead_letter(harnes
 
 
 async def test_a_re_emitted_revision_refused_again_is_logged_not_blamed_on_the_trigger(
-        harness, caplog):
+    harness, caplog
+):
     """A re-delivered record re-emits the revisions it may have lost (after a restart): a
     refused repeat is logged and skipped; the record that came (a duplicate mood here) is not
     dead-lettered for it (the one that made the revision was, when first refused)."""
     await harness.event(event("big", "POISON", 100))  # sent: the broker did not refuse it then
-    await harness.put(settings.moods_topic, "ann", {"name": "ann", "mood": "ok", "event_time": 50},
-                      offset=10**6)  # revision 2 of "big", from this mood
+    await harness.put(
+        settings.moods_topic, "ann", {"name": "ann", "mood": "ok", "event_time": 50}, offset=10**6
+    )  # revision 2 of "big", from this mood
     harness.loop.drop_waiting()  # as after a restart: nothing known delivered
     with broker_refuses(MessageSizeTooLargeError()):
-        await harness.put(settings.moods_topic, "ann",
-                          {"name": "ann", "mood": "ok", "event_time": 50}, offset=10**6)
+        await harness.put(
+            settings.moods_topic,
+            "ann",
+            {"name": "ann", "mood": "ok", "event_time": 50},
+            offset=10**6,
+        )
     assert harness.outputs(settings.dead_letter_topic) == []
     assert "refused a re-emitted output again" in caplog.text and "'big'" in caplog.text
     assert not any(loop.in_flight for loop in loops)  # the duplicate is acked

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 from unittest import mock
 
-from app.loop import pipeline
 from app.agents.event_join import engines
 from app.faust_app import app
 from app.inputs.inbox import Batch
 from app.joins.keys import version_key
+from app.loop import pipeline
 from tests.agent.conftest import Record
 
 T = 1_790_000_000_000
@@ -39,9 +40,13 @@ def held(engine: Any) -> int:
 
 def lagging(engine: Any, partition: int | None = None) -> Any:
     """The events input looks as if the broker held more of it: moods wait for it."""
-    return mock.patch.object(engine.loop.merge, "lag", lambda topic, p, offset:
-                             topic == engine.spec.events.topic
-                             and (partition is None or p == partition))
+    return mock.patch.object(
+        engine.loop.merge,
+        "lag",
+        lambda topic, p, offset: (
+            topic == engine.spec.events.topic and (partition is None or p == partition)
+        ),
+    )
 
 
 @contextmanager
@@ -64,14 +69,22 @@ async def test_a_rebalance_does_not_wait_for_a_record_flow_control_holds(join_ha
             await h.dimension(mood("calm", T), offset=41)
             assert held(engine) == 1  # the mood waits for the lagging events input
             # and a fetch waits in the inbox, not handled yet
-            engine.loop.inbox.put(Batch(engine.spec.dimension.topic, 0, [Record(
-                engine.spec.dimension.topic, 0, 42, b"ann", b"{}", 0)], None, 0))
+            engine.loop.inbox.put(
+                Batch(
+                    engine.spec.dimension.topic,
+                    0,
+                    [Record(engine.spec.dimension.topic, 0, 42, b"ann", b"{}", 0)],
+                    None,
+                    0,
+                )
+            )
             await asyncio.wait_for(app._consumer_wait_empty(app.consumer, log), timeout=5)
             assert held(engine) == 0 and engine.loop.inbox.waiting() == 0
             assert h.outputs() == []  # not handled: they come again after the rebalance
             assert done, "what was acked is committed"
-            assert all(tp.partition != 0 or tp.topic != engine.spec.dimension.topic
-                       for tp in done[-1]), "nothing of the held records is acked"
+            assert all(
+                tp.partition != 0 or tp.topic != engine.spec.dimension.topic for tp in done[-1]
+            ), "nothing of the held records is acked"
 
 
 async def test_a_rebalance_waits_for_a_batch_on_its_way_to_the_broker(join_harness):
@@ -88,10 +101,26 @@ async def test_a_rebalance_waits_for_a_batch_on_its_way_to_the_broker(join_harne
 
         with mock.patch.object(pipeline, "send_records", slow), commits() as done:
             engine.loop.pipeline.start()
-            unit = engine.loop.handle([Batch(engine.spec.events.topic, 0, [Record(
-                engine.spec.events.topic, 0, 7, b"ann", b'{"consultant": "ann", '
-                b'"recommendation": "tea", "event_time": 5}', 0)], None,
-                app.consumer_generation_id)])
+            unit = engine.loop.handle(
+                [
+                    Batch(
+                        engine.spec.events.topic,
+                        0,
+                        [
+                            Record(
+                                engine.spec.events.topic,
+                                0,
+                                7,
+                                b"ann",
+                                b'{"consultant": "ann", "recommendation": "tea", "event_time": 5}',
+                                0,
+                            )
+                        ],
+                        None,
+                        app.consumer_generation_id,
+                    )
+                ]
+            )
             await engine.loop.pipeline.hand_over(unit)
             waiting = asyncio.ensure_future(app._consumer_wait_empty(app.consumer, log))
             await asyncio.sleep(0.2)
@@ -115,21 +144,39 @@ async def test_a_stop_waits_at_most_the_drain_for_a_batch_in_flight(join_harness
                 sent.futures = [(never, idx) for _, idx in sent.futures]
             return sent
 
-        with mock.patch.object(pipeline, "send_records", stuck), commits() as done, \
-                mock.patch.object(type(app), "should_stop", True, create=True), \
-                mock.patch.object(app.etj, "stop_drain_s", 0.3):
+        with (
+            mock.patch.object(pipeline, "send_records", stuck),
+            commits() as done,
+            mock.patch.object(type(app), "should_stop", True, create=True),
+            mock.patch.object(app.etj, "stop_drain_s", 0.3),
+        ):
             engine.loop.pipeline.start()
-            unit = engine.loop.handle([Batch(engine.spec.events.topic, 1, [Record(
-                engine.spec.events.topic, 1, 9, b"ann", b'{"consultant": "ann", '
-                b'"recommendation": "tea", "event_time": 5}', 0)], None,
-                app.consumer_generation_id)])
+            unit = engine.loop.handle(
+                [
+                    Batch(
+                        engine.spec.events.topic,
+                        1,
+                        [
+                            Record(
+                                engine.spec.events.topic,
+                                1,
+                                9,
+                                b"ann",
+                                b'{"consultant": "ann", "recommendation": "tea", "event_time": 5}',
+                                0,
+                            )
+                        ],
+                        None,
+                        app.consumer_generation_id,
+                    )
+                ]
+            )
             await engine.loop.pipeline.hand_over(unit)
             began = asyncio.get_running_loop().time()
             await asyncio.wait_for(app._consumer_wait_empty(app.consumer, log), timeout=5)
             assert asyncio.get_running_loop().time() - began < 2
             assert engine.loop.in_flight == 1  # left unacked: the next owner reads it again
-            assert all((tp.topic, tp.partition) != (engine.spec.events.topic, 1)
-                       for tp in done[-1])
+            assert all((tp.topic, tp.partition) != (engine.spec.events.topic, 1) for tp in done[-1])
         never.cancel()
 
 
@@ -166,8 +213,11 @@ async def test_a_held_record_let_go_later_keeps_its_own_partition(join_harness):
             await h.tick(partition=0)  # the next turn of the loop lets it go
         assert held(engine) == 0
         vk = version_key("ann", T, ["calm"])  # the mood's own row (app.joins.keys)
-        rows = [(p, k, v) for topic, p, k, v in h.sent.changelog
-                if topic == t.joins.changelog_topic.get_topic_name() and k[:1] == b"V"]
+        rows = [
+            (p, k, v)
+            for topic, p, k, v in h.sent.changelog
+            if topic == t.joins.changelog_topic.get_topic_name() and k[:1] == b"V"
+        ]
         assert rows == [(1, vk, b'[%d,"calm"]' % T)]
         assert t.joins.data.data[vk] == [T, "calm"]
         assert t.joins.data._key_partition[vk] == 1

@@ -38,25 +38,50 @@ USERS = [f"u{i}" for i in range(8)]
 def tiers_spec(prefix: str) -> dict[str, Any]:
     return {
         "name": "tiers",
-        "events": {"topic": f"{prefix}-views", "key": "user", "time": "at", "id": "id",
-                   "fields": {"id": "str", "user": "str", "page": "str", "at": "time"},
-                   "copy": ["user", "page", "at"]},
-        "dimension": {"topic": f"{prefix}-tiers", "key": "user", "time": "at",
-                      "fields": {"user": "str", "tier": "str", "at": "time"},
-                      "copy": ["tier"], "time_as": "tier_time"},
-        "output": f"{prefix}-tiers-out", "ticks": f"{prefix}-tiers-ticks",
-        "retention_ms": 10 ** 12,
+        "events": {
+            "topic": f"{prefix}-views",
+            "key": "user",
+            "time": "at",
+            "id": "id",
+            "fields": {"id": "str", "user": "str", "page": "str", "at": "time"},
+            "copy": ["user", "page", "at"],
+        },
+        "dimension": {
+            "topic": f"{prefix}-tiers",
+            "key": "user",
+            "time": "at",
+            "fields": {"user": "str", "tier": "str", "at": "time"},
+            "copy": ["tier"],
+            "time_as": "tier_time",
+        },
+        "output": f"{prefix}-tiers-out",
+        "ticks": f"{prefix}-tiers-ticks",
+        "retention_ms": 10**12,
     }
 
 
-def watch_lines(names: Names, extra_env: dict[str, str], want: int, out: Path,
-                timeout_s: float = 90.0) -> list[str]:
+def watch_lines(
+    names: Names, extra_env: dict[str, str], want: int, out: Path, timeout_s: float = 90.0
+) -> list[str]:
     """The lines ``watch --join tiers --from-beginning`` prints, once it printed ``want``."""
     with out.open("wb") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "faust", "-A", "app.main", "watch", "--join", "tiers",
-             "--from-beginning"], env={**os.environ, **names.env, **extra_env},
-            stdout=sink, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "faust",
+                "-A",
+                "app.main",
+                "watch",
+                "--join",
+                "tiers",
+                "--from-beginning",
+            ],
+            env={**os.environ, **names.env, **extra_env},
+            stdout=sink,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline and proc.poll() is None:
@@ -70,8 +95,7 @@ def watch_lines(names: Names, extra_env: dict[str, str], want: int, out: Path,
     return [line for line in out.read_text().splitlines() if line.strip()]
 
 
-def test_a_user_spec_is_looked_at_by_key_on_its_owner_and_watched(names, worker_factory,
-                                                                  tmp_path):
+def test_a_user_spec_is_looked_at_by_key_on_its_owner_and_watched(names, worker_factory, tmp_path):
     raw = tiers_spec(names.prefix)
     spec = resolve(raw)
     for topic in (spec.events.topic, spec.dimension.topic):
@@ -84,35 +108,53 @@ def test_a_user_spec_is_looked_at_by_key_on_its_owner_and_watched(names, worker_
 
     async def split() -> bool:
         pa, pb = (assigned_partitions(w, spec.events.topic) for w in (a, b))
-        return (bool(pa) and bool(pb) and not pa & pb and len(pa | pb) == PARTITIONS
-                and a.get("/ready/")[0] == 200 and b.get("/ready/")[0] == 200)
+        return (
+            bool(pa)
+            and bool(pb)
+            and not pa & pb
+            and len(pa | pb) == PARTITIONS
+            and a.get("/ready/")[0] == 200
+            and b.get("/ready/")[0] == 200
+        )
 
     assert asyncio.run(wait_for(split, timeout_s=90, every_s=0.5)), "no split"
 
     # inputs: two tiers per user, two views each; u0's second tier arrives after its views
     # are joined (a correction)
-    tiers = [(u, {"user": u, "tier": t, "at": T + i * 10 + dt})
-             for i, u in enumerate(USERS) for t, dt in (("bronze", 0), ("gold", 1000))]
-    views = [(u, {"id": f"{u}-v{k}", "user": u, "page": f"/p{k}", "at": T + i * 10 + 500 + k * 1000})
-             for i, u in enumerate(USERS) for k in range(2)]
+    tiers = [
+        (u, {"user": u, "tier": t, "at": T + i * 10 + dt})
+        for i, u in enumerate(USERS)
+        for t, dt in (("bronze", 0), ("gold", 1000))
+    ]
+    views = [
+        (u, {"id": f"{u}-v{k}", "user": u, "page": f"/p{k}", "at": T + i * 10 + 500 + k * 1000})
+        for i, u in enumerate(USERS)
+        for k in range(2)
+    ]
     late = [t for t in tiers if t[0] == "u0" and t[1]["tier"] == "gold"]
     asyncio.run(produce(names, spec.dimension.topic, [t for t in tiers if t not in late]))
     asyncio.run(produce(names, spec.events.topic, views))
 
     async def all_joined() -> bool:  # the late tier must come after the views are joined
-        return len(latest_by_id(v for _, v in await read_all(names, spec.output,
-                                                              idle_s=0.5))) == len(views)
+        return len(
+            latest_by_id(v for _, v in await read_all(names, spec.output, idle_s=0.5))
+        ) == len(views)
 
     assert asyncio.run(wait_for(all_joined, timeout_s=120)), "the views were never joined"
     asyncio.run(produce(names, spec.dimension.topic, late))
     mood = ("carol", {"name": "carol", "mood": "happy", "event_time": T})
-    rec = ("carol", {"consultant": "carol", "recommendation": "bike", "event_time": T + 5,
-                     "id": "carol-1"})
+    rec = (
+        "carol",
+        {"consultant": "carol", "recommendation": "bike", "event_time": T + 5, "id": "carol-1"},
+    )
     asyncio.run(produce(names, names.moods_topic, [mood]))
     asyncio.run(produce(names, names.events_topic, [rec]))
 
-    expected = exact_answer(spec.rules, [(k, [v["at"], v["tier"]]) for k, v in tiers],
-                            [Event(k, v["id"], v["at"], (v["page"],)) for k, v in views])
+    expected = exact_answer(
+        spec.rules,
+        [(k, [v["at"], v["tier"]]) for k, v in tiers],
+        [Event(k, v["id"], v["at"], (v["page"],)) for k, v in views],
+    )
 
     async def converged() -> dict[str, Any] | None:
         latest = latest_by_id(v for _, v in await read_all(names, spec.output, idle_s=0.5))
@@ -149,7 +191,11 @@ def test_a_user_spec_is_looked_at_by_key_on_its_owner_and_watched(names, worker_
     assert status == 200 and picker["keys"] == USERS, picker
     assert sorted(picker["workers"]) == sorted([a.url, b.url]), picker
     assert a.get("/joins/tiers/")[1]["timeline"] == {
-        "time": "at", "answer": "tier", "previous": "previous_tier", "label": "page"}
+        "time": "at",
+        "answer": "tier",
+        "previous": "previous_tier",
+        "label": "page",
+    }
     assert a.get("/joins/tiers/nobody/")[0] == 404
     assert b.get("/joins/nojoin/u0/")[0] == 404
 
@@ -163,8 +209,9 @@ def test_a_user_spec_is_looked_at_by_key_on_its_owner_and_watched(names, worker_
     total = sum(r["revision"] for r in latest.values())  # revisions 1..n of each view
     lines = watch_lines(names, env, total, tmp_path / "watch.out")
     assert len(lines) == total, lines
-    assert any(line.startswith("u0-v1 rev 2 [late-dimension] ") and '"gold"' in line
-               for line in lines), lines
+    assert any(
+        line.startswith("u0-v1 rev 2 [late-dimension] ") and '"gold"' in line for line in lines
+    ), lines
 
 
 async def _joined(worker: Any, path: str) -> dict[str, Any] | None:

@@ -68,8 +68,13 @@ async def test_restart_mid_stream_recovers_state_and_converges(names, worker_fac
 
 
 async def test_two_workers_share_partitions_and_converge(names, worker_factory):
-    records = sample_moods_and_events(seed=5, count=160, start_ms=START, late_ratio=0.3,
-                                      consultants=tuple(f"c{i}" for i in range(12)))
+    records = sample_moods_and_events(
+        seed=5,
+        count=160,
+        start_ms=START,
+        late_ratio=0.3,
+        consultants=tuple(f"c{i}" for i in range(12)),
+    )
     expected = exact_mood_answer(records)
     a = worker_factory(names, name="a").wait_ready()
     b = worker_factory(names, name="b").wait_ready()
@@ -121,10 +126,19 @@ async def test_malformed_records_go_to_dead_letters_and_worker_goes_on(names, wo
     for d in dead:
         assert d["topic"] == names.moods_topic and isinstance(d["offset"], int) and d["error"]
     reasons = " | ".join(d["error"] for d in dead)
-    for phrase in ("not valid JSON", "not UTF-8", "empty value", "event_time: missing",
-                   "valid integer", "greater than or equal to 0", "disagrees", "JSON object"):
+    for phrase in (
+        "not valid JSON",
+        "not UTF-8",
+        "empty value",
+        "event_time: missing",
+        "valid integer",
+        "greater than or equal to 0",
+        "disagrees",
+        "JSON object",
+    ):
         assert phrase in reasons
     assert any(d["value_encoding"] == "base64" for d in dead)
+
     async def joined() -> dict[str, Any]:
         latest = latest_by_id(await revisions_of(names))
         return latest if latest.get("g1", {}).get("mood") == "calm" else {}
@@ -134,11 +148,22 @@ async def test_malformed_records_go_to_dead_letters_and_worker_goes_on(names, wo
 
 async def test_records_older_than_the_horizon_go_to_late(names, worker_factory):
     worker_factory(names, retention_ms=60_000).wait_ready()
-    await produce(names, names.events_topic, [
-        ("ann", {"consultant": "ann", "recommendation": "x", "event_time": START, "id": "now"}),
-        ("ann", {"consultant": "ann", "recommendation": "y", "event_time": START - 61_000,
-                 "id": "old"}),
-    ])
+    await produce(
+        names,
+        names.events_topic,
+        [
+            ("ann", {"consultant": "ann", "recommendation": "x", "event_time": START, "id": "now"}),
+            (
+                "ann",
+                {
+                    "consultant": "ann",
+                    "recommendation": "y",
+                    "event_time": START - 61_000,
+                    "id": "old",
+                },
+            ),
+        ],
+    )
     late = await wait_for(lambda: read_all(names, names.late_topic, idle_s=1), timeout_s=60)
     assert [v["record"]["id"] for _, v in late] == ["old"]
     assert late[0][1]["horizon"] == START - 60_000

@@ -16,14 +16,23 @@ def movie(movie_id: str, title: str, t: int) -> tuple[str, str, dict[str, Any]]:
     return ("movie", movie_id, {"movie_id": movie_id, "title": title, "event_time": t})
 
 
-def rating(rid: str, movie_id: str, t: int, user: str = "u1", stars: float = 4.0,
-           ) -> tuple[str, str, dict[str, Any]]:
-    return ("rating", movie_id, {"id": rid, "movie_id": movie_id, "user_id": user,
-                                 "rating": stars, "event_time": t})
+def rating(
+    rid: str,
+    movie_id: str,
+    t: int,
+    user: str = "u1",
+    stars: float = 4.0,
+) -> tuple[str, str, dict[str, Any]]:
+    return (
+        "rating",
+        movie_id,
+        {"id": rid, "movie_id": movie_id, "user_id": user, "rating": stars, "event_time": t},
+    )
 
 
-async def send(names: Names, records: list[tuple[str, str, dict[str, Any]]],
-               pace_s: float = 0.05) -> None:
+async def send(
+    names: Names, records: list[tuple[str, str, dict[str, Any]]], pace_s: float = 0.05
+) -> None:
     topic = {"movie": names.movies_topic, "rating": names.ratings_topic}
     for kind, key, value in records:
         await produce(names, topic[kind], [(key, value)])
@@ -47,8 +56,9 @@ async def counters(w: Any, **at_least: int) -> dict[str, Any]:
     return films if all(got.get(k, 0) >= n for k, n in at_least.items()) else {}
 
 
-async def test_ratings_wait_for_their_movie_are_corrected_windowed_and_counted(names,
-                                                                               worker_factory):
+async def test_ratings_wait_for_their_movie_are_corrected_windowed_and_counted(
+    names, worker_factory
+):
     w = worker_factory(names).wait_ready()
     joined = [
         rating("r1", "m1", T),  # 1. held: m1 unknown
@@ -74,16 +84,27 @@ async def test_ratings_wait_for_their_movie_are_corrected_windowed_and_counted(n
         by_id.setdefault(r["id"], []).append(r)
     r1 = sorted(by_id["r1"], key=lambda r: r["revision"])
     assert [(r["revision"], r["title"], r["previous_title"], r["cause"]) for r in r1][:2] == [
-        (1, "Alien", None, "late-dimension"), (2, "Alien (1979)", "Alien", "late-dimension")]
+        (1, "Alien", None, "late-dimension"),
+        (2, "Alien (1979)", "Alien", "late-dimension"),
+    ]
 
     # 7. the window: 31 days later on m1's and m-never's partitions, an old rating is late, and
     #    the held rating of the movie that never came is dropped at the next revisit, counted
-    await send(names, [rating("r5", "m1", T + 31 * DAY), rating("r6", "m1", T + DAY - 1),
-                       rating("r7", "m-never", T + 31 * DAY)])
+    await send(
+        names,
+        [
+            rating("r5", "m1", T + 31 * DAY),
+            rating("r6", "m1", T + DAY - 1),
+            rating("r7", "m-never", T + 31 * DAY),
+        ],
+    )
 
     async def late_r6() -> list[Any]:
-        return [v for _, v in await read_all(names, names.late_topic, idle_s=1)
-                if v["record"]["id"] == "r6"]
+        return [
+            v
+            for _, v in await read_all(names, names.late_topic, idle_s=1)
+            if v["record"]["id"] == "r6"
+        ]
 
     [late] = await wait_for(late_r6, timeout_s=60)
     assert late["horizon"] == T + DAY and late["topic"] == names.ratings_topic
@@ -102,8 +123,12 @@ async def test_a_held_rating_survives_a_crash_and_is_released_after_it(names, wo
     first.kill()
 
     worker_factory(names, name="second").wait_ready()
-    records = [rating("h1", "m5", T), rating("h2", "m6", T), movie("m5", "Heat", T - DAY),
-               movie("m6", "Ran", T + DAY)]
+    records = [
+        rating("h1", "m5", T),
+        rating("h2", "m6", T),
+        movie("m5", "Heat", T - DAY),
+        movie("m6", "Ran", T + DAY),
+    ]
     await send(names, records[2:])
     revs = await wait_for(lambda: converged(names, exact_movie_answer(records)), timeout_s=90)
     assert revs, "a held rating was lost across the crash"

@@ -22,10 +22,16 @@ def test_two_minutes_of_faults_every_join_exact_nothing_lost(tmp_path):
     # ~20 s apart, each kind in turn: kill9, graceful, rebalance (a new worker joins),
     # broker_pause, then kill9 again; the faults hit w2, w1, w0 in turn, so w1's and w2's
     # new processes and x1 live ~60-100 s: RSS is compared over 30 s after a 30 s warm-up
-    result = run(minutes=2, rate=100, every_s=(18, 22), kinds=list(MEMORY_BROKER_KINDS),
-                 warm_up_s=30, settle_s=150, folder=tmp_path)
-    shown = json.dumps({k: v for k, v in result.items() if k != "rss_per_incarnation"},
-                       default=str)
+    result = run(
+        minutes=2,
+        rate=100,
+        every_s=(18, 22),
+        kinds=list(MEMORY_BROKER_KINDS),
+        warm_up_s=30,
+        settle_s=150,
+        folder=tmp_path,
+    )
+    shown = json.dumps({k: v for k, v in result.items() if k != "rss_per_incarnation"}, default=str)
     assert result["chaos_fault_kinds"].keys() == set(MEMORY_BROKER_KINDS), shown
     assert result["chaos_faults"] >= 5, shown
     assert result["chaos_lost"] == 0, shown

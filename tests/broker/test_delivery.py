@@ -10,9 +10,9 @@ from aiokafka.structs import TopicPartition
 from faust.exceptions import ProducerSendError
 from faust.topics import Topic
 
-from app.outputs import delivery
 from app.compat import producer as etj_producer
 from app.compat.producer import EtjProducer, EtjTopic
+from app.outputs import delivery
 from tests.harness import Stopped
 
 TP = TopicPartition("t", 0)
@@ -20,8 +20,9 @@ TP = TopicPartition("t", 0)
 
 async def test_a_batch_lives_for_the_delivery_timeout_not_the_request_timeout():
     plain = aiokafka.AIOKafkaProducer(request_timeout_ms=2000)
-    patched = etj_producer.with_delivery_timeout(aiokafka.AIOKafkaProducer(request_timeout_ms=2000),
-                                             60)
+    patched = etj_producer.with_delivery_timeout(
+        aiokafka.AIOKafkaProducer(request_timeout_ms=2000), 60
+    )
     for producer in (plain, patched):
         await producer._message_accumulator.add_message(TP, b"k", b"v", timeout=2)
     [old], [young] = (list(p._message_accumulator._batches[TP]) for p in (plain, patched))
@@ -33,8 +34,9 @@ async def test_a_batch_lives_for_the_delivery_timeout_not_the_request_timeout():
 
 
 async def test_the_delivery_timeout_is_never_shorter_than_the_request_timeout():
-    producer = etj_producer.with_delivery_timeout(aiokafka.AIOKafkaProducer(request_timeout_ms=30000),
-                                              5)
+    producer = etj_producer.with_delivery_timeout(
+        aiokafka.AIOKafkaProducer(request_timeout_ms=30000), 5
+    )
     assert producer._message_accumulator._batch_ttl == 30
 
 
@@ -64,8 +66,9 @@ class FakeTopic:
         return "etj-car-moves"
 
 
-async def test_a_send_that_raises_stops_the_process_before_anyone_sees_the_error(exits,
-                                                                                 monkeypatch):
+async def test_a_send_that_raises_stops_the_process_before_anyone_sees_the_error(
+    exits, monkeypatch
+):
     async def publish(self, fut, wait=False):
         raise ProducerSendError("Error while sending: KafkaTimeoutError()")
 
@@ -107,7 +110,8 @@ async def test_a_topic_known_before_its_first_send_keeps_its_leaders(broker, nam
     try:
         await admin.create_topics([NewTopic(known, 4, 1)])
         producer = etj_producer.track_every_topic(
-            aiokafka.AIOKafkaProducer(bootstrap_servers=broker.bootstrap))
+            aiokafka.AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        )
         await producer.start()  # metadata of all topics, none tracked
         try:
             await producer.send_and_wait(known, b"v", partition=3)
@@ -115,8 +119,10 @@ async def test_a_topic_known_before_its_first_send_keeps_its_leaders(broker, nam
             await producer.send_and_wait(new, b"v", partition=0)  # tracks `new`, refreshes
             await producer.client.force_metadata_update()
             assert producer.client.cluster.partitions_for_topic(known) == {0, 1, 2, 3}
-            assert producer.client.cluster.leader_for_partition(TopicPartition(known, 3)) \
-                not in (None, -1)
+            assert producer.client.cluster.leader_for_partition(TopicPartition(known, 3)) not in (
+                None,
+                -1,
+            )
         finally:
             await producer.stop()
     finally:

@@ -7,9 +7,19 @@ import asyncio
 from typing import Any
 
 from app.commands.sample_traffic import sample_moods_and_events
-from tests.faults import (answers, check_accounting, check_counts, check_revision_log, diff,
-                          fates_of, settled_mood_history, revisions_of, send, wait_converged,
-                          worker_metrics)
+from tests.faults import (
+    answers,
+    check_accounting,
+    check_counts,
+    check_revision_log,
+    diff,
+    fates_of,
+    revisions_of,
+    send,
+    settled_mood_history,
+    wait_converged,
+    worker_metrics,
+)
 from tests.harness import Worker, wait_for
 from tests.oracle import exact_mood_answer
 
@@ -33,10 +43,10 @@ async def consumed(w: Worker, n: int) -> bool:
     return sum(m.get("etj_records_in_total", {}).values()) >= n
 
 
-async def test_every_record_twice_then_the_whole_batch_again_adds_nothing(names,
-                                                                          worker_factory):
-    records = sample_moods_and_events(seed=31, count=150, start_ms=START, late_ratio=0.3,
-                                      consultants=CONSULTANTS)
+async def test_every_record_twice_then_the_whole_batch_again_adds_nothing(names, worker_factory):
+    records = sample_moods_and_events(
+        seed=31, count=150, start_ms=START, late_ratio=0.3, consultants=CONSULTANTS
+    )
     expected = exact_mood_answer(records)
     w = worker_factory(names).wait_ready()
 
@@ -62,8 +72,14 @@ async def test_every_record_twice_then_the_whole_batch_again_adds_nothing(names,
     check_counts(again, expected)
 
     # 3. accounting: every copy is an accepted input (a duplicate changes nothing), none is lost
-    check_accounting(sent, await fates_of(names), again, await settled_mood_history([w], sent),
-                     expect_dead=set(), expect_late=set())
+    check_accounting(
+        sent,
+        await fates_of(names),
+        again,
+        await settled_mood_history([w], sent),
+        expect_dead=set(),
+        expect_late=set(),
+    )
     m = worker_metrics(w)
     assert sum(m["etj_records_in_total"].values()) == len(sent)
     assert sum(m.get("etj_dead_letters_total", {}).values()) == 0

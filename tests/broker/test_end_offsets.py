@@ -25,8 +25,9 @@ CONSULTANTS = tuple(f"c{i}" for i in range(12))
 
 async def ends(names, tps: list[TopicPartition]) -> tuple[dict, dict]:
     """(ListOffsets' end offsets, the same raised by a Fetch's high watermarks)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), **names.client_auth(),
-                                enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap(names), **names.client_auth(), enable_auto_commit=False
+    )
     await consumer.start()
     try:
         await consumer._client.force_metadata_update()
@@ -39,13 +40,15 @@ async def ends(names, tps: list[TopicPartition]) -> tuple[dict, dict]:
 async def test_a_fetch_tells_the_end_of_a_batched_partition(broker, names) -> None:
     topic = f"{names.prefix}-batched"
     await create_topic(names, topic, 2)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), **names.client_auth(),
-                                linger_ms=100)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap(names), **names.client_auth(), linger_ms=100
+    )
     await producer.start()
     try:
         await producer.send_and_wait(topic, b"alone", partition=0)
-        sent = await asyncio.gather(*[await producer.send(topic, b"%d" % i, partition=0)
-                                      for i in range(10)])
+        sent = await asyncio.gather(
+            *[await producer.send(topic, b"%d" % i, partition=0) for i in range(10)]
+        )
     finally:
         await producer.stop()
     assert [m.offset for m in sent] == list(range(1, 11))
@@ -53,15 +56,19 @@ async def test_a_fetch_tells_the_end_of_a_batched_partition(broker, names) -> No
     listed, fetched = await ends(names, [tp0, tp1])
     assert fetched == {tp0: 11, tp1: 0}
     if not broker.external:  # the quirk this patch is for; the day it fails, remove the patch
-        assert listed[tp0] == 2, f"tansu's ListOffsets now says {listed[tp0]}: see app/compat/consumer_thread.py"
+        assert listed[tp0] == 2, (
+            f"tansu's ListOffsets now says {listed[tp0]}: see app/compat/consumer_thread.py"
+        )
 
 
 async def test_a_fresh_worker_recovers_every_row_a_batching_worker_wrote(
-        broker, worker_factory) -> None:
+    broker, worker_factory
+) -> None:
     names = make_names(broker.url, end_offsets_by_fetch="true", producer_linger_ms=50)
     del names.env["ETJ_PRODUCER_MAX_BATCH_SIZE"]  # the producer's default batching
-    records = sample_moods_and_events(seed=31, count=600, start_ms=START, late_ratio=0.3,
-                                      consultants=CONSULTANTS)
+    records = sample_moods_and_events(
+        seed=31, count=600, start_ms=START, late_ratio=0.3, consultants=CONSULTANTS
+    )
     first = worker_factory(names, name="batching").wait_ready()
     sent = await send(names, records)
     await asyncio.to_thread(wait_processed, first, len(records))
@@ -83,9 +90,15 @@ async def changelog_partitions(names) -> list[TopicPartition]:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), **names.client_auth())
     await consumer.start()
     try:
-        topics = [t for t in await consumer.topics()
-                  if t.startswith(names.app_id) and t.endswith("-changelog")]
-        return [TopicPartition(t, p) for t in topics
-                for p in sorted(consumer.partitions_for_topic(t) or ())]
+        topics = [
+            t
+            for t in await consumer.topics()
+            if t.startswith(names.app_id) and t.endswith("-changelog")
+        ]
+        return [
+            TopicPartition(t, p)
+            for t in topics
+            for p in sorted(consumer.partitions_for_topic(t) or ())
+        ]
     finally:
         await consumer.stop()

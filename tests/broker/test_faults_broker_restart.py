@@ -15,15 +15,25 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from app.commands.sample_traffic import sample_moods_and_events
 from app.dev.local_broker import wait_until_ready
-from tests.faults import (answers, check_accounting, check_counts, check_revision_log, diagnose,
-                          diff, fates_of, send, settled_mood_history, wait_converged)
+from tests.faults import (
+    answers,
+    check_accounting,
+    check_counts,
+    check_revision_log,
+    diagnose,
+    diff,
+    fates_of,
+    send,
+    settled_mood_history,
+    wait_converged,
+)
 from tests.harness import S3Broker, make_names
 from tests.oracle import exact_mood_answer
 
@@ -45,8 +55,10 @@ class ExternalBroker:
 
 
 @pytest.fixture
-def durable_broker(tmp_path: Path, request: pytest.FixtureRequest,
-                   ) -> Iterator[S3Broker | ExternalBroker]:
+def durable_broker(
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[S3Broker | ExternalBroker]:
     if os.environ.get(RESTART_CMD_ENV) and os.environ.get("ETJ_BOOTSTRAP"):
         yield ExternalBroker()
         return
@@ -66,11 +78,13 @@ def restart(broker: S3Broker | ExternalBroker) -> None:
     broker.restart()
 
 
-async def test_broker_restart_mid_stream_worker_reconnects_and_is_exact(durable_broker,
-                                                                        worker_factory):
+async def test_broker_restart_mid_stream_worker_reconnects_and_is_exact(
+    durable_broker, worker_factory
+):
     names = make_names(durable_broker.url)
-    records = sample_moods_and_events(seed=41, count=160, start_ms=START, late_ratio=0.3,
-                                      consultants=CONSULTANTS)
+    records = sample_moods_and_events(
+        seed=41, count=160, start_ms=START, late_ratio=0.3, consultants=CONSULTANTS
+    )
     expected = exact_mood_answer(records)
     w = worker_factory(names).wait_ready()
 
@@ -92,5 +106,11 @@ async def test_broker_restart_mid_stream_worker_reconnects_and_is_exact(durable_
     assert w.proc is not None and w.proc.poll() is None, "the worker died with the broker"
     check_revision_log(revs)
     check_counts(revs, expected)
-    check_accounting(sent, await fates_of(names), revs, await settled_mood_history([w], sent),
-                     expect_dead=set(), expect_late=set())
+    check_accounting(
+        sent,
+        await fates_of(names),
+        revs,
+        await settled_mood_history([w], sent),
+        expect_dead=set(),
+        expect_late=set(),
+    )

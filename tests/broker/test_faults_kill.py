@@ -22,8 +22,9 @@ CONSULTANTS = tuple(f"c{i}" for i in range(12))
 
 
 async def test_kill_9_mid_stream_then_restart_is_exact(names, worker_factory):
-    records = sample_moods_and_events(seed=21, count=220, start_ms=START, late_ratio=0.3,
-                                      consultants=CONSULTANTS)
+    records = sample_moods_and_events(
+        seed=21, count=220, start_ms=START, late_ratio=0.3, consultants=CONSULTANTS
+    )
     first = worker_factory(names, name="first").wait_ready()
 
     # 1. traffic flows; once the worker has consumed a third of it, kill -9 it mid-stream
@@ -56,11 +57,12 @@ async def two_workers_then_kill_b(names, worker_factory, records):
     # after the session timeout a is given b's partitions and recovers their tables
     a.wait_ready(count=3, timeout_s=120)
     assert a.assigned(names.events_topic) in ("{0-3}", "{0, 1, 2, 3}"), a.assigned(
-        names.events_topic)
+        names.events_topic
+    )
     return a, sent
 
 
-RECORDS_2W = dict(seed=23, count=240, start_ms=START, late_ratio=0.3, consultants=CONSULTANTS)
+RECORDS_2W = {"seed": 23, "count": 240, "start_ms": START, "late_ratio": 0.3, "consultants": CONSULTANTS}
 
 
 async def test_two_workers_one_killed_the_survivor_alone_is_exact(names, worker_factory):
@@ -83,6 +85,7 @@ async def test_two_workers_one_killed_then_it_comes_back_is_exact(names, worker_
 
 # --- the car join (one-to-many): kill -9 of the worker mid-stream ------------------------------
 
+
 def cars_and_zones(seed: int, count: int) -> list[tuple[str, str, dict]]:
     """Car arrivals and zone readings with event times stepping forward, arriving shuffled
     within windows of 8 (out of order, some arrivals older than the car's newest)."""
@@ -92,23 +95,43 @@ def cars_and_zones(seed: int, count: int) -> list[tuple[str, str, dict]]:
         t = START + i * 1000 + rng.randrange(1000)
         if rng.random() < 0.2:
             z = rng.randrange(1, 5)
-            records.append(("zone", str(z), {"zone_id": z, "event_time": t,
-                                             "pollution_level": round(rng.uniform(0, 200), 1)}))
+            records.append(
+                (
+                    "zone",
+                    str(z),
+                    {
+                        "zone_id": z,
+                        "event_time": t,
+                        "pollution_level": round(rng.uniform(0, 200), 1),
+                    },
+                )
+            )
         else:
             c = rng.randrange(1, 21)
-            records.append(("car", str(c), {"car_id": c, "to_zone_id": rng.randrange(1, 5),
-                                            "event_time": t,
-                                            "fuel_level": round(rng.uniform(0, 1), 3)}))
+            records.append(
+                (
+                    "car",
+                    str(c),
+                    {
+                        "car_id": c,
+                        "to_zone_id": rng.randrange(1, 5),
+                        "event_time": t,
+                        "fuel_level": round(rng.uniform(0, 1), 3),
+                    },
+                )
+            )
     for start in range(0, count, 8):
-        window = records[start:start + 8]
+        window = records[start : start + 8]
         rng.shuffle(window)
-        records[start:start + 8] = window
+        records[start : start + 8] = window
     return records
 
 
 async def car_view(names) -> dict[int, CarPollution]:
-    return newest_per_car(CarPollution.from_wire(v) for _, v in
-                          await read_all(names, names.car_pollution_topic, idle_s=1.5))
+    return newest_per_car(
+        CarPollution.from_wire(v)
+        for _, v in await read_all(names, names.car_pollution_topic, idle_s=1.5)
+    )
 
 
 async def test_kill_9_mid_stream_then_restart_is_exact_for_the_car_join(names, worker_factory):

@@ -11,14 +11,14 @@ fault under test.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from app.commands.sample_traffic import sample_moods_and_events
-from app.outputs.delivery import EXIT_CODE
 from app.dev.local_broker import LocalBroker
+from app.outputs.delivery import EXIT_CODE
 from tests.faults import send, settle_and_check, wait_processed
 from tests.harness import Names, PausableBroker, make_names
 
@@ -43,10 +43,12 @@ def names_with_request_timeout(broker: LocalBroker, seconds: int) -> Names:
 
 
 async def test_broker_stalled_past_the_request_timeout_the_worker_re_sends_and_is_exact(
-        own_broker, worker_factory):
+    own_broker, worker_factory
+):
     names = names_with_request_timeout(own_broker, 3)
-    records = sample_moods_and_events(seed=51, count=160, start_ms=START, late_ratio=0.3,
-                                      consultants=CONSULTANTS)
+    records = sample_moods_and_events(
+        seed=51, count=160, start_ms=START, late_ratio=0.3, consultants=CONSULTANTS
+    )
     w = worker_factory(names).wait_ready()
 
     # 1. traffic flows; a third in, the broker answers nothing for 10 s (> 3 request timeouts;
@@ -60,18 +62,22 @@ async def test_broker_stalled_past_the_request_timeout_the_worker_re_sends_and_i
 
     # 2. the worker lived through it and its answer is exact, nothing lost
     await settle_and_check(names, records, sent, [w])
-    assert w.proc is not None and w.proc.poll() is None, "the worker died of a broker stall:\n" \
-        + w.log()[-4000:]
-    assert "Got error produce response" in w.log(), "no produce request timed out: the stall " \
-        "did not test the re-send"
+    assert w.proc is not None and w.proc.poll() is None, (
+        "the worker died of a broker stall:\n" + w.log()[-4000:]
+    )
+    assert "Got error produce response" in w.log(), (
+        "no produce request timed out: the stall did not test the re-send"
+    )
     assert "fail-stop" not in w.log()
 
 
-async def test_a_send_past_the_delivery_timeout_stops_the_worker_uncommitted(own_broker,
-                                                                             worker_factory):
+async def test_a_send_past_the_delivery_timeout_stops_the_worker_uncommitted(
+    own_broker, worker_factory
+):
     names = names_with_request_timeout(own_broker, 2)
-    records = sample_moods_and_events(seed=52, count=160, start_ms=START, late_ratio=0.3,
-                                      consultants=CONSULTANTS)
+    records = sample_moods_and_events(
+        seed=52, count=160, start_ms=START, late_ratio=0.3, consultants=CONSULTANTS
+    )
     first = worker_factory(names, name="first", producer_delivery_timeout_s=4).wait_ready()
 
     # 1. a third in, the broker stalls for longer than the delivery timeout: the worker exits 75

@@ -46,20 +46,29 @@ def spec(names: Names, name: str, **over: Any) -> dict[str, Any]:
     raw["events"] = {**raw["events"], "topic": f"{names.prefix}-{name}-recs"}
     raw["dimension"] = {**raw["dimension"], "topic": f"{names.prefix}-{name}-moods"}
     raw.pop("tables")
-    return {**raw, "name": name, "output": f"{names.prefix}-{name}-out",
-            "ticks": f"{names.prefix}-{name}-ticks", "retention_ms": RETENTION_MS,
-            "review_lag_ms": None, **over}
+    return {
+        **raw,
+        "name": name,
+        "output": f"{names.prefix}-{name}-out",
+        "ticks": f"{names.prefix}-{name}-ticks",
+        "retention_ms": RETENTION_MS,
+        "review_lag_ms": None,
+        **over,
+    }
 
 
 async def read_timed(names: Names, topic: str, idle_s: float = 1.5) -> list[tuple[int, Any]]:
     """(Kafka timestamp, decoded value) of every record of ``topic``."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), enable_auto_commit=False,
-                                auto_offset_reset="earliest", **names.client_auth())
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap(names),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **names.client_auth(),
+    )
     await consumer.start()
     out: list[tuple[int, Any]] = []
     try:
-        parts = consumer.partitions_for_topic(topic) if topic in await consumer.topics() \
-            else None
+        parts = consumer.partitions_for_topic(topic) if topic in await consumer.topics() else None
         if not parts:
             return out
         consumer.assign([TopicPartition(topic, p) for p in parts])
@@ -77,17 +86,20 @@ async def read_timed(names: Names, topic: str, idle_s: float = 1.5) -> list[tupl
 
 
 async def test_no_revision_after_a_promise_through_a_kill_and_a_rebalance(
-        names, worker_factory, tmp_path):
+    names, worker_factory, tmp_path
+):
     fin = spec(names, "fin", finality=True)
     final = spec(names, "fin-final", emit="final")
     held = spec(names, "held", hold_ms=HOLD_MS)
     path = tmp_path / "joins.json"
     path.write_text(json.dumps([fin, final, held]))
-    records = sample_moods_and_events(seed=48, count=240, start_ms=START, late_ratio=0.3,
-                                      consultants=CONSULTANTS)
+    records = sample_moods_and_events(
+        seed=48, count=240, start_ms=START, late_ratio=0.3, consultants=CONSULTANTS
+    )
     expected = exact_mood_answer(records)
-    topics = [{"event": s["events"]["topic"], "mood": s["dimension"]["topic"]}
-              for s in (fin, final, held)]
+    topics = [
+        {"event": s["events"]["topic"], "mood": s["dimension"]["topic"]} for s in (fin, final, held)
+    ]
     for t in topics:
         for topic in t.values():
             await create_topic(names, topic, PARTITIONS)
@@ -107,9 +119,23 @@ async def test_no_revision_after_a_promise_through_a_kill_and_a_rebalance(
     # 3. one event per consultant far later: every join of the workload becomes final
     flush = START + 10 * len(records) * 1000
     for t in topics:
-        await send(names, [("event", c, {"consultant": c, "recommendation": "flush",
-                                         "event_time": flush, "id": f"flush-{c}"})
-                           for c in CONSULTANTS], topics=t)
+        await send(
+            names,
+            [
+                (
+                    "event",
+                    c,
+                    {
+                        "consultant": c,
+                        "recommendation": "flush",
+                        "event_time": flush,
+                        "id": f"flush-{c}",
+                    },
+                )
+                for c in CONSULTANTS
+            ],
+            topics=t,
+        )
 
     missing: list[str] = []
 
@@ -121,7 +147,8 @@ async def test_no_revision_after_a_promise_through_a_kill_and_a_rebalance(
     assert await wait_for(all_final, timeout_s=150, every_s=2), (
         f"emit=final never covered {len(missing)} of {len(expected)} joins, e.g. {missing[:6]} "
         f"(their consultants' partitions: "
-        f"{sorted({partition_of(expected[j][1].encode(), PARTITIONS) for j in missing})})")
+        f"{sorted({partition_of(expected[j][1].encode(), PARTITIONS) for j in missing})})"
+    )
 
     # emit=final: one revision per join (repeated at most, never changed), the oracle's
     finals: dict[str, set[str]] = {}
@@ -141,26 +168,33 @@ async def test_no_revision_after_a_promise_through_a_kill_and_a_rebalance(
         seen = by_partition.setdefault(v["partition"], [])
         assert not seen or v["final_before"] >= seen[-1][1], (v, seen[-1])
         seen.append((ts, v["final_before"]))
-    assert by_partition and all(ps[-1][1] > max(
-        e[2] for e in expected.values()) for p, ps in by_partition.items()
-        if any(partition_of(e[1].encode(), PARTITIONS) == p for e in expected.values()))
+    assert by_partition and all(
+        ps[-1][1] > max(e[2] for e in expected.values())
+        for p, ps in by_partition.items()
+        if any(partition_of(e[1].encode(), PARTITIONS) == p for e in expected.values())
+    )
     revisions = await read_timed(names, fin["output"])
     broken = []
     for ts, r in revisions:
         p = partition_of(r["consultant"].encode(), PARTITIONS)
-        first_cover = next((pts for pts, before in by_partition.get(p, ())
-                            if r["event_time"] < before), None)
+        first_cover = next(
+            (pts for pts, before in by_partition.get(p, ()) if r["event_time"] < before), None
+        )
         if first_cover is not None and ts > first_cover:
             broken.append((r["id"], r["revision"], r["event_time"], ts, first_cover))
     assert not broken, f"{len(broken)} revisions after a promise covering them: {broken[:3]}"
     # lineage: each revision names a record of its own partition, of an input of its spec
     inputs = {fin["events"]["topic"], fin["dimension"]["topic"], fin["ticks"]}
-    assert all(r["source"]["topic"] in inputs and r["source"]["offset"] >= 0
-               and r["source"]["partition"] == partition_of(r["consultant"].encode(), PARTITIONS)
-               for _, r in revisions)
+    assert all(
+        r["source"]["topic"] in inputs
+        and r["source"]["offset"] >= 0
+        and r["source"]["partition"] == partition_of(r["consultant"].encode(), PARTITIONS)
+        for _, r in revisions
+    )
     latest = latest_by_id(r for _, r in revisions)
     assert {jid: mood_answer(r) for jid, r in latest.items() if jid in expected} == expected
     assert any(r["revision"] > 1 for _, r in revisions), "the workload must have corrections"
+
     # the bounded hold, through the kill and the rebalance: the oracle's answers; no event was
     # answered null on arrival (each arrived within its hold); those no mood answered in time
     # ended their hold

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import yaml
-
 from aiokafka import AIOKafkaProducer
 
 from app.commands.sample_traffic import Record, sample_moods_and_events
@@ -29,22 +28,26 @@ RATE = 5_000  # records/s
 #: the contract: the worker is gone before the orchestrator's SIGKILL, i.e. within the chart's
 #: grace period (15 s; a stop measures 1-4 s here, so the bound leaves a margin of over 3x).
 #: It was 5 s, a speed goal on shared cores; Faust alone waited on unacked records until killed
-STOP_WITHIN_S = float(yaml.safe_load(
-    (Path(__file__).resolve().parents[2] / "helm/etj/values.yaml").read_text())[
-        "terminationGracePeriodSeconds"])
+STOP_WITHIN_S = float(
+    yaml.safe_load((Path(__file__).resolve().parents[2] / "helm/etj/values.yaml").read_text())[
+        "terminationGracePeriodSeconds"
+    ]
+)
 
 
 async def burst(names: Names, records: list[Record], rate: float) -> list[Sent]:
     """Send at ``rate`` records/s (batched by the producer); where each record landed."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), **names.client_auth(),
-                                linger_ms=5)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap(names), **names.client_auth(), linger_ms=5
+    )
     await producer.start()
     futures = []
     began = time.monotonic()
     try:
         for i, (kind, key, value) in enumerate(records):
-            futures.append(await producer.send(topic_of(names, kind), encode(value),
-                                               key=encode(key)))
+            futures.append(
+                await producer.send(topic_of(names, kind), encode(value), key=encode(key))
+            )
             if i % 250 == 249:
                 ahead = (i + 1) / rate - (time.monotonic() - began)
                 if ahead > 0:
@@ -53,14 +56,18 @@ async def burst(names: Names, records: list[Record], rate: float) -> list[Sent]:
         metas = [await f for f in futures]
     finally:
         await producer.stop()
-    return [Sent(kind, key, value, m.topic, m.partition, m.offset)
-            for (kind, key, value), m in zip(records, metas)]
+    return [
+        Sent(kind, key, value, m.topic, m.partition, m.offset)
+        for (kind, key, value), m in zip(records, metas)
+    ]
 
 
 async def test_sigterm_mid_burst_exits_within_seconds_and_the_next_worker_is_exact(
-        names, worker_factory):
-    records = sample_moods_and_events(seed=41, count=25_000, start_ms=START, step_ms=50,
-                                      late_ratio=0.2, consultants=CONSULTANTS)
+    names, worker_factory
+):
+    records = sample_moods_and_events(
+        seed=41, count=25_000, start_ms=START, step_ms=50, late_ratio=0.2, consultants=CONSULTANTS
+    )
     first = worker_factory(names, name="first").wait_ready()
 
     # 1. the burst flows (5 s); once the worker is well into it, SIGTERM while it still flows
@@ -75,11 +82,14 @@ async def test_sigterm_mid_burst_exits_within_seconds_and_the_next_worker_is_exa
     except subprocess.TimeoutExpired:  # Faust alone: still waiting on unacked records
         code = None
     took = time.monotonic() - began
-    print(f"\nSIGTERM 2.5 s into a burst of {len(records)} records at {RATE}/s (still "
-          f"sending: {still_sending}): exit {code} in {took:.2f} s")
+    print(
+        f"\nSIGTERM 2.5 s into a burst of {len(records)} records at {RATE}/s (still "
+        f"sending: {still_sending}): exit {code} in {took:.2f} s"
+    )
     assert still_sending, "the stop must land while records are still arriving"
-    assert code == 0 and took <= STOP_WITHIN_S, \
+    assert code == 0 and took <= STOP_WITHIN_S, (
         f"exit {code} after {took:.1f} s:\n" + first.log()[-3000:]
+    )
     assert "stop: " in first.log()  # app.compat.graceful_stop said what it left, if anything
 
     # 2. the rest arrives while no worker runs; a second worker takes over from the commit

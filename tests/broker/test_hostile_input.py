@@ -9,8 +9,17 @@ import json
 import math
 from typing import Any
 
-from tests.faults import (Sent, answers, check_accounting, diff, fates_of, mood_history, send,
-                          wait_converged, worker_metrics)
+from tests.faults import (
+    Sent,
+    answers,
+    check_accounting,
+    diff,
+    fates_of,
+    mood_history,
+    send,
+    wait_converged,
+    worker_metrics,
+)
 from tests.harness import wait_for
 from tests.oracle import exact_mood_answer
 
@@ -55,66 +64,120 @@ HOSTILE_MOODS: list[tuple[str, str, Any, bytes | None, str]] = [
     ("wrong type", "mood", "ann", raw(mood(event_time="yesterday")), "valid integer"),
     ("boolean as a number", "mood", "ann", raw(mood(event_time=True)), "valid integer"),
     ("float event time", "mood", "ann", raw(mood(event_time=T + 0.5)), "valid integer"),
-    ("negative event time", "mood", "ann", raw(mood(event_time=-1)),
-     "greater than or equal to 0"),
-    ("event time in year 3000", "mood", "ann", raw(mood(event_time=32_503_680_000_000)),
-     "less than 4102444800000"),
+    ("negative event time", "mood", "ann", raw(mood(event_time=-1)), "greater than or equal to 0"),
+    (
+        "event time in year 3000",
+        "mood",
+        "ann",
+        raw(mood(event_time=32_503_680_000_000)),
+        "less than 4102444800000",
+    ),
     ("NaN event time", "mood", "ann", raw(mood(event_time=math.nan)), "(got nan)"),
     ("Infinity event time", "mood", "ann", raw(mood(event_time=math.inf)), "(got inf)"),
     ("1 MB string", "mood", "ann", raw(mood(mood="x" * MB)), "at most 200 characters"),
-    ("5000-digit number", "mood", "ann",
-     b'{"name": "ann", "mood": "calm", "event_time": ' + b"9" * 5000 + b"}", "digits"),
-    ("JSON nested 100k deep", "mood", "ann", b"[" * 100_000 + b"]" * 100_000,
-     "nested too deeply"),
+    (
+        "5000-digit number",
+        "mood",
+        "ann",
+        b'{"name": "ann", "mood": "calm", "event_time": ' + b"9" * 5000 + b"}",
+        "digits",
+    ),
+    ("JSON nested 100k deep", "mood", "ann", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     ("key disagrees with name", "mood", "bob", raw(mood()), "disagrees with name"),
     ("no key", "mood", None, raw(mood()), "no key"),
     ("100 KB key", "mood", "k" * 100_000, raw(mood()), "disagrees with name"),
-    ("lone surrogate escape", "mood", "ann", b'{"name": "ann", "mood": "\\ud800", '
-     b'"event_time": ' + str(T).encode() + b"}", "valid string"),
+    (
+        "lone surrogate escape",
+        "mood",
+        "ann",
+        b'{"name": "ann", "mood": "\\ud800", "event_time": ' + str(T).encode() + b"}",
+        "valid string",
+    ),
     ("UTF-8 byte order mark", "mood", "ann", b"\xef\xbb\xbf" + raw(mood()), "BOM"),
-    ("duplicate field names", "mood", "ann",
-     b'{"name": "ann", "mood": "calm", "mood": "sad", "event_time": ' + str(T).encode() + b"}",
-     "duplicate field 'mood'"),
+    (
+        "duplicate field names",
+        "mood",
+        "ann",
+        b'{"name": "ann", "mood": "calm", "mood": "sad", "event_time": ' + str(T).encode() + b"}",
+        "duplicate field 'mood'",
+    ),
     ("empty name", "mood", "", raw(mood(name="")), "at least 1 character"),
     ("null mood", "mood", "ann", raw(mood(mood=None)), "valid string"),
 ]
 HOSTILE_EVENTS: list[tuple[str, str, Any, bytes | None, str]] = [
-    ("1 MB recommendation", "event", "ann", raw(event(recommendation="r" * MB)),
-     "at most 10000 characters"),
+    (
+        "1 MB recommendation",
+        "event",
+        "ann",
+        raw(event(recommendation="r" * MB)),
+        "at most 10000 characters",
+    ),
     ("empty id", "event", "ann", raw(event(id="")), "id: String should have at least 1"),
     ("numeric id", "event", "ann", raw(event(id=7)), "id: Input should be a valid string"),
-    ("missing consultant", "event", "ann", raw(without(event(), "consultant")),
-     "consultant: missing"),
+    (
+        "missing consultant",
+        "event",
+        "ann",
+        raw(without(event(), "consultant")),
+        "consultant: missing",
+    ),
     ("invalid JSON event", "event", "ann", b"{oops", "not valid JSON"),
     ("tombstone event", "event", "ann", None, "tombstone"),
     ("NaN event time", "event", "ann", raw(event(event_time=math.nan)), "(got nan)"),
 ]
 # accepted by a documented rule (docs/concepts/guarantees.md#input-rules)
 ACCEPTED: list[tuple[str, str, Any, Any]] = [
-    ("unknown extra fields are ignored", "mood", "ann",
-     mood(event_time=START, mood="happy", colour="blue", nested={"a": [1]})),
-    ("ingestion_time is optional and not used by the join", "mood", "ann",
-     mood(event_time=START + 1, mood="bored", ingestion_time=START + 99)),
-    ("unknown extra fields on an event", "event", "ann",
-     event(id="e-extra", event_time=START + 2, channel="web")),
-    ("an event with no id gets a derived id", "event", "ann",
-     event(event_time=START + 3, recommendation="map")),
-    ("a control character is still text", "event", "ann",
-     event(id="e-ctrl", event_time=T + 6, recommendation="tea\u0000\u0007")),
+    (
+        "unknown extra fields are ignored",
+        "mood",
+        "ann",
+        mood(event_time=START, mood="happy", colour="blue", nested={"a": [1]}),
+    ),
+    (
+        "ingestion_time is optional and not used by the join",
+        "mood",
+        "ann",
+        mood(event_time=START + 1, mood="bored", ingestion_time=START + 99),
+    ),
+    (
+        "unknown extra fields on an event",
+        "event",
+        "ann",
+        event(id="e-extra", event_time=START + 2, channel="web"),
+    ),
+    (
+        "an event with no id gets a derived id",
+        "event",
+        "ann",
+        event(event_time=START + 3, recommendation="map"),
+    ),
+    (
+        "a control character is still text",
+        "event",
+        "ann",
+        event(id="e-ctrl", event_time=T + 6, recommendation="tea\u0000\u0007"),
+    ),
 ]
-LATE = [("late mood", "mood", "ann", mood(event_time=START - 61_000, mood="old")),
-        ("late event", "event", "ann", event(event_time=START - 70_000, id="e-late"))]
-GOOD = [("mood", "ann", mood(event_time=T - 100, mood="calm")),
-        ("event", "ann", event(id="e-good"))]
+LATE = [
+    ("late mood", "mood", "ann", mood(event_time=START - 61_000, mood="old")),
+    ("late event", "event", "ann", event(event_time=START - 70_000, id="e-late")),
+]
+GOOD = [
+    ("mood", "ann", mood(event_time=T - 100, mood="calm")),
+    ("event", "ann", event(id="e-good")),
+]
 # a clock or unit bug: inside the valid range (up to 2099), so not a bad record, but it would
 # move its partition's stream time to 2099 and make every later record late: refused at the
 # door as a record from the future (app.inputs.admission, ETJ_MAX_FUTURE_MS), it leaves no trace
-FAR_FUTURE = [("mood", "ann", mood(event_time=4_102_444_799_999, mood="far")),
-              ("event", "ann", event(id="e-after-far", event_time=T + 7))]
+FAR_FUTURE = [
+    ("mood", "ann", mood(event_time=4_102_444_799_999, mood="far")),
+    ("event", "ann", event(id="e-after-far", event_time=T + 7)),
+]
 
 
 async def test_hostile_moods_and_events_end_in_dead_letters_and_the_worker_stays_up(
-        names, worker_factory):
+    names, worker_factory
+):
     w = worker_factory(names, retention_ms=60_000).wait_ready()
     # 1. a first mood sets the stream clock; then the hostile, accepted and late records, then
     #    good records that must still be joined after all that
@@ -137,8 +200,10 @@ async def test_hostile_moods_and_events_end_in_dead_letters_and_the_worker_stays
         return last[0] if len(last[0].dead) >= len(dead) and len(last[0].late) >= 2 else None
 
     fates = await wait_for(all_fates, timeout_s=90)
-    assert fates is not None, (f"{len(last[0].dead)} dead letters of {len(dead)}, "
-                               f"{len(last[0].late)} late of 2: {last[0].late}")
+    assert fates is not None, (
+        f"{len(last[0].dead)} dead letters of {len(dead)}, "
+        f"{len(last[0].late)} late of 2: {last[0].late}"
+    )
     reasons = fates.dead_reasons
     for (what, *_, phrase), s in zip(hostile, sent_hostile):
         assert s.position in reasons, f"{what}: no dead letter"
@@ -147,8 +212,9 @@ async def test_hostile_moods_and_events_end_in_dead_letters_and_the_worker_stays
     for s in sent_hostile:  # the original bytes are kept (base64 when not text), cut past 64 KiB
         d = fates.dead[s.position][0]
         size = 0 if s.value is None else len(s.value)
-        assert d["value_encoding"] == ("null" if s.value is None else
-                                       "base64" if s.value.startswith(b"\xff") else "text")
+        assert d["value_encoding"] == (
+            "null" if s.value is None else "base64" if s.value.startswith(b"\xff") else "text"
+        )
         assert d.get("value_truncated", False) == (size > 64 * 1024)
         if size > 64 * 1024:
             assert d["value_size"] == size and len(d["value"]) == 64 * 1024

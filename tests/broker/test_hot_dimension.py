@@ -25,18 +25,36 @@ MOODS, RECS = 6_000, 600
 
 async def send(names: Any, records: list[tuple[str, str, dict[str, Any]]]) -> None:
     topic = {"mood": names.moods_topic, "event": names.events_topic}
-    await produce_bulk(bootstrap(names), [(topic[k], key.encode(), jbytes(v))
-                                          for k, key, v in records], PARTITIONS)
+    await produce_bulk(
+        bootstrap(names), [(topic[k], key.encode(), jbytes(v)) for k, key, v in records], PARTITIONS
+    )
 
 
 async def test_one_consultant_with_a_request_s_worth_of_moods_is_answered_exactly(
-        names, worker_factory):
+    names, worker_factory
+):
     names = batched(names)
-    moods = [("mood", "hot", {"name": "hot", "mood": f"{i:07d}" + "y" * 183,
-                              "event_time": START + i * 10}) for i in range(MOODS)]
-    recs = [("event", "hot", {"consultant": "hot", "recommendation": f"r{i}",
-                              "event_time": START + i * 100 + 5, "id": f"hot-{i}"})
-            for i in range(RECS)]
+    moods = [
+        (
+            "mood",
+            "hot",
+            {"name": "hot", "mood": f"{i:07d}" + "y" * 183, "event_time": START + i * 10},
+        )
+        for i in range(MOODS)
+    ]
+    recs = [
+        (
+            "event",
+            "hot",
+            {
+                "consultant": "hot",
+                "recommendation": f"r{i}",
+                "event_time": START + i * 100 + 5,
+                "id": f"hot-{i}",
+            },
+        )
+        for i in range(RECS)
+    ]
     late = [m for i, m in enumerate(moods) if i % 10 == 3]
     early = [m for i, m in enumerate(moods) if i % 10 != 3]
     assert sum(len(m[2]["mood"]) for m in moods) > 1_000_000  # one row would not fit
@@ -57,8 +75,18 @@ async def test_one_consultant_with_a_request_s_worth_of_moods_is_answered_exactl
 
     # a new process recovers the 6,000 moods from the changelog and answers from them
     worker_factory(names, name="second").wait_ready(timeout_s=120)
-    one_more = [("event", "hot", {"consultant": "hot", "recommendation": "after",
-                                  "event_time": START + MOODS * 10 + 1, "id": "hot-after"})]
+    one_more = [
+        (
+            "event",
+            "hot",
+            {
+                "consultant": "hot",
+                "recommendation": "after",
+                "event_time": START + MOODS * 10 + 1,
+                "id": "hot-after",
+            },
+        )
+    ]
     await send(names, one_more)
     expected = exact_mood_answer(early + recs + late + one_more)
     assert expected["hot-after"][4] == moods[-1][2]["mood"]

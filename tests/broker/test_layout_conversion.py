@@ -29,8 +29,13 @@ def changelog(names, table: str) -> str:
 
 
 async def test_an_old_layout_history_row_is_converted_and_answers_exactly(names, worker_factory):
-    records = sample_moods_and_events(seed=3, count=240, start_ms=START, late_ratio=0.3,
-                                      consultants=("c0", "c1", "c2", "c3", "c4"))
+    records = sample_moods_and_events(
+        seed=3,
+        count=240,
+        start_ms=START,
+        late_ratio=0.3,
+        consultants=("c0", "c1", "c2", "c3", "c4"),
+    )
     expected = exact_mood_answer(records)
     moods = [r for r in records if r[0] == "mood"]
     old, rest = moods[: len(moods) // 2], [r for r in records if r not in moods[: len(moods) // 2]]
@@ -46,8 +51,9 @@ async def test_an_old_layout_history_row_is_converted_and_answers_exactly(names,
     topic = changelog(names, "mood-history")
     keys = sorted(history)
     for key, p in zip(keys, partitions_of([k.encode() for k in keys], PARTITIONS)):
-        await produce(names, topic, [(orjson.dumps(key), orjson.dumps(sorted(history[key])))],
-                      partition=p)
+        await produce(
+            names, topic, [(orjson.dumps(key), orjson.dumps(sorted(history[key])))], partition=p
+        )
     # the old rows are in the log before the worker that converts them starts (a run ended
     # with the changelog empty at the second worker's recovery: said here, not as a wrong answer)
     written = {k for k, v in await read_all(names, topic, idle_s=1.0) if v is not None}

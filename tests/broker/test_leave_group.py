@@ -33,9 +33,13 @@ async def members(names: Any, group: str) -> list[str]:
 async def joined_then_stopped(names: Any, topic: str) -> tuple[int, list[str], list[str]]:
     """A consumer joins a new group and stops: (its generation, members before, after)."""
     group = f"{names.prefix}-{uuid.uuid4().hex[:6]}"
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap(names), **names.client_auth(),
-                                group_id=group,
-                                session_timeout_ms=30_000)
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap(names),
+        **names.client_auth(),
+        group_id=group,
+        session_timeout_ms=30_000,
+    )
     await consumer.start()
     try:
         while not consumer.assignment():
@@ -49,12 +53,15 @@ async def joined_then_stopped(names: Any, topic: str) -> tuple[int, list[str], l
 
 @pytest.mark.parametrize("rule", ["upstream", "patched"])
 async def test_a_consumer_of_a_first_generation_leaves_only_with_the_patch(
-        broker, names, monkeypatch, rule: str) -> None:
+    broker, names, monkeypatch, rule: str
+) -> None:
     topic = f"{names.prefix}-leave"
     await create_topic(names, topic, 2)
-    monkeypatch.setattr(GroupCoordinator, "_maybe_leave_group",
-                        leave_group._original if rule == "upstream"
-                        else leave_group._maybe_leave_group)
+    monkeypatch.setattr(
+        GroupCoordinator,
+        "_maybe_leave_group",
+        leave_group._original if rule == "upstream" else leave_group._maybe_leave_group,
+    )
     generation, before, after = await joined_then_stopped(names, topic)
     assert len(before) == 1
     if rule == "patched":

@@ -26,21 +26,37 @@ from tests.leftovers import PROBE, carrying, own_run_environ, wait_gone
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def make(target: str, tmp_path: Path, **variables: str) -> tuple[subprocess.Popen[bytes],
-                                                                  str, Path]:
+def make(
+    target: str, tmp_path: Path, **variables: str
+) -> tuple[subprocess.Popen[bytes], str, Path]:
     """``make TARGET`` in the checkout, a session of its own (a terminal's foreground group):
     (process, its probe, its output file)."""
     probe = uuid.uuid4().hex
     out = tmp_path / f"make-{target}.out"
     # not an xdist worker's environment: the run under test is a run of its own (it marks and
     # reaps its own processes, tests/conftest.py)
-    env = {**own_run_environ(),
-           PROBE: probe, "ETJ_WEB_PORT": str(free_port()), "ETJ_DATADIR": str(tmp_path / "state")}
+    env = {
+        **own_run_environ(),
+        PROBE: probe,
+        "ETJ_WEB_PORT": str(free_port()),
+        "ETJ_DATADIR": str(tmp_path / "state"),
+    }
     with out.open("wb") as sink:
-        proc = subprocess.Popen(["make", "--no-print-directory", "-C", str(ROOT), target,
-                                 *[f"{k}={v}" for k, v in variables.items()]],
-                                env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_as_from_a_terminal)
+        proc = subprocess.Popen(
+            [
+                "make",
+                "--no-print-directory",
+                "-C",
+                str(ROOT),
+                target,
+                *[f"{k}={v}" for k, v in variables.items()],
+            ],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_as_from_a_terminal,
+        )
     return proc, probe, out
 
 
@@ -52,8 +68,9 @@ def _as_from_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def wait_for_process(probe: str, needle: str, proc: subprocess.Popen[bytes], out: Path,
-                     timeout_s: float = 180) -> None:
+def wait_for_process(
+    probe: str, needle: str, proc: subprocess.Popen[bytes], out: Path, timeout_s: float = 180
+) -> None:
     """Wait until a process of the run whose command line holds ``needle`` is up."""
     deadline = time.monotonic() + timeout_s
     while not any(needle in cmd for cmd in carrying(PROBE, probe).values()):
@@ -73,8 +90,9 @@ def stop(proc: subprocess.Popen[bytes], how: str) -> int:
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
 def test_make_test_stopped_while_a_worker_runs_leaves_nothing(tmp_path, how):
-    proc, probe, out = make("test", tmp_path,
-                            ARGS="tests/broker/test_broker_mood_join.py -p no:cacheprovider")
+    proc, probe, out = make(
+        "test", tmp_path, ARGS="tests/broker/test_broker_mood_join.py -p no:cacheprovider"
+    )
     # found by the probe: the run's own broker and worker (what the check below must not see)
     wait_for_process(probe, "app.main worker", proc, out)
     assert any("tansu" in cmd for cmd in carrying(PROBE, probe).values())

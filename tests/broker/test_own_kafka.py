@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from app.kafka.security import KafkaSecurityError
 from app.dev.local_broker import LocalBroker, free_port
+from app.kafka.security import KafkaSecurityError
 from tests.broker.test_run_local import CORRECTION, JOINED, make_run, wait_for_a_correction
 from tests.broker.test_tls import certs, tls_broker, tls_env  # noqa: F401  (module fixtures)
 from tests.harness import SECURITY_PREFIX, make_names
@@ -27,8 +27,9 @@ from tests.tls_proxy import Certs, TlsBroker
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def own_kafka_env(broker: TlsBroker, certs: Certs, tmp: Path,
-                  ca: Path | None = None) -> dict[str, str]:
+def own_kafka_env(
+    broker: TlsBroker, certs: Certs, tmp: Path, ca: Path | None = None
+) -> dict[str, str]:
     """What a person sets to use their Kafka: the bootstrap server and the TLS settings (the
     same files as test_tls.py's worker gets)."""
     tls = {"ETJ_" + k.upper(): v for k, v in tls_env(certs, tmp, ca).items()}
@@ -37,20 +38,29 @@ def own_kafka_env(broker: TlsBroker, certs: Certs, tmp: Path,
 
 def clean_environ() -> dict[str, str]:
     """This process's environment for a run of its own, without another broker's settings."""
-    return {k: v for k, v in own_run_environ().items()
-            if not k.startswith(SECURITY_PREFIX) and k not in ("ETJ_BOOTSTRAP", "ETJ_BROKER_URL")}
+    return {
+        k: v
+        for k, v in own_run_environ().items()
+        if not k.startswith(SECURITY_PREFIX) and k not in ("ETJ_BOOTSTRAP", "ETJ_BROKER_URL")
+    }
 
 
 def session_processes(pid: int) -> str:
-    return subprocess.run(["ps", "-o", "pid=,args=", "-s", str(pid)], capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["ps", "-o", "pid=,args=", "-s", str(pid)], capture_output=True, text=True
+    ).stdout
 
 
 def test_make_run_uses_your_kafka_over_tls_and_starts_no_broker(tls_broker, certs, tmp_path):
     names = make_names(tls_broker.url)  # this test's own topic names on that broker
     port = free_port()
-    env = {**clean_environ(), **names.env, **own_kafka_env(tls_broker, certs, tmp_path),
-           "ETJ_WEB_PORT": str(port), "ETJ_DATADIR": str(tmp_path / "state")}
+    env = {
+        **clean_environ(),
+        **names.env,
+        **own_kafka_env(tls_broker, certs, tmp_path),
+        "ETJ_WEB_PORT": str(port),
+        "ETJ_DATADIR": str(tmp_path / "state"),
+    }
     del env["ETJ_BROKER_URL"]  # make run takes it from ETJ_BOOTSTRAP
     before = tls_broker.proxy.connections
     with make_run(env, tmp_path) as (proc, out):
@@ -68,12 +78,18 @@ def test_the_test_suite_runs_against_your_kafka_over_tls(tls_broker, certs, tmp_
     """A broker test in a pytest of its own, pointed at the TLS-only broker: its session broker,
     its workers and its producers and consumers all connect with the TLS settings."""
     before = tls_broker.proxy.connections
-    test = "tests/broker/test_broker_mood_join.py::" \
-           "test_paced_out_of_order_emits_corrections_and_converges"
+    test = (
+        "tests/broker/test_broker_mood_join.py::"
+        "test_paced_out_of_order_emits_corrections_and_converges"
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], cwd=ROOT,
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+        cwd=ROOT,
         env={**clean_environ(), **own_kafka_env(tls_broker, certs, tmp_path)},
-        capture_output=True, text=True, timeout=300)
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
     assert "1 passed" in done.stdout
     assert tls_broker.proxy.connections - before >= 3  # session wait, worker, test clients
@@ -83,7 +99,8 @@ TIMEOUT_S = 30
 
 
 def test_a_broker_whose_certificate_is_not_trusted_is_said_at_once(
-        tls_broker, certs, tmp_path, monkeypatch):
+    tls_broker, certs, tmp_path, monkeypatch
+):
     for k, v in own_kafka_env(tls_broker, certs, tmp_path, ca=certs.other_ca).items():
         monkeypatch.setenv(k, v)
     began = time.monotonic()

@@ -9,12 +9,12 @@ import json
 import zlib
 from typing import Any
 
-from app.kafka.copartition import fetch_partition_counts
 from app.joins.spec import resolve
-from tests.kafka_io import partitions_of
+from app.kafka.copartition import fetch_partition_counts
 from tests.docs.pages import README, block
 from tests.faults import worker_metrics
-from tests.harness import (Names, create_topic, latest_by_id, produce, read_all, wait_for)
+from tests.harness import Names, create_topic, latest_by_id, produce, read_all, wait_for
+from tests.kafka_io import partitions_of
 from tests.oracle import Event, exact_answer
 
 N = 6
@@ -26,7 +26,8 @@ def crc32_partition(key: bytes) -> int:
 
 
 async def test_a_user_spec_runs_alone_on_its_own_count_and_a_crc32_producer_is_caught(
-        names: Names, worker_factory, tmp_path):
+    names: Names, worker_factory, tmp_path
+):
     raw = json.loads(block(README, "minimal-spec").replace('"etj-', f'"{names.prefix}-etj-'))[0]
     raw["partitions"] = N
     spec = resolve(raw)
@@ -40,49 +41,85 @@ async def test_a_user_spec_runs_alone_on_its_own_count_and_a_crc32_producer_is_c
     misplaced = [u for u in users if crc32_partition(u.encode()) != right[u]][:3]
     assert len(misplaced) == 3
     for u in misplaced:
-        await produce(names, spec.dimension.topic,
-                      [(u, {"user_id": u, "tier": "crc", "event_time": 50})],
-                      partition=crc32_partition(u.encode()))
+        await produce(
+            names,
+            spec.dimension.topic,
+            [(u, {"user_id": u, "tier": "crc", "event_time": 50})],
+            partition=crc32_partition(u.encode()),
+        )
     joins_file = tmp_path / "joins.json"
     joins_file.write_text(json.dumps([raw]))
     w = worker_factory(names, joins_file=joins_file).wait_ready()
-    assert (f"input topic {spec.dimension.topic}: 3 of the 3 keyed records sampled at start "
-            "are not in the partition Kafka's default partitioner gives their key") in w.log()
+    assert (
+        f"input topic {spec.dimension.topic}: 3 of the 3 keyed records sampled at start "
+        "are not in the partition Kafka's default partitioner gives their key"
+    ) in w.log()
     assert "partitioner=murmur2_random" in w.log()
 
     # 2. alone: not one built-in join's topic or changelog; its own made with its count
     app_id = names.env["ETJ_APP_ID"]
-    builtin = [names.events_topic, names.moods_topic, names.ratings_topic, names.movies_topic,
-               names.ticks_topic, names.car_arrivals_topic, names.zones_topic,
-               names.car_ticks_topic, names.car_moves_topic, f"{app_id}-recent-joins-changelog",
-               f"{app_id}-movies-joins-changelog", f"{app_id}-car-positions-changelog"]
-    own = [spec.ticks, *(f"{app_id}-{t}-changelog" for t in (spec.tables.dimension,
-                                                             spec.tables.joins,
-                                                             spec.tables.clock))]
-    counts = await fetch_partition_counts(names.env["ETJ_BROKER_URL"], builtin + own,
-                                          names.client_auth())
+    builtin = [
+        names.events_topic,
+        names.moods_topic,
+        names.ratings_topic,
+        names.movies_topic,
+        names.ticks_topic,
+        names.car_arrivals_topic,
+        names.zones_topic,
+        names.car_ticks_topic,
+        names.car_moves_topic,
+        f"{app_id}-recent-joins-changelog",
+        f"{app_id}-movies-joins-changelog",
+        f"{app_id}-car-positions-changelog",
+    ]
+    own = [
+        spec.ticks,
+        *(
+            f"{app_id}-{t}-changelog"
+            for t in (spec.tables.dimension, spec.tables.joins, spec.tables.clock)
+        ),
+    ]
+    counts = await fetch_partition_counts(
+        names.env["ETJ_BROKER_URL"], builtin + own, names.client_auth()
+    )
     assert [t for t in builtin if t in counts] == []
-    assert {t: counts.get(t) for t in own} == {t: N for t in own}
+    assert {t: counts.get(t) for t in own} == dict.fromkeys(own, N)
 
     # 3. out-of-order views and tiers from a murmur2 producer (aiokafka's default), and one
     #    more tier from the CRC32 producer while the worker runs
-    views = [(u, {"id": f"v{i}", "user_id": u, "page": f"/p{i % 3}", "event_time": 1000 + i})
-             for i, u in enumerate(users)]
-    tiers = [(u, {"user_id": u, "tier": ["gold", "silver"][i % 2], "event_time": 900 + 3 * i})
-             for i, u in enumerate(users)]
+    views = [
+        (u, {"id": f"v{i}", "user_id": u, "page": f"/p{i % 3}", "event_time": 1000 + i})
+        for i, u in enumerate(users)
+    ]
+    tiers = [
+        (u, {"user_id": u, "tier": ["gold", "silver"][i % 2], "event_time": 900 + 3 * i})
+        for i, u in enumerate(users)
+    ]
     await produce(names, spec.events.topic, views[::2])
     await produce(names, spec.dimension.topic, tiers)
     await produce(names, spec.events.topic, views[1::2])
     late_crc = misplaced[0]
-    await produce(names, spec.dimension.topic,
-                  [(late_crc, {"user_id": late_crc, "tier": "crc", "event_time": 999})],
-                  partition=crc32_partition(late_crc.encode()))
-    expected = exact_answer(spec.rules, [(k, [v["event_time"], v["tier"]]) for k, v in tiers],
-                            [Event(k, v["id"], v["event_time"], (v["page"],)) for k, v in views])
+    await produce(
+        names,
+        spec.dimension.topic,
+        [(late_crc, {"user_id": late_crc, "tier": "crc", "event_time": 999})],
+        partition=crc32_partition(late_crc.encode()),
+    )
+    expected = exact_answer(
+        spec.rules,
+        [(k, [v["event_time"], v["tier"]]) for k, v in tiers],
+        [Event(k, v["id"], v["event_time"], (v["page"],)) for k, v in views],
+    )
 
     def answer(r: dict[str, Any]) -> tuple[Any, ...]:
-        return (r["id"], r["user_id"], r["event_time"], (r["page"],),
-                None if r["tier_event_time"] is None else (r["tier"],), r["tier_event_time"])
+        return (
+            r["id"],
+            r["user_id"],
+            r["event_time"],
+            (r["page"],),
+            None if r["tier_event_time"] is None else (r["tier"],),
+            r["tier_event_time"],
+        )
 
     async def converged() -> dict[str, Any] | None:
         revs = [v for _, v in await read_all(names, spec.output, idle_s=1)]

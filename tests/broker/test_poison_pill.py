@@ -27,23 +27,43 @@ N = "_name_long_enough_to_make_the_output_bigger_than_the_state_rows"  # 62 char
 
 
 def spec(p: str) -> list[dict[str, Any]]:
-    return [{
-        "name": "profiles",
-        "events": {"topic": f"{p}-etj-visits", "key": "user", "time": "t", "id": "id",
-                   "fields": {"id": "str", "user": "str", "t": "time", "page" + N: "str",
-                              "site" + N: "str", "lang" + N: "str"},
-                   "copy": ["user", "t", "page" + N, "site" + N, "lang" + N]},
-        "dimension": {"topic": f"{p}-etj-profiles", "key": "user", "time": "t",
-                      "fields": {"user": "str", "profile": "str", "t": "time"},
-                      "copy": ["profile"], "time_as": "profile_time" + N},
-        "output": f"{p}-etj-profiled-visits", "ticks": f"{p}-etj-profiles-ticks",
-        "mode": "left", "asof": "before", "retention_ms": 86_400_000,
-    }]
+    return [
+        {
+            "name": "profiles",
+            "events": {
+                "topic": f"{p}-etj-visits",
+                "key": "user",
+                "time": "t",
+                "id": "id",
+                "fields": {
+                    "id": "str",
+                    "user": "str",
+                    "t": "time",
+                    "page" + N: "str",
+                    "site" + N: "str",
+                    "lang" + N: "str",
+                },
+                "copy": ["user", "t", "page" + N, "site" + N, "lang" + N],
+            },
+            "dimension": {
+                "topic": f"{p}-etj-profiles",
+                "key": "user",
+                "time": "t",
+                "fields": {"user": "str", "profile": "str", "t": "time"},
+                "copy": ["profile"],
+                "time_as": "profile_time" + N,
+            },
+            "output": f"{p}-etj-profiled-visits",
+            "ticks": f"{p}-etj-profiles-ticks",
+            "mode": "left",
+            "asof": "before",
+            "retention_ms": 86_400_000,
+        }
+    ]
 
 
 def visit(vid: str, user: str, t: int) -> dict[str, Any]:
-    return {"id": vid, "user": user, "t": t, "page" + N: "home", "site" + N: "s",
-            "lang" + N: "en"}
+    return {"id": vid, "user": user, "t": t, "page" + N: "home", "site" + N: "s", "lang" + N: "en"}
 
 
 USERS = {f"u{i}": f"profile of u{i}" for i in range(6)}
@@ -51,8 +71,10 @@ USERS["big"] = "p" * 10_000
 
 
 async def outputs(names: Names) -> dict[str, Any]:
-    return {v["id"]: v for _, v in await read_all(names, f"{names.prefix}-etj-profiled-visits",
-                                                  idle_s=1.5)}
+    return {
+        v["id"]: v
+        for _, v in await read_all(names, f"{names.prefix}-etj-profiled-visits", idle_s=1.5)
+    }
 
 
 async def dead_letters(names: Names) -> list[Any]:
@@ -60,7 +82,8 @@ async def dead_letters(names: Names) -> list[Any]:
 
 
 async def test_an_output_refused_for_good_dead_letters_its_input_and_the_worker_goes_on(
-        names, worker_factory, tmp_path):
+    names, worker_factory, tmp_path
+):
     p = names.prefix
     spec_file = tmp_path / "joins.json"
     spec_file.write_text(json.dumps(spec(p)))
@@ -69,8 +92,11 @@ async def test_an_output_refused_for_good_dead_letters_its_input_and_the_worker_
 
     # 1. every profile first (its state rows fit), then the visits: one per user, "v-big"'s
     #    output holds the 10,000-character profile and is refused by the producer
-    await produce(names, f"{p}-etj-profiles",
-                  [(u, {"user": u, "profile": text, "t": 100}) for u, text in USERS.items()])
+    await produce(
+        names,
+        f"{p}-etj-profiles",
+        [(u, {"user": u, "profile": text, "t": 100}) for u, text in USERS.items()],
+    )
     visits = [(u, visit(f"v-{u}", u, 200 + i)) for i, u in enumerate(USERS)]
     await produce(names, f"{p}-etj-visits", visits)
 

@@ -18,8 +18,9 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -45,19 +46,30 @@ def rows(dsn: str, table: str) -> dict[str, tuple[int, dict[str, Any]]]:
         exists = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0]
         if exists is None:
             return {}
-        return {r[0]: (r[1], r[2]) for r in conn.execute(
-            f'SELECT id, revision, record FROM "{table}"')}
+        return {
+            r[0]: (r[1], r[2]) for r in conn.execute(f'SELECT id, revision, record FROM "{table}"')
+        }
 
 
 def rejected(dsn: str, table: str) -> list[tuple[int, int, str]]:
     with psycopg.connect(dsn) as conn:
-        return list(conn.execute(f'SELECT kafka_partition, kafka_offset, reason FROM '
-                                 f'"{table}_rejected" ORDER BY 1, 2'))
+        return list(
+            conn.execute(
+                f"SELECT kafka_partition, kafka_offset, reason FROM "
+                f'"{table}_rejected" ORDER BY 1, 2'
+            )
+        )
 
 
 def revision(jid: str, n: int) -> dict[str, Any]:
-    return {"id": jid, "consultant": "c", "revision": n, "mood": f"mood-{n}",
-            "previous_mood": None if n == 1 else f"mood-{n - 1}", "cause": "arrival"}
+    return {
+        "id": jid,
+        "consultant": "c",
+        "revision": n,
+        "mood": f"mood-{n}",
+        "previous_mood": None if n == 1 else f"mood-{n - 1}",
+        "cause": "arrival",
+    }
 
 
 def test_a_redelivered_older_revision_never_overwrites_a_newer_one(pg):
@@ -69,13 +81,27 @@ def test_a_redelivered_older_revision_never_overwrites_a_newer_one(pg):
         try:
             enc = lambda r: json.dumps(r).encode()  # noqa: E731
             # 1. revision 2 of r1 (its revision 1 was in an earlier batch), revision 1 of r2
-            await sink.write(conn, plan_batch([(0, 0, b"r1", enc(revision("r1", 1))),
-                                               (0, 1, b"r1", enc(revision("r1", 2))),
-                                               (1, 0, b"r2", enc(revision("r2", 1)))]))
+            await sink.write(
+                conn,
+                plan_batch(
+                    [
+                        (0, 0, b"r1", enc(revision("r1", 1))),
+                        (0, 1, b"r1", enc(revision("r1", 2))),
+                        (1, 0, b"r2", enc(revision("r2", 1))),
+                    ]
+                ),
+            )
             # 2. a redelivery: revision 1 of r1 again (after a crash), and two bad records
-            moved = await sink.write(conn, plan_batch([(0, 0, b"r1", enc(revision("r1", 1))),
-                                                       (0, 2, b"x", b"{not json"),
-                                                       (0, 3, b"x", b'{"id": "r9"}')]))
+            moved = await sink.write(
+                conn,
+                plan_batch(
+                    [
+                        (0, 0, b"r1", enc(revision("r1", 1))),
+                        (0, 2, b"x", b"{not json"),
+                        (0, 3, b"x", b'{"id": "r9"}'),
+                    ]
+                ),
+            )
             assert moved == 0
             # 3. the same batch once more (offsets were not committed): nothing new
             await sink.write(conn, plan_batch([(0, 2, b"x", b"{not json")]))
@@ -93,8 +119,9 @@ def test_a_redelivered_older_revision_never_overwrites_a_newer_one(pg):
     assert reasons[0][2].startswith("not JSON") and "revision" in reasons[1][2]
 
 
-def revision_log(seed: int, ids: int, start: int = 0) -> tuple[list[tuple[str, Any]],
-                                                                dict[str, int]]:
+def revision_log(
+    seed: int, ids: int, start: int = 0
+) -> tuple[list[tuple[str, Any]], dict[str, int]]:
     """(key, value) records of a revision log in log order, with a crash's repeats (an older
     revision again after a newer one), and the oracle: the highest revision per id."""
     rng = random.Random(seed)
@@ -111,11 +138,17 @@ def revision_log(seed: int, ids: int, start: int = 0) -> tuple[list[tuple[str, A
     return log, best
 
 
-async def produce_fast(names: Names, topic: str, records: list[tuple[str, Any]],
-                       pace_every: int = 0, pace_s: float = 0.0) -> None:
+async def produce_fast(
+    names: Names,
+    topic: str,
+    records: list[tuple[str, Any]],
+    pace_every: int = 0,
+    pace_s: float = 0.0,
+) -> None:
     """Send in order (per key, in order: one partition each), batched by the producer."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), linger_ms=20,
-                                **names.client_auth())
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap(names), linger_ms=20, **names.client_auth()
+    )
     await producer.start()
     try:
         for i, (key, value) in enumerate(records):
@@ -137,9 +170,26 @@ class Sink:
         env = {**os.environ, **names.env}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "faust", "-A", "app.main", "sink", "postgres",
-                 "--join", "moods", "--dsn", dsn, "--max-records", "25"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "faust",
+                    "-A",
+                    "app.main",
+                    "sink",
+                    "postgres",
+                    "--join",
+                    "moods",
+                    "--dsn",
+                    dsn,
+                    "--max-records",
+                    "25",
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -175,10 +225,12 @@ def test_the_table_equals_the_oracle_after_a_kill_and_a_rebalance(names, pg, tmp
         # 1. a sink lands the first part, and the second as it is produced (~15 s of it)
         a = Sink(names, pg.dsn, tmp_path, "a")
         sinks.append(a)
-        assert await wait_for(lambda: _landed(pg.dsn, table), timeout_s=120, every_s=0.3), \
-            a.log()[-3000:]
+        assert await wait_for(lambda: _landed(pg.dsn, table), timeout_s=120, every_s=0.3), a.log()[
+            -3000:
+        ]
         producing = asyncio.ensure_future(
-            produce_fast(names, topic, second, pace_every=25, pace_s=0.4))
+            produce_fast(names, topic, second, pace_every=25, pace_s=0.4)
+        )
         await asyncio.sleep(2.0)
         # 2. kill -9 mid-stream; restarted; a second member joins while records still come
         a.kill()
@@ -198,11 +250,13 @@ def test_the_table_equals_the_oracle_after_a_kill_and_a_rebalance(names, pg, tmp
             return {k: v[0] for k, v in rows(pg.dsn, table).items()} == oracle
 
         assert asyncio.run(wait_for(exact, timeout_s=180, every_s=1.0)), (
-            f"table != oracle\n{b.log()[-3000:]}\n{c.log()[-3000:]}")
+            f"table != oracle\n{b.log()[-3000:]}\n{c.log()[-3000:]}"
+        )
         got = rows(pg.dsn, table)
         assert all(rec["mood"] == f"mood-{n}" for n, rec in got.values())
         assert [reason.split(":")[0] for _, _, reason in rejected(pg.dsn, table)] == [
-            "not JSON"]  # once, however often its batch was redelivered
+            "not JSON"
+        ]  # once, however often its batch was redelivered
         assert b.stop() == 0 and c.stop() == 0
         # the second member took partitions over from the first and wrote some of them
         done = re.search(r"sink stopped: SinkCounts\(batches=(\d+), records=(\d+)", c.log())

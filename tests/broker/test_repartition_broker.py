@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from app.kafka.partitioner import partition_for
 from app.joins.spec import resolve
+from app.kafka.partitioner import partition_for
 from tests.harness import Names, bootstrap, create_topic, latest_by_id, read_all, wait_for
 from tests.oracle import Event, exact_answer
 
@@ -27,16 +27,28 @@ USERS = [f"u{i}" for i in range(8)]
 def rekeyed_spec(prefix: str) -> dict[str, Any]:
     return {
         "name": "rekeyed",
-        "events": {"topic": f"{prefix}-clicks", "key": "user.id", "time": "at", "id": "id",
-                   "time_format": "iso8601", "repartition": True,
-                   "fields": {"id": "str", "user.id": "str", "page": "str", "at": "time"},
-                   "copy": ["user.id", "page", "at"]},
-        "dimension": {"topic": f"{prefix}-plans", "key": "user", "time": "$timestamp",
-                      "repartition": True,
-                      "fields": {"user": "str", "plan": "str"},
-                      "copy": ["plan"], "time_as": "plan_time"},
-        "output": f"{prefix}-rekeyed-out", "ticks": f"{prefix}-rekeyed-ticks",
-        "retention_ms": 10 ** 12,
+        "events": {
+            "topic": f"{prefix}-clicks",
+            "key": "user.id",
+            "time": "at",
+            "id": "id",
+            "time_format": "iso8601",
+            "repartition": True,
+            "fields": {"id": "str", "user.id": "str", "page": "str", "at": "time"},
+            "copy": ["user.id", "page", "at"],
+        },
+        "dimension": {
+            "topic": f"{prefix}-plans",
+            "key": "user",
+            "time": "$timestamp",
+            "repartition": True,
+            "fields": {"user": "str", "plan": "str"},
+            "copy": ["plan"],
+            "time_as": "plan_time",
+        },
+        "output": f"{prefix}-rekeyed-out",
+        "ticks": f"{prefix}-rekeyed-ticks",
+        "retention_ms": 10**12,
     }
 
 
@@ -44,7 +56,7 @@ Record = tuple[bytes | None, dict[str, Any], int]
 
 
 def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
 def traffic(seed: int) -> tuple[list[Record], list[Record]]:
@@ -55,15 +67,28 @@ def traffic(seed: int) -> tuple[list[Record], list[Record]]:
     plans = []
     for u in USERS:
         for _ in range(3):
-            plans.append((rnd.choice([None, f"acct-{rnd.randrange(99)}".encode()]),
-                          {"user": u, "plan": rnd.choice(["free", "pro", "team"])},
-                          BASE + rnd.randrange(0, 60_000)))
+            plans.append(
+                (
+                    rnd.choice([None, f"acct-{rnd.randrange(99)}".encode()]),
+                    {"user": u, "plan": rnd.choice(["free", "pro", "team"])},
+                    BASE + rnd.randrange(0, 60_000),
+                )
+            )
     clicks = []
     for i in range(160):
         at = BASE + rnd.randrange(0, 60_000)
-        clicks.append((rnd.choice([None, f"session-{rnd.randrange(999)}".encode()]),
-                       {"id": f"c{i}", "user": {"id": rnd.choice(USERS)}, "page": f"/p{i % 5}",
-                        "at": iso(at)}, at))
+        clicks.append(
+            (
+                rnd.choice([None, f"session-{rnd.randrange(999)}".encode()]),
+                {
+                    "id": f"c{i}",
+                    "user": {"id": rnd.choice(USERS)},
+                    "page": f"/p{i % 5}",
+                    "at": iso(at),
+                },
+                at,
+            )
+        )
     return clicks, plans
 
 
@@ -73,9 +98,13 @@ async def send(names: Names, topic: str, records: list[Record], pace_s: float = 
     await producer.start()
     try:
         for key, value, at in records:
-            await producer.send_and_wait(topic, json.dumps(value).encode(), key=key,
-                                         timestamp_ms=at,
-                                         headers=[("origin", b"test")])
+            await producer.send_and_wait(
+                topic,
+                json.dumps(value).encode(),
+                key=key,
+                timestamp_ms=at,
+                headers=[("origin", b"test")],
+            )
             if pace_s:
                 await asyncio.sleep(pace_s)
     finally:
@@ -84,9 +113,13 @@ async def send(names: Names, topic: str, records: list[Record], pace_s: float = 
 
 async def read_raw(names: Names, topic: str) -> list[Any]:
     """Every record of ``topic`` with its partition, timestamp and headers."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap(names),
-                                auto_offset_reset="earliest", enable_auto_commit=False,
-                                **names.client_auth())
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap(names),
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        **names.client_auth(),
+    )
     await consumer.start()
     out: list[Any] = []
     try:
@@ -100,7 +133,8 @@ async def read_raw(names: Names, topic: str) -> list[Any]:
 
 
 def test_sides_keyed_otherwise_are_repartitioned_and_join_exactly_across_a_kill_9(
-        names: Names, worker_factory, tmp_path):
+    names: Names, worker_factory, tmp_path
+):
     raw = rekeyed_spec(names.prefix)
     spec = resolve(raw, app_id=names.app_id)
     asyncio.run(create_topic(names, spec.events.topic, 3))  # not the join's 4: any count
@@ -108,10 +142,20 @@ def test_sides_keyed_otherwise_are_repartitioned_and_join_exactly_across_a_kill_
     path = tmp_path / "joins.json"
     path.write_text(json.dumps([raw]))
     clicks, plans = traffic(seed=46)
-    bad = [(b"session-x", {"id": "bad1", "page": "/", "at": iso(BASE)}, BASE),  # no user.id
-           (None, {"id": "bad2", "user": {"id": 7}, "page": "/", "at": iso(BASE)}, BASE),
-           (None, {"id": "bad3", "user": {"id": "u1"}, "page": "/",  # a time without a zone
-                   "at": "2026-09-21T10:00:00"}, BASE)]
+    bad = [
+        (b"session-x", {"id": "bad1", "page": "/", "at": iso(BASE)}, BASE),  # no user.id
+        (None, {"id": "bad2", "user": {"id": 7}, "page": "/", "at": iso(BASE)}, BASE),
+        (
+            None,
+            {
+                "id": "bad3",
+                "user": {"id": "u1"},
+                "page": "/",  # a time without a zone
+                "at": "2026-09-21T10:00:00",
+            },
+            BASE,
+        ),
+    ]
 
     first = worker_factory(names, name="first", joins_file=path).wait_ready()
     asyncio.run(send(names, spec.dimension.topic, plans[:12]))
@@ -135,13 +179,16 @@ def test_sides_keyed_otherwise_are_repartitioned_and_join_exactly_across_a_kill_
     worker_factory(names, name="second", joins_file=path).wait_ready()
 
     expected = exact_answer(
-        spec.rules, [(v["user"], [at, v["plan"]]) for _, v, at in plans],
-        [Event(v["user"]["id"], v["id"], at, (v["page"],)) for _, v, at in clicks])
+        spec.rules,
+        [(v["user"], [at, v["plan"]]) for _, v, at in plans],
+        [Event(v["user"]["id"], v["id"], at, (v["page"],)) for _, v, at in clicks],
+    )
 
     async def exact() -> bool:
         latest = latest_by_id(v for _, v in await read_all(names, spec.output, idle_s=0.5))
         return {i: (r["plan"], r["plan_time"]) for i, r in latest.items()} == {
-            i: (e[4] and e[4][0], e[5]) for i, e in expected.items()}
+            i: (e[4] and e[4][0], e[5]) for i, e in expected.items()
+        }
 
     assert asyncio.run(wait_for(exact, timeout_s=120, every_s=2))
     revs = [v for _, v in asyncio.run(read_all(names, spec.output, idle_s=0.5))]
@@ -161,8 +208,7 @@ def test_sides_keyed_otherwise_are_repartitioned_and_join_exactly_across_a_kill_
         assert m.partition == partition_for(m.key, 4)
         assert iso(m.timestamp) == value["at"] and list(m.headers) == [("origin", b"test")]
     dead = [v for _, v in asyncio.run(read_all(names, names.dead_letter_topic, idle_s=0.5))]
-    reasons = {json.loads(d["value"])["id"]: d for d in dead if d.get("topic") ==
-               spec.events.topic}
+    reasons = {json.loads(d["value"])["id"]: d for d in dead if d.get("topic") == spec.events.topic}
     assert "user.id" in reasons["bad1"]["error"] and "user.id" in reasons["bad2"]["error"]
     assert "no time zone" in reasons["bad3"]["error"], reasons["bad3"]
     assert reasons["bad1"]["key"] == "session-x"

@@ -9,9 +9,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from app.dev.local_broker import free_port
 from tests.harness import Names
@@ -30,8 +30,14 @@ def make_run(env: dict[str, str], cwd: Path) -> Iterator[tuple[subprocess.Popen[
     leaving, stopped with SIGTERM as Ctrl-C stops it."""
     out = cwd / "run.out"
     with out.open("wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "app.dev.run_local"], cwd=cwd, env=env,
-                                stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.dev.run_local"],
+            cwd=cwd,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         yield proc, out
     finally:
@@ -39,8 +45,7 @@ def make_run(env: dict[str, str], cwd: Path) -> Iterator[tuple[subprocess.Popen[
         proc.wait(timeout=60)
 
 
-def wait_for_a_correction(proc: subprocess.Popen[bytes], out: Path,
-                          timeout_s: float = 150) -> str:
+def wait_for_a_correction(proc: subprocess.Popen[bytes], out: Path, timeout_s: float = 150) -> str:
     """The output so far, once it shows a correction (or the time is up)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and not CORRECTION.search(out.read_text("utf-8", "replace")):
@@ -50,11 +55,17 @@ def wait_for_a_correction(proc: subprocess.Popen[bytes], out: Path,
 
 
 def test_make_run_shows_revisions_and_corrections_then_stops_everything(
-        tmp_path: Path, names: Names) -> None:
+    tmp_path: Path, names: Names
+) -> None:
     port = free_port()
     probe = uuid.uuid4().hex
-    env = {**os.environ, **names.env, "ETJ_WEB_PORT": str(port),
-           "ETJ_DATADIR": str(tmp_path / "state"), PROBE: probe}
+    env = {
+        **os.environ,
+        **names.env,
+        "ETJ_WEB_PORT": str(port),
+        "ETJ_DATADIR": str(tmp_path / "state"),
+        PROBE: probe,
+    }
     env.pop("ETJ_BROKER_URL")  # run_local sets it from the broker it starts or is given
     with make_run(env, tmp_path) as (proc, out):
         text = wait_for_a_correction(proc, out)

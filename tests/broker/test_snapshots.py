@@ -28,9 +28,8 @@ from aiokafka.structs import TopicPartition
 from app.commands.sample_traffic import sample_moods_and_events
 from app.joins.keys import EXPIRY, ID, JOIN, VERSION, expiry_key, id_key, split_join_key
 from app.state.snapshot_store import Snapshots
-from tests.harness import S3Broker
 from tests.faults import send, settle_and_check
-from tests.harness import Names, bootstrap, wait_for
+from tests.harness import Names, S3Broker, bootstrap, wait_for
 
 START = 1_790_000_000_000
 OFFSET_KEY = b"__faust\0offset__"  # faust.stores.rocksdb.Store.offset_key
@@ -42,7 +41,7 @@ PARTITIONS = 4
 # a sitecustomize for the stale-snapshot test: the worker's consumer reports a log-start offset
 # (beginning_offsets) above the real one for the partitions ETJ_TEST_LOG_START names, as a
 # broker whose changelog lost old segments to retention does (tansu cannot delete records)
-FAKE_LOG_START = '''
+FAKE_LOG_START = """
 import json, os
 spec = json.loads(os.environ.get("ETJ_TEST_LOG_START") or "{}")
 if spec:
@@ -53,18 +52,21 @@ if spec:
         return {tp: max(off, spec.get(tp.topic, {}).get(str(tp.partition), off))
                 for tp, off in got.items()}
     AIOKafkaConsumer.beginning_offsets = beginning_offsets
-'''
+"""
 
 
 def changelog(names: Names, table: str) -> str:
     return f"{names.env['ETJ_APP_ID']}-{table}-changelog"
 
 
-async def read_changelog(names: Names, topic: str,
-                         ) -> dict[int, list[tuple[int, bytes, bytes | None]]]:
+async def read_changelog(
+    names: Names,
+    topic: str,
+) -> dict[int, list[tuple[int, bytes, bytes | None]]]:
     """partition -> [(offset, key, value)] of ``topic``, read to its end offsets."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names), **names.client_auth(),
-                                enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap(names), **names.client_auth(), enable_auto_commit=False
+    )
     await consumer.start()
     out: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
     try:
@@ -87,8 +89,10 @@ async def read_changelog(names: Names, topic: str,
         await consumer.stop()
 
 
-def replay(records: list[tuple[int, bytes, bytes | None]], from_offset: int = 0,
-           ) -> dict[bytes, bytes]:
+def replay(
+    records: list[tuple[int, bytes, bytes | None]],
+    from_offset: int = 0,
+) -> dict[bytes, bytes]:
     """What Faust's recovery builds from a changelog partition: the last value per key."""
     state: dict[bytes, bytes] = {}
     for offset, key, value in records:
@@ -108,8 +112,11 @@ def dump_tables(datadir: Path) -> dict[tuple[str, int], dict[bytes, bytes]]:
         m = re.fullmatch(r"(.+)-(\d+)\.db", path.name)
         if not m or not path.is_dir() or ".etj-snapshots" in path.parts:
             continue
-        db = rocksdict.Rdict(str(path), rocksdict.Options(raw_mode=True),
-                             access_type=rocksdict.AccessType.read_only())
+        db = rocksdict.Rdict(
+            str(path),
+            rocksdict.Options(raw_mode=True),
+            access_type=rocksdict.AccessType.read_only(),
+        )
         try:
             out[(m.group(1), int(m.group(2)))] = {k: v for k, v in db.items() if k != OFFSET_KEY}
         finally:
@@ -129,9 +136,11 @@ async def assert_equals_full_replay(names: Names, datadir: Path) -> int:
             joins_table = any(k[:1] in (JOIN, ID, EXPIRY, VERSION) for k in got)
             got, index = split_index_rows(got)
             want = replay(log.get(p, []))
-            assert got == want, (f"{table}[{p}]: {len(got)} rows, full replay {len(want)}; "
-                                 f"differ on {sorted(set(got) ^ set(want))[:5]} / "
-                                 f"{[k for k in got if k in want and got[k] != want[k]][:5]}")
+            assert got == want, (
+                f"{table}[{p}]: {len(got)} rows, full replay {len(want)}; "
+                f"differ on {sorted(set(got) ^ set(want))[:5]} / "
+                f"{[k for k in got if k in want and got[k] != want[k]][:5]}"
+            )
             if joins_table:
                 check_index_rows(table, p, got, index)
             compared += len(want)
@@ -143,12 +152,15 @@ def split_index_rows(rows: dict[bytes, bytes]) -> tuple[dict[bytes, bytes], dict
     them: app.joins.keys); (every row, {}) for another table."""
     if not any(k[:1] in (JOIN, ID, EXPIRY, VERSION) for k in rows):
         return rows, {}
-    return ({k: v for k, v in rows.items() if k[:1] in (JOIN, VERSION)},
-            {k: v for k, v in rows.items() if k[:1] not in (JOIN, VERSION)})
+    return (
+        {k: v for k, v in rows.items() if k[:1] in (JOIN, VERSION)},
+        {k: v for k, v in rows.items() if k[:1] not in (JOIN, VERSION)},
+    )
 
 
-def check_index_rows(table: str, p: int, joins: dict[bytes, bytes],
-                     index: dict[bytes, bytes]) -> None:
+def check_index_rows(
+    table: str, p: int, joins: dict[bytes, bytes], index: dict[bytes, bytes]
+) -> None:
     """Each join row has its id row and its expiry bucket's row, and each id row points at a
     join row (an expiry row may outlive its joins until its bucket is behind the horizon)."""
     ids = {k: v for k, v in index.items() if k[:1] == ID}
@@ -160,13 +172,20 @@ def check_index_rows(table: str, p: int, joins: dict[bytes, bytes],
         key, t, jid = split_join_key(k)
         want_ids[id_key(key, jid)] = str(t).encode()
         assert expiry_key(p, t, key) in buckets, (table, p, k)
-    assert ids == want_ids, (f"{table}[{p}]: id rows differ on "
-                             f"{sorted(set(ids) ^ set(want_ids))[:5]}")
+    assert ids == want_ids, (
+        f"{table}[{p}]: id rows differ on {sorted(set(ids) ^ set(want_ids))[:5]}"
+    )
 
 
 def snapshots_env(names: Names, url: str, interval_s: float = 1.0, **extra: str) -> None:
-    names.env.update({"ETJ_STORE_URL": "rocksdb://", "ETJ_SNAPSHOT_URL": url,
-                      "ETJ_SNAPSHOT_INTERVAL_S": str(interval_s), **extra})
+    names.env.update(
+        {
+            "ETJ_STORE_URL": "rocksdb://",
+            "ETJ_SNAPSHOT_URL": url,
+            "ETJ_SNAPSHOT_INTERVAL_S": str(interval_s),
+            **extra,
+        }
+    )
 
 
 async def newest_offsets(snaps: Snapshots, topic: str) -> dict[int, int]:
@@ -174,8 +193,9 @@ async def newest_offsets(snaps: Snapshots, topic: str) -> dict[int, int]:
     return {m.partition: m.offset for m in listed}
 
 
-async def wait_snapshots(names: Names, snaps: Snapshots, at_least: dict[int, int] | None = None,
-                         timeout_s: float = 60) -> dict[int, int]:
+async def wait_snapshots(
+    names: Names, snaps: Snapshots, at_least: dict[int, int] | None = None, timeout_s: float = 60
+) -> dict[int, int]:
     """Wait until every history partition has a snapshot (at or past ``at_least``'s offsets)."""
     topic = changelog(names, HISTORY)
 
@@ -190,8 +210,11 @@ async def wait_snapshots(names: Names, snaps: Snapshots, at_least: dict[int, int
     return got
 
 
-async def wait_caught_up(names: Names, snaps: Snapshots, timeout_s: float = 60,
-                         ) -> dict[int, int]:
+async def wait_caught_up(
+    names: Names,
+    snaps: Snapshots,
+    timeout_s: float = 60,
+) -> dict[int, int]:
     """Wait until each history partition's newest snapshot covers its whole changelog."""
     topic = changelog(names, HISTORY)
 
@@ -207,9 +230,15 @@ async def wait_caught_up(names: Names, snaps: Snapshots, timeout_s: float = 60,
 
 
 def moods(who: list[str], t0: int, n: int) -> list[tuple[str, Any, Any]]:
-    return [("mood", c, {"name": c, "mood": ["happy", "sad", "tired"][i % 3],
-                         "event_time": t0 + i * 1000})
-            for i in range(n) for c in who]
+    return [
+        (
+            "mood",
+            c,
+            {"name": c, "mood": ["happy", "sad", "tired"][i % 3], "event_time": t0 + i * 1000},
+        )
+        for i in range(n)
+        for c in who
+    ]
 
 
 @pytest.fixture
@@ -218,9 +247,12 @@ def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     and passed to the workers."""
     store = S3Broker(tmp_path)
     store.start_storage()
-    env = {"AWS_ACCESS_KEY_ID": "etj", "AWS_SECRET_ACCESS_KEY": "etj",
-           "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{store.s3_port}"}
+    env = {
+        "AWS_ACCESS_KEY_ID": "etj",
+        "AWS_SECRET_ACCESS_KEY": "etj",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{store.s3_port}",
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     try:
@@ -230,13 +262,19 @@ def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 async def test_kill_9_then_an_empty_disk_starts_from_the_snapshot_and_equals_a_full_replay(
-        names, worker_factory, tmp_path, s3):
+    names, worker_factory, tmp_path, s3
+):
     url = "s3://tansu/snapshots"
     # a short session: the new worker's group join waits for the killed member to time out
     snapshots_env(names, url, interval_s=2, ETJ_SESSION_TIMEOUT_S="4", **s3)
     snaps = Snapshots(url)
-    records = sample_moods_and_events(seed=5, count=260, start_ms=START, late_ratio=0.3,
-                                      consultants=tuple(f"c{i}" for i in range(16)))
+    records = sample_moods_and_events(
+        seed=5,
+        count=260,
+        start_ms=START,
+        late_ratio=0.3,
+        consultants=tuple(f"c{i}" for i in range(16)),
+    )
     first = worker_factory(names, name="first").wait_ready()
 
     # 1. a dimension and joins; every partition gets its first snapshot
@@ -251,16 +289,19 @@ async def test_kill_9_then_an_empty_disk_starts_from_the_snapshot_and_equals_a_f
 
     # 3. a new worker: from the snapshots, then the changelog after them
     second = worker_factory(names, name="second").wait_ready(timeout_s=90)
-    restored = re.findall(r"restored (\S+)\[(\d+)\] from snapshot \S+ \(offset (\d+)",
-                          second.log())
+    restored = re.findall(r"restored (\S+)\[(\d+)\] from snapshot \S+ \(offset (\d+)", second.log())
     history = {int(p): int(o) for t, p, o in restored if t == changelog(names, HISTORY)}
     assert sorted(history) == list(range(PARTITIONS)), second.log()[-3000:]
     assert second.get("/ready/")[0] == 200
-    ends = {p: len(v) and v[-1][0] for p, v in
-            (await read_changelog(names, changelog(names, HISTORY))).items()}
+    ends = {
+        p: len(v) and v[-1][0]
+        for p, v in (await read_changelog(names, changelog(names, HISTORY))).items()
+    }
     assert any(ends.get(p, -1) > o for p, o in history.items()), (
         "the kill must leave changelog records after the snapshots (a tail to replay)",
-        history, ends)
+        history,
+        ends,
+    )
 
     # 4. the joins after it are exact (the oracle, tests/oracle.py), then the tables equal a
     # full replay of their changelogs, key for key
@@ -271,7 +312,8 @@ async def test_kill_9_then_an_empty_disk_starts_from_the_snapshot_and_equals_a_f
 
 
 async def test_corrupt_and_stale_snapshots_are_refused_and_the_changelog_is_replayed(
-        names, worker_factory, tmp_path):
+    names, worker_factory, tmp_path
+):
     """History partitions 0 and 1: every snapshot truncated -> "unreadable", full replay.
     Partitions 2 and 3: the snapshots are older than the changelog's retention -> refused, the
     changelog replayed from its log start. tansu cannot delete records (it closes the
@@ -297,10 +339,27 @@ async def test_corrupt_and_stale_snapshots_are_refused_and_the_changelog_is_repl
     assert await newest_offsets(snaps, topic) == taken
     names.env.pop("ETJ_SNAPSHOT_URL")
     again = worker_factory(names, name="first")  # same datadir
-    listing_done = asyncio.create_task(asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "faust", "-A", "app.main", "snapshots", "--url",
-                         url, "--table", topic], env={**os.environ, **names.env},
-        capture_output=True, text=True, timeout=120))
+    listing_done = asyncio.create_task(
+        asyncio.to_thread(
+            subprocess.run,
+            [
+                sys.executable,
+                "-m",
+                "faust",
+                "-A",
+                "app.main",
+                "snapshots",
+                "--url",
+                url,
+                "--table",
+                topic,
+            ],
+            env={**os.environ, **names.env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    )
     await asyncio.to_thread(again.wait_ready)
     await send(names, moods(new, START + 10_000, 2))
     grew = await wait_for(lambda: _history_grew(names, taken), timeout_s=60, every_s=0.5)
@@ -312,35 +371,45 @@ async def test_corrupt_and_stale_snapshots_are_refused_and_the_changelog_is_repl
     rows = [line.split() for line in listing.stdout.splitlines() if line.startswith(topic)]
     listed = await asyncio.to_thread(snaps.list, topic)
     assert sorted((int(r[1]), int(r[2]), r[-1]) for r in rows) == sorted(
-        (m.partition, m.offset, m.id) for m in listed), listing.stdout + listing.stderr
+        (m.partition, m.offset, m.id) for m in listed
+    ), listing.stdout + listing.stderr
 
     # 2. partitions 0, 1: every snapshot truncated; 2, 3: the changelog "lost" everything up
     # to each snapshot's offset + 1
     for m in listed:
         if m.partition in corrupt:
             root = tmp_path / "snaps" / m.prefix
-            victim = max((f for f in root.iterdir() if f.name != "manifest.json"),
-                         key=lambda f: f.stat().st_size)
+            victim = max(
+                (f for f in root.iterdir() if f.name != "manifest.json"),
+                key=lambda f: f.stat().st_size,
+            )
             victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
     log_start = {p: taken[p] + 2 for p in stale}
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(FAKE_LOG_START)
-    names.env.update({"ETJ_SNAPSHOT_URL": url, "PYTHONPATH": f"{site}{os.pathsep}"
-                      + os.environ.get("PYTHONPATH", ""),
-                      "ETJ_TEST_LOG_START": json.dumps({topic: {str(p): o for p, o in
-                                                                log_start.items()}})})
+    names.env.update(
+        {
+            "ETJ_SNAPSHOT_URL": url,
+            "PYTHONPATH": f"{site}{os.pathsep}" + os.environ.get("PYTHONPATH", ""),
+            "ETJ_TEST_LOG_START": json.dumps({topic: {str(p): o for p, o in log_start.items()}}),
+        }
+    )
 
     # 3. a worker with an empty disk: it refuses them all, says why, and replays
     third = worker_factory(names, name="third").wait_ready(timeout_s=90)
     text = third.log()
     for p in corrupt:
-        assert re.search(rf"snapshot \S+ of {re.escape(topic)}\[{p}\] not used: unreadable",
-                         text), text[-3000:]
+        assert re.search(
+            rf"snapshot \S+ of {re.escape(topic)}\[{p}\] not used: unreadable", text
+        ), text[-3000:]
         assert f"no usable snapshot of {topic}[{p}]: full replay" in text
     for p in stale:
-        assert re.search(rf"snapshot \S+ of {re.escape(topic)}\[{p}\] not used: older than "
-                         r"the changelog's retention", text), text[-3000:]
+        assert re.search(
+            rf"snapshot \S+ of {re.escape(topic)}\[{p}\] not used: older than "
+            r"the changelog's retention",
+            text,
+        ), text[-3000:]
     assert "restored " + topic not in text
     assert third.stop() == 0
     tables = dump_tables(tmp_path / "third-data")
@@ -351,18 +420,18 @@ async def test_corrupt_and_stale_snapshots_are_refused_and_the_changelog_is_repl
         got = tables.get((HISTORY, p), {})
         assert got == replay(records.get(p, []), from_offset=log_start[p]), p
         assert got and all(row_key(k).startswith("new") for k in got), (
-            "new consultants only: the stale snapshot's old ones must not be there", p)
+            "new consultants only: the stale snapshot's old ones must not be there",
+            p,
+        )
     history = [row_key(k) for p in corrupt for k in tables.get((HISTORY, p), {})]
-    assert any(k.startswith("old") for k in history) and any(k.startswith("new")
-                                                             for k in history)
+    assert any(k.startswith("old") for k in history) and any(k.startswith("new") for k in history)
 
 
 def row_key(raw: bytes) -> str:
     """The join key (consultant) of a ``V`` or ``J`` row (app.joins.keys)."""
-    return raw[5:5 + int.from_bytes(raw[1:5], "big")].decode()
+    return raw[5 : 5 + int.from_bytes(raw[1:5], "big")].decode()
 
 
 async def _history_grew(names: Names, past: dict[int, int]) -> bool:
     log = await read_changelog(names, changelog(names, HISTORY))
     return all(log.get(p) and log[p][-1][0] >= o + 2 for p, o in past.items())
-

@@ -9,8 +9,9 @@ stops at once with a message that names TLS certificate verification.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -43,9 +44,12 @@ def tls_env(certs: Certs, tmp: Path, ca: Path | None = None) -> dict[str, str]:
     """The worker's TLS settings: CA, client certificate, encrypted key, its password file."""
     password_file = tmp / "key-password"
     password_file.write_text(certs.client_key_password + "\n")  # as a Secret file may hold it
-    return {"kafka_tls_ca_file": str(ca or certs.ca), "kafka_tls_cert_file": str(certs.client_cert),
-            "kafka_tls_key_file": str(certs.client_key),
-            "kafka_tls_key_password_file": str(password_file)}
+    return {
+        "kafka_tls_ca_file": str(ca or certs.ca),
+        "kafka_tls_cert_file": str(certs.client_cert),
+        "kafka_tls_key_file": str(certs.client_key),
+        "kafka_tls_key_password_file": str(password_file),
+    }
 
 
 def client_auth(env: dict[str, str]) -> dict[str, Any]:
@@ -67,8 +71,12 @@ async def send(names: Names, auth: dict[str, Any], records: list[Record]) -> Non
 async def revisions(names: Names, auth: dict[str, Any], idle_s: float = 1.5) -> list[dict]:
     import json
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=names.env["ETJ_BROKER_URL"][8:],
-                                enable_auto_commit=False, auto_offset_reset="earliest", **auth)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=names.env["ETJ_BROKER_URL"][8:],
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **auth,
+    )
     await consumer.start()
     out: list[dict] = []
     try:
@@ -91,7 +99,8 @@ async def revisions(names: Names, auth: dict[str, Any], idle_s: float = 1.5) -> 
 
 
 async def test_a_worker_joins_through_tls_with_a_client_certificate_and_is_exact(
-        tls_broker, certs, worker_factory, tmp_path):
+    tls_broker, certs, worker_factory, tmp_path
+):
     import asyncio
 
     names = make_names(tls_broker.url)
@@ -117,7 +126,8 @@ async def test_a_worker_joins_through_tls_with_a_client_certificate_and_is_exact
 
 
 async def test_a_worker_that_trusts_the_wrong_ca_stops_at_once_and_says_why(
-        tls_broker, certs, worker_factory, tmp_path):
+    tls_broker, certs, worker_factory, tmp_path
+):
     names = make_names(tls_broker.url)
     began = time.monotonic()
     w = worker_factory(names, name="wrong-ca", **tls_env(certs, tmp_path, ca=certs.other_ca))

@@ -18,8 +18,12 @@ from tests.harness import Names, bootstrap
 
 def run(names: Names, joins_file: str, *args: str) -> str:
     env = {**os.environ, **names.env, "ETJ_JOINS_FILE": joins_file}
-    done = subprocess.run([sys.executable, "-m", "faust", "-A", "app.main", "topics", "create",
-                           *args], env=env, capture_output=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "faust", "-A", "app.main", "topics", "create", *args],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     return done.stdout.decode()
 
@@ -31,8 +35,11 @@ async def partitions(names: Names) -> dict[str, int]:
         mine = [t for t in await admin.list_topics() if t.startswith(names.prefix)]
         if not mine:  # an empty list asks for every topic of the broker, other tests' too
             return {}
-        return {d["topic"]: len(d["partitions"]) for d in await admin.describe_topics(mine)
-                if d["topic"] in mine}
+        return {
+            d["topic"]: len(d["partitions"])
+            for d in await admin.describe_topics(mine)
+            if d["topic"] in mine
+        }
     finally:
         await admin.close()
 
@@ -46,15 +53,22 @@ def test_topics_create_plans_then_creates_what_a_worker_needs(names: Names, tmp_
 
     plan = run(names, str(path), "--dry-run")
     assert f"would create   {raw['ticks']} (internal of shaped, 3 partitions" in plan, plan
-    assert f"would create   {changelogs[0]} (internal of shaped, 3 partitions, " \
-           "cleanup.policy=compact)" in plan, plan
+    assert (
+        f"would create   {changelogs[0]} (internal of shaped, 3 partitions, "
+        "cleanup.policy=compact)" in plan
+    ), plan
     assert f"missing  {raw['events']['topic']} (input of shaped: created with --inputs)" in plan
     assert asyncio.run(partitions(names)) == {}
 
     said = run(names, str(path))
     have = asyncio.run(partitions(names))
-    assert {raw["ticks"]: 3, raw["output"]: 4, changelogs[1]: 3, names.dead_letter_topic: 4,
-            f"{app_id}-__assignor-__leader": 1}.items() <= have.items(), (said, have)
+    assert {
+        raw["ticks"]: 3,
+        raw["output"]: 4,
+        changelogs[1]: 3,
+        names.dead_letter_topic: 4,
+        f"{app_id}-__assignor-__leader": 1,
+    }.items() <= have.items(), (said, have)
     assert raw["events"]["topic"] not in have
 
     said = run(names, str(path), "--inputs")
@@ -63,5 +77,7 @@ def test_topics_create_plans_then_creates_what_a_worker_needs(names: Names, tmp_
     again = run(names, str(path), "--inputs")
     assert "create " not in again
     # tansu does not answer DescribeConfigs: the $timestamp input's type is unknown, and named
-    assert (f"warning  input topic {raw['dimension']['topic']}: a join's event time is its "
-            "Kafka timestamp ($timestamp) and its message.timestamp.type is unknown") in again
+    assert (
+        f"warning  input topic {raw['dimension']['topic']}: a join's event time is its "
+        "Kafka timestamp ($timestamp) and its message.timestamp.type is unknown"
+    ) in again

@@ -20,8 +20,13 @@ WIPED = "did not stop cleanly"
 
 
 async def test_kill_9_discards_the_local_state_a_graceful_stop_keeps_it(names, worker_factory):
-    records = sample_moods_and_events(seed=33, count=160, start_ms=START, late_ratio=0.3,
-                                      consultants=tuple(f"c{i}" for i in range(10)))
+    records = sample_moods_and_events(
+        seed=33,
+        count=160,
+        start_ms=START,
+        late_ratio=0.3,
+        consultants=tuple(f"c{i}" for i in range(10)),
+    )
     first = worker_factory(names, name="w", store_url="rocksdb://").wait_ready()
     assert WIPED not in first.log()  # a new volume: nothing to discard
 
@@ -31,8 +36,9 @@ async def test_kill_9_discards_the_local_state_a_graceful_stop_keeps_it(names, w
     assert first.kill() == -9
     sent = await sending
     # (the same name: the same volume, and the same log, so its second "Worker ready")
-    again = worker_factory(names, name="w", store_url="rocksdb://").wait_ready(timeout_s=90,
-                                                                               count=2)
+    again = worker_factory(names, name="w", store_url="rocksdb://").wait_ready(
+        timeout_s=90, count=2
+    )
     log = again.log()
     assert log.count(WIPED) == 1, log[-3000:]
     assert "table partition databases were deleted" in log
@@ -40,7 +46,8 @@ async def test_kill_9_discards_the_local_state_a_graceful_stop_keeps_it(names, w
 
     # 2. a graceful stop when idle: the next start keeps the state (no second discard)
     assert again.stop() == 0
-    third = worker_factory(names, name="w", store_url="rocksdb://").wait_ready(timeout_s=90,
-                                                                               count=3)
+    third = worker_factory(names, name="w", store_url="rocksdb://").wait_ready(
+        timeout_s=90, count=3
+    )
     assert third.log().count(WIPED) == 1, third.log()[-3000:]
     await settle_and_check(names, records, sent, [third])

@@ -23,9 +23,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.logic.car_join import CarArrival, ZoneReading, exact_car_view
 from app.settings import Settings
+from tests.harness import (
+    Names,
+    Worker,
+    bootstrap,
+    create_topic,
+    latest_by_id,
+    produce,
+    read_all,
+    wait_for,
+)
 from tests.oracle import Mood, Recommendation, exact_mood_joins
-from tests.harness import (Names, Worker, bootstrap, create_topic, latest_by_id, produce,
-                           read_all, wait_for)
 
 START = 1_790_000_000_000
 RETENTION_MS = 600_000
@@ -71,8 +79,9 @@ def metric_sums(workers: list[Worker]) -> dict[tuple[str, tuple[tuple[str, str],
     return sums
 
 
-def scenario(names: Names) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]],
-                                    dict[str, list[tuple[int, str]]]]:
+def scenario(
+    names: Names,
+) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]], dict[str, list[tuple[int, str]]]]:
     """(moods, recommendations, expected mood history per consultant); all within retention."""
     moods, events, history = [], [], {}
     for i in range(12):
@@ -82,14 +91,23 @@ def scenario(names: Names) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]
             moods.append((who, {"name": who, "mood": mood, "event_time": t}))
             history.setdefault(who, []).append((t, mood))
         for k in range(2):
-            events.append((who, {"consultant": who, "recommendation": f"product-{k}",
-                                 "event_time": START + i * 10 + 500 + k * 1000,
-                                 "id": f"rec-{i}-{k}"}))
+            events.append(
+                (
+                    who,
+                    {
+                        "consultant": who,
+                        "recommendation": f"product-{k}",
+                        "event_time": START + i * 10 + 500 + k * 1000,
+                        "id": f"rec-{i}-{k}",
+                    },
+                )
+            )
     return moods, events, history
 
 
-async def two_workers(names: Names, worker_factory: Any,
-                      b_store: str = "memory://") -> tuple[Worker, Worker]:
+async def two_workers(
+    names: Names, worker_factory: Any, b_store: str = "memory://"
+) -> tuple[Worker, Worker]:
     """Two workers that have split the partitions between them and are both ready."""
     a = worker_factory(names, name="a", retention_ms=RETENTION_MS)
     b = worker_factory(names, name="b", retention_ms=RETENTION_MS, store_url=b_store)
@@ -98,8 +116,14 @@ async def two_workers(names: Names, worker_factory: Any,
     async def split() -> bool:
         pa = assigned_partitions(a, names.moods_topic)
         pb = assigned_partitions(b, names.moods_topic)
-        return (bool(pa) and bool(pb) and not pa & pb and pa | pb == everything
-                and a.get("/ready/")[0] == 200 and b.get("/ready/")[0] == 200)
+        return (
+            bool(pa)
+            and bool(pb)
+            and not pa & pb
+            and pa | pb == everything
+            and a.get("/ready/")[0] == 200
+            and b.get("/ready/")[0] == 200
+        )
 
     assert await wait_for(split, timeout_s=60, every_s=0.5), "the workers never split the work"
     return a, b
@@ -109,8 +133,10 @@ async def test_views_answer_for_keys_owned_by_the_other_worker(names, worker_fac
     a, b = await two_workers(names, worker_factory)
     moods, events, history = scenario(names)
     bad_mood = ("consultant-0", b"{not json")
-    late_mood = ("consultant-1", {"name": "consultant-1", "mood": "ancient",
-                                  "event_time": START - 2 * RETENTION_MS})
+    late_mood = (
+        "consultant-1",
+        {"name": "consultant-1", "mood": "ancient", "event_time": START - 2 * RETENTION_MS},
+    )
 
     # 1. inputs: moods, then recommendations, then a malformed and a late mood (same partition
     #    as consultant-1's other moods, so its stream time is already far ahead)
@@ -122,8 +148,10 @@ async def test_views_answer_for_keys_owned_by_the_other_worker(names, worker_fac
     # 2. every record counted once, across both workers
     async def all_counted() -> dict[Any, float] | None:
         sums = metric_sums([a, b])
-        got = {t: sums.get(("etj_records_in_total", (("join", "moods"), ("topic", t))), 0.0)
-               for t in sent}
+        got = {
+            t: sums.get(("etj_records_in_total", (("join", "moods"), ("topic", t))), 0.0)
+            for t in sent
+        }
         return sums if got == sent else None
 
     sums = await wait_for(all_counted, timeout_s=45, every_s=0.5)
@@ -134,14 +162,26 @@ async def test_views_answer_for_keys_owned_by_the_other_worker(names, worker_fac
     # 3. the output converged to the exact answer; its latest revisions are what /joins/ shows
     expected = exact_mood_joins(
         [Mood(v["name"], v["mood"], v["event_time"]) for _, v in moods],
-        [Recommendation(v["consultant"], v["recommendation"], v["event_time"], v["id"])
-         for _, v in events])
+        [
+            Recommendation(v["consultant"], v["recommendation"], v["event_time"], v["id"])
+            for _, v in events
+        ],
+    )
 
     async def converged() -> list[dict[str, Any]]:
         revs = [v for _, v in await read_all(names, names.output_topic, idle_s=1.0)]
         latest = latest_by_id(revs)
-        answers = {i: (r["id"], r["consultant"], r["event_time"], r["recommendation"],
-                       r["mood"], r["mood_event_time"]) for i, r in latest.items()}
+        answers = {
+            i: (
+                r["id"],
+                r["consultant"],
+                r["event_time"],
+                r["recommendation"],
+                r["mood"],
+                r["mood_event_time"],
+            )
+            for i, r in latest.items()
+        }
         return revs if answers == expected else []
 
     revisions = await wait_for(converged, timeout_s=45)
@@ -166,12 +206,23 @@ async def test_views_answer_for_keys_owned_by_the_other_worker(names, worker_fac
         status, body = other.get(f"/joins/{who}/")
         assert status == 200, body
         assert body["served_by"] == owner
-        want = sorted((r for r in latest.values() if r["consultant"] == who),
-                      key=lambda r: (r["event_time"], r["id"]))
-        fields = ("id", "event_time", "recommendation", "mood", "mood_event_time", "revision",
-                  "cause", "previous_mood")
-        assert [tuple(j[f] for f in fields) for j in body["joins"]] == \
-            [tuple(r[f] for f in fields) for r in want]
+        want = sorted(
+            (r for r in latest.values() if r["consultant"] == who),
+            key=lambda r: (r["event_time"], r["id"]),
+        )
+        fields = (
+            "id",
+            "event_time",
+            "recommendation",
+            "mood",
+            "mood_event_time",
+            "revision",
+            "cause",
+            "previous_mood",
+        )
+        assert [tuple(j[f] for f in fields) for j in body["joins"]] == [
+            tuple(r[f] for f in fields) for r in want
+        ]
     assert all(asked_of.values()), f"both workers must own some consultants: {owners}"
 
     # 5. unknown keys: a JSON 404 from either worker, whoever owns the key's partition
@@ -215,21 +266,30 @@ async def fill_changelog(names: Names, rows: int) -> dict[str, list[list[Any]]]:
     """
     topic = f"{names.env['ETJ_APP_ID']}-mood-history-changelog"
     await create_topic(names, topic, PARTITIONS)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), **names.client_auth(),
-                                linger_ms=20,
-                                max_batch_size=256 * 1024)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap(names),
+        **names.client_auth(),
+        linger_ms=20,
+        max_batch_size=256 * 1024,
+    )
     await producer.start()
     samples: dict[str, list[list[Any]]] = {}
     try:
+
         def row(i: int) -> tuple[str, list[list[Any]]]:
             return f"bulk-{i}", [[START + i, MOOD_WORDS[i % 4]], [START + i + 1, "calm"]]
 
         pending = []
         for i in range(rows):
             who, value = row(i)
-            pending.append(await producer.send(
-                topic, json.dumps(value).encode(), key=json.dumps(who).encode(),
-                partition=partition_of(who)))
+            pending.append(
+                await producer.send(
+                    topic,
+                    json.dumps(value).encode(),
+                    key=json.dumps(who).encode(),
+                    partition=partition_of(who),
+                )
+            )
         await asyncio.gather(*pending)
         await producer.flush()
         tails: dict[int, str] = {}
@@ -238,9 +298,12 @@ async def fill_changelog(names: Names, rows: int) -> dict[str, list[list[Any]]]:
             who, value = row(i)
             if partition_of(who) not in tails:
                 tails[partition_of(who)] = who
-                await producer.send_and_wait(topic, json.dumps(value).encode(),
-                                             key=json.dumps(who).encode(),
-                                             partition=partition_of(who))
+                await producer.send_and_wait(
+                    topic,
+                    json.dumps(value).encode(),
+                    key=json.dumps(who).encode(),
+                    partition=partition_of(who),
+                )
                 samples[who] = value
             i += 1
         samples["bulk-0"] = row(0)[1]
@@ -284,39 +347,66 @@ def car_scenario(seed: int = 7) -> tuple[list[tuple[str, Any]], list[tuple[str, 
     gets no reading: its cars have no pollution), zones 0-3 and 9 (9 never gets a car) read
     twice; event times shuffled, so older arrivals often come in after newer ones."""
     rng = random.Random(seed)
-    arrivals = [(str(c), {"car_id": c, "to_zone_id": rng.randrange(5),
-                          "fuel_level": round(rng.uniform(1, 60), 1),
-                          "event_time": START + rng.randrange(100_000)})
-                for c in range(24) for _ in range(rng.randrange(1, 4))]
-    readings = [(str(z), {"zone_id": z, "pollution_level": round(rng.uniform(0, 200), 1),
-                          "event_time": START + rng.randrange(100_000)})
-                for z in (0, 1, 2, 3, 9) for _ in range(2)]
+    arrivals = [
+        (
+            str(c),
+            {
+                "car_id": c,
+                "to_zone_id": rng.randrange(5),
+                "fuel_level": round(rng.uniform(1, 60), 1),
+                "event_time": START + rng.randrange(100_000),
+            },
+        )
+        for c in range(24)
+        for _ in range(rng.randrange(1, 4))
+    ]
+    readings = [
+        (
+            str(z),
+            {
+                "zone_id": z,
+                "pollution_level": round(rng.uniform(0, 200), 1),
+                "event_time": START + rng.randrange(100_000),
+            },
+        )
+        for z in (0, 1, 2, 3, 9)
+        for _ in range(2)
+    ]
     rng.shuffle(arrivals)
     rng.shuffle(readings)
     return arrivals, readings
 
 
-async def test_car_and_zone_views_answer_for_keys_owned_by_the_other_worker(names,
-                                                                           worker_factory):
+async def test_car_and_zone_views_answer_for_keys_owned_by_the_other_worker(names, worker_factory):
     # b keeps its tables in RocksDB (the production store): its zones' cars are range scans
     # over rocksdict iterators, a's over the memory store's sorted index
     a, b = await two_workers(names, worker_factory, b_store="rocksdb://")
     workers = {a.url: a, b.url: b}
     arrivals, readings = car_scenario()
     expected = exact_car_view(
-        [CarArrival(v["car_id"], v["to_zone_id"], v["fuel_level"], v["event_time"])
-         for _, v in arrivals],
-        [ZoneReading(v["zone_id"], v["pollution_level"], v["event_time"]) for _, v in readings])
-    newest_reading = {z.zone_id: z for z in sorted(
-        (ZoneReading(v["zone_id"], v["pollution_level"], v["event_time"]) for _, v in readings),
-        key=lambda z: z.order)}
+        [
+            CarArrival(v["car_id"], v["to_zone_id"], v["fuel_level"], v["event_time"])
+            for _, v in arrivals
+        ],
+        [ZoneReading(v["zone_id"], v["pollution_level"], v["event_time"]) for _, v in readings],
+    )
+    newest_reading = {
+        z.zone_id: z
+        for z in sorted(
+            (ZoneReading(v["zone_id"], v["pollution_level"], v["event_time"]) for _, v in readings),
+            key=lambda z: z.order,
+        )
+    }
 
     # 1. zone readings and car arrivals interleaved; one malformed arrival
     await produce(names, names.zones_topic, readings[:4])
     await produce(names, names.car_arrivals_topic, arrivals[: len(arrivals) // 2])
     await produce(names, names.zones_topic, readings[4:])
-    await produce(names, names.car_arrivals_topic,
-                  arrivals[len(arrivals) // 2:] + [("3", {"car_id": 3, "to_zone_id": "one"})])
+    await produce(
+        names,
+        names.car_arrivals_topic,
+        arrivals[len(arrivals) // 2 :] + [("3", {"car_id": 3, "to_zone_id": "one"})],
+    )
 
     car_owner = owners_by_partition([a, b], names.car_arrivals_topic)
     zone_owner = owners_by_partition([a, b], names.zones_topic)
@@ -336,13 +426,17 @@ async def test_car_and_zone_views_answer_for_keys_owned_by_the_other_worker(name
 
     async def cars_converged() -> dict[int, Any] | None:
         got = await car_views()
-        ok = all(st == 200 and {k: body[k] for k in want.to_wire()} == want.to_wire()
-                 for (st, body), want in zip(got.values(), expected.values()))
+        ok = all(
+            st == 200 and {k: body[k] for k in want.to_wire()} == want.to_wire()
+            for (st, body), want in zip(got.values(), expected.values())
+        )
         return got if ok else None
 
     got = await wait_for(cars_converged, timeout_s=60, every_s=1.0)
-    assert got, (f"car views never matched the exact answer: {await car_views()}\n"
-                 f"stats: {[w.get('/stats/') for w in (a, b)]}")
+    assert got, (
+        f"car views never matched the exact answer: {await car_views()}\n"
+        f"stats: {[w.get('/stats/') for w in (a, b)]}"
+    )
     crossed = 0
     for car_id, (_, body) in got.items():
         assert body["served_by"] == car_owner[partition_of(str(car_id))]
@@ -356,22 +450,31 @@ async def test_car_and_zone_views_answer_for_keys_owned_by_the_other_worker(name
     #    the car side: its ADD/DEL moves come through an internal topic)
     def zone_answer(zone_id: int) -> dict[str, Any]:
         reading = newest_reading.get(zone_id)
-        return {"zone_id": zone_id, "partition": partition_of(str(zone_id)),
-                "served_by": zone_owner[partition_of(str(zone_id))],
-                "pollution_level": reading and reading.pollution_level,
-                "zone_event_time": reading and reading.event_time, "truncated": False,
-                "cars": sorted((out.to_wire() for out in expected.values()
-                                if out.zone_id == zone_id), key=lambda c: c["car_id"])}
+        return {
+            "zone_id": zone_id,
+            "partition": partition_of(str(zone_id)),
+            "served_by": zone_owner[partition_of(str(zone_id))],
+            "pollution_level": reading and reading.pollution_level,
+            "zone_event_time": reading and reading.event_time,
+            "truncated": False,
+            "cars": sorted(
+                (out.to_wire() for out in expected.values() if out.zone_id == zone_id),
+                key=lambda c: c["car_id"],
+            ),
+        }
 
     async def zone_views() -> dict[int, Any]:
-        return {z: other(zone_owner[partition_of(str(z))]).get(f"/zones/{z}/cars/")
-                for z in (0, 1, 2, 3, 4, 9)}
+        return {
+            z: other(zone_owner[partition_of(str(z))]).get(f"/zones/{z}/cars/")
+            for z in (0, 1, 2, 3, 4, 9)
+        }
 
     async def zones_converged() -> bool:
         return all(got == (200, zone_answer(z)) for z, got in (await zone_views()).items())
 
-    assert await wait_for(zones_converged, timeout_s=60, every_s=1.0), \
+    assert await wait_for(zones_converged, timeout_s=60, every_s=1.0), (
         f"zone views never matched: {await zone_views()}"
+    )
     busiest = max(range(5), key=lambda z: sum(o.zone_id == z for o in expected.values()))
     status, body = a.get(f"/zones/{busiest}/cars/?limit=1")
     assert status == 200 and len(body["cars"]) == 1 and body["truncated"] is True
@@ -379,8 +482,14 @@ async def test_car_and_zone_views_answer_for_keys_owned_by_the_other_worker(name
 
     # 4. unknown or impossible ids: JSON 404s from either worker
     for w in (a, b):
-        for path in ("/cars/999999/", "/cars/abc/", "/cars/-1/", f"/cars/{2**64}/",
-                     "/zones/77/cars/", "/zones/x/cars/"):
+        for path in (
+            "/cars/999999/",
+            "/cars/abc/",
+            "/cars/-1/",
+            f"/cars/{2**64}/",
+            "/zones/77/cars/",
+            "/zones/x/cars/",
+        ):
             status, body = w.get(path)
             assert status == 404 and "error" in body, (w.name, path, status, body)
 
@@ -390,8 +499,11 @@ async def test_car_and_zone_views_answer_for_keys_owned_by_the_other_worker(name
     sums = metric_sums([a, b])
 
     def total(metric: str, **labels: str) -> float:
-        return sum(v for (n, ls), v in sums.items()
-                   if n == metric and all(dict(ls).get(k) == x for k, x in labels.items()))
+        return sum(
+            v
+            for (n, ls), v in sums.items()
+            if n == metric and all(dict(ls).get(k) == x for k, x in labels.items())
+        )
 
     assert total("etj_records_in_total", topic=names.car_arrivals_topic) == len(arrivals) + 1
     assert total("etj_records_in_total", topic=names.zones_topic) == len(readings)

@@ -44,30 +44,39 @@ def raw(port: int, request: bytes, timeout_s: float = 10.0) -> int:
 
 
 def get(path: bytes, auth: bool = True, extra: bytes = b"", method: bytes = b"GET") -> bytes:
-    return (method + b" " + path + b" HTTP/1.1\r\nHost: etj\r\n" + (AUTH if auth else b"")
-            + extra + b"Connection: close\r\n\r\n")
+    return (
+        method
+        + b" "
+        + path
+        + b" HTTP/1.1\r\nHost: etj\r\n"
+        + (AUTH if auth else b"")
+        + extra
+        + b"Connection: close\r\n\r\n"
+    )
 
 
 #: (request, the statuses it may get)
 HOSTILE = [
-    (get(b"/moods/%ZZ/"), {404}),                      # a bad percent-escape: just a name
-    (get(b"/moods/%C0%AF/"), {404}),                   # an overlong UTF-8 escape
+    (get(b"/moods/%ZZ/"), {404}),  # a bad percent-escape: just a name
+    (get(b"/moods/%C0%AF/"), {404}),  # an overlong UTF-8 escape
     (get(b"/moods/%00/"), {404}),
-    (get(b"/moods/\xff/"), {400}),                     # raw non-ASCII in the request line
+    (get(b"/moods/\xff/"), {400}),  # raw non-ASCII in the request line
     (get(b"/moods/\x00/"), {400}),
     (get(b"/moods/a b/"), {400}),
-    (get(b"/cars/" + b"9" * 40 + b"/"), {404}),        # a huge id
+    (get(b"/cars/" + b"9" * 40 + b"/"), {404}),  # a huge id
     (get(b"/cars/-1/"), {404}),
-    (get(b"/zones/%EF%BC%91/cars/"), {404}),           # a full-width digit one
+    (get(b"/zones/%EF%BC%91/cars/"), {404}),  # a full-width digit one
     (get(b"/zones/1/cars/?limit=" + b"9" * 40), {400}),
     (get(b"/zones/1/cars/?limit=%ZZ"), {400}),
     (get(b"/zones/1/cars/?limit=-1"), {400}),
     (get(b"/moods/" + b"a" * 100_000 + b"/"), {400}),  # a very long path
-    (get(b"/stats/?q=" + b"x" * 100_000), {400}),      # a very long query string
+    (get(b"/stats/?q=" + b"x" * 100_000), {400}),  # a very long query string
     (get(b"/stats/?" + b"&".join([b"a=%ZZ"] * 1000)), {200}),
     (get(b"/moods/x/", extra=b"X-Big: " + b"y" * 100_000 + b"\r\n"), {400}),  # a huge header
-    (get(b"/moods/x/", extra=b"Authorization: Bearer " + b"z" * 100_000 + b"\r\n", auth=False),
-     {400}),
+    (
+        get(b"/moods/x/", extra=b"Authorization: Bearer " + b"z" * 100_000 + b"\r\n", auth=False),
+        {400},
+    ),
     (get(b"/nope/"), {404}),
     (get(b"/timeline/static/../../app/settings.py"), {404}),
     (get(b"/timeline/static/%2e%2e/%2e%2e/app/settings.py"), {404}),
@@ -76,19 +85,53 @@ HOSTILE = [
     (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64 + b"\r\n\r\n", {400}),  # TLS
     (get(b"/moods/x/", auth=False), {401}),
     (get(b"/moods/x/", auth=False, extra=b"Authorization: Bearer wrong\r\n"), {401}),
-    (get(b"/nope/", auth=False), {401}),               # unknown paths tell nothing either
+    (get(b"/nope/", auth=False), {401}),  # unknown paths tell nothing either
 ]
 
 #: pieces of hostile path segments
-PIECES = [b"%", b"%Z", b"%ZZ", b"%C0", b"%ff", b"%2F", b"%00", b"%25", b"a", b"\xc3\xa9", b"\xff",
-          b"..", b"/", b"?", b"#", b";", b"9" * 30, b"-", b"\t", b"~", b"%u0041", b"+"]
+PIECES = [
+    b"%",
+    b"%Z",
+    b"%ZZ",
+    b"%C0",
+    b"%ff",
+    b"%2F",
+    b"%00",
+    b"%25",
+    b"a",
+    b"\xc3\xa9",
+    b"\xff",
+    b"..",
+    b"/",
+    b"?",
+    b"#",
+    b";",
+    b"9" * 30,
+    b"-",
+    b"\t",
+    b"~",
+    b"%u0041",
+    b"+",
+]
 SEGMENTS = st.one_of(
     st.lists(st.sampled_from(PIECES), max_size=12).map(b"".join),
-    st.binary(max_size=64).filter(lambda b: not set(b) & set(b" \r\n")))
-VIEWS = [b"/moods/%s/", b"/joins/%s/", b"/cars/%s/", b"/zones/%s/cars/", b"/zones/1/cars/?limit=%s",
-         b"/timeline/api/clock/%s/", b"/stats/?%s", b"/%s",
-         # every join by key (app.web.join_readers): an event-time, a foreign-key, any join
-         b"/joins/moods/%s/", b"/joins/cars/%s/", b"/joins/%s/x/", b"/timeline/api/joins/%s/keys/"]
+    st.binary(max_size=64).filter(lambda b: not set(b) & set(b" \r\n")),
+)
+VIEWS = [
+    b"/moods/%s/",
+    b"/joins/%s/",
+    b"/cars/%s/",
+    b"/zones/%s/cars/",
+    b"/zones/1/cars/?limit=%s",
+    b"/timeline/api/clock/%s/",
+    b"/stats/?%s",
+    b"/%s",
+    # every join by key (app.web.join_readers): an event-time, a foreign-key, any join
+    b"/joins/moods/%s/",
+    b"/joins/cars/%s/",
+    b"/joins/%s/x/",
+    b"/timeline/api/joins/%s/keys/",
+]
 
 
 def worker_with_token(worker_factory, names) -> Worker:
@@ -102,9 +145,12 @@ def test_hostile_requests_get_4xx_and_the_worker_stays_up(names, worker_factory)
         assert status in allowed, (request[:80], status)
     assert w.get("/health/")[0] == 200
 
-    @settings(max_examples=300, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                     HealthCheck.too_slow])
+    @settings(
+        max_examples=300,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
     @given(view=st.sampled_from(VIEWS), segment=SEGMENTS)
     def no_5xx_and_always_an_answer(view: bytes, segment: bytes) -> None:
         status = raw(w.web_port, get(view % segment))
@@ -125,13 +171,14 @@ async def test_ten_thousand_concurrent_requests_all_answered(names, worker_facto
             async with session.get(f"{w.url}/cars/{i}/", headers=auth) as resp:
                 await resp.read()
                 statuses.append(resp.status)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             statuses.append(type(exc).__name__)
 
     began = time.monotonic()
     connector = aiohttp.TCPConnector(limit=0, force_close=True)
-    async with aiohttp.ClientSession(connector=connector,
-                                     timeout=aiohttp.ClientTimeout(total=120)) as session:
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=120)
+    ) as session:
         await asyncio.gather(*(one(session, i) for i in range(n)))
     took = time.monotonic() - began
     counts = {s: statuses.count(s) for s in set(statuses)}
@@ -144,14 +191,20 @@ async def test_a_forwarded_view_carries_the_token_and_probes_stay_open(names, wo
     a = worker_with_token(worker_factory, names)
     b = worker_factory(names, name="b", views_token=TOKEN).wait_ready()
     a.wait_ready(count=2, timeout_s=60)  # a rebalanced when b joined
-    records = sample_moods_and_events(seed=3, count=60, start_ms=START, late_ratio=0.0,
-                                      consultants=tuple(f"c{i}" for i in range(8)))
+    records = sample_moods_and_events(
+        seed=3,
+        count=60,
+        start_ms=START,
+        late_ratio=0.0,
+        consultants=tuple(f"c{i}" for i in range(8)),
+    )
     await send(names, records)
     consultants = sorted({v["name"] for k, _, v in records if k == "mood"})
     headers = {"Authorization": f"Bearer {TOKEN}"}
 
-    async def fetch(session: aiohttp.ClientSession, w: Worker, path: str,
-                    auth: bool = True) -> tuple[int, dict]:
+    async def fetch(
+        session: aiohttp.ClientSession, w: Worker, path: str, auth: bool = True
+    ) -> tuple[int, dict]:
         async with session.get(w.url + path, headers=headers if auth else {}) as resp:
             return resp.status, await resp.json(content_type=None)
 

@@ -17,8 +17,7 @@ import re
 from playwright.async_api import expect
 
 from tests.broker.test_any_join_views import tiers_spec
-from tests.browser.test_timeline_page import (S, START, UI_TIMEOUT_MS, attrs, timeline_page,
-                                              until)
+from tests.browser.test_timeline_page import START, UI_TIMEOUT_MS, S, attrs, timeline_page, until
 from tests.harness import produce, wait_for
 
 
@@ -30,8 +29,7 @@ def view(t: int) -> tuple[str, dict]:
     return "u1", {"id": f"v{t}", "user": "u1", "page": f"/p{t}", "at": START + t * S}
 
 
-async def test_the_page_draws_a_user_spec_and_its_live_correction(names, worker_factory,
-                                                                  tmp_path):
+async def test_the_page_draws_a_user_spec_and_its_live_correction(names, worker_factory, tmp_path):
     raw = tiers_spec(names.prefix)
     path = tmp_path / "joins.json"
     path.write_text(json.dumps([raw]))
@@ -49,21 +47,26 @@ async def test_the_page_draws_a_user_spec_and_its_live_correction(names, worker_
         await page.goto(w.url + "/timeline/")
         await expect(page).to_have_title(re.compile("etj"))
         # 1. the join chosen, its keys listed, u1 drawn
-        await expect(page.locator("#join option")).to_have_text(["tiers"],
-                                                                timeout=UI_TIMEOUT_MS)
-        await expect(page.locator("#consultant option")).to_have_text(
-            ["u1"], timeout=UI_TIMEOUT_MS)
+        await expect(page.locator("#join option")).to_have_text(["tiers"], timeout=UI_TIMEOUT_MS)
+        await expect(page.locator("#consultant option")).to_have_text(["u1"], timeout=UI_TIMEOUT_MS)
         bands = lambda: attrs(page, "#bands rect.band", "data-mood", "data-start")  # noqa: E731
         want_bands = [("bronze", str(START)), ("gold", str(START + 20 * S))]
         assert await until(page, bands, want_bands) == want_bands
         marks = lambda: attrs(page, "#marks circle.mark", "data-id", "data-mood")  # noqa: E731
         assert await until(page, marks, [("v10", "bronze"), ("v30", "gold")]) == [
-            ("v10", "bronze"), ("v30", "gold")]
+            ("v10", "bronze"),
+            ("v30", "gold"),
+        ]
         # 2. a late tier: the view at 30 corrected, live
         await produce(names, raw["dimension"]["topic"], [tier(25, "silver")])
         corrected = lambda: attrs(  # noqa: E731
-            page, "#marks circle.corrected", "data-id", "data-mood", "data-previous-mood",
-            "data-revision")
+            page,
+            "#marks circle.corrected",
+            "data-id",
+            "data-mood",
+            "data-previous-mood",
+            "data-revision",
+        )
         want = [("v30", "silver", "gold", "2")]
         assert await until(page, corrected, want) == want
         assert errors == []

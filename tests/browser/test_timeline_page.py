@@ -20,25 +20,34 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from pathlib import Path
+from typing import Any
 
 from aiokafka.partitioner import DefaultPartitioner
 from playwright.async_api import Page, async_playwright, expect
 
 from app.settings import Settings
-from tests.oracle import Mood, Recommendation, exact_mood_joins
 from tests.harness import Names, Worker, produce, wait_for
+from tests.oracle import Mood, Recommendation, exact_mood_joins
 
 REPO = Path(__file__).resolve().parents[2]
 STATIC = REPO / "app" / "web" / "static"
 #: where ``make docs-images`` wants the pictures the docs show; unset: the test's tmp dir
 DOCS_IMAGES_ENV = "ETJ_DOCS_IMAGES"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
 
 @asynccontextmanager
 async def timeline_page(tmp_path: Path) -> AsyncIterator[tuple[Page, list[str]]]:
@@ -46,8 +55,12 @@ async def timeline_page(tmp_path: Path) -> AsyncIterator[tuple[Page, list[str]]]
     errors as they happen); closed on the way out, pass or fail."""
     async with async_playwright() as pw:
         browser = await pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
-            args=CHROMIUM_ARGS, viewport={"width": 1280, "height": 720})
+            str(tmp_path / "chromium-profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 720},
+        )
         try:
             page = browser.pages[0] if browser.pages else await browser.new_page()
             errors: list[str] = []
@@ -64,8 +77,16 @@ RETENTION_MS = 60 * S
 UI_TIMEOUT_MS = 60_000
 
 GRACE_MOODS = [(0, "happy"), (20, "focused"), (40, "tired"), (60, "excited")]
-GRACE_RECS = [(12, "phone"), (18, "bike"), (27, "coffee"), (33, "book"), (45, "tent"),
-              (50, "kayak"), (55, "piano"), (70, "laptop")]
+GRACE_RECS = [
+    (12, "phone"),
+    (18, "bike"),
+    (27, "coffee"),
+    (33, "book"),
+    (45, "tent"),
+    (50, "kayak"),
+    (55, "piano"),
+    (70, "laptop"),
+]
 ADA_MOODS = [(2, "bored"), (30, "happy")]
 ADA_RECS = [(8, "tent"), (35, "bike"), (64, "phone")]
 LATE_MOOD = (47, "sad")  # arrives last: corrects kayak@50 and piano@55 (tired -> sad)
@@ -83,16 +104,22 @@ def mood(who: str, t: int, m: str) -> tuple[str, dict[str, Any]]:
 
 
 def rec(who: str, t: int, r: str) -> tuple[str, dict[str, Any]]:
-    return who, {"consultant": who, "recommendation": r, "event_time": START + t * S,
-                 "id": f"{who}-{r}-{t}"}
+    return who, {
+        "consultant": who,
+        "recommendation": r,
+        "event_time": START + t * S,
+        "id": f"{who}-{r}-{t}",
+    }
 
 
-def expected_marks(moods: list[tuple[int, str]], recs: list[tuple[int, str]],
-                   who: str) -> dict[str, str | None]:
+def expected_marks(
+    moods: list[tuple[int, str]], recs: list[tuple[int, str]], who: str
+) -> dict[str, str | None]:
     """join id -> mood, by the batch rule (the page must agree with it)."""
-    answer = exact_mood_joins([Mood(who, m, START + t * S) for t, m in moods],
-                              [Recommendation(who, r, START + t * S, f"{who}-{r}-{t}")
-                               for t, r in recs])
+    answer = exact_mood_joins(
+        [Mood(who, m, START + t * S) for t, m in moods],
+        [Recommendation(who, r, START + t * S, f"{who}-{r}-{t}") for t, r in recs],
+    )
     return {jid: row[4] for jid, row in answer.items()}
 
 
@@ -120,38 +147,54 @@ async def until(page: Page, probe: Any, want: Any, timeout_s: float = 60.0) -> A
 async def produce_scenario(names: Names, worker: Worker) -> None:
     """Moods first, and only once the worker holds them the recommendations (the two topics
     are consumed in no guaranteed order: a recommendation first would be a correction)."""
-    await produce(names, names.moods_topic,
-                  [mood("grace", t, m) for t, m in GRACE_MOODS]
-                  + [mood("ada", t, m) for t, m in ADA_MOODS])
+    await produce(
+        names,
+        names.moods_topic,
+        [mood("grace", t, m) for t, m in GRACE_MOODS] + [mood("ada", t, m) for t, m in ADA_MOODS],
+    )
 
     async def moods_held() -> bool:
         for who, rows in (("grace", GRACE_MOODS), ("ada", ADA_MOODS)):
             status, body = worker.get(f"/moods/{who}/")
-            if status != 200 or body["moods"] != [{"event_time": START + t * S, "mood": m}
-                                                  for t, m in rows]:
+            if status != 200 or body["moods"] != [
+                {"event_time": START + t * S, "mood": m} for t, m in rows
+            ]:
                 return False
         return True
 
     assert await wait_for(moods_held, timeout_s=60, every_s=0.3), worker.get("/moods/grace/")
-    await produce(names, names.events_topic,
-                  [rec("grace", t, r) for t, r in GRACE_RECS]
-                  + [rec("ada", t, r) for t, r in ADA_RECS])
-    await produce(names, names.zones_topic,
-                  [(str(z), {"zone_id": z, "pollution_level": p, "event_time": START})
-                   for z, p in ZONES.items()])
-    await produce(names, names.car_arrivals_topic,
-                  [(str(car), {"car_id": car, "to_zone_id": z, "fuel_level": 0.5,
-                               "event_time": START + i * S})
-                   for i, (car, z) in enumerate(CARS)])
+    await produce(
+        names,
+        names.events_topic,
+        [rec("grace", t, r) for t, r in GRACE_RECS] + [rec("ada", t, r) for t, r in ADA_RECS],
+    )
+    await produce(
+        names,
+        names.zones_topic,
+        [
+            (str(z), {"zone_id": z, "pollution_level": p, "event_time": START})
+            for z, p in ZONES.items()
+        ],
+    )
+    await produce(
+        names,
+        names.car_arrivals_topic,
+        [
+            (
+                str(car),
+                {"car_id": car, "to_zone_id": z, "fuel_level": 0.5, "event_time": START + i * S},
+            )
+            for i, (car, z) in enumerate(CARS)
+        ],
+    )
 
 
 def expected_zone_cars() -> dict[str, str]:
-    where = {car: z for car, z in CARS}  # later arrivals (by event time) win
+    where = dict(CARS)  # later arrivals (by event time) win
     return {str(z): str(sum(1 for v in where.values() if v == z)) for z in ZONES}
 
 
-async def test_page_draws_a_consultant_and_shows_a_live_correction(names, worker_factory,
-                                                                   tmp_path):
+async def test_page_draws_a_consultant_and_shows_a_live_correction(names, worker_factory, tmp_path):
     w: Worker = worker_factory(names, retention_ms=RETENTION_MS).wait_http_ready()
     await produce_scenario(names, w)
     grace = expected_marks(GRACE_MOODS, GRACE_RECS, "grace")
@@ -162,13 +205,22 @@ async def test_page_draws_a_consultant_and_shows_a_live_correction(names, worker
 
     assert await wait_for(joined, timeout_s=60, every_s=0.5), w.get("/joins/grace/")
     # grace's partition: the greatest event time of every record keyed into it
-    clock = max(START + t * S for who, rows in (("grace", GRACE_MOODS + GRACE_RECS),
-                                                ("ada", ADA_MOODS + ADA_RECS))
-                for t, _ in rows if partition_of(who) == partition_of("grace"))
+    clock = max(
+        START + t * S
+        for who, rows in (("grace", GRACE_MOODS + GRACE_RECS), ("ada", ADA_MOODS + ADA_RECS))
+        for t, _ in rows
+        if partition_of(who) == partition_of("grace")
+    )
 
     async with timeline_page(tmp_path) as (page, errors):
-        page.on("response", lambda r: errors.append(f"{r.status} {r.url}")
-                if r.status >= 400 and "/api/" not in r.url else None)
+        page.on(
+            "response",
+            lambda r: (
+                errors.append(f"{r.status} {r.url}")
+                if r.status >= 400 and "/api/" not in r.url
+                else None
+            ),
+        )
         await page.goto(w.url + "/timeline/")
         await expect(page).to_have_title(re.compile("etj"))
 
@@ -205,12 +257,19 @@ async def test_page_draws_a_consultant_and_shows_a_live_correction(names, worker
         assert changed == ["grace-kayak-50", "grace-piano-55"]
         await produce(names, names.moods_topic, [mood("grace", *LATE_MOOD)])
         corrected = lambda: attrs(  # noqa: E731
-            page, "#marks circle.corrected", "data-id", "data-mood", "data-previous-mood",
-            "data-cause", "data-revision")
+            page,
+            "#marks circle.corrected",
+            "data-id",
+            "data-mood",
+            "data-previous-mood",
+            "data-cause",
+            "data-revision",
+        )
         want = [(jid, "sad", "tired", "late-dimension", "2") for jid in changed]
         assert await until(page, lambda: _sorted_rows(corrected()), want) == want
-        assert await until(page, lambda: _sorted(marks()),
-                           sorted(after.items())) == sorted(after.items())
+        assert await until(page, lambda: _sorted(marks()), sorted(after.items())) == sorted(
+            after.items()
+        )
         for jid in changed:
             row = page.locator(f'#corrections tr[data-id="{jid}"]')
             await expect(row.locator("td.was")).to_have_text("tired", timeout=UI_TIMEOUT_MS)
@@ -249,8 +308,9 @@ async def _zone_counts(page: Page) -> dict[str, str]:
 
 async def _mark_in_band(page: Page, join_id: str, mood: str | None) -> bool:
     """Whether the mark's centre lies within (band start, band end] of a band of ``mood``."""
-    return bool(await page.evaluate(
-        """([id, mood]) => {
+    return bool(
+        await page.evaluate(
+            """([id, mood]) => {
             const c = document.querySelector(`#marks circle.mark[data-id="${id}"]`);
             if (!c) return false;
             const cx = Number(c.getAttribute('cx'));
@@ -258,7 +318,10 @@ async def _mark_in_band(page: Page, join_id: str, mood: str | None) -> bool:
                 const x = Number(b.getAttribute('x')), w = Number(b.getAttribute('width'));
                 return b.dataset.mood === mood && cx > x && cx <= x + w + 0.01;
             });
-        }""", [join_id, mood]))
+        }""",
+            [join_id, mood],
+        )
+    )
 
 
 async def test_pickers_and_clock_answer_for_keys_of_another_worker(names, worker_factory):
@@ -274,14 +337,17 @@ async def test_pickers_and_clock_answer_for_keys_of_another_worker(names, worker
             if status != 200 or body["consultants"] != consultants or len(body["workers"]) != 2:
                 return False
             status, body = w.get("/timeline/api/zones/")
-            if status != 200 or {str(z["zone_id"]): str(z["cars"]) for z in body["zones"]} \
-                    != expected_zone_cars():
+            if (
+                status != 200
+                or {str(z["zone_id"]): str(z["cars"]) for z in body["zones"]}
+                != expected_zone_cars()
+            ):
                 return False
         return True
 
-    assert await wait_for(split_and_listed, timeout_s=90, every_s=0.5), \
-        [(w.name, w.get("/timeline/api/consultants/"), w.get("/timeline/api/zones/"))
-         for w in (a, b)]
+    assert await wait_for(split_and_listed, timeout_s=90, every_s=0.5), [
+        (w.name, w.get("/timeline/api/consultants/"), w.get("/timeline/api/zones/")) for w in (a, b)
+    ]
     local = {w.url: w.get("/timeline/api/consultants/local/")[1]["consultants"] for w in (a, b)}
     assert sorted(local[a.url] + local[b.url]) == consultants, local  # each key listed once
     for who in consultants:
@@ -291,9 +357,12 @@ async def test_pickers_and_clock_answer_for_keys_of_another_worker(names, worker
             assert body["partition"] == partition_of(who)
             owner = a.url if who in local[a.url] else b.url
             assert body["served_by"] == owner
-            want = max(START + t * S for k, rows in (("grace", GRACE_MOODS + GRACE_RECS),
-                                                     ("ada", ADA_MOODS + ADA_RECS))
-                       for t, _ in rows if partition_of(k) == partition_of(who))
+            want = max(
+                START + t * S
+                for k, rows in (("grace", GRACE_MOODS + GRACE_RECS), ("ada", ADA_MOODS + ADA_RECS))
+                for t, _ in rows
+                if partition_of(k) == partition_of(who)
+            )
             assert body["stream_time"] == want
             assert body["retention_horizon"] == want - RETENTION_MS
 
@@ -316,11 +385,24 @@ def test_page_assets_are_local_and_packaged(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, tmp_path / name)
     shutil.copytree(REPO / "app", tmp_path / "app", ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-c", "import setuptools; setuptools.setup()", "-q",
-                    "build_py", "--build-lib", "out"], cwd=tmp_path, check=True,
-                   capture_output=True)
-    shipped = {p.relative_to(tmp_path / "out").as_posix()
-               for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import setuptools; setuptools.setup()",
+            "-q",
+            "build_py",
+            "--build-lib",
+            "out",
+        ],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    shipped = {
+        p.relative_to(tmp_path / "out").as_posix()
+        for p in (tmp_path / "out").rglob("*")
+        if p.is_file()
+    }
     assert {f"app/web/static/{n}" for n in assets} <= shipped, sorted(shipped)
     assert "app/web/timeline.py" in shipped
-

@@ -54,14 +54,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tests.chaos.checks import expected, verdict, wait_converged
 from tests.chaos.fleet import Fleet
 from tests.chaos.traffic import EVENT_MS_PER_S, RETENTION_MS, Sender
-from tests.harness import (LOCAL_SETTINGS, PausableBroker, S3Broker, batched, bootstrap,
-                           make_names)
+from tests.harness import LOCAL_SETTINGS, PausableBroker, S3Broker, batched, bootstrap, make_names
 from tests.kafka_io import list_topics, read_topics
 
 KINDS = ("kill9", "graceful", "rebalance", "broker_pause", "broker_restart")
@@ -72,6 +72,7 @@ Broker = PausableBroker | S3Broker
 
 def faults(fleet: Fleet, broker: Broker, rng: random.Random) -> dict[str, Callable[[], str]]:
     """Fault kind -> a blocking call that injects it and says what it did."""
+
     def pause() -> str:
         seconds = rng.uniform(5, 15)
         broker.pause()
@@ -86,13 +87,22 @@ def faults(fleet: Fleet, broker: Broker, rng: random.Random) -> dict[str, Callab
         broker.restart()
         return f"broker restart #{broker.starts - 1}"
 
-    return {"kill9": fleet.kill_and_restart, "graceful": fleet.graceful_restart,
-            "rebalance": fleet.join_or_leave, "broker_pause": pause, "broker_restart": restart}
+    return {
+        "kill9": fleet.kill_and_restart,
+        "graceful": fleet.graceful_restart,
+        "rebalance": fleet.join_or_leave,
+        "broker_pause": pause,
+        "broker_restart": restart,
+    }
 
 
-def schedule(rng: random.Random, seconds: float, every_s: tuple[float, float],
-             kinds: list[str] | None, among: tuple[str, ...] = KINDS,
-             ) -> list[tuple[float, str]]:
+def schedule(
+    rng: random.Random,
+    seconds: float,
+    every_s: tuple[float, float],
+    kinds: list[str] | None,
+    among: tuple[str, ...] = KINDS,
+) -> list[tuple[float, str]]:
     """(seconds after traffic starts, kind): drawn from ``among``, or ``kinds`` in order."""
     out, at = [], 0.0
     while True:
@@ -102,8 +112,14 @@ def schedule(rng: random.Random, seconds: float, every_s: tuple[float, float],
         out.append((at, kinds[len(out) % len(kinds)] if kinds else rng.choice(among)))
 
 
-async def chaos(fleet: Fleet, broker: Broker, sender: Sender, seconds: float,
-                plan: list[tuple[float, str]], rng: random.Random) -> list[dict[str, Any]]:
+async def chaos(
+    fleet: Fleet,
+    broker: Broker,
+    sender: Sender,
+    seconds: float,
+    plan: list[tuple[float, str]],
+    rng: random.Random,
+) -> list[dict[str, Any]]:
     """Traffic for ``seconds`` with the faults of ``plan``; the faults done, in order."""
     t0 = time.monotonic()
     inject = faults(fleet, broker, rng)
@@ -113,10 +129,19 @@ async def chaos(fleet: Fleet, broker: Broker, sender: Sender, seconds: float,
         for at, kind in plan:
             await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
             what = await asyncio.to_thread(inject[kind])
-            done.append({"at_s": round(time.monotonic() - t0, 1), "kind": kind, "what": what,
-                         "sent": len(sender.sent)})
-            print(f"[chaos] {done[-1]['at_s']:7.1f} s {kind}: {what} "
-                  f"({len(sender.sent):,} records sent)", flush=True)
+            done.append(
+                {
+                    "at_s": round(time.monotonic() - t0, 1),
+                    "kind": kind,
+                    "what": what,
+                    "sent": len(sender.sent),
+                }
+            )
+            print(
+                f"[chaos] {done[-1]['at_s']:7.1f} s {kind}: {what} "
+                f"({len(sender.sent):,} records sent)",
+                flush=True,
+            )
         await sending
     finally:
         sending.cancel()
@@ -133,10 +158,18 @@ async def dump_topics(url: str, into: Path, idle_s: float = 10) -> Path:
     files = {t: (into / f"{t}.jsonl").open("w") for t in topics}
     try:
         for g in got:
-            files[g.topic].write(json.dumps({
-                "p": g.partition, "o": g.offset, "ts": g.timestamp_ms,
-                "k": None if g.key is None else g.key.decode("utf-8", "replace"),
-                "v": None if g.value is None else g.value.decode("utf-8", "replace")}) + "\n")
+            files[g.topic].write(
+                json.dumps(
+                    {
+                        "p": g.partition,
+                        "o": g.offset,
+                        "ts": g.timestamp_ms,
+                        "k": None if g.key is None else g.key.decode("utf-8", "replace"),
+                        "v": None if g.value is None else g.value.decode("utf-8", "replace"),
+                    }
+                )
+                + "\n"
+            )
     finally:
         for f in files.values():
             f.close()
@@ -149,15 +182,24 @@ def dump_or_say(url: str, into: Path, within_s: float = 120) -> str:
     2026-11-26 waited in it until pytest's 600-s timeout, and the verdict was never shown)."""
     try:
         return str(asyncio.run(asyncio.wait_for(dump_topics(url, into), within_s)))
-    except Exception as exc:  # noqa: BLE001 - said instead, the verdict still stands
+    except Exception as exc:
         return f"not dumped: {exc!r}"
 
 
-def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
-        every_s: tuple[float, float] = (30, 60), kinds: list[str] | None = None,
-        warm_up_s: float = 60, settle_s: float = 600, store: str = "rocksdb://",
-        durable_broker: bool = False, folder: Path | None = None,
-        batching: bool = False) -> dict[str, Any]:
+def run(
+    minutes: float = 10,
+    workers: int = 3,
+    rate: float = 360,
+    seed: int = 1,
+    every_s: tuple[float, float] = (30, 60),
+    kinds: list[str] | None = None,
+    warm_up_s: float = 60,
+    settle_s: float = 600,
+    store: str = "rocksdb://",
+    durable_broker: bool = False,
+    folder: Path | None = None,
+    batching: bool = False,
+) -> dict[str, Any]:
     """The chaos run; its figures (module docstring). ``kinds``: the faults in this order
     (cycled) instead of drawn; ``folder``: where workers and broker keep data and logs
     (default: a temporary folder, kept when the run fails or is not exact); ``batching``: the
@@ -170,16 +212,24 @@ def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
     plan = schedule(rng, seconds, every_s, kinds, among)
     own = folder is None
     folder = Path(tempfile.mkdtemp(prefix="etj-chaos-")) if folder is None else folder
-    broker: Broker = (S3Broker(folder / "broker") if durable_broker else
-                      PausableBroker(log_dir=folder / "broker", use_existing=False))
+    broker: Broker = (
+        S3Broker(folder / "broker")
+        if durable_broker
+        else PausableBroker(log_dir=folder / "broker", use_existing=False)
+    )
     fleet: Fleet | None = None
     ok = False
     try:
         if isinstance(broker, S3Broker):
             broker.start_storage()
         broker.start()
-        names = make_names(broker.url, **LOCAL_SETTINGS, retention_ms=RETENTION_MS,
-                           movie_retention_ms=RETENTION_MS, movie_window_ms=RETENTION_MS)
+        names = make_names(
+            broker.url,
+            **LOCAL_SETTINGS,
+            retention_ms=RETENTION_MS,
+            movie_retention_ms=RETENTION_MS,
+            movie_window_ms=RETENTION_MS,
+        )
         if batching:
             names = batched(names)
         if batching or durable_broker:  # tansu's ListOffsets lags there; a Fetch's end does not
@@ -201,15 +251,25 @@ def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
         result = asyncio.run(verdict(names, fleet.running, sender.sent, want, outs))
         fleet.sample_rss()
         result = {
-            "name": "chaos", "chaos_records": len(sender.sent), "chaos_faults": len(done),
+            "name": "chaos",
+            "chaos_records": len(sender.sent),
+            "chaos_faults": len(done),
             "chaos_fault_kinds": dict(Counter(d["kind"] for d in done)),
             **{k: result.pop(k) for k in ("chaos_lost", "chaos_wrong", "chaos_gaps")},
             **fleet.rss(warm_up_s, min_span_s=warm_up_s / 2, state_filled=state_filled),
-            "chaos_minutes": round(traffic_s / 60, 2), "rate": rate, "workers": workers,
-            "store": store, "seed": seed, "durable_broker": durable_broker,
-            "producer_batching": batching, "settle_s": round(settle, 1),
-            "resent": sender.resent, "unasked_exits": fleet.unasked_exits,
-            "joins": {k: len(v) for k, v in want.items()}, **result, "faults": done,
+            "chaos_minutes": round(traffic_s / 60, 2),
+            "rate": rate,
+            "workers": workers,
+            "store": store,
+            "seed": seed,
+            "durable_broker": durable_broker,
+            "producer_batching": batching,
+            "settle_s": round(settle, 1),
+            "resent": sender.resent,
+            "unasked_exits": fleet.unasked_exits,
+            "joins": {k: len(v) for k, v in want.items()},
+            **result,
+            "faults": done,
         }
         ok = not (result["chaos_lost"] or result["chaos_wrong"] or result["chaos_gaps"])
         if not ok:  # what to read the failure from once the broker (memory storage) is gone
@@ -223,4 +283,3 @@ def run(minutes: float = 10, workers: int = 3, rate: float = 360, seed: int = 1,
             shutil.rmtree(folder, ignore_errors=True)  # kept when a worker exited unasked
         elif own:
             print(f"[chaos] logs kept in {folder}", file=sys.stderr, flush=True)
-

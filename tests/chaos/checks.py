@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer
@@ -18,22 +19,39 @@ from aiokafka.structs import TopicPartition
 
 from app.logic.car_join import CarPollution, newest_per_car
 from tests.chaos.traffic import RETENTION_MS
-from tests.faults import (Sent, answers, check_counts, check_revision_log, exact_counts,
-                          fates_of, settled_mood_history, uncommitted)
+from tests.faults import (
+    Sent,
+    answers,
+    check_counts,
+    check_revision_log,
+    exact_counts,
+    fates_of,
+    settled_mood_history,
+    uncommitted,
+)
 from tests.harness import Names, Worker, bootstrap
-from tests.oracle import (Recommendation, exact_car_answer, exact_mood_answer,
-                          exact_movie_answer, movie_answers)
+from tests.oracle import (
+    Recommendation,
+    exact_car_answer,
+    exact_mood_answer,
+    exact_movie_answer,
+    movie_answers,
+)
 
 MOOD_KINDS, CAR_KINDS, MOVIE_KINDS = ("mood", "event"), ("car", "zone"), ("movie", "rating")
 
 
 def expected(sent: list[Sent]) -> dict[str, Any]:
     """Exact answers over every record sent (duplicates change nothing)."""
+
     def of(kinds: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
         return [(s.kind, s.key, s.value) for s in sent if s.kind in kinds]
 
-    return {"mood": exact_mood_answer(of(MOOD_KINDS)), "car": exact_car_answer(of(CAR_KINDS)),
-            "movies": exact_movie_answer(of(MOVIE_KINDS))}
+    return {
+        "mood": exact_mood_answer(of(MOOD_KINDS)),
+        "car": exact_car_answer(of(CAR_KINDS)),
+        "movies": exact_movie_answer(of(MOVIE_KINDS)),
+    }
 
 
 class Outputs:
@@ -43,21 +61,31 @@ class Outputs:
 
     def __init__(self, names: Names) -> None:
         self.names = names
-        self.topics = {"mood": names.output_topic, "car": names.car_pollution_topic,
-                       "movies": names.rated_movies_topic}
+        self.topics = {
+            "mood": names.output_topic,
+            "car": names.car_pollution_topic,
+            "movies": names.rated_movies_topic,
+        }
         self.got: dict[str, list[Any]] = {join: [] for join in self.topics}
         self.consumer: AIOKafkaConsumer | None = None
 
     async def read(self, idle_s: float = 2.0, timeout_s: float = 900) -> dict[str, Any]:
         """Read until ``idle_s`` pass without a record; every record so far, per join."""
         if self.consumer is None:
-            self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(self.names),
-                                             enable_auto_commit=False,
-                                             auto_offset_reset="earliest",
-                                             max_partition_fetch_bytes=8 << 20)
+            self.consumer = AIOKafkaConsumer(
+                bootstrap_servers=bootstrap(self.names),
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                max_partition_fetch_bytes=8 << 20,
+            )
             await self.consumer.start()
-            self.consumer.assign([TopicPartition(t, p) for t in self.topics.values()
-                                  for p in self.consumer.partitions_for_topic(t) or ()])
+            self.consumer.assign(
+                [
+                    TopicPartition(t, p)
+                    for t in self.topics.values()
+                    for p in self.consumer.partitions_for_topic(t) or ()
+                ]
+            )
             await self.consumer.seek_to_beginning()
         join_of = {t: j for j, t in self.topics.items()}
         deadline, last = time.monotonic() + timeout_s, time.monotonic()
@@ -77,13 +105,20 @@ class Outputs:
 
 def latest(outs: dict[str, Any]) -> dict[str, Any]:
     """What each join's consumer rule keeps."""
-    return {"mood": answers(outs["mood"]), "car": newest_per_car(outs["car"]),
-            "movies": movie_answers(outs["movies"])}
+    return {
+        "mood": answers(outs["mood"]),
+        "car": newest_per_car(outs["car"]),
+        "movies": movie_answers(outs["movies"]),
+    }
 
 
-async def wait_converged(names: Names, want: dict[str, Any], timeout_s: float,
-                         slow: Callable[[], Any] | None = None, slow_s: float = 120,
-                         ) -> tuple[dict[str, Any], float]:
+async def wait_converged(
+    names: Names,
+    want: dict[str, Any],
+    timeout_s: float,
+    slow: Callable[[], Any] | None = None,
+    slow_s: float = 120,
+) -> tuple[dict[str, Any], float]:
     """The outputs once every join's latest answers equal ``want`` (else the last read), and
     the seconds it took; ``slow()`` is called once if that takes more than ``slow_s``. The
     wait's limit counts from the end of the first read: after 10 minutes of traffic, reading
@@ -98,17 +133,21 @@ async def wait_converged(names: Names, want: dict[str, Any], timeout_s: float,
             got = latest(outs)
             exact = [join for join in want if got[join] == want[join]]
             off = {join: differing(got[join], want[join]) for join in want if join not in exact}
-            print(f"[chaos] settling {time.monotonic() - t0:5.0f} s: exact {exact}"
-                  + "".join(f", {j} missing {m} wrong {w}" for j, (m, w) in off.items()),
-                  flush=True)
+            print(
+                f"[chaos] settling {time.monotonic() - t0:5.0f} s: exact {exact}"
+                + "".join(f", {j} missing {m} wrong {w}" for j, (m, w) in off.items()),
+                flush=True,
+            )
             waited = time.monotonic() - t0 - read_s
             if len(exact) == len(want) or waited > timeout_s:
                 return outs, time.monotonic() - t0
             if slow is not None and waited > slow_s:
                 for join in off:
-                    print(f"[chaos] {join} differs: "
-                          f"{orjson.dumps(differences(got[join], want[join])).decode()}",
-                          flush=True)
+                    print(
+                        f"[chaos] {join} differs: "
+                        f"{orjson.dumps(differences(got[join], want[join])).decode()}",
+                        flush=True,
+                    )
                 await asyncio.to_thread(slow)
                 slow = None
             await asyncio.sleep(3)
@@ -124,10 +163,12 @@ EXAMPLES = 8
 def differences(got: dict[Any, Any], want: dict[Any, Any]) -> list[dict[str, Any]]:
     """The first :data:`EXAMPLES` ids answered otherwise than the exact answer: id, got, want."""
     none = object()
-    ids = sorted((k for k in set(got) | set(want) if got.get(k, none) != want.get(k, none)),
-                 key=str)
-    return [{"id": str(k), "got": repr(got.get(k)), "want": repr(want.get(k))}
-            for k in ids[:EXAMPLES]]
+    ids = sorted(
+        (k for k in set(got) | set(want) if got.get(k, none) != want.get(k, none)), key=str
+    )
+    return [
+        {"id": str(k), "got": repr(got.get(k)), "want": repr(want.get(k))} for k in ids[:EXAMPLES]
+    ]
 
 
 def differing(got: dict[Any, Any], want: dict[Any, Any]) -> tuple[int, int]:
@@ -138,8 +179,7 @@ def differing(got: dict[Any, Any], want: dict[Any, Any]) -> tuple[int, int]:
     return missing, wrong
 
 
-def gaps_and_clashes(revs: list[dict[str, Any]], answer: Any
-                     ) -> tuple[dict[str, list[int]], int]:
+def gaps_and_clashes(revs: list[dict[str, Any]], answer: Any) -> tuple[dict[str, list[int]], int]:
     """Join ids whose revision numbers are not 1..n (with the numbers they have); (id, number)
     pairs carrying two answers."""
     by_number: dict[tuple[str, int], Any] = {}
@@ -151,13 +191,17 @@ def gaps_and_clashes(revs: list[dict[str, Any]], answer: Any
     numbers: dict[str, set[int]] = {}
     for jid, n in by_number:
         numbers.setdefault(jid, set()).add(n)
-    return {j: sorted(ns) for j, ns in numbers.items()
-            if ns != set(range(1, max(ns) + 1))}, clashes
+    return {j: sorted(ns) for j, ns in numbers.items() if ns != set(range(1, max(ns) + 1))}, clashes
 
 
 def mood_wire_answer(r: dict[str, Any]) -> tuple[Any, ...]:
-    return (r["mood"], r["mood_event_time"], r["event_time"], r["recommendation"],
-            r["previous_mood"])
+    return (
+        r["mood"],
+        r["mood_event_time"],
+        r["event_time"],
+        r["recommendation"],
+        r["previous_mood"],
+    )
 
 
 def movie_wire_answer(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -168,8 +212,11 @@ async def unconsumed(names: Names, sent: list[Sent], timeout_s: float = 60) -> i
     """Records past the group's committed offset of their partition (0 once every one was
     handled and committed; :func:`tests.faults.uncommitted`)."""
     short = await uncommitted(names, sent, timeout_s=timeout_s, poll_s=2)
-    return sum(1 for s in sent if (s.topic, s.partition) in short
-               and s.offset >= (short[(s.topic, s.partition)][0] or 0))
+    return sum(
+        1
+        for s in sent
+        if (s.topic, s.partition) in short and s.offset >= (short[(s.topic, s.partition)][0] or 0)
+    )
 
 
 def unpurged_moods(sent: list[Sent]) -> list[Sent]:
@@ -180,14 +227,17 @@ def unpurged_moods(sent: list[Sent]) -> list[Sent]:
     stream_time: dict[int, int] = {}
     for s in sent:
         if s.kind in MOOD_KINDS:
-            stream_time[s.partition] = max(stream_time.get(s.partition, 0),
-                                           s.value["event_time"])
-    return [s for s in sent if s.kind == "mood"
-            and s.value["event_time"] >= stream_time[s.partition] - RETENTION_MS]
+            stream_time[s.partition] = max(stream_time.get(s.partition, 0), s.value["event_time"])
+    return [
+        s
+        for s in sent
+        if s.kind == "mood" and s.value["event_time"] >= stream_time[s.partition] - RETENTION_MS
+    ]
 
 
-def car_web_view_wrong(workers: list[Worker], want: dict[int, CarPollution],
-                       patience_s: float = 60) -> int:
+def car_web_view_wrong(
+    workers: list[Worker], want: dict[int, CarPollution], patience_s: float = 60
+) -> int:
     """Cars whose ``GET /cars/{id}/`` (asked of any worker: it is routed) is not the exact car
     view. A view answers 503 while a rebalance moves its partition, so a car is asked again
     every second, for ``patience_s`` in all (then once each: a stuck group must not make the
@@ -198,8 +248,9 @@ def car_web_view_wrong(workers: list[Worker], want: dict[int, CarPollution],
         wire = exact.to_wire()
         attempt = 0
         while True:
-            status, body = workers[(car_id + attempt) % len(workers)].get(f"/cars/{car_id}/",
-                                                                         timeout_s=5)
+            status, body = workers[(car_id + attempt) % len(workers)].get(
+                f"/cars/{car_id}/", timeout_s=5
+            )
             if status == 200 and {k: body.get(k) for k in wire} == wire:
                 break
             attempt += 1
@@ -210,8 +261,13 @@ def car_web_view_wrong(workers: list[Worker], want: dict[int, CarPollution],
     return wrong
 
 
-async def verdict(names: Names, workers: list[Worker], sent: list[Sent],
-                  want: dict[str, Any], outs: dict[str, Any]) -> dict[str, Any]:
+async def verdict(
+    names: Names,
+    workers: list[Worker],
+    sent: list[Sent],
+    want: dict[str, Any],
+    outs: dict[str, Any],
+) -> dict[str, Any]:
     """Every figure of the run's end state (see tests.chaos)."""
     got = latest(outs)
     missing, wrong, detail = 0, 0, {}
@@ -222,8 +278,7 @@ async def verdict(names: Names, workers: list[Worker], sent: list[Sent],
         detail[f"{join}_missing"], detail[f"{join}_wrong"] = m, w
         if m or w:
             examples[join] = differences(got[join], want[join])
-    detail["car_web_view_wrong"] = await asyncio.to_thread(car_web_view_wrong, workers,
-                                                            want["car"])
+    detail["car_web_view_wrong"] = await asyncio.to_thread(car_web_view_wrong, workers, want["car"])
     wrong += detail["car_web_view_wrong"]
     try:  # the retracting consumer's counts (the mood join's aggregate)
         check_counts(outs["mood"], want["mood"])
@@ -233,8 +288,9 @@ async def verdict(names: Names, workers: list[Worker], sent: list[Sent],
         from app.downstream.mood_counts import fold
 
         have = fold(outs["mood"]).as_dict()
-        detail["mood_counts_wrong"] = sum(have.get(k) != folded.get(k)
-                                          for k in set(have) | set(folded)) or 1
+        detail["mood_counts_wrong"] = (
+            sum(have.get(k) != folded.get(k) for k in set(have) | set(folded)) or 1
+        )
     wrong += detail["mood_counts_wrong"]
 
     mood_gaps, mood_clashes = gaps_and_clashes(outs["mood"], mood_wire_answer)
@@ -242,8 +298,9 @@ async def verdict(names: Names, workers: list[Worker], sent: list[Sent],
     wrong += mood_clashes + movie_clashes
     for join, gaps in (("mood_gaps", mood_gaps), ("movie_gaps", movie_gaps)):
         if gaps:
-            examples[join] = [{"id": j, "revisions": ns}
-                              for j, ns in sorted(gaps.items())[:EXAMPLES]]
+            examples[join] = [
+                {"id": j, "revisions": ns} for j, ns in sorted(gaps.items())[:EXAMPLES]
+            ]
     try:
         check_revision_log(outs["mood"])
         detail["check_revision_log"] = "ok"
@@ -262,14 +319,19 @@ async def verdict(names: Names, workers: list[Worker], sent: list[Sent],
         if s.position in elsewhere:
             continue
         if s.kind == "event":
-            lost = Recommendation(s.value["consultant"], s.value["recommendation"],
-                                  s.value["event_time"], s.value.get("id")
-                                  ).join_id not in joined
+            lost = (
+                Recommendation(
+                    s.value["consultant"],
+                    s.value["recommendation"],
+                    s.value["event_time"],
+                    s.value.get("id"),
+                ).join_id
+                not in joined
+            )
         elif s.kind == "rating":
             lost = s.value["id"] not in joined
         elif s.kind == "mood" and s.position in in_history:
-            lost = ((s.value["event_time"], s.value["mood"])
-                    not in history.get(s.value["name"], ()))
+            lost = (s.value["event_time"], s.value["mood"]) not in history.get(s.value["name"], ())
         else:
             lost = False
         if lost:
@@ -277,14 +339,22 @@ async def verdict(names: Names, workers: list[Worker], sent: list[Sent],
     no_fate = len(fateless)
     detail["no_fate"] = no_fate
     if fateless:
-        examples["no_fate"] = [{"kind": s.kind, "at": list(s.position), "key": repr(s.key),
-                                "value": s.value} for s in fateless[:EXAMPLES]]
+        examples["no_fate"] = [
+            {"kind": s.kind, "at": list(s.position), "key": repr(s.key), "value": s.value}
+            for s in fateless[:EXAMPLES]
+        ]
     detail["examples"] = examples
     # car arrivals, zone readings and movie versions show in no per-record output: the group
     # must have handled (and committed) every one of them
     detail["unconsumed"] = await unconsumed(names, sent)
-    return {"chaos_lost": missing + no_fate + detail["unconsumed"], "chaos_wrong": wrong,
-            "chaos_gaps": len(mood_gaps) + len(movie_gaps),
-            "chaos_dead_letters": len(fates.dead), "chaos_late": len(fates.late),
-            "mood_gaps": len(mood_gaps), "movie_gaps": len(movie_gaps),
-            "revision_clashes": mood_clashes + movie_clashes, **detail}
+    return {
+        "chaos_lost": missing + no_fate + detail["unconsumed"],
+        "chaos_wrong": wrong,
+        "chaos_gaps": len(mood_gaps) + len(movie_gaps),
+        "chaos_dead_letters": len(fates.dead),
+        "chaos_late": len(fates.late),
+        "mood_gaps": len(mood_gaps),
+        "movie_gaps": len(movie_gaps),
+        "revision_clashes": mood_clashes + movie_clashes,
+        **detail,
+    }

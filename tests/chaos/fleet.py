@@ -36,12 +36,16 @@ class Incarnation:
     started: float
     samples: list[tuple[float, int]] = field(default_factory=list)
 
-    def ratio(self, warm_up_s: float, min_span_s: float,
-              not_before: float | None = None) -> float | None:
+    def ratio(
+        self, warm_up_s: float, min_span_s: float, not_before: float | None = None
+    ) -> float | None:
         """Last sample ÷ first at least ``warm_up_s`` after the start (and not before the
         monotonic time ``not_before``); None when it lived less than ``min_span_s`` after it."""
-        after = [kb for t, kb in self.samples if t >= warm_up_s
-                 and (not_before is None or self.started + t >= not_before)]
+        after = [
+            kb
+            for t, kb in self.samples
+            if t >= warm_up_s and (not_before is None or self.started + t >= not_before)
+        ]
         if not_before is not None:
             warm_up_s = max(warm_up_s, not_before - self.started)
         last_t = self.samples[-1][0] if self.samples else 0.0
@@ -78,9 +82,11 @@ class Fleet:
         self._watcher: threading.Thread | None = None
 
     def _new(self, name: str) -> Worker:
-        return Worker({**self.names.env, **{"ETJ_" + k.upper(): str(v)
-                                            for k, v in self.env.items()}},
-                      self.folder, name=name)
+        return Worker(
+            {**self.names.env, **{"ETJ_" + k.upper(): str(v) for k, v in self.env.items()}},
+            self.folder,
+            name=name,
+        )
 
     @property
     def running(self) -> list[Worker]:
@@ -146,16 +152,18 @@ class Fleet:
     def sample_rss(self) -> None:
         now = time.monotonic()
         with self.lock:
-            live = {w.proc.pid for w in self.running
-                    if w.proc is not None and w.proc.poll() is None}
+            live = {
+                w.proc.pid for w in self.running if w.proc is not None and w.proc.poll() is None
+            }
         for inc in self.incarnations:
             if inc.pid in live:
                 kb = vm_rss_kb(inc.pid)
                 if kb:  # 0 while the process is still being exec'ed
                     inc.samples.append((now - inc.started, kb))
 
-    def rss(self, warm_up_s: float, min_span_s: float,
-            state_filled: float | None = None) -> dict[str, Any]:
+    def rss(
+        self, warm_up_s: float, min_span_s: float, state_filled: float | None = None
+    ) -> dict[str, Any]:
         """The largest growth ratio (module docstring); with ``state_filled`` (the monotonic
         time from which the joins' state spans its whole retention window) also the largest
         counted from then on, ``chaos_rss_growth_ratio_filled``: growth that the state filling
@@ -165,18 +173,27 @@ class Fleet:
             r = inc.ratio(warm_up_s, min_span_s)
             f = None if state_filled is None else inc.ratio(warm_up_s, min_span_s, state_filled)
             if inc.samples:
-                each.append({"name": inc.name, "pid": inc.pid, "ratio": r and round(r, 3),
-                             "ratio_filled": f and round(f, 3),
-                             "lived_s": round(inc.samples[-1][0]),
-                             "first_mb": round(inc.samples[0][1] / 1024),
-                             "max_mb": round(max(kb for _, kb in inc.samples) / 1024),
-                             "last_mb": round(inc.samples[-1][1] / 1024)})
+                each.append(
+                    {
+                        "name": inc.name,
+                        "pid": inc.pid,
+                        "ratio": r and round(r, 3),
+                        "ratio_filled": f and round(f, 3),
+                        "lived_s": round(inc.samples[-1][0]),
+                        "first_mb": round(inc.samples[0][1] / 1024),
+                        "max_mb": round(max(kb for _, kb in inc.samples) / 1024),
+                        "last_mb": round(inc.samples[-1][1] / 1024),
+                    }
+                )
         ratios = [e["ratio"] for e in each if e["ratio"] is not None]
         filled = [e["ratio_filled"] for e in each if e["ratio_filled"] is not None]
-        return {"chaos_rss_growth_ratio": max(ratios) if ratios else None,
-                "rss_compared": len(ratios),
-                "chaos_rss_growth_ratio_filled": max(filled) if filled else None,
-                "rss_compared_filled": len(filled), "rss_per_incarnation": each}
+        return {
+            "chaos_rss_growth_ratio": max(ratios) if ratios else None,
+            "rss_compared": len(ratios),
+            "chaos_rss_growth_ratio_filled": max(filled) if filled else None,
+            "rss_compared_filled": len(filled),
+            "rss_per_incarnation": each,
+        }
 
     def dump_stacks(self) -> list[Path]:
         """Every running worker's threads, as py-spy sees them now (``<name>.stacks.txt``
@@ -191,8 +208,12 @@ class Fleet:
             if w.proc is None or w.proc.poll() is not None:
                 continue
             out = self.folder / f"{w.name}.stacks.txt"
-            done = subprocess.run([exe, "dump", "--pid", str(w.proc.pid), "--locals"],
-                                  capture_output=True, text=True, timeout=60)
+            done = subprocess.run(
+                [exe, "dump", "--pid", str(w.proc.pid), "--locals"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             out.write_text(done.stdout + done.stderr)
             print(f"[chaos] {w.name}'s stacks: {out}", flush=True)
             written.append(out)
@@ -200,6 +221,7 @@ class Fleet:
 
     def watch(self, every_s: float = 2.0) -> None:
         """In a thread until :meth:`stop_all`: supervise, and sample every process's RSS."""
+
         def loop() -> None:
             while not self._stop.wait(every_s):
                 self.supervise()

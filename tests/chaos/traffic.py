@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -34,10 +35,18 @@ CARS, ZONES, MOVIES = 300, 20, 200
 CHUNK = 3_000
 
 
-def sample_movies_and_ratings(seed: int, count: int, start_ms: int, step_ms: int,
-                              movies: int, first_versions: bool, disorder_ms: int = 3000,
-                              late_ratio: float = 0.1, late_delay_ms: int = 20_000,
-                              version_ratio: float = 0.05) -> list[Record]:
+def sample_movies_and_ratings(
+    seed: int,
+    count: int,
+    start_ms: int,
+    step_ms: int,
+    movies: int,
+    first_versions: bool,
+    disorder_ms: int = 3000,
+    late_ratio: float = 0.1,
+    late_delay_ms: int = 20_000,
+    version_ratio: float = 0.05,
+) -> list[Record]:
     """Ratings and movie versions in *arrival* order, as the other generators.
 
     ``first_versions``: every movie's first version (event time just before every rating, so a
@@ -51,22 +60,41 @@ def sample_movies_and_ratings(seed: int, count: int, start_ms: int, step_ms: int
     if first_versions:
         for m in range(movies):
             mid = f"m{m}"
-            timed.append((start_ms + rng.randrange(count * step_ms // 10 + 1), -1 - m,
-                          ("movie", mid, {"movie_id": mid, "title": f"{mid} first",
-                                          "event_time": start_ms - 1})))
+            timed.append(
+                (
+                    start_ms + rng.randrange(count * step_ms // 10 + 1),
+                    -1 - m,
+                    (
+                        "movie",
+                        mid,
+                        {"movie_id": mid, "title": f"{mid} first", "event_time": start_ms - 1},
+                    ),
+                )
+            )
     for i in range(count):
         t = start_ms + i * step_ms + rng.randrange(step_ms)
         arrival = t + rng.randrange(disorder_ms + 1)
         mid = f"m{rng.randrange(movies)}"
         if rng.random() < version_ratio:
-            rec: Record = ("movie", mid, {"movie_id": mid, "title": f"{mid} v{seed}-{i}",
-                                          "event_time": t})
+            rec: Record = (
+                "movie",
+                mid,
+                {"movie_id": mid, "title": f"{mid} v{seed}-{i}", "event_time": t},
+            )
             if rng.random() < late_ratio:
                 arrival += late_delay_ms
         else:
-            rec = ("rating", mid, {"id": f"rt-{seed}-{i}", "movie_id": mid,
-                                   "user_id": f"u{rng.randrange(1000)}",
-                                   "rating": rng.randrange(1, 11) / 2, "event_time": t})
+            rec = (
+                "rating",
+                mid,
+                {
+                    "id": f"rt-{seed}-{i}",
+                    "movie_id": mid,
+                    "user_id": f"u{rng.randrange(1000)}",
+                    "rating": rng.randrange(1, 11) / 2,
+                    "event_time": t,
+                },
+            )
         timed.append((arrival, i, rec))
     timed.sort()
     return [rec for _, _, rec in timed]
@@ -78,8 +106,9 @@ def traffic(seed: int, rate: float) -> Iterator[Record]:
     n = 0
     while True:
         s, start = seed * 100_000 + n, START + n * CHUNK * step
-        moods = sample_moods_and_events(s, CHUNK, start, step_ms=step, late_ratio=0.2,
-                                        consultants=CONSULTANTS)
+        moods = sample_moods_and_events(
+            s, CHUNK, start, step_ms=step, late_ratio=0.2, consultants=CONSULTANTS
+        )
         cars = sample_cars_and_zones(s, CHUNK, start, cars=CARS, zones=ZONES, step_ms=step)
         films = sample_movies_and_ratings(s, CHUNK, start, step, MOVIES, first_versions=n == 0)
         for i in range(max(map(len, (moods, cars, films)))):
@@ -91,9 +120,14 @@ def traffic(seed: int, rate: float) -> Iterator[Record]:
 
 def topics(names: Names) -> dict[str, str]:
     """Input kind -> topic."""
-    return {"mood": names.moods_topic, "event": names.events_topic,
-            "car": names.car_arrivals_topic, "zone": names.zones_topic,
-            "movie": names.movies_topic, "rating": names.ratings_topic}
+    return {
+        "mood": names.moods_topic,
+        "event": names.events_topic,
+        "car": names.car_arrivals_topic,
+        "zone": names.zones_topic,
+        "movie": names.movies_topic,
+        "rating": names.ratings_topic,
+    }
 
 
 class Sender:
@@ -112,8 +146,12 @@ class Sender:
 
     async def run(self, until: float) -> None:
         """Send until the monotonic time ``until``."""
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap(self.names), linger_ms=5,
-                                    request_timeout_ms=30_000, max_request_size=4 << 20)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap(self.names),
+            linger_ms=5,
+            request_timeout_ms=30_000,
+            max_request_size=4 << 20,
+        )
         await producer.start()
         try:
             t0, due_before = time.monotonic(), 0

@@ -36,8 +36,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from app.settings import Settings
 from app.docgen.settings_doc import config_schema
+from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "etj"
@@ -49,6 +49,7 @@ WORKER_COMMAND = ["faust", "-A", "app.main", "worker", "-l", "info"]
 
 
 # ---- helpers -------------------------------------------------------------------------------
+
 
 def render(values: dict[str, Any] | None = None, name: str = "etj") -> list[dict[str, Any]]:
     """The chart's manifests (NOTES and empty documents left out), as ``helm template`` does."""
@@ -64,8 +65,9 @@ def render(values: dict[str, Any] | None = None, name: str = "etj") -> list[dict
 
 
 def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] == kind
-             and (name is None or d["metadata"]["name"] == name)]
+    found = [
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
     assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
     return found[0]
 
@@ -78,8 +80,9 @@ def worker_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def config_map_env(docs: list[dict[str, Any]]) -> dict[str, str]:
     sts = one(docs, "StatefulSet")
-    refs = [e["configMapRef"]["name"] for e in worker_container(docs)["envFrom"]
-            if "configMapRef" in e]
+    refs = [
+        e["configMapRef"]["name"] for e in worker_container(docs)["envFrom"] if "configMapRef" in e
+    ]
     assert refs == [sts["metadata"]["name"]]
     data: dict[str, str] = one(docs, "ConfigMap", refs[0])["data"]
     return data
@@ -105,19 +108,23 @@ def final_stage() -> list[tuple[str, str]]:
 
 def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
-    return subprocess.run([exe, "--no-color", str(path)], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [exe, "--no-color", str(path)], capture_output=True, text=True, timeout=60
+    )
 
 
 # ---- Dockerfile ----------------------------------------------------------------------------
+
 
 def test_dockerfile_passes_hadolint_and_hadolint_catches_a_bad_one(tmp_path):
     result = hadolint(DOCKERFILE)
     assert result.returncode == 0, result.stdout + result.stderr
 
     bad = tmp_path / "Dockerfile"
-    bad.write_text("FROM python:latest\nRUN apt-get update && apt-get install -y curl\n"
-                   "RUN pip install faust-streaming\n")
+    bad.write_text(
+        "FROM python:latest\nRUN apt-get update && apt-get install -y curl\n"
+        "RUN pip install faust-streaming\n"
+    )
     result = hadolint(bad)
     assert result.returncode != 0
     assert {"DL3007", "DL3008", "DL3042"} <= set(re.findall(r"DL\d{4}", result.stdout))
@@ -155,8 +162,11 @@ def test_image_is_multi_stage_slim_non_root_and_runs_the_worker():
 
 
 def test_dockerignore_lets_in_exactly_what_the_build_copies():
-    lines = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#")]
+    lines = [
+        ln.strip()
+        for ln in (ROOT / ".dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     assert lines[0] == "*", "allowlist: ignore everything, then let the build inputs in"
     allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
     copied = set()
@@ -179,8 +189,11 @@ def test_the_image_installs_every_module_and_file_of_the_app():
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     packages = set(find_packages(where=str(ROOT), include=tool["packages"]["find"]["include"]))
     data = tool.get("package-data", {})
-    files = [f for f in (ROOT / "app").rglob("*")
-             if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"]
+    files = [
+        f
+        for f in (ROOT / "app").rglob("*")
+        if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"
+    ]
     assert any(f.name == "main.py" for f in files)
     for f in files:
         package = ".".join(f.relative_to(ROOT).parent.parts)
@@ -189,8 +202,9 @@ def test_the_image_installs_every_module_and_file_of_the_app():
             continue
         top = f.relative_to(ROOT).parts[0]
         rel = f.relative_to(ROOT / top).as_posix()
-        assert any(fnmatch(rel, pattern) for pattern in data.get(top, [])), \
+        assert any(fnmatch(rel, pattern) for pattern in data.get(top, [])), (
             f"{f.relative_to(ROOT)} is not package data: the image would not have it"
+        )
 
 
 # ---- chart: lint, render, Kubernetes schemas -----------------------------------------------
@@ -198,16 +212,27 @@ def test_the_image_installs_every_module_and_file_of_the_app():
 VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "grafana-dashboard": {"grafana": {"dashboard": {"enabled": True}}},
-    "ephemeral-no-pdb-no-sa": {"persistence": {"enabled": False}, "pdb": {"create": False},
-                               "serviceAccount": {"create": False}},
-    "snapshots": {"config": {"snapshot_url": "s3://etj-snapshots/prod",
-                             "snapshot_interval_s": 600, "snapshot_keep": 2},
-                  "snapshots": {"credentialsSecret": "etj-s3", "region": "eu-west-1"}},
-    "tuned": {"replicaCount": 4, "image": {"digest": "sha256:" + "ab" * 32},
-              "config": {"partitions": 8, "revisit_interval_s": 2.5,
-                         "producer_max_batch_size": 1},
-              "extraEnv": [{"name": "ETJ_REPLICATION_FACTOR", "value": "1"}],
-              "affinity": {"nodeAffinity": {}}, "persistence": {"storageClass": "fast"}},
+    "ephemeral-no-pdb-no-sa": {
+        "persistence": {"enabled": False},
+        "pdb": {"create": False},
+        "serviceAccount": {"create": False},
+    },
+    "snapshots": {
+        "config": {
+            "snapshot_url": "s3://etj-snapshots/prod",
+            "snapshot_interval_s": 600,
+            "snapshot_keep": 2,
+        },
+        "snapshots": {"credentialsSecret": "etj-s3", "region": "eu-west-1"},
+    },
+    "tuned": {
+        "replicaCount": 4,
+        "image": {"digest": "sha256:" + "ab" * 32},
+        "config": {"partitions": 8, "revisit_interval_s": 2.5, "producer_max_batch_size": 1},
+        "extraEnv": [{"name": "ETJ_REPLICATION_FACTOR", "value": "1"}],
+        "affinity": {"nodeAffinity": {}},
+        "persistence": {"storageClass": "fast"},
+    },
 }
 
 
@@ -250,8 +275,12 @@ def test_the_values_schema_refuses_a_misspelt_setting():
 
 def test_grafana_dashboard_config_map_is_optional_and_holds_the_dashboard():
     def dashboards(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [d for d in docs if d["kind"] == "ConfigMap"
-                and d["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
+        return [
+            d
+            for d in docs
+            if d["kind"] == "ConfigMap"
+            and d["metadata"].get("labels", {}).get("grafana_dashboard") == "1"
+        ]
 
     assert dashboards(render()) == []
     (cm,) = dashboards(render(VARIANTS["grafana-dashboard"]))
@@ -261,6 +290,7 @@ def test_grafana_dashboard_config_map_is_optional_and_holds_the_dashboard():
 
 
 # ---- chart: what a running etj needs -------------------------------------------------------
+
 
 def test_config_map_holds_real_settings_that_parse_to_the_values(monkeypatch):
     docs = render()
@@ -289,15 +319,18 @@ def test_values_schema_config_is_typed_like_the_settings():
 
     for name, spec in props.items():
         assert name in derived, f"config.{name} is not a setting (renamed? removed?)"
-        assert typing_of(spec) == typing_of(derived[name]), \
+        assert typing_of(spec) == typing_of(derived[name]), (
             f"config.{name} is typed differently in app.settings: `python -m app.docgen.settings_doc`"
+        )
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert set(values) == set(json.loads(SCHEMA.read_text())["properties"])
     assert set(values["config"]) <= set(props)
     missing = sorted(set(derived) - set(props))
     if missing:  # settable through extraEnv meanwhile; not worth failing someone else's commit
-        warnings.warn(f"settings the chart's config does not know yet: {missing}; "
-                      "run `python -m app.docgen.settings_doc`")
+        warnings.warn(
+            f"settings the chart's config does not know yet: {missing}; "
+            "run `python -m app.docgen.settings_doc`"
+        )
 
 
 def test_checksum_annotation_changes_exactly_when_the_settings_change():
@@ -326,8 +359,10 @@ def test_each_pod_announces_its_stable_dns_name_behind_the_headless_service():
     env = {e["name"]: e for e in worker_container(docs)["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     # $(POD_NAME) is expanded by the kubelet: etj-0.etj-headless.streams.svc.cluster.local
-    assert env["ETJ_WEB_HOST"]["value"] == \
-        f"$(POD_NAME).{headless['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
+    assert (
+        env["ETJ_WEB_HOST"]["value"]
+        == f"$(POD_NAME).{headless['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
+    )
     ports = {p["name"]: p["containerPort"] for p in worker_container(docs)["ports"]}
     assert int(config_map_env(docs)["ETJ_WEB_PORT"]) == ports["web"]
     assert headless["spec"]["ports"][0]["targetPort"] == "web"
@@ -365,11 +400,14 @@ def test_pods_run_locked_down_with_state_on_a_claim_at_the_datadir():
 
     # the image's user, command and datadir are the chart's
     runtime = final_stage()
-    args = dict(re.findall(r"ARG (\w+)=(\S+)", "\n".join(f"{i} {a}" for i, a in
-                                                         dockerfile_instructions())))
+    args = dict(
+        re.findall(r"ARG (\w+)=(\S+)", "\n".join(f"{i} {a}" for i, a in dockerfile_instructions()))
+    )
     (user,) = [a for i, a in runtime if i == "USER"]
-    assert str(pod["securityContext"]["runAsUser"]) == \
-        re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], user).split(":")[0]
+    assert (
+        str(pod["securityContext"]["runAsUser"])
+        == re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], user).split(":")[0]
+    )
     assert c["command"] + c["args"] == WORKER_COMMAND
     (volume,) = [json.loads(a) for i, a in runtime if i == "VOLUME"]
 
@@ -400,19 +438,26 @@ def test_every_value_is_documented():
             leaves.add(path)
 
     walk(yaml.safe_load(text), "")
-    undocumented = {leaf for leaf in leaves
-                    if not any(leaf == d or leaf.startswith(d + ".") for d in documented)}
+    undocumented = {
+        leaf
+        for leaf in leaves
+        if not any(leaf == d or leaf.startswith(d + ".") for d in documented)
+    }
     assert not undocumented, f"values without `## @param`: {sorted(undocumented)}"
-    stale = {d for d in documented
-             if not any(leaf == d or leaf.startswith(d + ".") for leaf in leaves)}
+    stale = {
+        d for d in documented if not any(leaf == d or leaf.startswith(d + ".") for leaf in leaves)
+    }
     assert not stale, f"`## @param` for values that do not exist: {sorted(stale)}"
 
 
 def test_snapshots_take_their_settings_from_config_and_credentials_from_a_secret():
     docs = render(VARIANTS["snapshots"])
     cm = config_map_env(docs)
-    assert (cm["ETJ_SNAPSHOT_URL"], cm["ETJ_SNAPSHOT_INTERVAL_S"], cm["ETJ_SNAPSHOT_KEEP"]) == \
-        ("s3://etj-snapshots/prod", "600", "2")
+    assert (cm["ETJ_SNAPSHOT_URL"], cm["ETJ_SNAPSHOT_INTERVAL_S"], cm["ETJ_SNAPSHOT_KEEP"]) == (
+        "s3://etj-snapshots/prod",
+        "600",
+        "2",
+    )
     env = {e["name"]: e for e in worker_container(docs)["env"]}
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
         ref = env[key]["valueFrom"]["secretKeyRef"]

@@ -8,18 +8,34 @@ import kubernetes_validate
 import pytest
 
 from app.settings import Settings
-from tests.deploy.test_deploy import CHART, KUBE_VERSION, config_map_env, one, render, worker_container
+from tests.deploy.test_deploy import (
+    CHART,
+    KUBE_VERSION,
+    config_map_env,
+    one,
+    render,
+    worker_container,
+)
 
 SECURED = {
-    "kafka": {"tls": {"secretName": "kafka-client-tls", "certKey": "tls.crt", "keyKey": "tls.key",
-                      "keyPasswordKey": "key-password"},
-              "sasl": {"secretName": "kafka-sasl"}},
+    "kafka": {
+        "tls": {
+            "secretName": "kafka-client-tls",
+            "certKey": "tls.crt",
+            "keyKey": "tls.key",
+            "keyPasswordKey": "key-password",
+        },
+        "sasl": {"secretName": "kafka-sasl"},
+    },
     "web": {"auth": {"secretName": "etj-views"}},
     "config": {"kafka_sasl_mechanism": "SCRAM-SHA-512", "kafka_sasl_username": "etj"},
-    "networkPolicy": {"enabled": True,
-                      "monitoring": {"namespaceSelector": {"matchLabels": {
-                          "kubernetes.io/metadata.name": "monitoring"}}},
-                      "kafka": {"cidrs": ["10.20.0.0/16"], "ports": [9093]}},
+    "networkPolicy": {
+        "enabled": True,
+        "monitoring": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+        },
+        "kafka": {"cidrs": ["10.20.0.0/16"], "ports": [9093]},
+    },
 }
 
 
@@ -36,8 +52,11 @@ def test_secrets_are_read_only_files_whose_paths_become_settings(monkeypatch):
     container = worker_container(docs)
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
-    for name, secret in [("kafka-tls", "kafka-client-tls"), ("kafka-sasl", "kafka-sasl"),
-                         ("views-auth", "etj-views")]:
+    for name, secret in [
+        ("kafka-tls", "kafka-client-tls"),
+        ("kafka-sasl", "kafka-sasl"),
+        ("views-auth", "etj-views"),
+    ]:
         assert volumes[name]["secret"]["secretName"] == secret
         assert volumes[name]["secret"]["defaultMode"] == 0o440
         assert mounts[name]["readOnly"] is True
@@ -79,13 +98,18 @@ def test_the_network_policy_lets_in_only_the_release_and_monitoring_on_the_web_p
     assert rule["ports"] == [{"protocol": "TCP", "port": 6066}]
     assert rule["from"] == [
         {"podSelector": {"matchLabels": own}},
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+    ]
     kafka, dns, peers = pol["egress"]
-    assert kafka == {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}],
-                     "ports": [{"protocol": "TCP", "port": 9093}]}
+    assert kafka == {
+        "to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}],
+        "ports": [{"protocol": "TCP", "port": 9093}],
+    }
     assert dns == {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
-    assert peers == {"to": [{"podSelector": {"matchLabels": own}}],
-                     "ports": [{"protocol": "TCP", "port": 6066}]}
+    assert peers == {
+        "to": [{"podSelector": {"matchLabels": own}}],
+        "ports": [{"protocol": "TCP", "port": 6066}],
+    }
     # without a monitoring selector, only the release's own pods get in
     bare = one(render({"networkPolicy": {"enabled": True}}), "NetworkPolicy")["spec"]
     assert bare["ingress"][0]["from"] == [{"podSelector": {"matchLabels": own}}]

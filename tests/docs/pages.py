@@ -31,6 +31,8 @@ def block(page: Path, name: str) -> str:
 
 def marked() -> set[tuple[str, str]]:
     """(page relative to the repository, block name) of every tested block."""
-    return {(page.relative_to(ROOT).as_posix(), name)
-            for page in pages()
-            for name, _ in MARKER.findall(page.read_text(encoding="utf-8"))}
+    return {
+        (page.relative_to(ROOT).as_posix(), name)
+        for page in pages()
+        for name, _ in MARKER.findall(page.read_text(encoding="utf-8"))
+    }

@@ -60,15 +60,18 @@ def named(text: str, root: Path = ROOT) -> tuple[set[str], list[str]]:
 def test_every_app_path_the_page_names_exists():
     found, missing = named(PAGE.read_text(encoding="utf-8"))
     assert "app/loop/durable.py" in found  # the page is read at all
-    assert missing == [], "the architecture page names what app/ no longer has:\n" + \
-        "\n".join(missing)
+    assert missing == [], "the architecture page names what app/ no longer has:\n" + "\n".join(
+        missing
+    )
 
 
 def test_every_package_and_module_of_app_is_on_the_page():
     found, _ = named(PAGE.read_text(encoding="utf-8"))
     absent = sorted(app_tree() - found)
-    assert absent == [], "not on docs/contributing/architecture.md (add each where a record " \
+    assert absent == [], (
+        "not on docs/contributing/architecture.md (add each where a record "
         "meets it):\n" + "\n".join(absent)
+    )
 
 
 def test_the_root_of_app_holds_the_wiring_only():
@@ -77,8 +80,13 @@ def test_the_root_of_app_holds_the_wiring_only():
 
 
 def test_the_check_fails_on_a_module_the_page_does_not_name_or_one_gone(tmp_path):
-    for rel in ("app/__init__.py", "app/main.py", "app/loop/__init__.py", "app/loop/durable.py",
-                "app/loop/intake.py"):
+    for rel in (
+        "app/__init__.py",
+        "app/main.py",
+        "app/loop/__init__.py",
+        "app/loop/durable.py",
+        "app/loop/intake.py",
+    ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("")
     page = "`app/`: `app/main.py`\n| `app/loop/` | `durable.py`, `intake.py` |\n"
@@ -87,5 +95,7 @@ def test_the_check_fails_on_a_module_the_page_does_not_name_or_one_gone(tmp_path
     (tmp_path / "app/loop/pipeline.py").write_text("")  # a module the page does not name
     assert app_tree(tmp_path / "app") - named(page, tmp_path)[0] == {"app/loop/pipeline.py"}
     page += "`app/loop/acks.py`, and in its row `types.py`: | `app/loop/` | `types.py` |\n"
-    assert named(page, tmp_path)[1] == ["line 3: app/loop/acks.py",
-                                        "line 3: types.py (in none of app/loop/)"]
+    assert named(page, tmp_path)[1] == [
+        "line 3: app/loop/acks.py",
+        "line 3: types.py (in none of app/loop/)",
+    ]

@@ -39,15 +39,15 @@ def faust_command(line: str) -> list[str]:
 
 
 def run(argv: list[str], env: dict[str, str], timeout_s: float = 120) -> str:
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s,
-                          cwd=ROOT)
+    done = subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT
+    )
     assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
 
 def test_the_validation_messages_shown_are_the_real_ones():
-    shown = [line.split("SpecError: ", 1)[1]
-             for line in block("validation-messages").splitlines()]
+    shown = [line.split("SpecError: ", 1)[1] for line in block("validation-messages").splitlines()]
     tiers = json.loads(block("joins.json"))[0]
     builtins = [mood_spec(Settings()), movie_spec(Settings())]
 
@@ -65,14 +65,19 @@ def test_the_validation_messages_shown_are_the_real_ones():
 
 async def test_the_worked_example_works_as_written(names, worker_factory, tmp_path):
     def prefixed(text: str) -> str:
-        return text.replace('"etj-', f'"{names.prefix}-etj-').replace(" etj-",
-                                                                       f" {names.prefix}-etj-")
+        return text.replace('"etj-', f'"{names.prefix}-etj-').replace(
+            " etj-", f" {names.prefix}-etj-"
+        )
 
     spec_file = tmp_path / "joins.json"
     spec_file.write_text(prefixed(block("joins.json")))
     w = worker_factory(names, joins_file=spec_file).wait_ready()
-    env = {**os.environ, **names.env, "ETJ_JOINS_FILE": str(spec_file),
-           "ETJ_DATADIR": str(tmp_path / "cli-data")}
+    env = {
+        **os.environ,
+        **names.env,
+        "ETJ_JOINS_FILE": str(spec_file),
+        "ETJ_DATADIR": str(tmp_path / "cli-data"),
+    }
 
     sends = [line for line in block("send").splitlines() if line.strip()]
     for i, line in enumerate(sends, start=1):

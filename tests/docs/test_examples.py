@@ -51,7 +51,9 @@ def runner_path(test: str) -> str:
 
 def test_every_marked_block_is_run_by_a_test() -> None:
     found = marked()
-    assert not found - set(RUN_BY), f"marked as tested, but no test runs them: {found - set(RUN_BY)}"
+    assert not found - set(RUN_BY), (
+        f"marked as tested, but no test runs them: {found - set(RUN_BY)}"
+    )
     assert not set(RUN_BY) - found, f"tested blocks gone from their pages: {set(RUN_BY) - found}"
     for test in set(RUN_BY.values()):
         assert (ROOT / runner_path(test)).exists(), test
@@ -118,9 +120,14 @@ def test_the_hold_example_is_valid_and_its_scenario_is_what_the_engine_answers()
         key, t = at.split("@")
         n = len(w.out)
         w.record("v" if kind == "mood" else "e", key, int(t), value)
-        got = "; ".join(f"{r.id} revision {r.revision} "
-                        f"{'null' if r.answer is None else r.answer[0]} [{r.cause}]"
-                        for r, _ in w.out[n:]) or "(held)"
+        got = (
+            "; ".join(
+                f"{r.id} revision {r.revision} "
+                f"{'null' if r.answer is None else r.answer[0]} [{r.cause}]"
+                for r, _ in w.out[n:]
+            )
+            or "(held)"
+        )
         assert got == said, line
 
 
@@ -155,8 +162,14 @@ def test_the_foreign_key_example_resolves_and_its_mistakes_say_what_the_page_say
 
     raw = json.loads(block(DECLARATIVE, "fk-spec"))
     spec = resolve_fk(raw, 0)
-    assert spec.output_fields == ("order_id", "customer_id", "amount", "region", "order_time",
-                                  "region_time")
+    assert spec.output_fields == (
+        "order_id",
+        "customer_id",
+        "amount",
+        "region",
+        "order_time",
+        "region_time",
+    )
     assert spec.describe()["kind"] == "foreign-key"
     assert spec.describe()["left"]["foreign_key"] == "customer_id"
 
@@ -172,11 +185,13 @@ def test_the_foreign_key_example_resolves_and_its_mistakes_say_what_the_page_say
     def int_fk(s):
         s["left"]["fields"]["customer.id"] = "int"
 
-    got = [broken(lambda s: s["left"].pop("foreign_key")),
-           broken(lambda s: s["left"].update(foreign_key="customer")),
-           broken(int_fk),
-           broken(lambda s: s["right"].pop("time_as")),
-           broken(lambda s: s.update(kind="fk"))]
+    got = [
+        broken(lambda s: s["left"].pop("foreign_key")),
+        broken(lambda s: s["left"].update(foreign_key="customer")),
+        broken(int_fk),
+        broken(lambda s: s["right"].pop("time_as")),
+        broken(lambda s: s.update(kind="fk")),
+    ]
     assert got == block(DECLARATIVE, "fk-messages").strip().splitlines()
 
 

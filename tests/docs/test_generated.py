@@ -16,13 +16,16 @@ from app.settings import Settings
 from tests.docs.pages import README, ROOT
 
 
-@pytest.mark.parametrize("path", list(settings_doc.generated()),
-                         ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize(
+    "path", list(settings_doc.generated()), ids=lambda p: p.relative_to(ROOT).as_posix()
+)
 def test_the_generated_file_is_what_the_code_gives_now(path):
     want = settings_doc.generated()[path]
     have = path.read_text(encoding="utf-8") if path.exists() else ""
-    assert have == want, (f"{path.relative_to(ROOT)} is stale: run `python -m app.docgen.settings_doc` "
-                          "and commit what it wrote")
+    assert have == want, (
+        f"{path.relative_to(ROOT)} is stale: run `python -m app.docgen.settings_doc` "
+        "and commit what it wrote"
+    )
 
 
 def test_the_settings_page_lists_every_setting_once_with_its_default():

@@ -19,10 +19,23 @@ from tests.docs.pages import DOCS, README, ROOT
 
 def test_mkdocs_build_strict_passes(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
-         str(ROOT / "mkdocs.yml"), "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})  # material's notice about its successor
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(tmp_path / "site"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )  # material's notice about its successor
     assert done.returncode == 0, done.stderr[-5000:]
     assert not re.search(r"^WARNING\b", done.stderr, re.M), done.stderr[-5000:]
     assert (tmp_path / "site" / "index.html").exists()
@@ -62,8 +75,17 @@ def test_the_readme_stays_short():
 
 
 #: where code points readers into the docs (``docs/<page>.md#<anchor>`` in a comment or docstring)
-CODE_GLOBS = ("app/**/*.py", "tests/**/*.py", "bench/**/*.py", "Makefile", "Dockerfile",
-              "helm/etj/values.yaml", "helm/etj/templates/*", "pyproject.toml", "mkdocs.yml")
+CODE_GLOBS = (
+    "app/**/*.py",
+    "tests/**/*.py",
+    "bench/**/*.py",
+    "Makefile",
+    "Dockerfile",
+    "helm/etj/values.yaml",
+    "helm/etj/templates/*",
+    "pyproject.toml",
+    "mkdocs.yml",
+)
 DOC_REF = re.compile(r"docs/((?:[\w.-]+/)*[\w.-]+\.md)(?:#([\w-]+))?")
 
 

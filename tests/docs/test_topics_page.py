@@ -9,7 +9,8 @@ from app.joins.catalog import load_specs
 
 def test_the_page_is_what_the_code_gives_now():
     assert topics_doc.PAGE.read_text(encoding="utf-8") == topics_doc.page(), (
-        "docs/operating/topics.md is stale: run `python -m app.docgen.topics_doc` and commit it")
+        "docs/operating/topics.md is stale: run `python -m app.docgen.topics_doc` and commit it"
+    )
 
 
 def test_the_inventory_is_every_topic_the_topology_declares():
@@ -21,8 +22,15 @@ def test_the_inventory_is_every_topic_the_topology_declares():
     assert len(by_topic) == len(uses), "a topic listed twice"
 
     cars = topology.cars
-    channels = [topology.dead_letters, topology.late, cars.arrivals, cars.moves, cars.ticks,
-                cars.zone_inputs, cars.output]
+    channels = [
+        topology.dead_letters,
+        topology.late,
+        cars.arrivals,
+        cars.moves,
+        cars.ticks,
+        cars.zone_inputs,
+        cars.output,
+    ]
     for j in topology.joins.values():
         channels += [j.inputs, j.ticks, j.output, *filter(None, [j.final])]
     declared = {t for ch in channels for t in ch.topics}

@@ -32,8 +32,11 @@ RECIPE = {
     "include": ["python3", "python3-venv", "python3-pip", "ca-certificates"],
     "mirror": "http://deb.debian.org/debian",
     # the official python images link `python`; apt's caches and lists are left out as theirs
-    "after": ["ln -s python3 /usr/bin/python", "machine CA bundle",
-              "rm /var/cache/apt/*.bin /var/cache/apt/archives/*.deb /var/lib/apt/lists/*"],
+    "after": [
+        "ln -s python3 /usr/bin/python",
+        "machine CA bundle",
+        "rm /var/cache/apt/*.bin /var/cache/apt/archives/*.deb /var/lib/apt/lists/*",
+    ],
 }
 
 
@@ -44,18 +47,24 @@ def tag() -> str:
 
 
 def debootstrap(rootfs: Path) -> None:
-    cmd = ["debootstrap", f"--variant={RECIPE['variant']}",
-           f"--include={','.join(RECIPE['include'])}", RECIPE["suite"], str(rootfs),
-           RECIPE["mirror"]]
+    cmd = [
+        "debootstrap",
+        f"--variant={RECIPE['variant']}",
+        f"--include={','.join(RECIPE['include'])}",
+        RECIPE["suite"],
+        str(rootfs),
+        RECIPE["mirror"],
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         log = rootfs / "debootstrap" / "debootstrap.log"
-        raise EngineError(f"{' '.join(cmd)} -> {done.returncode}:\n{done.stderr[-3000:]}\n"
-                          + (log.read_text(errors="replace")[-3000:] if log.exists() else ""))
+        raise EngineError(
+            f"{' '.join(cmd)} -> {done.returncode}:\n{done.stderr[-3000:]}\n"
+            + (log.read_text(errors="replace")[-3000:] if log.exists() else "")
+        )
     (rootfs / "usr/bin/python").symlink_to("python3")
     shutil.copyfile(CA_BUNDLE, rootfs / "etc/ssl/certs/ca-certificates.crt")
-    for pattern in ("var/cache/apt/*.bin", "var/cache/apt/archives/*.deb",
-                    "var/lib/apt/lists/*"):
+    for pattern in ("var/cache/apt/*.bin", "var/cache/apt/archives/*.deb", "var/lib/apt/lists/*"):
         for path in rootfs.glob(pattern):
             if path.is_file():
                 path.unlink()
@@ -73,14 +82,21 @@ def ensure(engine: Engine, workdir: Path) -> tuple[str, bool]:
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         assert tar.stdout is not None
         try:
-            done = subprocess.run([engine.client, "import", "-", name], stdin=tar.stdout,
-                                  capture_output=True, text=True, timeout=600)
+            done = subprocess.run(
+                [engine.client, "import", "-", name],
+                stdin=tar.stdout,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
         finally:
             tar.stdout.close()
             tar.wait()
         if done.returncode != 0 or tar.returncode != 0:
-            raise EngineError(f"docker import {name} -> {done.returncode} (tar "
-                              f"{tar.returncode}):\n{done.stderr[-3000:]}")
+            raise EngineError(
+                f"docker import {name} -> {done.returncode} (tar "
+                f"{tar.returncode}):\n{done.stderr[-3000:]}"
+            )
     finally:
         shutil.rmtree(rootfs, ignore_errors=True)
     return name, True

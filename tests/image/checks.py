@@ -16,17 +16,20 @@ def car_topics(names: Names) -> dict[str, str]:
 async def car_view_is_exact(names: Names, cars: list, timeout_s: float = 120) -> None:
     """Wait until the consumer rule's view of the car output equals the oracle's over
     ``cars`` ((kind, key, value) as sent); fail with the cars that differ."""
-    expected = exact_car_view([v for k, _, v in cars if k == "car"],
-                              [v for k, _, v in cars if k == "zone"])
+    expected = exact_car_view(
+        [v for k, _, v in cars if k == "car"], [v for k, _, v in cars if k == "zone"]
+    )
 
     async def view() -> dict:
-        return newest_car_outputs(v for _, v in await read_all(
-            names, names.car_pollution_topic, idle_s=1.5))
+        return newest_car_outputs(
+            v for _, v in await read_all(names, names.car_pollution_topic, idle_s=1.5)
+        )
 
     got = await wait_for(lambda: _equal_or_empty(view, expected), timeout_s=timeout_s)
     got = got or await view()
-    assert got == expected, {c: (got.get(c), expected[c]) for c in expected
-                             if got.get(c) != expected[c]}
+    assert got == expected, {
+        c: (got.get(c), expected[c]) for c in expected if got.get(c) != expected[c]
+    }
 
 
 async def _equal_or_empty(view, expected: dict) -> dict:
@@ -34,8 +37,9 @@ async def _equal_or_empty(view, expected: dict) -> dict:
     return got if got == expected else {}
 
 
-async def wait_snapshots(names: Names, snaps: Snapshots, caught_up: bool = False,
-                         timeout_s: float = 60) -> dict[str, dict[int, int]]:
+async def wait_snapshots(
+    names: Names, snaps: Snapshots, caught_up: bool = False, timeout_s: float = 60
+) -> dict[str, dict[int, int]]:
     """Wait until every changelog partition with records has a snapshot (``caught_up``: one at
     its last offset); changelog topic -> {partition: the newest snapshot's offset}."""
     topics = await _changelog_topics(names)
@@ -62,7 +66,10 @@ async def _changelog_topics(names: Names) -> list[str]:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(names))
     await consumer.start()
     try:
-        return sorted(t for t in await consumer.topics()
-                      if t.startswith(names.app_id + "-") and t.endswith("-changelog"))
+        return sorted(
+            t
+            for t in await consumer.topics()
+            if t.startswith(names.app_id + "-") and t.endswith("-changelog")
+        )
     finally:
         await consumer.stop()

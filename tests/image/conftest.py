@@ -5,9 +5,10 @@ store (moto) for snapshots, and worker containers per test, removed at its end."
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -32,9 +33,11 @@ def image(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Image:
     base, made = base_image.ensure(engine, tmp_path_factory.mktemp("base"))
     built = project_image.build(engine, base)
     project_image.prune_old(engine, keep=built.tag)
-    print(f"\nimage {built.tag} on {base}{' (base made now)' if made else ''}: built in "
-          f"{built.seconds:.1f} s, {built.cached_steps}/{built.steps} steps cached",
-          file=sys.stderr)
+    print(
+        f"\nimage {built.tag} on {base}{' (base made now)' if made else ''}: built in "
+        f"{built.seconds:.1f} s, {built.cached_steps}/{built.steps} steps cached",
+        file=sys.stderr,
+    )
     return Image(built.tag, base, made, built)
 
 
@@ -45,15 +48,21 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     store = S3Broker(tmp_path_factory.mktemp("s3"))
     store.start_storage()
     try:
-        yield {"endpoint": f"http://127.0.0.1:{store.s3_port}", "bucket": "tansu",
-               "AWS_ACCESS_KEY_ID": "etj", "AWS_SECRET_ACCESS_KEY": "etj"}
+        yield {
+            "endpoint": f"http://127.0.0.1:{store.s3_port}",
+            "bucket": "tansu",
+            "AWS_ACCESS_KEY_ID": "etj",
+            "AWS_SECRET_ACCESS_KEY": "etj",
+        }
     finally:
         store.stop()
 
 
 @pytest.fixture
-def snapshot_store(s3: dict[str, str], monkeypatch: pytest.MonkeyPatch,
-                   ) -> Callable[[Names], str]:
+def snapshot_store(
+    s3: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[Names], str]:
     """``url(names)``: a snapshot store of this test's own in the S3 bucket; the test process
     reaches it too (its AWS_* as the pods get them)."""
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
@@ -64,8 +73,12 @@ def snapshot_store(s3: dict[str, str], monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.fixture
-def containers(engine: Engine, image: Image, tmp_path: Path, request: pytest.FixtureRequest,
-               ) -> Iterator[Callable[..., Container]]:
+def containers(
+    engine: Engine,
+    image: Image,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[..., Container]]:
     """Start worker containers: ``start(names, pod, volume=None, s3=None, **settings)``.
 
     ``pod`` names the StatefulSet pod played (its DNS name); ``volume`` reuses a volume (a
@@ -76,8 +89,13 @@ def containers(engine: Engine, image: Image, tmp_path: Path, request: pytest.Fix
     started: list[Container] = []
     volumes: list[str] = []
 
-    def start(names: Names, pod: str, volume: str | None = None,
-              s3: dict[str, str] | None = None, **settings: Any) -> Container:
+    def start(
+        names: Names,
+        pod: str,
+        volume: str | None = None,
+        s3: dict[str, str] | None = None,
+        **settings: Any,
+    ) -> Container:
         if volume is None:
             volume = new_volume(engine, f"{names.prefix}-{pod}-{len(volumes)}")
             volumes.append(volume)
@@ -91,7 +109,6 @@ def containers(engine: Engine, image: Image, tmp_path: Path, request: pytest.Fix
     for c in started:
         c.remove()
         if rep is not None and rep.failed:
-            print(f"\n===== log of container {c.name} (last 6000 chars) =====\n"
-                  f"{c.log()[-6000:]}")
+            print(f"\n===== log of container {c.name} (last 6000 chars) =====\n{c.log()[-6000:]}")
     if volumes:
         engine.run("volume", "rm", "-f", *volumes, check=False)

@@ -36,14 +36,30 @@ def docker_memory(quantity: str) -> str:
     return m.group(1) + m.group(2).lower()
 
 
-def run_args(spec: PodSpec, image: str, name: str, volume: str, web_port: int,
-             env: dict[str, str]) -> list[str]:
+def run_args(
+    spec: PodSpec, image: str, name: str, volume: str, web_port: int, env: dict[str, str]
+) -> list[str]:
     """``docker run`` arguments of one pod of the StatefulSet (networking: see tests.image.pod)."""
-    args = ["run", "-d", "--name", name, "--label", f"{LABEL}=1", "--network", "host",
-            "--add-host", f"{spec.web_host}:127.0.0.1",
-            "--tmpfs", f"{spec.tmp}:rw,size={docker_memory(spec.tmp_size)}",
-            "--memory", docker_memory(spec.memory_limit), "--stop-timeout", str(spec.grace_s),
-            "-v", f"{volume}:{spec.datadir}"]
+    args = [
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--label",
+        f"{LABEL}=1",
+        "--network",
+        "host",
+        "--add-host",
+        f"{spec.web_host}:127.0.0.1",
+        "--tmpfs",
+        f"{spec.tmp}:rw,size={docker_memory(spec.tmp_size)}",
+        "--memory",
+        docker_memory(spec.memory_limit),
+        "--stop-timeout",
+        str(spec.grace_s),
+        "-v",
+        f"{volume}:{spec.datadir}",
+    ]
     if spec.read_only_root:
         args.append("--read-only")
     args += [f"--cap-drop={cap}" for cap in spec.drop_capabilities]
@@ -57,10 +73,20 @@ def run_args(spec: PodSpec, image: str, name: str, volume: str, web_port: int,
 def tool_args(spec: PodSpec, image: str, *command: str) -> list[str]:
     """``docker run`` arguments of one of the image's other tools (``sample-traffic``, ...):
     the image's own entrypoint, the pod's environment and lock-down, removed when it ends."""
-    args = ["run", "--rm", "--label", f"{LABEL}=1", "--network", "host",
-            "--tmpfs", f"{spec.tmp}:rw,size={docker_memory(spec.tmp_size)}", "--read-only",
-            *[f"--cap-drop={cap}" for cap in spec.drop_capabilities],
-            "--security-opt", "no-new-privileges"]
+    args = [
+        "run",
+        "--rm",
+        "--label",
+        f"{LABEL}=1",
+        "--network",
+        "host",
+        "--tmpfs",
+        f"{spec.tmp}:rw,size={docker_memory(spec.tmp_size)}",
+        "--read-only",
+        *[f"--cap-drop={cap}" for cap in spec.drop_capabilities],
+        "--security-opt",
+        "no-new-privileges",
+    ]
     for key, value in spec.env.items():
         args += ["-e", f"{key}={value}"]
     return args + [image, *command]
@@ -80,20 +106,22 @@ class Container(Worker):
     started_at: float = 0.0  # time.monotonic() at `docker run`
     follower: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "Container":
+    def start(self) -> Container:
         self.workdir.mkdir(parents=True, exist_ok=True)
         args = run_args(self.spec, self.image, self.name, self.volume, self.web_port, self.env)
         self.started_at = time.monotonic()
         self.cid = self.engine.run(*args).stdout.strip()
         with self.log_path.open("ab") as log:  # the container's output, kept after it is gone
-            self.follower = subprocess.Popen([self.engine.client, "logs", "-f", self.cid],
-                                             stdout=log, stderr=subprocess.STDOUT)
+            self.follower = subprocess.Popen(
+                [self.engine.client, "logs", "-f", self.cid], stdout=log, stderr=subprocess.STDOUT
+            )
         return self
 
     def state(self) -> dict[str, Any]:
         assert self.cid is not None
-        return json.loads(self.engine.run("inspect", "--format", "{{json .State}}",
-                                          self.cid).stdout)
+        return json.loads(
+            self.engine.run("inspect", "--format", "{{json .State}}", self.cid).stdout
+        )
 
     def running(self) -> bool:
         return bool(self.state()["Running"])
@@ -101,10 +129,12 @@ class Container(Worker):
     def _check_running(self) -> None:
         state = self.state()
         if not state["Running"]:
-            raise RuntimeError(f"container {self.name} exited {state['ExitCode']} "
-                               f"({state.get('Error') or 'no error'}):\n" + self.log()[-4000:])
+            raise RuntimeError(
+                f"container {self.name} exited {state['ExitCode']} "
+                f"({state.get('Error') or 'no error'}):\n" + self.log()[-4000:]
+            )
 
-    def wait_ready(self, timeout_s: float = 90.0, count: int = 1) -> "Container":
+    def wait_ready(self, timeout_s: float = 90.0, count: int = 1) -> Container:
         """Wait for the ``count``-th "Worker ready" in the container's log."""
         deadline = time.monotonic() + timeout_s
         checked = 0.0
@@ -115,8 +145,9 @@ class Container(Worker):
                 self._check_running()
                 checked = time.monotonic()
             time.sleep(0.3)
-        raise TimeoutError(f"container {self.name} not ready in {timeout_s}s:\n"
-                           + self.log()[-4000:])
+        raise TimeoutError(
+            f"container {self.name} not ready in {timeout_s}s:\n" + self.log()[-4000:]
+        )
 
     def wait_http_ready(self, timeout_s: float = 90.0) -> float:
         """Wait until the readiness probe's path answers 200; seconds since ``docker run``."""
@@ -130,8 +161,9 @@ class Container(Worker):
                 self._check_running()
                 checked = time.monotonic()
             time.sleep(0.05)
-        raise TimeoutError(f"container {self.name}: {path} not 200 in {timeout_s}s:\n"
-                           + self.log()[-4000:])
+        raise TimeoutError(
+            f"container {self.name}: {path} not 200 in {timeout_s}s:\n" + self.log()[-4000:]
+        )
 
     def health(self) -> str:
         """What the image's own HEALTHCHECK reports: starting, healthy or unhealthy."""
@@ -146,8 +178,10 @@ class Container(Worker):
                 return time.monotonic() - self.started_at
             assert status == "starting", (status, self.state().get("Health"))
             time.sleep(1)
-        raise TimeoutError(f"container {self.name} still {self.health()} after {timeout_s}s: "
-                           f"{self.state().get('Health')}")
+        raise TimeoutError(
+            f"container {self.name} still {self.health()} after {timeout_s}s: "
+            f"{self.state().get('Health')}"
+        )
 
     def kill(self) -> int | None:
         """``docker kill``: SIGKILL, no flush, no commit, no goodbye; the exit code (137)."""
@@ -190,23 +224,37 @@ def new_volume(engine: Engine, name: str) -> str:
     return name
 
 
-
-def spec_for(env: dict[str, str], s3: dict[str, str] | None, pod: str, **values: Any,
-             ) -> PodSpec:
+def spec_for(
+    env: dict[str, str],
+    s3: dict[str, str] | None,
+    pod: str,
+    **values: Any,
+) -> PodSpec:
     """The chart's pod ``pod`` given this test's settings ``env`` as chart values (and
     snapshots in ``s3``, if given)."""
     extra: dict[str, Any] = dict(values)
     secrets = {}
     if s3 is not None:
-        extra["snapshots"] = {"credentialsSecret": S3_SECRET, "endpointUrl": s3["endpoint"],
-                              "region": "us-east-1"}
+        extra["snapshots"] = {
+            "credentialsSecret": S3_SECRET,
+            "endpointUrl": s3["endpoint"],
+            "region": "us-east-1",
+        }
         secrets[S3_SECRET] = {k: v for k, v in s3.items() if k.startswith("AWS_")}
     return pod_spec(chart_values(env, **extra), pod_name=pod, secrets=secrets)
 
 
-def start_container(engine: Engine, image: str, names: Names, pod: str, workdir: Path,
-                    volume: str, s3: dict[str, str] | None = None, n: int = 0,
-                    **settings: Any) -> Container:
+def start_container(
+    engine: Engine,
+    image: str,
+    names: Names,
+    pod: str,
+    workdir: Path,
+    volume: str,
+    s3: dict[str, str] | None = None,
+    n: int = 0,
+    **settings: Any,
+) -> Container:
     """Start the ``n``-th container playing ``pod`` (the tier's ``containers`` fixture and
     ``bench.image_start``): the test's names and ``settings`` (``session_timeout_s=4`` ->
     ``ETJ_SESSION_TIMEOUT_S``) reach it as chart values."""
@@ -214,6 +262,14 @@ def start_container(engine: Engine, image: str, names: Names, pod: str, workdir:
     # documented local value, as on Kafka, which answers a fetch as soon as it can
     settings = {"consumer_fetch_max_wait_ms": 100, **settings}
     env = {**names.env, **{"ETJ_" + k.upper(): str(v) for k, v in settings.items()}}
-    c = Container(env={}, workdir=workdir, name=f"{names.prefix}-{pod}-{n}", engine=engine,
-                  image=image, spec=spec_for(env, s3, pod), volume=volume, pod=pod)
+    c = Container(
+        env={},
+        workdir=workdir,
+        name=f"{names.prefix}-{pod}-{n}",
+        engine=engine,
+        image=image,
+        spec=spec_for(env, s3, pod),
+        volume=volume,
+        pod=pod,
+    )
     return c.start()

@@ -72,17 +72,24 @@ class Engine:
     def log_path(self) -> Path:
         return self.workdir / "dockerd.log"
 
-    def run(self, *args: str, check: bool = True, timeout: float = 120,
-            input: bytes | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 120, input: bytes | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """``docker ARGS``; a failure raises with the client's own words."""
-        done = subprocess.run([self.client, *args], capture_output=True, timeout=timeout,
-                              input=input)
-        out = subprocess.CompletedProcess(done.args, done.returncode,
-                                          done.stdout.decode(errors="replace"),
-                                          done.stderr.decode(errors="replace"))
+        done = subprocess.run(
+            [self.client, *args], capture_output=True, timeout=timeout, input=input
+        )
+        out = subprocess.CompletedProcess(
+            done.args,
+            done.returncode,
+            done.stdout.decode(errors="replace"),
+            done.stderr.decode(errors="replace"),
+        )
         if check and out.returncode != 0:
-            raise EngineError(f"docker {' '.join(args)[:300]} -> {out.returncode}:\n"
-                              f"{out.stderr[-3000:]}{out.stdout[-2000:]}")
+            raise EngineError(
+                f"docker {' '.join(args)[:300]} -> {out.returncode}:\n"
+                f"{out.stderr[-3000:]}{out.stdout[-2000:]}"
+            )
         return out
 
     def inspect(self, *names: str, kind: str = "") -> list[dict[str, Any]]:
@@ -91,24 +98,32 @@ class Engine:
 
     def answers(self) -> bool:
         try:
-            return self.run("version", "--format", "{{.Server.Version}}", check=False,
-                            timeout=20).returncode == 0
+            return (
+                self.run(
+                    "version", "--format", "{{.Server.Version}}", check=False, timeout=20
+                ).returncode
+                == 0
+            )
         except subprocess.TimeoutExpired:
             return False
 
-    def start(self, timeout_s: float = 60.0) -> "Engine":
+    def start(self, timeout_s: float = 60.0) -> Engine:
         """Use the running daemon, else start one (installing the packages first if absent)."""
         install_missing()
         if self.answers():
             return self
         return self.launch(timeout_s)
 
-    def launch(self, timeout_s: float = 60.0) -> "Engine":
+    def launch(self, timeout_s: float = 60.0) -> Engine:
         """Start dockerd; it failing to answer raises :class:`EngineError` with its log."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen([_which("dockerd") or "dockerd"], stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [_which("dockerd") or "dockerd"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -132,8 +147,9 @@ class Engine:
     def remove_leftovers(self) -> None:
         """Containers and volumes of an earlier run that was killed before it cleaned up
         (stopped containers only: a running one may be another session's)."""
-        stale = self.run("ps", "-aq", "--filter", f"label={LABEL}", "--filter",
-                         "status=exited", check=False).stdout.split()
+        stale = self.run(
+            "ps", "-aq", "--filter", f"label={LABEL}", "--filter", "status=exited", check=False
+        ).stdout.split()
         if stale:
             self.run("rm", "-f", *stale, check=False)
         self.run("volume", "prune", "-f", "--filter", f"label={LABEL}", check=False)

@@ -25,8 +25,9 @@ from typing import Any
 from tests.deploy.test_deploy import CHART, config_map_env, one, render, worker_container
 
 #: chart values are typed (values.schema.json); env strings are parsed back where they can be
-SCHEMA_CONFIG = set(json.loads((CHART / "values.schema.json").read_text())
-                    ["properties"]["config"]["properties"])
+SCHEMA_CONFIG = set(
+    json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]["properties"]
+)
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,9 @@ def _expand(value: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), value)
 
 
-def pod_env(docs: list[dict[str, Any]], pod_name: str,
-            secrets: dict[str, dict[str, str]]) -> dict[str, str]:
+def pod_env(
+    docs: list[dict[str, Any]], pod_name: str, secrets: dict[str, dict[str, str]]
+) -> dict[str, str]:
     """The worker's environment as the kubelet builds it: ``envFrom`` first, then ``env``."""
     env = dict(config_map_env(docs))
     for entry in worker_container(docs).get("env", []):
@@ -110,8 +112,11 @@ def pod_env(docs: list[dict[str, Any]], pod_name: str,
     return env
 
 
-def pod_spec(values: dict[str, Any], pod_name: str = "etj-0",
-             secrets: dict[str, dict[str, str]] | None = None) -> PodSpec:
+def pod_spec(
+    values: dict[str, Any],
+    pod_name: str = "etj-0",
+    secrets: dict[str, dict[str, str]] | None = None,
+) -> PodSpec:
     docs = render(values)
     sts = one(docs, "StatefulSet")
     pod = sts["spec"]["template"]["spec"]
@@ -121,25 +126,33 @@ def pod_spec(values: dict[str, Any], pod_name: str = "etj-0",
     (claim,) = sts["spec"]["volumeClaimTemplates"]
     sc, psc = c["securityContext"], pod["securityContext"]
     return PodSpec(
-        command=list(c["command"]), args=list(c["args"]),
+        command=list(c["command"]),
+        args=list(c["args"]),
         run_as_user=int(sc.get("runAsUser", psc["runAsUser"])),
         run_as_group=int(sc.get("runAsGroup", psc["runAsGroup"])),
         run_as_non_root=bool(sc.get("runAsNonRoot", psc.get("runAsNonRoot"))),
         datadir=mounts[claim["metadata"]["name"]],
-        tmp=mounts["tmp"], tmp_size=volumes["tmp"]["emptyDir"]["sizeLimit"],
+        tmp=mounts["tmp"],
+        tmp_size=volumes["tmp"]["emptyDir"]["sizeLimit"],
         read_only_root=bool(sc["readOnlyRootFilesystem"]),
         drop_capabilities=list(sc["capabilities"]["drop"]),
         no_new_privileges=sc["allowPrivilegeEscalation"] is False,
         memory_limit=c["resources"]["limits"]["memory"],
         web_port={p["name"]: p["containerPort"] for p in c["ports"]}["web"],
-        probes={p: c[p]["httpGet"]["path"] for p in
-                ("startupProbe", "livenessProbe", "readinessProbe") if p in c},
-        liveness=(c["livenessProbe"]["periodSeconds"], c["livenessProbe"]["timeoutSeconds"],
-                  c["livenessProbe"]["failureThreshold"]),
-        startup_budget_s=c["startupProbe"]["periodSeconds"]
-        * c["startupProbe"]["failureThreshold"],
+        probes={
+            p: c[p]["httpGet"]["path"]
+            for p in ("startupProbe", "livenessProbe", "readinessProbe")
+            if p in c
+        },
+        liveness=(
+            c["livenessProbe"]["periodSeconds"],
+            c["livenessProbe"]["timeoutSeconds"],
+            c["livenessProbe"]["failureThreshold"],
+        ),
+        startup_budget_s=c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"],
         grace_s=int(pod["terminationGracePeriodSeconds"]),
-        env=pod_env(docs, pod_name, secrets or {}))
+        env=pod_env(docs, pod_name, secrets or {}),
+    )
 
 
 def image_config(inspected: dict[str, Any]) -> dict[str, Any]:
@@ -147,15 +160,19 @@ def image_config(inspected: dict[str, Any]) -> dict[str, Any]:
     cfg = inspected["Config"]
     env = dict(e.split("=", 1) for e in cfg.get("Env") or [])
     health = cfg.get("Healthcheck") or {}
-    seconds = {k: int(health.get(k, 0) // 1_000_000_000) for k in
-               ("Interval", "Timeout", "StartPeriod")}
-    return {"command": (cfg.get("Entrypoint") or []) + (cfg.get("Cmd") or []),
-            "user": cfg.get("User", ""), "volumes": sorted(cfg.get("Volumes") or {}),
-            "env": env, "ports": sorted(cfg.get("ExposedPorts") or {}),
-            "healthcheck": " ".join(health.get("Test") or []),
-            "health_timing": (seconds["Interval"], seconds["Timeout"],
-                              int(health.get("Retries", 0))),
-            "health_start_period": seconds["StartPeriod"]}
+    seconds = {
+        k: int(health.get(k, 0) // 1_000_000_000) for k in ("Interval", "Timeout", "StartPeriod")
+    }
+    return {
+        "command": (cfg.get("Entrypoint") or []) + (cfg.get("Cmd") or []),
+        "user": cfg.get("User", ""),
+        "volumes": sorted(cfg.get("Volumes") or {}),
+        "env": env,
+        "ports": sorted(cfg.get("ExposedPorts") or {}),
+        "healthcheck": " ".join(health.get("Test") or []),
+        "health_timing": (seconds["Interval"], seconds["Timeout"], int(health.get("Retries", 0))),
+        "health_start_period": seconds["StartPeriod"],
+    }
 
 
 def drift(spec: PodSpec, image: dict[str, Any]) -> list[str]:
@@ -165,29 +182,33 @@ def drift(spec: PodSpec, image: dict[str, Any]) -> list[str]:
         out.append(f"command: image {image['command']}, chart {spec.command + spec.args}")
     uid, _, gid = image["user"].partition(":")
     if (uid, gid or uid) != (str(spec.run_as_user), str(spec.run_as_group)):
-        out.append(f"user: image {image['user']!r}, chart "
-                   f"{spec.run_as_user}:{spec.run_as_group}")
+        out.append(f"user: image {image['user']!r}, chart {spec.run_as_user}:{spec.run_as_group}")
     if spec.run_as_non_root and uid in ("", "0", "root"):
         out.append("user: the image runs as root, the chart refuses root")
     if image["volumes"] != [spec.datadir]:
         out.append(f"datadir: image volume {image['volumes']}, chart mounts {spec.datadir}")
     for name in ("ETJ_DATADIR", "ETJ_WEB_PORT"):
         if image["env"].get(name) != spec.env.get(name):
-            out.append(f"{name}: image {image['env'].get(name)!r}, chart "
-                       f"{spec.env.get(name)!r}")
+            out.append(f"{name}: image {image['env'].get(name)!r}, chart {spec.env.get(name)!r}")
     if f"{spec.web_port}/tcp" not in image["ports"]:
         out.append(f"web port: image exposes {image['ports']}, chart {spec.web_port}")
     for probe in ("livenessProbe", "startupProbe"):
         path = spec.probes.get(probe)
         if path and path not in image["healthcheck"]:
-            out.append(f"healthcheck: the {probe} asks {path}, the image's HEALTHCHECK "
-                       f"{image['healthcheck']}")
+            out.append(
+                f"healthcheck: the {probe} asks {path}, the image's HEALTHCHECK "
+                f"{image['healthcheck']}"
+            )
     if "ETJ_WEB_PORT" not in image["healthcheck"]:
         out.append("healthcheck: the image's HEALTHCHECK does not follow ETJ_WEB_PORT")
     if image["health_timing"] != spec.liveness:
-        out.append(f"healthcheck: interval/timeout/retries {image['health_timing']}, the "
-                   f"chart's liveness probe {spec.liveness}")
+        out.append(
+            f"healthcheck: interval/timeout/retries {image['health_timing']}, the "
+            f"chart's liveness probe {spec.liveness}"
+        )
     if image["health_start_period"] != spec.startup_budget_s:
-        out.append(f"healthcheck: start period {image['health_start_period']} s, the chart's "
-                   f"startup budget {spec.startup_budget_s} s")
+        out.append(
+            f"healthcheck: start period {image['health_start_period']} s, the chart's "
+            f"startup budget {spec.startup_budget_s} s"
+        )
     return out

@@ -18,6 +18,7 @@ import hashlib
 import re
 import time
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 
 from tests.image.engine import Engine
@@ -43,16 +44,20 @@ class Build:
 
 def context_files(root: Path = ROOT) -> list[Path]:
     """The files ``.dockerignore`` (an allowlist: ``*`` then ``!path``) lets into the build."""
-    lines = [ln.strip() for ln in (root / ".dockerignore").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#")]
+    lines = [
+        ln.strip()
+        for ln in (root / ".dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     allowed = [ln[1:].rstrip("/") for ln in lines if ln.startswith("!")]
     ignored = [ln.removeprefix("**/") for ln in lines[1:] if not ln.startswith("!")]
     out = []
     for entry in allowed:
         path = root / entry
         for f in sorted([path] if path.is_file() else path.rglob("*")):
-            if f.is_file() and not any(fnmatch.fnmatch(part, pat) for part in f.parts
-                                       for pat in ignored):
+            if f.is_file() and not any(
+                fnmatch.fnmatch(part, pat) for part in f.parts for pat in ignored
+            ):
                 out.append(f)
     return out
 
@@ -74,13 +79,15 @@ def build(engine: Engine, base: str, root: Path = ROOT, no_cache: bool = False) 
         common.append("--no-cache")
     began = time.monotonic()
     log = ""
-    for args in (["--target", "build", "-t", name.replace(REPOSITORY, BUILD_STAGE, 1)],
-                 ["-t", name]):
+    for args in (
+        ["--target", "build", "-t", name.replace(REPOSITORY, BUILD_STAGE, 1)],
+        ["-t", name],
+    ):
         done = engine.run(*common, *args, str(root), timeout=1200)
         log += done.stdout + done.stderr
         common = [a for a in common if a != "--no-cache"]  # the second reuses the first
     seconds = time.monotonic() - began
-    final = log[log.rfind("Step 1/"):]
+    final = log[log.rfind("Step 1/") :]
     steps = len(re.findall(r"^Step \d+/\d+ :", final, re.M))
     return Build(name, base, seconds, steps, final.count("---> Using cache"), log)
 
@@ -92,14 +99,20 @@ def size_bytes(engine: Engine, image: str) -> int:
 def prune_old(engine: Engine, keep: str) -> list[str]:
     """Remove this tier's image and build-stage tags older than a day but ``keep``'s (an image
     a container still uses is refused by Docker and stays)."""
-    listed = [name for repo in (REPOSITORY, BUILD_STAGE) for name in engine.run(
-        "image", "ls", repo, "--format", "{{.Repository}}:{{.Tag}}", check=False).stdout.split()]
+    listed = [
+        name
+        for repo in (REPOSITORY, BUILD_STAGE)
+        for name in engine.run(
+            "image", "ls", repo, "--format", "{{.Repository}}:{{.Tag}}", check=False
+        ).stdout.split()
+    ]
     old = []
     for name in listed:
         if name.split(":")[1] == keep.split(":")[1]:
             continue
-        created = engine.run("image", "inspect", "--format", "{{.Created}}", name,
-                             check=False).stdout.strip()
+        created = engine.run(
+            "image", "inspect", "--format", "{{.Created}}", name, check=False
+        ).stdout.strip()
         if created and _age_s(created) > KEEP_OLD_S:
             old.append(name)
     if old:
@@ -108,7 +121,7 @@ def prune_old(engine: Engine, keep: str) -> list[str]:
 
 
 def _age_s(created: str) -> float:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     stamp = re.sub(r"(\.\d{6})\d*", r"\1", created.replace("Z", "+00:00"))
-    return (datetime.now(timezone.utc) - datetime.fromisoformat(stamp)).total_seconds()
+    return (datetime.now(UTC) - datetime.fromisoformat(stamp)).total_seconds()

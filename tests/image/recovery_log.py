@@ -25,7 +25,7 @@ DISCARDED = "did not stop cleanly"
 def _table(lines: list[str], at: int) -> dict[TP, int]:
     out: dict[TP, int] = {}
     topic = ""
-    for line in lines[at + 1:]:
+    for line in lines[at + 1 :]:
         if line.startswith("+"):
             continue
         m = _TABLE_ROW.match(line.strip())
@@ -59,8 +59,7 @@ class Recovery:
     @property
     def from_state(self) -> set[TP]:
         """Partitions with records whose reading started from a database (not from zero)."""
-        return {tp for tp, hw in self.highwater.items()
-                if hw >= 0 and self.start.get(tp, -1) >= 0}
+        return {tp for tp, hw in self.highwater.items() if hw >= 0 and self.start.get(tp, -1) >= 0}
 
 
 def recoveries(log: str) -> list[Recovery]:

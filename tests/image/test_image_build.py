@@ -57,12 +57,17 @@ print(json.dumps({"uid": os.getuid(), "gid": os.getgid(), "root_read_only": root
 
 def test_the_image_weighs_at_most_250_mb_over_its_base(engine, image):
     size, base = size_bytes(engine, image.tag), size_bytes(engine, image.base)
-    sizes = json.loads(engine.run("run", "--rm", "--entrypoint", "python", image.tag, "-c",
-                                  VENV_SIZES).stdout)
+    sizes = json.loads(
+        engine.run("run", "--rm", "--entrypoint", "python", image.tag, "-c", VENV_SIZES).stdout
+    )
     top = sorted(sizes["parts"].items(), key=lambda kv: -kv[1])[:8]
-    print(f"\nimage {size / MB:.0f} MB = base {base / MB:.0f} MB + {(size - base) / MB:.0f} MB "
-          f"(venv {sizes['venv'] / MB:.0f} MB: "
-          + ", ".join(f"{name} {n / MB:.1f}" for name, n in top) + ")", file=sys.stderr)
+    print(
+        f"\nimage {size / MB:.0f} MB = base {base / MB:.0f} MB + {(size - base) / MB:.0f} MB "
+        f"(venv {sizes['venv'] / MB:.0f} MB: "
+        + ", ".join(f"{name} {n / MB:.1f}" for name, n in top)
+        + ")",
+        file=sys.stderr,
+    )
     assert size - base <= OVER_BASE_MAX, (size - base) / MB
     # the venv is what the runtime stage adds (the build stage's /src and pip cache stay out)
     assert size - base - sizes["venv"] < 5 * MB
@@ -75,9 +80,21 @@ def test_rocksdb_and_uvloop_load_as_the_image_user_on_a_read_only_root(engine, i
     spec = pod_spec({})
     volume = new_volume(engine, f"etj-probe-{image.tag.split(':')[1]}")
     try:
-        done = engine.run("run", "--rm", "--read-only", "--cap-drop=ALL", "--security-opt",
-                          "no-new-privileges", "-v", f"{volume}:{spec.datadir}",
-                          "--entrypoint", "python", image.tag, "-c", NATIVE_PARTS)
+        done = engine.run(
+            "run",
+            "--rm",
+            "--read-only",
+            "--cap-drop=ALL",
+            "--security-opt",
+            "no-new-privileges",
+            "-v",
+            f"{volume}:{spec.datadir}",
+            "--entrypoint",
+            "python",
+            image.tag,
+            "-c",
+            NATIVE_PARTS,
+        )
     finally:
         engine.run("volume", "rm", "-f", volume, check=False)
     got = json.loads(done.stdout.strip().splitlines()[-1])
@@ -97,18 +114,34 @@ def test_the_image_runs_what_the_chart_runs_and_a_drift_is_caught(engine, image)
     # the environment the chart gives a pod (with snapshots: its credentials too) has only
     # names the worker reads: settings, boto3's, the pod's own name, glibc's arenas
     # (MALLOC_ARENA_MAX: docs/operating/scaling.md)
-    env = pod_spec({"snapshots": {"credentialsSecret": "s", "region": "eu-west-1"}},
-                   secrets={"s": {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "v"}}).env
+    env = pod_spec(
+        {"snapshots": {"credentialsSecret": "s", "region": "eu-west-1"}},
+        secrets={"s": {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "v"}},
+    ).env
     settings = {"ETJ_" + name.upper() for name in Settings.model_fields}
     assert {n for n in env if n.startswith("ETJ_")} <= settings
     assert {n for n in env if not n.startswith("ETJ_")} == {
-        "POD_NAME", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
-        "MALLOC_ARENA_MAX"}
+        "POD_NAME",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_DEFAULT_REGION",
+        "MALLOC_ARENA_MAX",
+    }
 
     # the same check on a chart that moved away from the image
-    moved = pod_spec({"persistence": {"mountPath": "/data"}, "logLevel": "debug",
-                      "podSecurityContext": {"runAsUser": 1000, "runAsGroup": 1000},
-                      "livenessProbe": {"periodSeconds": 30}})
+    moved = pod_spec(
+        {
+            "persistence": {"mountPath": "/data"},
+            "logLevel": "debug",
+            "podSecurityContext": {"runAsUser": 1000, "runAsGroup": 1000},
+            "livenessProbe": {"periodSeconds": 30},
+        }
+    )
     problems = drift(moved, built)
-    assert {p.split(":")[0] for p in problems} == {"command", "user", "datadir", "ETJ_DATADIR",
-                                                   "healthcheck"}, problems
+    assert {p.split(":")[0] for p in problems} == {
+        "command",
+        "user",
+        "datadir",
+        "ETJ_DATADIR",
+        "healthcheck",
+    }, problems

@@ -52,16 +52,18 @@ def recovered(c: Container, timeout_s: float = 120) -> tuple[str, Recovery]:
 
 
 async def test_containers_join_exactly_survive_docker_kill_and_restore_from_snapshots(
-        names, containers, s3, snapshot_store):
+    names, containers, s3, snapshot_store
+):
     url = snapshot_store(names)
-    settings = dict(store_url="rocksdb://", snapshot_url=url, snapshot_interval_s=2)
+    settings = {"store_url": "rocksdb://", "snapshot_url": url, "snapshot_interval_s": 2}
     snaps = Snapshots(url)
-    moods = sample_moods_and_events(seed=61, count=300, start_ms=START, late_ratio=0.3,
-                                    consultants=CONSULTANTS)
-    cars = sample_cars_and_zones(seed=61, count=240, start_ms=START, cars=20, zones=4,
-                                 late_ratio=0.2)
-    thirds = [(moods[:100], cars[:80]), (moods[100:200], cars[80:160]),
-              (moods[200:], cars[160:])]
+    moods = sample_moods_and_events(
+        seed=61, count=300, start_ms=START, late_ratio=0.3, consultants=CONSULTANTS
+    )
+    cars = sample_cars_and_zones(
+        seed=61, count=240, start_ms=START, cars=20, zones=4, late_ratio=0.2
+    )
+    thirds = [(moods[:100], cars[:80]), (moods[100:200], cars[80:160]), (moods[200:], cars[160:])]
 
     # 1. two pods of one app id, each on its own new volume; both ready, partitions split
     a = containers(names, "etj-0", s3=s3, **settings)
@@ -76,8 +78,9 @@ async def test_containers_join_exactly_survive_docker_kill_and_restore_from_snap
 
     # 3. the second third flows; mid-stream, docker kill (SIGKILL) of etj-1
     moods_sending = asyncio.create_task(send(names, thirds[1][0], pace_s=0.03))
-    cars_sending = asyncio.create_task(send(names, thirds[1][1], pace_s=0.03,
-                                            topics=car_topics(names)))
+    cars_sending = asyncio.create_task(
+        send(names, thirds[1][1], pace_s=0.03, topics=car_topics(names))
+    )
     await asyncio.sleep(1.0)
     assert await asyncio.to_thread(processed, b) > 0
     assert b.kill() == 137  # 128 + SIGKILL
@@ -99,10 +102,12 @@ async def test_containers_join_exactly_survive_docker_kill_and_restore_from_snap
     # Faust's reading of each of them started at its snapshot's offset, not at 0
     assert {tp: first.start[tp] for tp in from_snapshot} == from_snapshot, first
     assert first.replayed_total < first.full_replay_total, first
-    print(f"\nfirst start: ready in {ready_a:.1f} / {ready_b:.1f} s; after docker kill, the "
-          f"same volume: {len(from_snapshot)} partitions from snapshots, "
-          f"{first.replayed_total} of {first.full_replay_total} changelog records replayed",
-          file=sys.stderr)
+    print(
+        f"\nfirst start: ready in {ready_a:.1f} / {ready_b:.1f} s; after docker kill, the "
+        f"same volume: {len(from_snapshot)} partitions from snapshots, "
+        f"{first.replayed_total} of {first.full_replay_total} changelog records replayed",
+        file=sys.stderr,
+    )
 
     # 5. exact: the mood join against the oracle, every record accounted for; the car view
     await settle_and_check(names, moods[:200], sent, [a, b2])
@@ -130,10 +135,12 @@ async def test_containers_join_exactly_survive_docker_kill_and_restore_from_snap
     assert DISCARDED not in log and not restored(log), log[-3000:]
     assert first.from_state, first
     assert 0 < first.replayed_total < first.full_replay_total, first
-    print(f"docker stop: exit 0 in {took_a:.1f} s; the same volume again: "
-          f"{len(first.from_state)} partitions from the kept databases, "
-          f"{first.replayed_total} of {first.full_replay_total} changelog records replayed",
-          file=sys.stderr)
+    print(
+        f"docker stop: exit 0 in {took_a:.1f} s; the same volume again: "
+        f"{len(first.from_state)} partitions from the kept databases, "
+        f"{first.replayed_total} of {first.full_replay_total} changelog records replayed",
+        file=sys.stderr,
+    )
 
     # 8. etj-1 is replaced by a pod on an empty volume (a new node), once the snapshots cover
     # the changelogs: it restores its partitions from them and is ready without replaying a
@@ -148,9 +155,12 @@ async def test_containers_join_exactly_survive_docker_kill_and_restore_from_snap
     assert DISCARDED not in log
     assert restored(log) and first.from_state == set(restored(log)), (restored(log), first)
     assert first.replayed_total == 0, first
-    print(f"a new pod on an empty volume: {len(restored(log))} partitions from snapshots, "
-          f"{first.replayed_total} of {first.full_replay_total} records replayed "
-          f"(docker stop of etj-1: {took_b:.1f} s)", file=sys.stderr)
+    print(
+        f"a new pod on an empty volume: {len(restored(log))} partitions from snapshots, "
+        f"{first.replayed_total} of {first.full_replay_total} records replayed "
+        f"(docker stop of etj-1: {took_b:.1f} s)",
+        file=sys.stderr,
+    )
 
     # 9. the rest of the traffic, pods etj-0 and etj-2: still exact
     sent += await send(names, thirds[2][0][half:], pace_s=0.01)

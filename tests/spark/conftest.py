@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession  # the batch extra: a missing install fails, never skips
@@ -16,7 +16,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     tuned for short runs (C1 only, serial GC: ~20% less wall time on a small suite)."""
     prepare_environment()
     session = (
-        SparkSession.builder.master("local[2]").appName("etj-tests")
+        SparkSession.builder.master("local[2]")
+        .appName("etj-tests")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false")

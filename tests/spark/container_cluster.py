@@ -33,9 +33,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pyspark
 
@@ -48,8 +49,14 @@ ROOT = Path(__file__).resolve().parents[2]
 #: where a worker keeps its executors' folders, inside its container
 WORK = "/opt/spark-work"
 #: what a user's shell may hold that must not decide for the driver here: the job's options do
-DRIVER_ENV_DROPPED = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP",
-                      "SPARK_LOCAL_HOSTNAME", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")
+DRIVER_ENV_DROPPED = (
+    "PYSPARK_PYTHON",
+    "PYSPARK_DRIVER_PYTHON",
+    "SPARK_LOCAL_IP",
+    "SPARK_LOCAL_HOSTNAME",
+    "PYSPARK_SUBMIT_ARGS",
+    "SPARK_CONF_DIR",
+)
 
 
 def free_port(host: str) -> int:
@@ -90,37 +97,86 @@ class ContainerCluster:
     def _run(self, node: Node, args: Sequence[str], mounts: dict[Path, str]) -> None:
         hosts = [f"--add-host={n.hostname}:{n.ip}" for n in self.nodes]
         volumes = [f"-v{src}:{dst}" for src, dst in mounts.items()]
-        env = {"SPARK_LOCAL_IP": node.ip, "SPARK_LOCAL_HOSTNAME": node.ip,
-               "SPARK_DAEMON_MEMORY": "256m", leftovers.MARK: os.environ.get(leftovers.MARK, "")}
+        env = {
+            "SPARK_LOCAL_IP": node.ip,
+            "SPARK_LOCAL_HOSTNAME": node.ip,
+            "SPARK_DAEMON_MEMORY": "256m",
+            leftovers.MARK: os.environ.get(leftovers.MARK, ""),
+        }
         node.cid = self.engine.run(
-            "run", "-d", "--name", node.container, "--hostname", node.hostname,
-            "--label", f"{LABEL}=1", "--network", "host", *hosts, *volumes,
-            *[f"-e{k}={v}" for k, v in env.items()], self.image,
-            "spark-class", *args).stdout.strip()
+            "run",
+            "-d",
+            "--name",
+            node.container,
+            "--hostname",
+            node.hostname,
+            "--label",
+            f"{LABEL}=1",
+            "--network",
+            "host",
+            *hosts,
+            *volumes,
+            *[f"-e{k}={v}" for k, v in env.items()],
+            self.image,
+            "spark-class",
+            *args,
+        ).stdout.strip()
 
-    def start(self, timeout_s: float = 90.0) -> "ContainerCluster":
+    def start(self, timeout_s: float = 90.0) -> ContainerCluster:
         t0 = time.monotonic()
         self.folder.mkdir(parents=True, exist_ok=True)
         block, tag = _block(), f"{os.getpid()}-{int(time.time() * 1000) % 10**8}"
-        self.nodes = [Node("master", "etj-spark-master", f"{block}.1",
-                           f"etj-spark-{tag}-master")]
-        self.nodes += [Node(f"worker-{i}", f"etj-spark-worker-{i}", f"{block}.{i + 1}",
-                            f"etj-spark-{tag}-worker-{i}") for i in range(1, self.workers + 1)]
+        self.nodes = [Node("master", "etj-spark-master", f"{block}.1", f"etj-spark-{tag}-master")]
+        self.nodes += [
+            Node(
+                f"worker-{i}",
+                f"etj-spark-worker-{i}",
+                f"{block}.{i + 1}",
+                f"etj-spark-{tag}-worker-{i}",
+            )
+            for i in range(1, self.workers + 1)
+        ]
         master = self.nodes[0]
         port, ui = free_port(master.ip), free_port("")
         self.master_url, self.ui_url = f"spark://{master.ip}:{port}", f"http://{master.ip}:{ui}"
         shared = {self.shared: str(self.shared)}
         try:
-            self._run(master, ["org.apache.spark.deploy.master.Master", "--host", master.ip,
-                               "--port", str(port), "--webui-port", str(ui)], shared)
+            self._run(
+                master,
+                [
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    master.ip,
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(ui),
+                ],
+                shared,
+            )
             for node in self.nodes[1:]:
                 work = self.folder / node.role
                 work.mkdir(exist_ok=True)
-                self._run(node, [
-                    "org.apache.spark.deploy.worker.Worker", "--host", node.ip,
-                    "--port", str(free_port(node.ip)), "--webui-port", str(free_port("")),
-                    "--cores", str(self.cores_per_worker), "--memory", self.memory_per_worker,
-                    "--work-dir", WORK, self.master_url], {**shared, work: WORK})
+                self._run(
+                    node,
+                    [
+                        "org.apache.spark.deploy.worker.Worker",
+                        "--host",
+                        node.ip,
+                        "--port",
+                        str(free_port(node.ip)),
+                        "--webui-port",
+                        str(free_port("")),
+                        "--cores",
+                        str(self.cores_per_worker),
+                        "--memory",
+                        self.memory_per_worker,
+                        "--work-dir",
+                        WORK,
+                        self.master_url,
+                    ],
+                    {**shared, work: WORK},
+                )
             self._wait(timeout_s)
         except BaseException:
             self.stop()
@@ -132,8 +188,9 @@ class ContainerCluster:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for node in self.nodes:
-                state = self.engine.run("inspect", "--format", "{{.State.Running}}", node.cid,
-                                        check=False).stdout.strip()
+                state = self.engine.run(
+                    "inspect", "--format", "{{.State.Running}}", node.cid, check=False
+                ).stdout.strip()
                 if state != "true":
                     raise RuntimeError(f"{node.role} exited\n{self.logs()}")
             state = self.state()
@@ -161,44 +218,70 @@ class ContainerCluster:
         addresses (:data:`DRIVER_ENV_DROPPED`)."""
         env = {k: v for k, v in os.environ.items() if k not in DRIVER_ENV_DROPPED}
         bin_dir = str(Path(sys.executable).parent)
-        return {**env, "SPARK_HOME": str(SPARK_HOME),
-                "PATH": os.pathsep.join([bin_dir, str(SPARK_HOME / "bin"), env["PATH"]]),
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                            env.get("PYTHONPATH")])),
-                **(extra or {})}
+        return {
+            **env,
+            "SPARK_HOME": str(SPARK_HOME),
+            "PATH": os.pathsep.join([bin_dir, str(SPARK_HOME / "bin"), env["PATH"]]),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+            **(extra or {}),
+        }
 
-    def submit_args(self, conf: dict[str, str] | None = None,
-                    archives: Sequence[str] = ()) -> list[str]:
+    def submit_args(
+        self, conf: dict[str, str] | None = None, archives: Sequence[str] = ()
+    ) -> list[str]:
         """``spark-submit --master spark://... --deploy-mode client ...`` up to the script:
         small executors, the driver reachable by the executors at 127.0.0.1 (their loopback is
         the host's) and started with this Python."""
-        settings = {"spark.executor.memory": "512m", "spark.executor.cores": "1",
-                    "spark.cores.max": str(self.workers * self.cores_per_worker),
-                    "spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
-                    "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-                    "spark.pyspark.driver.python": sys.executable,
-                    # short jobs: C1 only and a serial GC (~20% less wall time, tests/spark)
-                    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-                    "spark.executor.extraJavaOptions":
-                        "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-                    **(conf or {})}
-        cmd = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", self.master_url,
-               "--deploy-mode", "client"]
+        settings = {
+            "spark.executor.memory": "512m",
+            "spark.executor.cores": "1",
+            "spark.cores.max": str(self.workers * self.cores_per_worker),
+            "spark.sql.shuffle.partitions": "4",
+            "spark.ui.enabled": "false",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.pyspark.driver.python": sys.executable,
+            # short jobs: C1 only and a serial GC (~20% less wall time, tests/spark)
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            **(conf or {}),
+        }
+        cmd = [
+            str(SPARK_HOME / "bin" / "spark-submit"),
+            "--master",
+            self.master_url,
+            "--deploy-mode",
+            "client",
+        ]
         if archives:
             cmd += ["--archives", ",".join(archives)]
         for k, v in settings.items():
             cmd += ["--conf", f"{k}={v}"]
         return cmd
 
-    def submit(self, args: Sequence[str], conf: dict[str, str] | None = None,
-               archives: Sequence[str] = (), env: dict[str, str] | None = None,
-               timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
+    def submit(
+        self,
+        args: Sequence[str],
+        conf: dict[str, str] | None = None,
+        archives: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        timeout_s: float = 300.0,
+    ) -> subprocess.CompletedProcess[str]:
         """``spark-submit ... app/batch/__main__.py ARGS`` from this host (client mode);
         ``env``: more variables for the driver (the bootstrap job's ``ETJ_*`` settings)."""
-        cmd = [*self.submit_args(conf, archives), str(ROOT / "app" / "batch" / "__main__.py"),
-               *args]
-        return subprocess.run(cmd, env=self.driver_env(env), cwd=ROOT, capture_output=True,
-                              text=True, timeout=timeout_s)
+        cmd = [
+            *self.submit_args(conf, archives),
+            str(ROOT / "app" / "batch" / "__main__.py"),
+            *args,
+        ]
+        return subprocess.run(
+            cmd,
+            env=self.driver_env(env),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
 
     def executor_logs(self) -> list[Path]:
         return sorted(self.folder.glob("worker-*/app-*/*/std*"))
@@ -208,8 +291,9 @@ class ContainerCluster:
         folder is ``app-ID/EXECUTOR``, under its worker's folder."""
         ids = {a["id"] for a in self.apps() if a["name"] == app_name}
         by_role = {n.role: n.hostname for n in self.nodes}
-        return {by_role[p.parts[-3]] for p in self.folder.glob("worker-*/app-*/*")
-                if p.parts[-2] in ids}
+        return {
+            by_role[p.parts[-3]] for p in self.folder.glob("worker-*/app-*/*") if p.parts[-2] in ids
+        }
 
     def logs(self, tail: int = 4000) -> str:
         parts = []
@@ -217,12 +301,16 @@ class ContainerCluster:
             if node.cid:
                 done = self.engine.run("logs", "--tail", "200", node.cid, check=False)
                 text = done.stdout + done.stderr
-                parts.append(f"===== {node.role} ({node.hostname}, {node.ip}) "
-                             f"(last {tail} chars) =====\n{text[-tail:]}")
+                parts.append(
+                    f"===== {node.role} ({node.hostname}, {node.ip}) "
+                    f"(last {tail} chars) =====\n{text[-tail:]}"
+                )
         for path in self.executor_logs():
             text = path.read_text(errors="replace")
-            parts.append(f"===== executor {path.relative_to(self.folder)} (last {tail} chars) "
-                         f"=====\n{text[-tail:]}")
+            parts.append(
+                f"===== executor {path.relative_to(self.folder)} (last {tail} chars) "
+                f"=====\n{text[-tail:]}"
+            )
         return "\n".join(parts)
 
     def stop(self) -> None:

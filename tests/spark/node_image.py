@@ -100,9 +100,22 @@ def _context(into: io.RawIOBase | None, files: list[tuple[Path, str]]) -> None:
 def build(engine: Engine, base: str, name: str, timeout_s: float = 1500) -> str:
     """``docker build --network host -`` of :data:`DOCKERFILE` (apt reaches Debian's mirror
     through the host's network); the build's output."""
-    proc = subprocess.Popen([engine.client, "build", "--network", "host", "--build-arg",
-                             f"BASE={base}", "-t", name, "-"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            engine.client,
+            "build",
+            "--network",
+            "host",
+            "--build-arg",
+            f"BASE={base}",
+            "-t",
+            name,
+            "-",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     out = b""
     try:

@@ -15,7 +15,6 @@ import random
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import pyarrow.parquet as pq
 
 from app.state.snapshot_store import Snapshots
 from tests.broker.test_broker_movies import movie, rating
-from tests.broker.test_snapshots import OFFSET_KEY, dump_tables, read_changelog
+from tests.broker.test_snapshots import dump_tables, read_changelog
 from tests.harness import Names, create_topic, produce, read_all, wait_for
 from tests.oracle import exact_movie_answer, movie_answers
 
@@ -73,28 +72,57 @@ def live(n_movies: int, count: int, seed: int = 11) -> list[tuple[str, str, dict
 
 def write_parquet(path: Path, records: list[tuple[str, str, dict[str, Any]]]) -> str:
     rows = [v for _, _, v in records]
-    pq.write_table(pa.table({"movie_id": [r["movie_id"] for r in rows],
-                             "title": [r["title"] for r in rows],
-                             "event_time": pa.array([r["event_time"] for r in rows],
-                                                    pa.int64())}), path)
+    pq.write_table(
+        pa.table(
+            {
+                "movie_id": [r["movie_id"] for r in rows],
+                "title": [r["title"] for r in rows],
+                "event_time": pa.array([r["event_time"] for r in rows], pa.int64()),
+            }
+        ),
+        path,
+    )
     return str(path)
 
 
 def job_env(names: Names, url: str) -> dict[str, str]:
-    return {**os.environ, **names.env, "ETJ_STORE_URL": "rocksdb://", "ETJ_SNAPSHOT_URL": url,
-            "ETJ_BUILTIN_JOINS": "movies", "ETJ_PARTITIONS": str(PARTITIONS)}
+    return {
+        **os.environ,
+        **names.env,
+        "ETJ_STORE_URL": "rocksdb://",
+        "ETJ_SNAPSHOT_URL": url,
+        "ETJ_BUILTIN_JOINS": "movies",
+        "ETJ_PARTITIONS": str(PARTITIONS),
+    }
 
 
 def start_job(names: Names, url: str, parquet: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "app.batch", "bootstrap", "--join", "movies", "--dimension",
-         parquet, "--no-progress", "--master", "local[2]", "--wait-group-s", "5"],
-        env={**job_env(names, url), **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        [
+            sys.executable,
+            "-m",
+            "app.batch",
+            "bootstrap",
+            "--join",
+            "movies",
+            "--dimension",
+            parquet,
+            "--no-progress",
+            "--master",
+            "local[2]",
+            "--wait-group-s",
+            "5",
+        ],
+        env={**job_env(names, url), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
-async def send_paced(names: Names, records: list[tuple[str, str, dict[str, Any]]],
-                     seconds: float) -> None:
+async def send_paced(
+    names: Names, records: list[tuple[str, str, dict[str, Any]]], seconds: float
+) -> None:
     topic = {"movie": names.movies_topic, "rating": names.ratings_topic}
     for kind, key, value in records:
         await produce(names, topic[kind], [(key, value)])
@@ -107,11 +135,18 @@ def marker_state(url: str, names: Names) -> str | None:
 
 
 async def test_a_catalogue_bootstrapped_while_both_topics_are_live_joins_exactly(
-        names, worker_factory, tmp_path):
+    names, worker_factory, tmp_path
+):
     url = f"file://{tmp_path}/snapshots"
-    names.env.update({"ETJ_STORE_URL": "rocksdb://", "ETJ_SNAPSHOT_URL": url,
-                      "ETJ_BUILTIN_JOINS": "movies", "ETJ_PARTITIONS": str(PARTITIONS),
-                      "ETJ_SNAPSHOT_INTERVAL_S": "3600"})
+    names.env.update(
+        {
+            "ETJ_STORE_URL": "rocksdb://",
+            "ETJ_SNAPSHOT_URL": url,
+            "ETJ_BUILTIN_JOINS": "movies",
+            "ETJ_PARTITIONS": str(PARTITIONS),
+            "ETJ_SNAPSHOT_INTERVAL_S": "3600",
+        }
+    )
     for topic in (names.movies_topic, names.ratings_topic):
         await create_topic(names, topic, PARTITIONS)
     cat = catalogue(3000)
@@ -123,8 +158,9 @@ async def test_a_catalogue_bootstrapped_while_both_topics_are_live_joins_exactly
     job = start_job(names, url, parquet)
     # 2. a worker started while the job runs waits for it (its group join comes after the
     # job's check that the group is empty)
-    assert await wait_for(lambda: _async(marker_state(url, names) == "running"),
-                          timeout_s=90, every_s=0.2), "the job never marked the table"
+    assert await wait_for(
+        lambda: _async(marker_state(url, names) == "running"), timeout_s=90, every_s=0.2
+    ), "the job never marked the table"
     w = worker_factory(names, name="first")
     out, err = await asyncio.to_thread(job.communicate, timeout=300)
     assert job.returncode == 0, f"bootstrap failed\n{out}\n{err[-5000:]}"
@@ -142,16 +178,18 @@ async def test_a_catalogue_bootstrapped_while_both_topics_are_live_joins_exactly
     assert len(expected) > 200
 
     async def converged() -> dict[str, Any] | None:
-        got = movie_answers([v for _, v in await read_all(names, names.rated_movies_topic,
-                                                          idle_s=1.5)])
+        got = movie_answers(
+            [v for _, v in await read_all(names, names.rated_movies_topic, idle_s=1.5)]
+        )
         return got if got == expected else None
 
     got = await wait_for(converged, timeout_s=120, every_s=2)
     if not got:
         have = movie_answers([v for _, v in await read_all(names, names.rated_movies_topic)])
         wrong = [k for k in expected if have.get(k) != expected[k]][:5]
-        raise AssertionError(f"{len(wrong)}+ ratings differ, e.g. "
-                             f"{[(expected[k], have.get(k)) for k in wrong]}")
+        raise AssertionError(
+            f"{len(wrong)}+ ratings differ, e.g. {[(expected[k], have.get(k)) for k in wrong]}"
+        )
     assert w.stop() == 0
 
     # 4. a worker without the snapshots (a standby, a deleted snapshot) replays the changelog
@@ -176,6 +214,7 @@ async def test_a_catalogue_bootstrapped_while_both_topics_are_live_joins_exactly
 def _async(value: Any) -> Any:
     async def done() -> Any:
         return value
+
     return done()
 
 
@@ -187,21 +226,32 @@ def _restored(log: str, topic: str) -> list[str]:
 
 def _dimension(datadir: Path) -> dict[int, dict[bytes, bytes]]:
     """partition -> the version rows (``V``) of the movies join's table on disk."""
-    return {p: {k: v for k, v in rows.items() if k[:1] == b"V"}
-            for (table, p), rows in dump_tables(datadir).items() if table == TABLE}
+    return {
+        p: {k: v for k, v in rows.items() if k[:1] == b"V"}
+        for (table, p), rows in dump_tables(datadir).items()
+        if table == TABLE
+    }
 
 
 async def test_a_job_that_fails_half_way_keeps_workers_waiting_until_a_rerun_finishes(
-        names, worker_factory, tmp_path):
+    names, worker_factory, tmp_path
+):
     """A running worker makes the job refuse; a version too big for a produce request fails the
     job half way (some partitions written, one not): a worker started then waits, not ready; the
     job run again on the same path, the catalogue fixed, finishes; the worker starts from the
     snapshots, its table equals a changelog-only replay row for row (the rows the failed
     attempt wrote included), and the ratings join exactly."""
     url = f"file://{tmp_path}/snapshots"
-    names.env.update({"ETJ_STORE_URL": "rocksdb://", "ETJ_SNAPSHOT_URL": url,
-                      "ETJ_BUILTIN_JOINS": "movies", "ETJ_PARTITIONS": str(PARTITIONS),
-                      "ETJ_SNAPSHOT_INTERVAL_S": "3600", "ETJ_SESSION_TIMEOUT_S": "4"})
+    names.env.update(
+        {
+            "ETJ_STORE_URL": "rocksdb://",
+            "ETJ_SNAPSHOT_URL": url,
+            "ETJ_BUILTIN_JOINS": "movies",
+            "ETJ_PARTITIONS": str(PARTITIONS),
+            "ETJ_SNAPSHOT_INTERVAL_S": "3600",
+            "ETJ_SESSION_TIMEOUT_S": "4",
+        }
+    )
     for topic in (names.movies_topic, names.ratings_topic):
         await create_topic(names, topic, PARTITIONS)
     cat = catalogue(400, seed=3)
@@ -243,15 +293,17 @@ async def test_a_job_that_fails_half_way_keeps_workers_waiting_until_a_rerun_fin
     assert again.returncode == 0, err[-3000:]
     assert marker_state(url, names) == "done"
     w.wait_ready(timeout_s=120)
-    ratings = [rating(f"r{i}", f"m{i % 400}" if i % 5 else "m-big", T + i * 1000)
-               for i in range(120)]
-    for kind, key, value in ratings:
+    ratings = [
+        rating(f"r{i}", f"m{i % 400}" if i % 5 else "m-big", T + i * 1000) for i in range(120)
+    ]
+    for _kind, key, value in ratings:
         await produce(names, names.ratings_topic, [(key, value)])
     expected = exact_movie_answer(cat + big + ratings)
 
     async def converged() -> dict[str, Any] | None:
-        got = movie_answers([v for _, v in await read_all(names, names.rated_movies_topic,
-                                                          idle_s=1.5)])
+        got = movie_answers(
+            [v for _, v in await read_all(names, names.rated_movies_topic, idle_s=1.5)]
+        )
         return got if got == expected else None
 
     assert await wait_for(converged, timeout_s=120, every_s=2), "ratings not on the exact answer"

@@ -42,8 +42,10 @@ def job(tmp_path, monkeypatch):
 
 def test_a_first_load_passes(job):
     check, broker, _, spec = job
-    broker.ends = {CHANGELOG: {p: 0 for p in range(4)}, spec.dimension.topic: {p: 9 for p in
-                                                                               range(4)}}
+    broker.ends = {
+        CHANGELOG: dict.fromkeys(range(4), 0),
+        spec.dimension.topic: dict.fromkeys(range(4), 9),
+    }
     assert check() is None
 
 

@@ -20,8 +20,10 @@ from tests.unit.test_car_join_logic import Cluster
 
 ARRIVAL_DDL = "car_id bigint, to_zone_id bigint, fuel_level double, event_time bigint"
 ZONE_DDL = "zone_id bigint, pollution_level double, event_time bigint"
-OUT_DDL = ("car_id bigint, zone_id bigint, fuel_level double, pollution_level double, "
-           "car_event_time bigint, zone_event_time bigint")
+OUT_DDL = (
+    "car_id bigint, zone_id bigint, fuel_level double, pollution_level double, "
+    "car_event_time bigint, zone_event_time bigint"
+)
 
 
 def test_latest_arrival_ties_and_zones_without_readings(spark):
@@ -29,42 +31,78 @@ def test_latest_arrival_ties_and_zones_without_readings(spark):
     #    car 2: zones 4 and 5 both at t=7 (tie: the greater zone id, 5)
     #    car 3: zone 6 at t=8, fuel 0.2 and 0.9 (tie: the greater fuel level)
     #    car 4: zone 9, which never reports a pollution level
-    arrivals = spark.createDataFrame([
-        (1, 2, 0.5, 10), (1, 3, 0.4, 5), (2, 4, 0.1, 7), (2, 5, 0.3, 7),
-        (3, 6, 0.2, 8), (3, 6, 0.9, 8), (4, 9, 1.0, 1),
-    ], ARRIVAL_DDL)
+    arrivals = spark.createDataFrame(
+        [
+            (1, 2, 0.5, 10),
+            (1, 3, 0.4, 5),
+            (2, 4, 0.1, 7),
+            (2, 5, 0.3, 7),
+            (3, 6, 0.2, 8),
+            (3, 6, 0.9, 8),
+            (4, 9, 1.0, 1),
+        ],
+        ARRIVAL_DDL,
+    )
     # 2. zone 2's latest level is 30 (t=12: after the car arrived — the view is "now");
     #    zone 5 has 7.0 and 8.0 at t=3 (tie: 8.0); zone 6 one reading; zone 3 is not used
-    zones = spark.createDataFrame([
-        (2, 20.0, 1), (2, 30.0, 12), (5, 7.0, 3), (5, 8.0, 3), (6, 1.5, 2), (3, 99.0, 1),
-    ], ZONE_DDL)
-    expected = spark.createDataFrame([
-        (1, 2, 0.5, 30.0, 10, 12), (2, 5, 0.3, 8.0, 7, 3), (3, 6, 0.9, 1.5, 8, 2),
-        (4, 9, 1.0, None, 1, None),
-    ], OUT_DDL)
+    zones = spark.createDataFrame(
+        [
+            (2, 20.0, 1),
+            (2, 30.0, 12),
+            (5, 7.0, 3),
+            (5, 8.0, 3),
+            (6, 1.5, 2),
+            (3, 99.0, 1),
+        ],
+        ZONE_DDL,
+    )
+    expected = spark.createDataFrame(
+        [
+            (1, 2, 0.5, 30.0, 10, 12),
+            (2, 5, 0.3, 8.0, 7, 3),
+            (3, 6, 0.9, 1.5, 8, 2),
+            (4, 9, 1.0, None, 1, None),
+        ],
+        OUT_DDL,
+    )
     assertDataFrameEqual(car_view(arrivals, zones), expected)
 
 
 def test_comparison_finds_a_stale_output(spark):
-    exact = spark.createDataFrame([(1, 2, 0.5, 30.0, 10, 12), (2, 5, 0.3, None, 7, None)],
-                                  OUT_DDL)
-    log = spark.createDataFrame([
-        (1, 2, 0.5, 20.0, 10, 1, 0), (1, 2, 0.5, 30.0, 10, 12, 1),   # car 1 ends right
-        (2, 5, 0.3, None, 7, None, 2), (2, 4, 0.1, None, 6, None, 3),  # an older move, later
-        (8, 1, 0.0, None, 1, None, 4),                                 # no such car: extra
-    ], OUT_DDL + ", _pos bigint")
+    exact = spark.createDataFrame([(1, 2, 0.5, 30.0, 10, 12), (2, 5, 0.3, None, 7, None)], OUT_DDL)
+    log = spark.createDataFrame(
+        [
+            (1, 2, 0.5, 20.0, 10, 1, 0),
+            (1, 2, 0.5, 30.0, 10, 12, 1),  # car 1 ends right
+            (2, 5, 0.3, None, 7, None, 2),
+            (2, 4, 0.1, None, 6, None, 3),  # an older move, later
+            (8, 1, 0.0, None, 1, None, 4),  # no such car: extra
+        ],
+        OUT_DDL + ", _pos bigint",
+    )
     latest = latest_car_outputs(log)
     assert {r["car_id"]: (r["zone_id"], r["outputs"]) for r in latest.collect()} == {
-        1: (2, 2), 2: (5, 2), 8: (1, 1)}
+        1: (2, 2),
+        2: (5, 2),
+        8: (1, 1),
+    }
     statuses = dict(compare_car_views(exact, latest).select("car_id", "status").collect())
     assert statuses == {1: "matched", 2: "matched", 8: "extra"}
 
 
-arrivals = st.builds(CarArrival, car_id=st.integers(0, 5), to_zone_id=st.integers(0, 4),
-                     fuel_level=st.sampled_from([0.1, 0.5, 0.9]), event_time=st.integers(0, 12))
-readings = st.builds(ZoneReading, zone_id=st.integers(0, 4),
-                     pollution_level=st.sampled_from([1.0, 2.0, 3.0]),
-                     event_time=st.integers(0, 12))
+arrivals = st.builds(
+    CarArrival,
+    car_id=st.integers(0, 5),
+    to_zone_id=st.integers(0, 4),
+    fuel_level=st.sampled_from([0.1, 0.5, 0.9]),
+    event_time=st.integers(0, 12),
+)
+readings = st.builds(
+    ZoneReading,
+    zone_id=st.integers(0, 4),
+    pollution_level=st.sampled_from([1.0, 2.0, 3.0]),
+    event_time=st.integers(0, 12),
+)
 
 
 def stream_outputs(records: list[CarArrival | ZoneReading], seed: int) -> Cluster:
@@ -82,27 +120,37 @@ def stream_outputs(records: list[CarArrival | ZoneReading], seed: int) -> Cluste
     return c
 
 
-@settings(max_examples=8, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(arrivals, min_size=1, max_size=15), st.lists(readings, max_size=15),
-       st.integers(0, 2**16))
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(arrivals, min_size=1, max_size=15),
+    st.lists(readings, max_size=15),
+    st.integers(0, 2**16),
+)
 def test_batch_view_and_consumer_rule_equal_the_stream(spark, cars, zones, seed):
     expected = exact_car_view(cars, zones)
     outputs = stream_outputs([*cars, *zones], seed).outputs
     assert newest_per_car(outputs) == expected  # the stream converged (its own property)
 
     view = car_view(
-        spark.createDataFrame([(a.car_id, a.to_zone_id, a.fuel_level, a.event_time)
-                               for a in cars], ARRIVAL_DDL),
-        spark.createDataFrame([(z.zone_id, z.pollution_level, z.event_time) for z in zones],
-                              ZONE_DDL))
+        spark.createDataFrame(
+            [(a.car_id, a.to_zone_id, a.fuel_level, a.event_time) for a in cars], ARRIVAL_DDL
+        ),
+        spark.createDataFrame(
+            [(z.zone_id, z.pollution_level, z.event_time) for z in zones], ZONE_DDL
+        ),
+    )
     rows = [tuple(o.to_wire()[c] for c in CAR_COLUMNS) for o in expected.values()]
     assertDataFrameEqual(view, spark.createDataFrame(rows, OUT_DDL))
 
-    log = spark.createDataFrame([(*(o.to_wire()[c] for c in CAR_COLUMNS), i)
-                                 for i, o in enumerate(outputs)], OUT_DDL + ", _pos bigint")
-    assertDataFrameEqual(latest_car_outputs(log).drop("outputs"),
-                         spark.createDataFrame(rows, OUT_DDL))
+    log = spark.createDataFrame(
+        [(*(o.to_wire()[c] for c in CAR_COLUMNS), i) for i, o in enumerate(outputs)],
+        OUT_DDL + ", _pos bigint",
+    )
+    assertDataFrameEqual(
+        latest_car_outputs(log).drop("outputs"), spark.createDataFrame(rows, OUT_DDL)
+    )
 
 
 def _lines(path, records) -> str:
@@ -115,31 +163,62 @@ def _read(path) -> list[dict]:
 
 
 def test_the_batch_twin_computes_reconciles_and_backfills_foreign_key_joins_by_name(
-        spark, tmp_path, capsys):
+    spark, tmp_path, capsys
+):
     """``--join cars`` (the car join as a foreign-key spec) and a user's foreign-key spec of a
     joins file: exact, reconcile, backfill by name (app/batch/fk_jobs.py)."""
     from app.batch.cli import main
 
     rnd = random.Random(5)
-    cars = [CarArrival(rnd.randrange(6), rnd.randrange(4), rnd.choice([0.2, 0.7]),
-                       rnd.randrange(20)) for _ in range(20)]
-    zones = [ZoneReading(rnd.randrange(4), rnd.choice([1.0, 2.5]), rnd.randrange(20))
-             for _ in range(12)]
-    io = ["--join", "cars", "--no-progress",
-          "--left", _lines(tmp_path / "cars.jsonl", [
-              {"car_id": a.car_id, "to_zone_id": a.to_zone_id, "fuel_level": a.fuel_level,
-               "event_time": a.event_time} for a in cars]),
-          "--right", _lines(tmp_path / "zones.jsonl", [
-              {"zone_id": z.zone_id, "pollution_level": z.pollution_level,
-               "event_time": z.event_time} for z in zones])]
+    cars = [
+        CarArrival(rnd.randrange(6), rnd.randrange(4), rnd.choice([0.2, 0.7]), rnd.randrange(20))
+        for _ in range(20)
+    ]
+    zones = [
+        ZoneReading(rnd.randrange(4), rnd.choice([1.0, 2.5]), rnd.randrange(20)) for _ in range(12)
+    ]
+    io = [
+        "--join",
+        "cars",
+        "--no-progress",
+        "--left",
+        _lines(
+            tmp_path / "cars.jsonl",
+            [
+                {
+                    "car_id": a.car_id,
+                    "to_zone_id": a.to_zone_id,
+                    "fuel_level": a.fuel_level,
+                    "event_time": a.event_time,
+                }
+                for a in cars
+            ],
+        ),
+        "--right",
+        _lines(
+            tmp_path / "zones.jsonl",
+            [
+                {
+                    "zone_id": z.zone_id,
+                    "pollution_level": z.pollution_level,
+                    "event_time": z.event_time,
+                }
+                for z in zones
+            ],
+        ),
+    ]
     expected = {c: o.to_wire() for c, o in exact_car_view(cars, zones).items()}
     # 1. exact
     assert main(["exact", *io, "--out", str(tmp_path / "view.jsonl")], spark=spark) == 0
     assert {r["car_id"]: r for r in _read(tmp_path / "view.jsonl")} == expected
     # 2. reconcile: the stream's outputs converge; without one car's last output they do not
     outputs = [o.to_wire() for o in stream_outputs([*cars, *zones], seed=2).outputs]
-    assert main(["reconcile", *io, "--revisions", _lines(tmp_path / "good.jsonl", outputs)],
-                spark=spark) == 0
+    assert (
+        main(
+            ["reconcile", *io, "--revisions", _lines(tmp_path / "good.jsonl", outputs)], spark=spark
+        )
+        == 0
+    )
     car = outputs[-1]["car_id"]
     dropped = [o for o in outputs if o["car_id"] != car]
     bad = _lines(tmp_path / "bad.jsonl", dropped)
@@ -147,34 +226,88 @@ def test_the_batch_twin_computes_reconciles_and_backfills_foreign_key_joins_by_n
     assert f"missing car_id {car}:" in capsys.readouterr().out
     # 3. backfill: the exact row of that car, and nothing more; with it, the log converges
     fixes = tmp_path / "fixes.jsonl"
-    assert main(["backfill", *io, "--revisions", bad, "--dry-run", "--out", str(fixes)],
-                spark=spark) == 0
+    assert (
+        main(["backfill", *io, "--revisions", bad, "--dry-run", "--out", str(fixes)], spark=spark)
+        == 0
+    )
     assert _read(fixes) == [expected[car]]
     assert main(["reconcile", *io, "--revisions", bad, str(fixes)], spark=spark) == 0
 
     # 4. a user's spec by name (string keys; its archives are flat, as `archive` writes them)
-    spec = {"kind": "foreign-key", "name": "orders",
-            "left": {"topic": "o", "key": "order_id", "foreign_key": "customer.id",
-                     "time": "at", "fields": {"order_id": "str", "customer.id": "str",
-                                              "amount": "float", "at": "time"},
-                     "copy": ["amount"], "time_as": "order_time"},
-            "right": {"topic": "c", "key": "customer_id", "time": "at",
-                      "fields": {"customer_id": "str", "region": "str", "at": "time"},
-                      "copy": ["region"], "time_as": "region_time"},
-            "output": "out", "moves": "moves", "ticks": "ticks"}
+    spec = {
+        "kind": "foreign-key",
+        "name": "orders",
+        "left": {
+            "topic": "o",
+            "key": "order_id",
+            "foreign_key": "customer.id",
+            "time": "at",
+            "fields": {"order_id": "str", "customer.id": "str", "amount": "float", "at": "time"},
+            "copy": ["amount"],
+            "time_as": "order_time",
+        },
+        "right": {
+            "topic": "c",
+            "key": "customer_id",
+            "time": "at",
+            "fields": {"customer_id": "str", "region": "str", "at": "time"},
+            "copy": ["region"],
+            "time_as": "region_time",
+        },
+        "output": "out",
+        "moves": "moves",
+        "ticks": "ticks",
+    }
     joins = tmp_path / "joins.json"
     joins.write_text(json.dumps([spec]))
-    assert main(["exact", "--join", "orders", "--joins-file", str(joins), "--no-progress",
-                 "--left", _lines(tmp_path / "o.jsonl", [
-                     {"order_id": "o1", "customer_id": "c1", "amount": 1.0, "at": 10},
-                     {"order_id": "o1", "customer_id": "c2", "amount": 1.0, "at": 20},
-                     {"order_id": "o2", "customer_id": "c3", "amount": 2.0, "at": 5}]),
-                 "--right", _lines(tmp_path / "c.jsonl", [
-                     {"customer_id": "c2", "region": "eu", "at": 1},
-                     {"customer_id": "c2", "region": "us", "at": 3}]),
-                 "--out", str(tmp_path / "orders.jsonl")], spark=spark) == 0
+    assert (
+        main(
+            [
+                "exact",
+                "--join",
+                "orders",
+                "--joins-file",
+                str(joins),
+                "--no-progress",
+                "--left",
+                _lines(
+                    tmp_path / "o.jsonl",
+                    [
+                        {"order_id": "o1", "customer_id": "c1", "amount": 1.0, "at": 10},
+                        {"order_id": "o1", "customer_id": "c2", "amount": 1.0, "at": 20},
+                        {"order_id": "o2", "customer_id": "c3", "amount": 2.0, "at": 5},
+                    ],
+                ),
+                "--right",
+                _lines(
+                    tmp_path / "c.jsonl",
+                    [
+                        {"customer_id": "c2", "region": "eu", "at": 1},
+                        {"customer_id": "c2", "region": "us", "at": 3},
+                    ],
+                ),
+                "--out",
+                str(tmp_path / "orders.jsonl"),
+            ],
+            spark=spark,
+        )
+        == 0
+    )
     assert sorted(_read(tmp_path / "orders.jsonl"), key=lambda r: r["order_id"]) == [
-        {"order_id": "o1", "customer_id": "c2", "amount": 1.0, "region": "us",
-         "order_time": 20, "region_time": 3},
-        {"order_id": "o2", "customer_id": "c3", "amount": 2.0, "region": None,
-         "order_time": 5, "region_time": None}]
+        {
+            "order_id": "o1",
+            "customer_id": "c2",
+            "amount": 1.0,
+            "region": "us",
+            "order_time": 20,
+            "region_time": 3,
+        },
+        {
+            "order_id": "o2",
+            "customer_id": "c3",
+            "amount": 2.0,
+            "region": None,
+            "order_time": 5,
+            "region_time": None,
+        },
+    ]

@@ -22,8 +22,13 @@ from tests.spark.test_commands import mood_archives, read_lines, write_lines  # 
 ARGS = ["--no-progress"]
 
 
-def as_parquet(path: Path, topic: str, records: list[dict[str, Any]], partitions: int = 3,
-               rows_per_file: int = 4) -> str:
+def as_parquet(
+    path: Path,
+    topic: str,
+    records: list[dict[str, Any]],
+    partitions: int = 3,
+    rows_per_file: int = 4,
+) -> str:
     """Spread records over partitions (by a key, as a producer does), offsets in log order."""
     sink = ParquetSink(path, parquet_columns(topic), rows_per_file=rows_per_file)
     offsets = [0] * partitions
@@ -37,10 +42,14 @@ def as_parquet(path: Path, topic: str, records: list[dict[str, Any]], partitions
 
 
 def test_a_parquet_dataset_per_partition_gives_the_same_answers(spark, mood_archives, tmp_path):
-    moods = as_parquet(tmp_path / "moods.parquet", settings.moods_topic,
-                       read_lines(Path(mood_archives["moods"])))
-    events = as_parquet(tmp_path / "events.parquet", settings.events_topic,
-                        read_lines(Path(mood_archives["events"])))
+    moods = as_parquet(
+        tmp_path / "moods.parquet", settings.moods_topic, read_lines(Path(mood_archives["moods"]))
+    )
+    events = as_parquet(
+        tmp_path / "events.parquet",
+        settings.events_topic,
+        read_lines(Path(mood_archives["events"])),
+    )
     log = mood_archives["log"]
     revisions = as_parquet(tmp_path / "revisions.parquet", settings.output_topic, log)
 
@@ -49,12 +58,19 @@ def test_a_parquet_dataset_per_partition_gives_the_same_answers(spark, mood_arch
     assert not Path(moods + ".tmp-archive").exists()
 
     out = tmp_path / "joins.jsonl"
-    assert main(["exact", "--moods", moods, "--events", events, "--out", str(out), *ARGS],
-                spark=spark) == 0
+    assert (
+        main(["exact", "--moods", moods, "--events", events, "--out", str(out), *ARGS], spark=spark)
+        == 0
+    )
     got = {r["id"]: tuple(r.values()) for r in read_lines(out)}
     assert got == mood_archives["expected"]
-    assert main(["reconcile", "--moods", moods, "--events", events, "--revisions", revisions,
-                 *ARGS], spark=spark) == 0
+    assert (
+        main(
+            ["reconcile", "--moods", moods, "--events", events, "--revisions", revisions, *ARGS],
+            spark=spark,
+        )
+        == 0
+    )
 
     # equal revision numbers: the later offset wins, as a consumer reading the partition
     latest = read_archive(spark, revisions, REVISIONS)
@@ -63,10 +79,11 @@ def test_a_parquet_dataset_per_partition_gives_the_same_answers(spark, mood_arch
 
 
 def test_an_unknown_topic_keeps_json_values_and_late_envelopes_unwrap(spark, tmp_path):
-    late = [{"record": {"name": "ann", "mood": "calm", "event_time": 5}, "horizon": 9},
-            {"record": {"consultant": "ann", "recommendation": "tea", "event_time": 3},
-             "horizon": 9},
-            {"name": "bob", "mood": "sad", "event_time": 7}]
+    late = [
+        {"record": {"name": "ann", "mood": "calm", "event_time": 5}, "horizon": 9},
+        {"record": {"consultant": "ann", "recommendation": "tea", "event_time": 3}, "horizon": 9},
+        {"name": "bob", "mood": "sad", "event_time": 7},
+    ]
     path = as_parquet(tmp_path / "late.parquet", settings.late_topic, late)
     rows = read_archive(spark, path, MOODS).select("name", "mood", "event_time").collect()
     assert sorted(tuple(r) for r in rows) == [("ann", "calm", 5), ("bob", "sad", 7)]

@@ -20,14 +20,26 @@ BASE = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 SPEC = {
     "name": "shaped",
-    "events": {"topic": "t-views", "key": "user.id", "time": "meta.at", "time_format": "iso8601",
-               "id": "id", "fields": {"id": "str", "user.id": "str", "page": "str",
-                                      "meta.at": "time"},
-               "copy": ["user.id", "page", {"meta.at": "viewed_at"}]},
-    "dimension": {"topic": "t-tiers", "key": "user", "time": "$timestamp",
-                  "fields": {"user": "str", "tier": "str"}, "copy": ["tier"],
-                  "time_as": "tier_time"},
-    "output": "t-shaped-out", "ticks": "t-shaped-ticks", "retention_ms": 10 ** 12,
+    "events": {
+        "topic": "t-views",
+        "key": "user.id",
+        "time": "meta.at",
+        "time_format": "iso8601",
+        "id": "id",
+        "fields": {"id": "str", "user.id": "str", "page": "str", "meta.at": "time"},
+        "copy": ["user.id", "page", {"meta.at": "viewed_at"}],
+    },
+    "dimension": {
+        "topic": "t-tiers",
+        "key": "user",
+        "time": "$timestamp",
+        "fields": {"user": "str", "tier": "str"},
+        "copy": ["tier"],
+        "time_as": "tier_time",
+    },
+    "output": "t-shaped-out",
+    "ticks": "t-shaped-ticks",
+    "retention_ms": 10**12,
 }
 
 
@@ -37,27 +49,71 @@ def ms(iso: str) -> int:
 
 def test_a_shaped_spec_archived_and_joined_in_batch_is_the_oracle_s_answer(spark, tmp_path):
     spec = resolve(SPEC)
-    views = [("u1", {"id": "v1", "user": {"id": "u1"}, "page": "/",
-                     "meta": {"at": "2026-01-01T01:00:01+01:00"}}),
-             ("u1", {"id": "v2", "user": {"id": "u1"}, "page": "/p",
-                     "meta": {"at": "2026-01-01T00:00:03.5Z"}}),
-             ("u2", {"id": "w1", "user": {"id": "u2"}, "page": "/",
-                     "meta": {"at": "2025-12-31T19:00:02-05:00"}}),
-             ("u2", {"id": "w2", "user": {"id": "u2"}, "page": "/x",
-                     "meta": {"at": "2026-01-01T00:00:09Z"}})]
-    refused = [("u1", {"id": "b1", "user": {"id": "u1"}, "page": "/",
-                       "meta": {"at": "2026-01-01T00:00:05"}})]  # no zone: left out
-    tiers = [("u1", {"user": "u1", "tier": "gold"}, BASE + 2000),
-             ("u1", {"user": "u1", "tier": "silver"}, BASE),
-             ("u2", {"user": "u2", "tier": "bronze"}, BASE + 5000),
-             ("u2", {"user": "u2", "tier": "iron"}, BASE + 5000)]  # a tie: the greatest wins
+    views = [
+        (
+            "u1",
+            {
+                "id": "v1",
+                "user": {"id": "u1"},
+                "page": "/",
+                "meta": {"at": "2026-01-01T01:00:01+01:00"},
+            },
+        ),
+        (
+            "u1",
+            {
+                "id": "v2",
+                "user": {"id": "u1"},
+                "page": "/p",
+                "meta": {"at": "2026-01-01T00:00:03.5Z"},
+            },
+        ),
+        (
+            "u2",
+            {
+                "id": "w1",
+                "user": {"id": "u2"},
+                "page": "/",
+                "meta": {"at": "2025-12-31T19:00:02-05:00"},
+            },
+        ),
+        (
+            "u2",
+            {
+                "id": "w2",
+                "user": {"id": "u2"},
+                "page": "/x",
+                "meta": {"at": "2026-01-01T00:00:09Z"},
+            },
+        ),
+    ]
+    refused = [
+        (
+            "u1",
+            {"id": "b1", "user": {"id": "u1"}, "page": "/", "meta": {"at": "2026-01-01T00:00:05"}},
+        )
+    ]  # no zone: left out
+    tiers = [
+        ("u1", {"user": "u1", "tier": "gold"}, BASE + 2000),
+        ("u1", {"user": "u1", "tier": "silver"}, BASE),
+        ("u2", {"user": "u2", "tier": "bronze"}, BASE + 5000),
+        ("u2", {"user": "u2", "tier": "iron"}, BASE + 5000),
+    ]  # a tie: the greatest wins
 
     def archived(name: str, model, records) -> str:
         path = tmp_path / f"{name}.jsonl"
         sink, stats = A.JsonLinesSink(path), A.ArchiveStats()
         for offset, (key, value, ts) in enumerate(records):
-            A._archive_one(sink, 0, offset, model, key.encode(), json.dumps(value).encode(),
-                           stats, timestamp=ts)
+            A._archive_one(
+                sink,
+                0,
+                offset,
+                model,
+                key.encode(),
+                json.dumps(value).encode(),
+                stats,
+                timestamp=ts,
+            )
         sink.close()
         return str(path)
 
@@ -65,11 +121,15 @@ def test_a_shaped_spec_archived_and_joined_in_batch_is_the_oracle_s_answer(spark
     dims = archived("tiers", spec.dimension, tiers)
     ev = read_archive(spark, events, kind_of("views", model_columns(spec.events.model)))
     dm = read_archive(spark, dims, kind_of("tiers", model_columns(spec.dimension.model)))
-    got = {r["id"]: (r["user_id"], r["viewed_at"], r["tier"], r["tier_time"])
-           for r in spec_joins(spec, ev, dm).collect()}
+    got = {
+        r["id"]: (r["user_id"], r["viewed_at"], r["tier"], r["tier_time"])
+        for r in spec_joins(spec, ev, dm).collect()
+    }
 
-    expected = exact_answer(spec.rules, [(k, [ts, v["tier"]]) for k, v, ts in tiers],
-                            [Event(k, v["id"], ms(v["meta"]["at"]), (v["page"],))
-                             for k, v in views])
+    expected = exact_answer(
+        spec.rules,
+        [(k, [ts, v["tier"]]) for k, v, ts in tiers],
+        [Event(k, v["id"], ms(v["meta"]["at"]), (v["page"],)) for k, v in views],
+    )
     assert got == {i: (e[1], e[2], e[4] and e[4][0], e[5]) for i, e in expected.items()}
     assert got["v1"][2] == "silver" and got["w2"][2] == "iron" and got["w1"][2] is None

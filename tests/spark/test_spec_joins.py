@@ -24,8 +24,9 @@ from app.logic.event_range import EventRange, needs
 from app.logic.future_records import from_the_future, kafka_timestamp
 from tests.oracle import exact_answer, spec_join_id
 
-EVENT_DDL = ("cid string, user string, at bigint, score double, flag boolean, note string, "
-             "_timestamp bigint")
+EVENT_DDL = (
+    "cid string, user string, at bigint, score double, flag boolean, note string, _timestamp bigint"
+)
 LEVEL_DDL = "user string, at bigint, level bigint, label string, _timestamp bigint"
 
 
@@ -33,14 +34,33 @@ def click_spec(asof: str = "before", mode: str = "left") -> dict[str, Any]:
     """Clicks x user levels: a spec of no built-in shape (as a JSON file would hold it)."""
     return {
         "name": "clicks",
-        "events": {"topic": "t-clicks", "key": "user", "time": "at", "id": "cid",
-                   "fields": {"cid": "str?", "user": "str", "at": "time", "score": "float",
-                              "flag": "bool", "note": "str?"},
-                   "copy": ["user", "at", "score", "flag", "note"]},
-        "dimension": {"topic": "t-levels", "key": "user", "time": "at",
-                      "fields": {"user": "str", "at": "time", "level": "int", "label": "str"},
-                      "copy": ["level", "label"], "time_as": "level_at"},
-        "output": "t-clicks-out", "ticks": "t-clicks-ticks", "mode": mode, "asof": asof,
+        "events": {
+            "topic": "t-clicks",
+            "key": "user",
+            "time": "at",
+            "id": "cid",
+            "fields": {
+                "cid": "str?",
+                "user": "str",
+                "at": "time",
+                "score": "float",
+                "flag": "bool",
+                "note": "str?",
+            },
+            "copy": ["user", "at", "score", "flag", "note"],
+        },
+        "dimension": {
+            "topic": "t-levels",
+            "key": "user",
+            "time": "at",
+            "fields": {"user": "str", "at": "time", "level": "int", "label": "str"},
+            "copy": ["level", "label"],
+            "time_as": "level_at",
+        },
+        "output": "t-clicks-out",
+        "ticks": "t-clicks-ticks",
+        "mode": mode,
+        "asof": asof,
         "retention_ms": 1_000,
     }
 
@@ -78,25 +98,44 @@ class Click:
 
 def answers(rows: list[Any]) -> dict[str, tuple[Any, ...]]:
     """Batch output rows in the oracle's shape."""
-    return {r["id"]: (r["id"], r["user"], r["at"], (r["score"], r["flag"], r["note"]),
-                      None if r["level_at"] is None else (r["level"], r["label"]), r["level_at"])
-            for r in rows}
+    return {
+        r["id"]: (
+            r["id"],
+            r["user"],
+            r["at"],
+            (r["score"], r["flag"], r["note"]),
+            None if r["level_at"] is None else (r["level"], r["label"]),
+            r["level_at"],
+        )
+        for r in rows
+    }
 
 
 users = st.sampled_from(["ann", "bob", "zoë"])
 times = st.integers(0, 10)  # few distinct times: ties, equal times, events at a version's time
 scores = st.sampled_from([0.1, 1e-05, 2.0, 1e16, 123.456])  # Java prints 1e-05 as 1.0E-5
-clicks = st.builds(Click, users, times, scores, st.booleans(),
-                   st.sampled_from([None, "x", "None"]), st.sampled_from([None, "", "c1", "c2"]))
+clicks = st.builds(
+    Click,
+    users,
+    times,
+    scores,
+    st.booleans(),
+    st.sampled_from([None, "x", "None"]),
+    st.sampled_from([None, "", "c1", "c2"]),
+)
 levels = st.tuples(users, times, st.integers(0, 2), st.sampled_from(["lo", "hi"]))
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("asof", AS_OF_RULES)
-@settings(max_examples=6, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(events=st.lists(clicks, max_size=10), versions=st.lists(levels, max_size=8),
-       replays=st.integers(0, 3))
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    events=st.lists(clicks, max_size=10),
+    versions=st.lists(levels, max_size=8),
+    replays=st.integers(0, 3),
+)
 def test_any_spec_equals_the_oracle(spark, asof, mode, events, versions, replays):
     spec = resolve(click_spec(asof, mode))
     # one id, one event: a given id is unique per content here (the stream keeps the last
@@ -131,26 +170,39 @@ def test_the_native_method_plans_the_sort_merge_as_of_join_for_both_rules(spark)
 stamps = st.one_of(st.none(), st.just(-1), st.integers(0, 20))
 
 
-@settings(max_examples=5, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=st.lists(st.tuples(st.integers(0, 30), stamps), min_size=1, max_size=30),
-       now=st.integers(0, 20), tolerance=st.integers(0, 5))
+@settings(
+    max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 30), stamps), min_size=1, max_size=30),
+    now=st.integers(0, 20),
+    tolerance=st.integers(0, 5),
+)
 def test_the_future_rule_in_spark_is_the_pure_rule(spark, rows, now, tolerance):
     from pyspark.sql import functions as F
 
     df = spark.createDataFrame(rows, "at bigint, _timestamp bigint")
-    got = [(r["at"], r["_timestamp"], r["refused"]) for r in df.select(
-        "at", "_timestamp",
-        future_column(F.col("at"), F.col("_timestamp"), now, tolerance).alias("refused"),
-    ).collect()]
-    assert got == [(t, ts, from_the_future(t, kafka_timestamp(ts), now, tolerance))
-                   for t, ts in rows]
+    got = [
+        (r["at"], r["_timestamp"], r["refused"])
+        for r in df.select(
+            "at",
+            "_timestamp",
+            future_column(F.col("at"), F.col("_timestamp"), now, tolerance).alias("refused"),
+        ).collect()
+    ]
+    assert got == [
+        (t, ts, from_the_future(t, kafka_timestamp(ts), now, tolerance)) for t, ts in rows
+    ]
 
 
-@settings(max_examples=5, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ts=st.lists(st.integers(0, 30), min_size=1, max_size=20),
-       start=st.one_of(st.none(), st.integers(0, 15)), length=st.integers(1, 15))
+@settings(
+    max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ts=st.lists(st.integers(0, 30), min_size=1, max_size=20),
+    start=st.one_of(st.none(), st.integers(0, 15)),
+    length=st.integers(1, 15),
+)
 def test_the_range_filters_in_spark_are_the_pure_rule(spark, ts, start, length):
     r = EventRange(start, None if start is None else start + length)
     df = spark.createDataFrame([(t,) for t in ts], "at bigint")
@@ -167,18 +219,29 @@ def test_reconcile_knows_a_held_join_is_not_missing(spark):
     from app.batch.spec_joins import compare_joins, holding_ids, revision_columns
 
     spec = resolve({**click_spec(), "hold_ms": 100})
-    ev = spark.createDataFrame([("c1", "u1", 1000, 1.0, True, None, None),
-                                ("c2", "u1", 5000, 1.0, True, None, None),  # answered: u1@10
-                                ("c3", "u2", 4950, 1.0, True, None, None)],  # u2: no level
-                               EVENT_DDL)
+    ev = spark.createDataFrame(
+        [
+            ("c1", "u1", 1000, 1.0, True, None, None),
+            ("c2", "u1", 5000, 1.0, True, None, None),  # answered: u1@10
+            ("c3", "u2", 4950, 1.0, True, None, None),
+        ],  # u2: no level
+        EVENT_DDL,
+    )
     dim = spark.createDataFrame([("u1", 10, 1, "a", None)], LEVEL_DDL)
     exact = spec_joins(spec, ev, dim)
     # the log has c1 only
     latest = exact.where(F.col("id") == "c1").select(
-        *[F.col(c) if c in exact.columns else
-          F.lit(1).alias(c) if c == "revision" else
-          F.lit("arrival").alias(c) if c == "cause" else
-          F.lit(None).cast("string").alias(c) for c in revision_columns(spec)])
+        *[
+            F.col(c)
+            if c in exact.columns
+            else F.lit(1).alias(c)
+            if c == "revision"
+            else F.lit("arrival").alias(c)
+            if c == "cause"
+            else F.lit(None).cast("string").alias(c)
+            for c in revision_columns(spec)
+        ]
+    )
     holding = holding_ids(spec, ev, dim)
     assert sorted(r["id"] for r in holding.collect()) == ["c2", "c3"]
     status = {r["id"]: r["status"] for r in compare_joins(spec, exact, latest, holding).collect()}

@@ -14,13 +14,25 @@ from app.settings import Settings
 
 TIERS = {
     "name": "tiers",
-    "events": {"topic": "t-page-views", "key": "user_id", "time": "event_time", "id": "id",
-               "fields": {"id": "str", "user_id": "str", "page": "str", "event_time": "time"},
-               "copy": ["user_id", "page", "event_time"]},
-    "dimension": {"topic": "t-user-tiers", "key": "user_id", "time": "event_time",
-                  "fields": {"user_id": "str", "tier": "str", "event_time": "time"},
-                  "copy": ["tier"], "time_as": "tier_event_time"},
-    "output": "t-tiered", "ticks": "t-tiers-ticks", "retention_ms": 86_400_000,
+    "events": {
+        "topic": "t-page-views",
+        "key": "user_id",
+        "time": "event_time",
+        "id": "id",
+        "fields": {"id": "str", "user_id": "str", "page": "str", "event_time": "time"},
+        "copy": ["user_id", "page", "event_time"],
+    },
+    "dimension": {
+        "topic": "t-user-tiers",
+        "key": "user_id",
+        "time": "event_time",
+        "fields": {"user_id": "str", "tier": "str", "event_time": "time"},
+        "copy": ["tier"],
+        "time_as": "tier_event_time",
+    },
+    "output": "t-tiered",
+    "ticks": "t-tiers-ticks",
+    "retention_ms": 86_400_000,
 }
 
 
@@ -35,19 +47,36 @@ def with_joins_file(monkeypatch, tmp_path: Path) -> Settings:
 def test_a_user_spec_s_inputs_are_validated_by_its_fields(monkeypatch, tmp_path):
     s = with_joins_file(monkeypatch, tmp_path)
     models = A.input_models()
-    assert {"t-page-views", "t-user-tiers", s.moods_topic, s.events_topic, s.ratings_topic,
-            s.movies_topic, s.car_arrivals_topic, s.zones_topic} <= set(models)
+    assert {
+        "t-page-views",
+        "t-user-tiers",
+        s.moods_topic,
+        s.events_topic,
+        s.ratings_topic,
+        s.movies_topic,
+        s.car_arrivals_topic,
+        s.zones_topic,
+    } <= set(models)
     tiers = models["t-user-tiers"]
     good = b'{"user_id": "u1", "tier": "gold", "event_time": 5, "extra": 1}'
-    assert A.archive_value(tiers, b"u1", good) == {"user_id": "u1", "tier": "gold",
-                                                  "event_time": 5}
+    assert A.archive_value(tiers, b"u1", good) == {"user_id": "u1", "tier": "gold", "event_time": 5}
     assert A.archive_value(tiers, b"u1", b'{"user_id": "u1", "event_time": 5}') is None
     assert A.archive_value(tiers, b"u2", good) is None  # the key check
-    assert A.archive_value(tiers, b"u1", b'{"user_id": "u1", "tier": "gold", '
-                                          b'"event_time": "5"}') is None  # strict types
+    assert (
+        A.archive_value(tiers, b"u1", b'{"user_id": "u1", "tier": "gold", "event_time": "5"}')
+        is None
+    )  # strict types
     assert [c for c, _ in A.parquet_columns("t-tiered")] == [
-        "id", "user_id", "page", "event_time", "tier", "tier_event_time", "revision",
-        "previous_tier", "cause"]
+        "id",
+        "user_id",
+        "page",
+        "event_time",
+        "tier",
+        "tier_event_time",
+        "revision",
+        "previous_tier",
+        "cause",
+    ]
 
 
 def test_each_record_keeps_its_kafka_timestamp(tmp_path):
@@ -61,7 +90,8 @@ def test_each_record_keeps_its_kafka_timestamp(tmp_path):
     sink.close()
     assert [json.loads(x) for x in lines.read_text().splitlines()] == [
         {"name": "ann", "mood": "calm", "event_time": 7, "_timestamp": 1234},
-        {"name": "ann", "mood": "calm", "event_time": 7}]
+        {"name": "ann", "mood": "calm", "event_time": 7},
+    ]
 
     parquet = tmp_path / "moods.parquet"
     psink = A.ParquetSink(parquet, A.parquet_columns(A.settings.moods_topic))
@@ -77,10 +107,12 @@ def test_a_range_keeps_what_the_joins_of_its_events_need(monkeypatch, tmp_path):
     with_joins_file(monkeypatch, tmp_path)
     r = EventRange(100, 200)
     views, tiers, out = (A.range_roles(t) for t in ("t-page-views", "t-user-tiers", "t-tiered"))
-    assert [A.in_range(r, views, {"event_time": t}) for t in (50, 150, 250)] == [
-        False, True, False]
+    assert [A.in_range(r, views, {"event_time": t}) for t in (50, 150, 250)] == [False, True, False]
     assert [A.in_range(r, tiers, {"event_time": t}) for t in (50, 150, 250)] == [
-        True, True, False]  # versions before the range answer its first events
+        True,
+        True,
+        False,
+    ]  # versions before the range answer its first events
     assert [A.in_range(r, out, {"event_time": t}) for t in (50, 150)] == [False, True]
     assert A.in_range(r, A.range_roles("t-late"), {"event_time": 5})  # no role: whole
     late = {"record": {"event_time": 50}, "horizon": 60}  # an etj-late envelope
@@ -97,7 +129,8 @@ def test_a_range_keeps_what_the_joins_of_its_events_need(monkeypatch, tmp_path):
 
 
 def test_a_foreign_key_spec_s_inputs_are_archived_flat_as_the_worker_reads_them(
-        monkeypatch, tmp_path):
+    monkeypatch, tmp_path
+):
     """A foreign-key spec's nested, ISO-timed left side is archived as the worker reads it
     (flat, epoch ms), so ``python -m app.batch ... --join NAME --left`` reads it as any spec's;
     its output gets typed Parquet columns."""
@@ -107,12 +140,26 @@ def test_a_foreign_key_spec_s_inputs_are_archived_flat_as_the_worker_reads_them(
     path.write_text(json.dumps([orders()]))
     monkeypatch.setattr(A, "settings", Settings(joins_file=path))
     left = A.input_models()["o"]
-    value = b'{"order_id": "o1", "customer": {"id": "c1"}, "amount": 2.5, ' \
-            b'"at": "2026-01-01T00:00:01Z"}'
+    value = (
+        b'{"order_id": "o1", "customer": {"id": "c1"}, "amount": 2.5, "at": "2026-01-01T00:00:01Z"}'
+    )
     assert A.archive_value(left, b"o1", value) == {
-        "order_id": "o1", "customer_id": "c1", "amount": 2.5, "at": 1_767_225_601_000}
-    assert A.archive_value(left, b"o1", b'{"order_id": "o1", "amount": 2.5, '
-                                        b'"at": "2026-01-01T00:00:01Z"}') is None
+        "order_id": "o1",
+        "customer_id": "c1",
+        "amount": 2.5,
+        "at": 1_767_225_601_000,
+    }
+    assert (
+        A.archive_value(
+            left, b"o1", b'{"order_id": "o1", "amount": 2.5, "at": "2026-01-01T00:00:01Z"}'
+        )
+        is None
+    )
     assert A.parquet_columns("out") == [
-        ("order_id", "string"), ("customer_id", "string"), ("amount", "double"),
-        ("region", "string"), ("order_time", "int64"), ("region_time", "int64")]
+        ("order_id", "string"),
+        ("customer_id", "string"),
+        ("amount", "double"),
+        ("region", "string"),
+        ("order_time", "int64"),
+        ("region_time", "int64"),
+    ]

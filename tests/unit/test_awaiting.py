@@ -65,16 +65,22 @@ async def test_the_producer_says_what_its_sends_wait_for():
     sender_task = asyncio.ensure_future(asyncio.Event().wait())
     batch = SimpleNamespace(_ctime=time.monotonic() - 12.0)
     producer = SimpleNamespace(
-        _sender=SimpleNamespace(_in_flight={0}, _muted_partitions={"a", "b"},
-                                _sender_task=sender_task),
-        _message_accumulator=SimpleNamespace(_batches={"a": [batch], "b": []}))
+        _sender=SimpleNamespace(
+            _in_flight={0}, _muted_partitions={"a", "b"}, _sender_task=sender_task
+        ),
+        _message_accumulator=SimpleNamespace(_batches={"a": [batch], "b": []}),
+    )
     app = SimpleNamespace(producer=SimpleNamespace(_producer=producer))
     text = describe_producer(app)
-    assert text.startswith("producer: requests in flight to nodes [0], 2 partitions muted, "
-                           "1 batches waiting (oldest 12.")
+    assert text.startswith(
+        "producer: requests in flight to nodes [0], 2 partitions muted, "
+        "1 batches waiting (oldest 12."
+    )
     assert text.endswith("sender running")
     sender_task.cancel()
     await asyncio.gather(sender_task, return_exceptions=True)
     assert describe_producer(app).endswith("sender STOPPED")
-    assert describe_producer(SimpleNamespace(producer=SimpleNamespace(_producer=None))) == \
-        "producer: not started"
+    assert (
+        describe_producer(SimpleNamespace(producer=SimpleNamespace(_producer=None)))
+        == "producer: not started"
+    )

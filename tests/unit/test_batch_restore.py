@@ -31,7 +31,7 @@ class Consumer:
         self.seeks += sorted(partitions.items())
 
     async def earliest_offsets(self, *tps):
-        return {tp: 0 for tp in tps}
+        return dict.fromkeys(tps, 0)
 
 
 def record(tp, offset):
@@ -41,18 +41,34 @@ def record(tp, offset):
 def recovery(in_recovery=False):
     table = Table()
     return SimpleNamespace(
-        tables=SimpleNamespace(changelog_queue=asyncio.Queue(), standbys_ready=True,
-                               on_standbys_ready=lambda: None),
-        tp_to_table={STANDBY: table, ACTIVE: table}, active_tps={ACTIVE} if in_recovery else set(),
-        standby_tps={STANDBY}, active_offsets=Counter({ACTIVE: 5}),
-        standby_offsets=Counter({STANDBY: -1}), active_highwaters={ACTIVE: 9},
-        standby_highwaters={STANDBY: 100}, _active_events_received_at={},
-        _standby_events_received_at={}, buffers=defaultdict(list), buffer_sizes={},
-        _processing_times=deque(), app=SimpleNamespace(consumer=Consumer(), in_transaction=False),
-        in_recovery=in_recovery, need_recovery=lambda: True, signal_recovery_end=asyncio.Event(),
-        should_stop=False, _standbys_span=None, standby_remaining_total=lambda: 1,
-        _last_flush_at=0.0, num_samples_required_for_estimate=10,
-        _last_active_event_processed_at=None, _actives_span=None, table=table)
+        tables=SimpleNamespace(
+            changelog_queue=asyncio.Queue(), standbys_ready=True, on_standbys_ready=lambda: None
+        ),
+        tp_to_table={STANDBY: table, ACTIVE: table},
+        active_tps={ACTIVE} if in_recovery else set(),
+        standby_tps={STANDBY},
+        active_offsets=Counter({ACTIVE: 5}),
+        standby_offsets=Counter({STANDBY: -1}),
+        active_highwaters={ACTIVE: 9},
+        standby_highwaters={STANDBY: 100},
+        _active_events_received_at={},
+        _standby_events_received_at={},
+        buffers=defaultdict(list),
+        buffer_sizes={},
+        _processing_times=deque(),
+        app=SimpleNamespace(consumer=Consumer(), in_transaction=False),
+        in_recovery=in_recovery,
+        need_recovery=lambda: True,
+        signal_recovery_end=asyncio.Event(),
+        should_stop=False,
+        _standbys_span=None,
+        standby_remaining_total=lambda: 1,
+        _last_flush_at=0.0,
+        num_samples_required_for_estimate=10,
+        _last_active_event_processed_at=None,
+        _actives_span=None,
+        table=table,
+    )
 
 
 async def run(rec, offsets, settle_s=0.2):

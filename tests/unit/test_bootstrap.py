@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 from types import SimpleNamespace
 
 import orjson
@@ -18,13 +17,25 @@ from faust.stores.rocksdb import Store
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.state import snapshot_service
-from app.batch.state_files import (OFFSET_KEY, _database, arrow_rows, arrow_version_rows,
-                                   history_rows, version_rows)
+from app.batch.state_files import (
+    OFFSET_KEY,
+    _database,
+    arrow_rows,
+    arrow_version_rows,
+    history_rows,
+    version_rows,
+)
 from app.logic.event_join import insert_version
+from app.state import snapshot_service
 from app.state.snapshot_service import SnapshotService
-from app.state.snapshot_store import (BootstrapMarker, FileStore, MissingObject, SnapshotError, Snapshots,
-                           read_offset)
+from app.state.snapshot_store import (
+    BootstrapMarker,
+    FileStore,
+    MissingObject,
+    SnapshotError,
+    Snapshots,
+    read_offset,
+)
 
 keys = st.text(min_size=1, max_size=12)
 texts = st.text(max_size=12)  # quotes, backslashes, control characters, any code point
@@ -54,8 +65,12 @@ def worker_version_rows(records: list[tuple]) -> dict[bytes, bytes]:
     from app.settings import Settings
     from app.state.overlay import MemoryIO, Overlay
 
-    state = JoinState(resolve(movie_spec(Settings())), Overlay(MemoryIO(bytes_keys=False)),
-                      Overlay(MemoryIO()), Overlay(MemoryIO(bytes_keys=False)))
+    state = JoinState(
+        resolve(movie_spec(Settings())),
+        Overlay(MemoryIO(bytes_keys=False)),
+        Overlay(MemoryIO()),
+        Overlay(MemoryIO(bytes_keys=False)),
+    )
     for key, *version in records:
         state.on_version(0, key, list(version), None, None)
     return {k: v for _, _, k, v in state.joins.flush() if k[:1] == b"V" and v is not None}
@@ -75,9 +90,13 @@ def test_version_rows_are_the_bytes_a_worker_writes_for_the_same_versions(record
 def test_the_arrow_version_rows_are_the_same_rows(records):
     import pyarrow as pa
 
-    table = pa.table({"k": pa.array([r[0] for r in records], pa.string()),
-                      "t": pa.array([r[1] for r in records], pa.int64()),
-                      "v": pa.array([r[2] for r in records], pa.string())})
+    table = pa.table(
+        {
+            "k": pa.array([r[0] for r in records], pa.string()),
+            "t": pa.array([r[1] for r in records], pa.int64()),
+            "v": pa.array([r[2] for r in records], pa.string()),
+        }
+    )
     assert arrow_version_rows(table, ["k", "t", "v"]) == version_rows(records)
 
 
@@ -91,15 +110,28 @@ def test_rows_are_the_bytes_a_worker_writes_for_the_same_versions(records):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["a", "b\"", "c\\"]), times, floats, st.booleans(),
-                          st.integers(-2**63, 2**63 - 1)), max_size=30))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", 'b"', "c\\"]),
+            times,
+            floats,
+            st.booleans(),
+            st.integers(-(2**63), 2**63 - 1),
+        ),
+        max_size=30,
+    )
+)
 def test_rows_of_floats_booleans_and_integers_too(records):
     assert dict(history_rows(records, ["int", "float", "bool", "int"])) == worker_rows(records)
 
 
 def test_a_version_given_twice_is_kept_once_and_versions_sort_by_time_then_values():
-    rows = dict(history_rows([("m1", 5, "B"), ("m1", 3, "Z"), ("m1", 5, "A"), ("m1", 5, "B")],
-                             ["int", "str"]))
+    rows = dict(
+        history_rows(
+            [("m1", 5, "B"), ("m1", 3, "Z"), ("m1", 5, "A"), ("m1", 5, "B")], ["int", "str"]
+        )
+    )
     assert orjson.loads(rows[b'"m1"']) == [[3, "Z"], [5, "A"], [5, "B"]]
 
 
@@ -112,8 +144,9 @@ def test_the_database_opens_read_only_and_holds_the_rows_and_the_offset(tmp_path
     folder = tmp_path / "db"
     _database(folder, rows, 4321)
     assert read_offset(folder, Store.offset_key) == 4321
-    db = rocksdict.Rdict(str(folder), rocksdict.Options(raw_mode=True),
-                         access_type=rocksdict.AccessType.read_only())
+    db = rocksdict.Rdict(
+        str(folder), rocksdict.Options(raw_mode=True), access_type=rocksdict.AccessType.read_only()
+    )
     try:
         held = {k: v for k, v in db.items() if k != OFFSET_KEY}
     finally:
@@ -128,8 +161,9 @@ def test_the_marker_round_trips_and_a_missing_one_is_none(tmp_path):
     m = BootstrapMarker("t-changelog", "job1", "running", 1, ["/lake/movies.parquet"])
     snaps.mark_bootstrap(m)
     assert snaps.bootstrap("t-changelog") == m
-    done = BootstrapMarker("t-changelog", "job1", "done", 1, ["/lake/movies.parquet"], 2,
-                           {"0": 41}, 42)
+    done = BootstrapMarker(
+        "t-changelog", "job1", "done", 1, ["/lake/movies.parquet"], 2, {"0": 41}, 42
+    )
     snaps.mark_bootstrap(done)
     assert snaps.bootstrap("t-changelog") == done
     assert snaps.list("t-changelog") == []  # a marker is not a snapshot
@@ -145,8 +179,9 @@ def test_a_store_that_does_not_answer_is_not_a_missing_marker(tmp_path):
     assert not isinstance(err.value, MissingObject)
 
 
-async def test_a_worker_waits_while_the_bootstrap_is_running_or_failed(tmp_path, monkeypatch,
-                                                                       caplog):
+async def test_a_worker_waits_while_the_bootstrap_is_running_or_failed(
+    tmp_path, monkeypatch, caplog
+):
     monkeypatch.setattr(snapshot_service, "BOOTSTRAP_POLL_S", 0.05)
     snaps = Snapshots(f"file://{tmp_path}")
     service = SnapshotService(SimpleNamespace(conf=SimpleNamespace(tabledir=tmp_path)), snaps, 1)
@@ -170,7 +205,8 @@ async def test_a_worker_waits_while_the_bootstrap_is_running_or_failed(tmp_path,
 
 
 async def test_a_store_that_does_not_answer_holds_the_worker_back_a_while_only(
-        tmp_path, monkeypatch, caplog):
+    tmp_path, monkeypatch, caplog
+):
     monkeypatch.setattr(snapshot_service, "BOOTSTRAP_POLL_S", 0.05)
     monkeypatch.setattr(snapshot_service, "BOOTSTRAP_UNREADABLE_S", 0.3)
 
@@ -178,8 +214,11 @@ async def test_a_store_that_does_not_answer_holds_the_worker_back_a_while_only(
         def get_bytes(self, key: str) -> bytes:
             raise SnapshotError("connection refused")
 
-    service = SnapshotService(SimpleNamespace(conf=SimpleNamespace(tabledir=tmp_path)),
-                              Snapshots("file:///x", Down(tmp_path)), 1)
+    service = SnapshotService(
+        SimpleNamespace(conf=SimpleNamespace(tabledir=tmp_path)),
+        Snapshots("file:///x", Down(tmp_path)),
+        1,
+    )
     table = SimpleNamespace(changelog_topic=SimpleNamespace(get_topic_name=lambda: "t-cl"))
     caplog.set_level(logging.WARNING)
     began = asyncio.get_running_loop().time()
@@ -189,15 +228,26 @@ async def test_a_store_that_does_not_answer_holds_the_worker_back_a_while_only(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["a", "b\"", "c\\", "é", "k\n", "z", "zz"]),
-                          st.integers(0, 5), texts), max_size=40))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", 'b"', "c\\", "é", "k\n", "z", "zz"]), st.integers(0, 5), texts
+        ),
+        max_size=40,
+    )
+)
 def test_the_vectorized_rows_are_the_same_rows(records):
     """arrow_rows writes most rows with Arrow's kernels, the rest as history_rows does: the
     same rows, in the same order, whatever mix of repeated keys and escapes."""
     import pyarrow as pa
 
-    table = pa.table({"k": pa.array([r[0] for r in records], pa.string()),
-                      "t": pa.array([r[1] for r in records], pa.int64()),
-                      "v": pa.array([r[2] for r in records], pa.string())})
-    assert arrow_rows(table, ["k", "t", "v"], ["int", "str"]) == history_rows(records,
-                                                                               ["int", "str"])
+    table = pa.table(
+        {
+            "k": pa.array([r[0] for r in records], pa.string()),
+            "t": pa.array([r[1] for r in records], pa.int64()),
+            "v": pa.array([r[2] for r in records], pa.string()),
+        }
+    )
+    assert arrow_rows(table, ["k", "t", "v"], ["int", "str"]) == history_rows(
+        records, ["int", "str"]
+    )

@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sortedcontainers import SortedDict
 
-from app.state.ordered_keys import decode_zone_car, encode_zone_car, prefix_end, zone_prefix
 from app.logic.car_join import (
     CarArrival,
     CarPollution,
@@ -32,6 +31,7 @@ from app.logic.car_join import (
     newest_per_car,
     output_order,
 )
+from app.state.ordered_keys import decode_zone_car, encode_zone_car, prefix_end, zone_prefix
 from tests import oracle
 
 LOGIC = Path(__file__).resolve().parents[2] / "app" / "logic"
@@ -57,8 +57,10 @@ class Cluster:
 
     def read(self, z: ZoneReading) -> None:
         lo = zone_prefix(z.zone_id)
-        cars = (self.zone_cars[k] for k in self.zone_cars.irange(lo, prefix_end(lo),
-                                                                   inclusive=(True, False)))
+        cars = (
+            self.zone_cars[k]
+            for k in self.zone_cars.irange(lo, prefix_end(lo), inclusive=(True, False))
+        )
         store, outs = apply_reading(self.readings.get(z.zone_id), z, cars)
         if store:
             self.readings[z.zone_id] = z
@@ -86,8 +88,7 @@ class Cluster:
             self.deliver(self.busy()[0])
 
     def cars_of(self, zone: int) -> list[int]:
-        return [decode_zone_car(k)[1] for k in self.zone_cars
-                if decode_zone_car(k)[0] == zone]
+        return [decode_zone_car(k)[1] for k in self.zone_cars if decode_zone_car(k)[0] == zone]
 
 
 def test_scenario_a_move_races_its_del_and_the_consumer_rule_picks_the_new_zone():
@@ -104,8 +105,10 @@ def test_scenario_a_move_races_its_del_and_the_consumer_rule_picks_the_new_zone(
     # 3. the ADD wins the race; zone 1 updates while the DEL is still in flight: stale output
     c.deliver(0)
     c.read(ZoneReading(1, 35.0, 25))
-    assert c.outputs[-2:] == [CarPollution(7, 2, 0.8, 80.0, 20, 6),
-                              CarPollution(7, 1, 0.9, 35.0, 10, 25)]
+    assert c.outputs[-2:] == [
+        CarPollution(7, 2, 0.8, 80.0, 20, 6),
+        CarPollution(7, 1, 0.9, 35.0, 10, 25),
+    ]
     # 4. the consumer keeps the greatest car_event_time: zone 2, whatever came last
     assert newest_per_car(c.outputs)[7].zone_id == 2
     # 5. the DEL lands: car 7 is gone from zone 1, its next update does not mention it
@@ -148,8 +151,10 @@ def test_redelivery_repeats_the_same_moves_and_outputs():
     again, moves_again = apply_arrival(pos, CarArrival(1, 2, 0.4, 20))
     assert again is None and moves_again == moves  # nothing to store, the same moves re-sent
     reading = ZoneReading(2, 3.0, 1)
-    assert apply_reading(reading, reading, [moves[1].arrival]) == (False, [
-        join(moves[1].arrival, reading)])
+    assert apply_reading(reading, reading, [moves[1].arrival]) == (
+        False,
+        [join(moves[1].arrival, reading)],
+    )
     add = moves[1]
     assert apply_add(add.arrival, add, None) == (False, join(add.arrival, None))
 
@@ -172,8 +177,11 @@ def test_ties_are_broken_by_zone_then_fuel_and_the_consumer_order_agrees():
     assert [m.op for m in moves] == ["DEL", "ADD"]
     assert output_order(join(b, None)) > output_order(join(a, ZoneReading(3, 1.0, 99)))
     # no reading sorts below any reading, an older reading below a newer one
-    assert (output_order(join(a, None)) < output_order(join(a, ZoneReading(3, 0.0, 0)))
-            < output_order(join(a, ZoneReading(3, 0.0, 1))))
+    assert (
+        output_order(join(a, None))
+        < output_order(join(a, ZoneReading(3, 0.0, 0)))
+        < output_order(join(a, ZoneReading(3, 0.0, 1)))
+    )
 
 
 def test_exact_view_joins_the_newest_reading_and_null_when_unknown():
@@ -181,18 +189,30 @@ def test_exact_view_joins_the_newest_reading_and_null_when_unknown():
     zones = [ZoneReading(1, 10.0, 100), ZoneReading(1, 20.0, 50), ZoneReading(1, 5.0, 100)]
     assert exact_car_view(arrivals, zones) == {
         1: CarPollution(1, 1, 0.5, 10.0, 10, 100),  # tie at t=100: greater level
-        2: CarPollution(2, 9, 0.1, None, 1, None)}
+        2: CarPollution(2, 9, 0.1, None, 1, None),
+    }
 
 
 def test_wire_forms_round_trip():
     out = CarPollution(1, 2, 0.5, None, 10, None)
     assert CarPollution.from_wire(out.to_wire()) == out
-    assert set(out.to_wire()) == {"car_id", "zone_id", "fuel_level", "pollution_level",
-                                  "car_event_time", "zone_event_time"}
+    assert set(out.to_wire()) == {
+        "car_id",
+        "zone_id",
+        "fuel_level",
+        "pollution_level",
+        "car_event_time",
+        "zone_event_time",
+    }
     pos = CarPosition(CarArrival(4, 2, 0.5, 10), left_zone=1)  # its row: test_car_state.py
     assert Move("DEL", 1, pos.arrival).to_wire() == {
-        "op": "DEL", "zone_id": 1, "car_id": 4, "to_zone_id": 2, "fuel_level": 0.5,
-        "event_time": 10}
+        "op": "DEL",
+        "zone_id": 1,
+        "car_id": 4,
+        "to_zone_id": 2,
+        "fuel_level": 0.5,
+        "event_time": 10,
+    }
 
 
 def test_the_rules_import_neither_faust_nor_the_rest_of_app():
@@ -201,30 +221,48 @@ def test_the_rules_import_neither_faust_nor_the_rest_of_app():
     offenders = []
     for path in sorted(LOGIC.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            mods = ([node.module or ""] if isinstance(node, ast.ImportFrom)
-                    else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            offenders += [f"{path.name}: {m}" for m in mods
-                          if m.split(".")[0] in ("faust", "aiokafka", "mode")
-                          or (m.startswith("app") and not m.startswith("app.logic"))]
+            mods = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            offenders += [
+                f"{path.name}: {m}"
+                for m in mods
+                if m.split(".")[0] in ("faust", "aiokafka", "mode")
+                or (m.startswith("app") and not m.startswith("app.logic"))
+            ]
     assert offenders == []
 
 
 # --- property: any arrival order, any interleaving of zone partitions, duplicates included ---
 
-arrivals = st.builds(CarArrival, car_id=st.integers(0, 5), to_zone_id=st.integers(0, 4),
-                     fuel_level=st.sampled_from([0.1, 0.5, 0.9]), event_time=st.integers(0, 12))
-readings = st.builds(ZoneReading, zone_id=st.integers(0, 4),
-                     pollution_level=st.sampled_from([1.0, 2.0, 3.0]),
-                     event_time=st.integers(0, 12))
+arrivals = st.builds(
+    CarArrival,
+    car_id=st.integers(0, 5),
+    to_zone_id=st.integers(0, 4),
+    fuel_level=st.sampled_from([0.1, 0.5, 0.9]),
+    event_time=st.integers(0, 12),
+)
+readings = st.builds(
+    ZoneReading,
+    zone_id=st.integers(0, 4),
+    pollution_level=st.sampled_from([1.0, 2.0, 3.0]),
+    event_time=st.integers(0, 12),
+)
 inputs = st.lists(st.one_of(arrivals, readings), max_size=40)
 
 
 @settings(max_examples=400, deadline=None)
 @given(inputs, st.integers(1, 3), st.data())
-def test_newest_output_per_car_equals_the_exact_answer_for_any_interleaving(records, parts,
-                                                                             data):
-    order = data.draw(st.permutations(records + data.draw(st.lists(st.sampled_from(records))
-                                                          if records else st.just([]))))
+def test_newest_output_per_car_equals_the_exact_answer_for_any_interleaving(records, parts, data):
+    order = data.draw(
+        st.permutations(
+            records + data.draw(st.lists(st.sampled_from(records)) if records else st.just([]))
+        )
+    )
     c = Cluster(partitions=parts)
     pending = deque(order)  # the inputs, duplicates included, in arrival order
     while pending or c.busy():
@@ -242,10 +280,13 @@ def test_newest_output_per_car_equals_the_exact_answer_for_any_interleaving(reco
     assert newest_per_car(c.outputs) == expected
     # the zone side ends with exactly one (zone, car) key per car: its newest zone
     assert sorted(decode_zone_car(k) for k in c.zone_cars) == sorted(
-        (o.zone_id, car) for car, o in expected.items())
+        (o.zone_id, car) for car, o in expected.items()
+    )
     # the independent oracle (tests/oracle.py, what the image tier checks containers against)
     # says the same, on the wire
     assert oracle.exact_car_view([asdict(a) for a in cars], [asdict(z) for z in zones]) == {
-        car: oracle.car_answer(o.to_wire()) for car, o in expected.items()}
+        car: oracle.car_answer(o.to_wire()) for car, o in expected.items()
+    }
     assert oracle.newest_car_outputs(o.to_wire() for o in c.outputs) == {
-        car: oracle.car_answer(o.to_wire()) for car, o in expected.items()}
+        car: oracle.car_answer(o.to_wire()) for car, o in expected.items()
+    }

@@ -5,7 +5,8 @@ read, and a re-delivered record writes its row again byte for byte."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 from hypothesis import given
@@ -13,21 +14,28 @@ from hypothesis import strategies as st
 
 from app.joins import car_state
 from app.joins.car_state import CarPositions, ZoneCars, ZoneCarsTable, ZonePollution
-from app.state.ordered_keys import INT64_MAX, INT64_MIN, encode_zone_car
 from app.logic.car_join import CarArrival, CarPosition, ZoneReading
+from app.state.ordered_keys import INT64_MAX, INT64_MIN, encode_zone_car
 from app.state.overlay import MemoryIO, Overlay
 
 P = 0  # the partition every row here lives in
 
 #: (key, value) of changelog rows the code before app.joins.car_state wrote, per table
-OLD_POSITIONS = [(b"9", b"[200,1,0.5,null]"), (b"9", b"[300,2,0.4,1]"),
-                 (b"1099511627776", b"[400,1125899906842624,1.0,null]")]
+OLD_POSITIONS = [
+    (b"9", b"[200,1,0.5,null]"),
+    (b"9", b"[300,2,0.4,1]"),
+    (b"1099511627776", b"[400,1125899906842624,1.0,null]"),
+]
 OLD_READINGS = [(b"1", b"[100,7.0]"), (b"3", b"[110,12.0]")]
 ZONE_1_CAR_9 = b"\x80\x00\x00\x00\x00\x00\x00\x01\x80\x00\x00\x00\x00\x00\x00\t"
 ZONE_2_CAR_9 = b"\x80\x00\x00\x00\x00\x00\x00\x02\x80\x00\x00\x00\x00\x00\x00\t"
 ZONE_2_50_CAR_2_40 = b"\x80\x04\x00\x00\x00\x00\x00\x00\x80\x00\x01\x00\x00\x00\x00\x00"
-OLD_ZONE_CARS = [(ZONE_1_CAR_9, b"[200,0.5]"), (ZONE_1_CAR_9, None),
-                 (ZONE_2_CAR_9, b"[300,0.4]"), (ZONE_2_50_CAR_2_40, b"[400,1.0]")]
+OLD_ZONE_CARS = [
+    (ZONE_1_CAR_9, b"[200,0.5]"),
+    (ZONE_1_CAR_9, None),
+    (ZONE_2_CAR_9, b"[300,0.4]"),
+    (ZONE_2_50_CAR_2_40, b"[400,1.0]"),
+]
 
 
 def keyed() -> Overlay:
@@ -45,15 +53,18 @@ def logged(rows: Overlay) -> list[tuple[bytes, bytes | None]]:
     return [(key, value) for _, _, key, value in rows.flush()]
 
 
-def stored(io: MemoryIO, rows: list[tuple[bytes, bytes | None]],
-           key: Callable[[bytes], Any] | None = None) -> None:
+def stored(
+    io: MemoryIO, rows: list[tuple[bytes, bytes | None]], key: Callable[[bytes], Any] | None = None
+) -> None:
     """Changelog rows applied to a store, as recovery does (values decoded, tombstones
     deleted); keys of keyed tables decoded with ``key``."""
-    io.write(P, [(key(k) if key else k, v, None if v is None else orjson.loads(v))
-                 for k, v in rows])
+    io.write(
+        P, [(key(k) if key else k, v, None if v is None else orjson.loads(v)) for k, v in rows]
+    )
 
 
 # --- the bytes of the code before this module -------------------------------------------------
+
 
 def test_writes_make_the_old_changelog_rows():
     positions, pollution, cars = keyed(), keyed(), ordered()
@@ -81,7 +92,8 @@ def test_the_old_rows_read_by_name():
     stored(cars.io, OLD_ZONE_CARS)
     assert CarPositions(positions).get(P, 9) == CarPosition(CarArrival(9, 2, 0.4, 300), 1)
     assert CarPositions(positions).get(P, 2**40) == CarPosition(
-        CarArrival(2**40, 2**50, 1.0, 400), None)
+        CarArrival(2**40, 2**50, 1.0, 400), None
+    )
     assert CarPositions(positions).get(P, 7) is None
     assert ZonePollution(pollution).get(P, 3) == ZoneReading(3, 12.0, 110)
     assert ZonePollution(pollution).get(P, 2) is None
@@ -91,7 +103,8 @@ def test_the_old_rows_read_by_name():
     assert list(ZoneCars(cars).in_zone(P, 2**50)) == [CarArrival(2**40, 2**50, 1.0, 400)]
     # the views read the tables' rows with the same functions
     assert car_state.position_of(9, orjson.loads(b"[300,2,0.4,1]")).arrival == CarArrival(
-        9, 2, 0.4, 300)
+        9, 2, 0.4, 300
+    )
     assert car_state.reading_of(1, orjson.loads(b"[100,7.0]")) == ZoneReading(1, 7.0, 100)
 
 
@@ -130,16 +143,19 @@ levels = st.floats(allow_nan=False, allow_infinity=False)
 def test_a_position_round_trips(car, zone, fuel, t, left):
     pos = CarPosition(CarArrival(car, zone, fuel, t), left)
     assert car_state.position_of(car, car_state.position_row(pos)) == pos
-    assert car_state.position_of(car, orjson.loads(orjson.dumps(
-        car_state.position_row(pos)))) == pos
+    assert (
+        car_state.position_of(car, orjson.loads(orjson.dumps(car_state.position_row(pos)))) == pos
+    )
 
 
 @given(zone=ids, level=levels, t=times)
 def test_a_reading_round_trips(zone, level, t):
     reading = ZoneReading(zone, level, t)
     assert car_state.reading_of(zone, car_state.reading_row(reading)) == reading
-    assert car_state.reading_of(zone, orjson.loads(orjson.dumps(
-        car_state.reading_row(reading)))) == reading
+    assert (
+        car_state.reading_of(zone, orjson.loads(orjson.dumps(car_state.reading_row(reading))))
+        == reading
+    )
 
 
 @given(cars=st.lists(st.tuples(ids, ids, levels, times), max_size=20), zone=ids)
@@ -151,15 +167,20 @@ def test_a_zone_s_cars_round_trip_and_are_one_key_range(cars, zone):
     for (z, car), arrival in newest.items():
         assert rows.get(P, z, car) == arrival
     for z in {zone, *(z for z, _ in newest)}:
-        assert list(rows.in_zone(P, z)) == [a for (z2, _), a in sorted(newest.items())
-                                            if z2 == z]
+        assert list(rows.in_zone(P, z)) == [a for (z2, _), a in sorted(newest.items()) if z2 == z]
 
 
 def test_a_zone_s_cars_are_grouped_by_its_key_prefix():
-    assert ZoneCarsTable.group_key(encode_zone_car(7, 1)) == ZoneCarsTable.group_key(
-        encode_zone_car(7, INT64_MAX)) != ZoneCarsTable.group_key(encode_zone_car(8, 1))
+    assert (
+        ZoneCarsTable.group_key(encode_zone_car(7, 1))
+        == ZoneCarsTable.group_key(encode_zone_car(7, INT64_MAX))
+        != ZoneCarsTable.group_key(encode_zone_car(8, 1))
+    )
 
 
 def test_the_table_names_are_those_of_the_changelogs():
     assert (car_state.CAR_POSITIONS, car_state.ZONE_POLLUTION, car_state.ZONE_CARS) == (
-        "car-positions", "zone-pollution", "zone-cars")
+        "car-positions",
+        "zone-pollution",
+        "zone-cars",
+    )

@@ -60,15 +60,22 @@ def test_only_app_compat_assigns_to_faust_or_aiokafka_attributes():
         tree = ast.parse(path.read_text(), str(path))
         imported = imported_upstream_names(tree)
         for node in ast.walk(tree):
-            targets = (node.targets if isinstance(node, ast.Assign)
-                       else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign))
-                       else [])
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+                else []
+            )
             for t in targets:
                 base = t
                 while isinstance(base, ast.Attribute):
                     base = base.value
-                if isinstance(t, ast.Attribute) and isinstance(base, ast.Name) \
-                        and base.id in imported:
+                if (
+                    isinstance(t, ast.Attribute)
+                    and isinstance(base, ast.Name)
+                    and base.id in imported
+                ):
                     offenders.append(f"{path.relative_to(APP.parent)}:{node.lineno}")
     assert offenders == [], f"patches belong in app/compat: {offenders}"
 
@@ -87,12 +94,21 @@ def _package_imports() -> dict[str, set[str]]:
             continue  # a top-level module (app/topology.py ...) is no package
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
-            mods = ([node.module or ""] if isinstance(node, ast.ImportFrom)
-                    else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            mods = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             for mod in mods:
                 bits = mod.split(".")
-                if len(bits) > 1 and bits[0] == "app" and (APP / bits[1]).is_dir() \
-                        and bits[1] != parts[0]:
+                if (
+                    len(bits) > 1
+                    and bits[0] == "app"
+                    and (APP / bits[1]).is_dir()
+                    and bits[1] != parts[0]
+                ):
                     edges.setdefault(parts[0], set()).add(bits[1])
     return edges
 
@@ -102,15 +118,16 @@ def test_no_import_cycle_between_packages():
     assert "joins" in edges.get("agents", set())  # the check sees real imports
 
     def reaches(a: str, b: str, seen: frozenset[str] = frozenset()) -> bool:
-        return any(n == b or (n not in seen and reaches(n, b, seen | {n}))
-                   for n in edges.get(a, ()))
+        return any(
+            n == b or (n not in seen and reaches(n, b, seen | {n})) for n in edges.get(a, ())
+        )
 
     cycles = sorted(f"{a} <-> {b}" for a in edges for b in edges[a] if reaches(b, a))
     assert cycles == [], cycles
 
 
-
 # --- no read of a private Faust / aiokafka / mode attribute outside app/compat --------------
+
 
 def _private_names_defined(trees: list[ast.AST]) -> set[str]:
     """Every ``_name`` (not dunder) a body of code defines: functions, classes, attributes
@@ -125,9 +142,13 @@ def _private_names_defined(trees: list[ast.AST]) -> set[str]:
             elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 names.add(n.id)
             elif isinstance(n, ast.Assign) and any(
-                    isinstance(t, ast.Name) and t.id == "__slots__" for t in n.targets):
-                names |= {c.value for c in ast.walk(n.value)
-                          if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+                isinstance(t, ast.Name) and t.id == "__slots__" for t in n.targets
+            ):
+                names |= {
+                    c.value
+                    for c in ast.walk(n.value)
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                }
     return {n for n in names if n.startswith("_") and not n.endswith("__")}
 
 
@@ -135,6 +156,7 @@ def _upstream_private_names() -> set[str]:
     import aiokafka
     import faust
     import mode
+
     trees = []
     for pkg in (faust, aiokafka, mode):
         for path in Path(pkg.__file__).parent.rglob("*.py"):
@@ -150,17 +172,22 @@ def _private_upstream_reads(sources: dict[str, str], upstream: set[str]) -> list
     ``_name`` of anything but ``self``/``cls``, or ``getattr(x, "_name")``) that the code
     itself does not define (etj's own private names are its own business)."""
     trees = {name: ast.parse(text) for name, text in sources.items()}
-    own = _private_names_defined([t for t in trees.values()])
+    own = _private_names_defined(list(trees.values()))
     suspects = upstream - own
     hits = []
     for name, tree in trees.items():
         for n in ast.walk(tree):
             attr = None
             if isinstance(n, ast.Attribute) and not (
-                    isinstance(n.value, ast.Name) and n.value.id in ("self", "cls")):
+                isinstance(n.value, ast.Name) and n.value.id in ("self", "cls")
+            ):
                 attr = n.attr
-            elif isinstance(n, ast.Call) and getattr(n.func, "id", "") == "getattr" \
-                    and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant):
+            elif (
+                isinstance(n, ast.Call)
+                and getattr(n.func, "id", "") == "getattr"
+                and len(n.args) >= 2
+                and isinstance(n.args[1], ast.Constant)
+            ):
                 attr = n.args[1].value
             if isinstance(attr, str) and attr in suspects:
                 hits.append(f"{name}:{n.lineno} .{attr}")
@@ -168,8 +195,11 @@ def _private_upstream_reads(sources: dict[str, str], upstream: set[str]) -> list
 
 
 def test_no_private_faust_or_aiokafka_attribute_is_read_outside_compat():
-    sources = {str(p.relative_to(APP.parent)): p.read_text() for p in sorted(APP.rglob("*.py"))
-               if "compat" not in p.relative_to(APP).parts}
+    sources = {
+        str(p.relative_to(APP.parent)): p.read_text()
+        for p in sorted(APP.rglob("*.py"))
+        if "compat" not in p.relative_to(APP).parts
+    }
     hits = _private_upstream_reads(sources, _upstream_private_names())
     assert hits == [], f"reads of private upstream attributes belong in app/compat: {hits}"
 
@@ -178,6 +208,10 @@ def test_the_private_read_check_catches_one():
     upstream = _upstream_private_names()
     assert {"_unacked_messages", "_dbs", "_ensure_producer"} <= upstream
     hits = _private_upstream_reads(
-        {"x.py": "def f(app):\n    return len(app.consumer._unacked_messages)\n",
-         "y.py": "def g(store):\n    return getattr(store, '_dbs')\n"}, upstream)
+        {
+            "x.py": "def f(app):\n    return len(app.consumer._unacked_messages)\n",
+            "y.py": "def g(store):\n    return getattr(store, '_dbs')\n",
+        },
+        upstream,
+    )
     assert hits == ["x.py:2 ._unacked_messages", "y.py:2 ._dbs"]

@@ -22,8 +22,10 @@ CHANGELOG = TP("t-changelog", 1)
 
 
 def records(tp: TP, offsets: range | list[int]) -> list[ConsumerRecord]:
-    return [ConsumerRecord(tp.topic, tp.partition, o, 0, 0, b"k", b"{}", None, 1, 2, [])
-            for o in offsets]
+    return [
+        ConsumerRecord(tp.topic, tp.partition, o, 0, 0, b"k", b"{}", None, 1, 2, [])
+        for o in offsets
+    ]
 
 
 @pytest.fixture
@@ -34,10 +36,12 @@ def consumer():
     saved = dict(c.inboxes)
     c.route(inbox)
     seeks: list[tuple[TP, int]] = []
-    with mock.patch.object(log_gaps, "_skipped", defaultdict(IntervalTree)), \
-            mock.patch.object(type(c), "highwater", lambda self, tp: 500), \
-            mock.patch.object(c._thread, "seek", lambda tp, o: seeks.append((tp, o))), \
-            mock.patch.object(c, "assignment", lambda: {INPUT, CHANGELOG}):
+    with (
+        mock.patch.object(log_gaps, "_skipped", defaultdict(IntervalTree)),
+        mock.patch.object(type(c), "highwater", lambda self, tp: 500),
+        mock.patch.object(c._thread, "seek", lambda tp, o: seeks.append((tp, o))),
+        mock.patch.object(c, "assignment", lambda: {INPUT, CHANGELOG}),
+    ):
         c._next.clear()
         c._acked_end.clear()
         c._committed_offset.pop(INPUT, None)
@@ -58,11 +62,17 @@ async def test_an_input_partitions_records_go_to_its_inbox_as_one_batch(consumer
         delivered.append((message.tp, message.offset))
 
     with mock.patch.object(consumer, "callback", callback):
-        await consumer._hand_over({INPUT: records(INPUT, range(10, 13)),
-                                   CHANGELOG: records(CHANGELOG, range(5, 7))})
+        await consumer._hand_over(
+            {INPUT: records(INPUT, range(10, 13)), CHANGELOG: records(CHANGELOG, range(5, 7))}
+        )
     [batch] = consumer.test_inbox.take_nowait()
     assert (batch.topic, batch.partition, batch.first, batch.end, batch.highwater) == (
-        INPUT.topic, 0, 10, 13, 500)
+        INPUT.topic,
+        0,
+        10,
+        13,
+        500,
+    )
     assert [r.offset for r in batch.records] == [10, 11, 12]
     assert delivered == [(CHANGELOG, 5), (CHANGELOG, 6)]  # one by one, the recovery path
 
@@ -94,7 +104,7 @@ async def test_a_full_inbox_stops_the_fetch_of_its_partition_until_it_drains(con
     active = consumer._get_active_partitions()
     active.add(INPUT)
     with mock.patch.object(Inbox, "max_records", 5):
-        await consumer._hand_over({INPUT: records(INPUT, range(0, 6))})
+        await consumer._hand_over({INPUT: records(INPUT, range(6))})
         assert INPUT not in active and consumer.held_back(INPUT)
         consumer.test_inbox.take_nowait()  # the loop takes what waits: fetch it again
     assert INPUT in active and not consumer.held_back(INPUT)
@@ -104,7 +114,7 @@ async def test_a_full_inbox_stops_the_fetch_of_its_partition_until_it_drains(con
 async def test_batches_fetched_while_a_rebalance_begins_are_dropped(consumer):
     consumer.flow_active = False  # Faust stops the flow first thing in a rebalance
     try:
-        await consumer._hand_over({INPUT: records(INPUT, range(0, 3))})
+        await consumer._hand_over({INPUT: records(INPUT, range(3))})
     finally:
         consumer.flow_active = True
     assert consumer.test_inbox.take_nowait() == []
@@ -127,7 +137,8 @@ def test_no_commit_passes_a_record_in_flight_faust_606(consumer):
 
 async def test_an_assignment_forgets_every_acked_range(consumer):
     consumer.ack_range(INPUT, 0, 10)
-    with mock.patch("faust.transport.drivers.aiokafka.Consumer.on_partitions_assigned",
-                    mock.AsyncMock()):
+    with mock.patch(
+        "faust.transport.drivers.aiokafka.Consumer.on_partitions_assigned", mock.AsyncMock()
+    ):
         await consumer.on_partitions_assigned({INPUT})
     assert consumer.acked_end(INPUT) is None

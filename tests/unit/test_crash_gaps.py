@@ -27,15 +27,17 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from app.joins.catalog import mood_spec, movie_spec
 from app.joins.keys import JOIN, expiry_key, id_key, split_join_key
 from app.joins.spec import resolve
 from app.joins.state import JoinState
 from app.loop.acks import AckedRuns
-from app.state.overlay import MemoryIO, Overlay
 from app.settings import Settings
+from app.state.overlay import MemoryIO, Overlay
 
 P = 0
 EVENTS, MOODS, TICKS = "events", "moods", "ticks"
@@ -43,8 +45,9 @@ INDEX = {EVENTS: 0, MOODS: 1, TICKS: 2}
 
 
 def spec_of(retention: int, review: int | None, of: Any = mood_spec) -> Any:
-    return resolve({**of(Settings()), "retention_ms": retention, "review_lag_ms": review,
-                    "window_ms": None})
+    return resolve(
+        {**of(Settings()), "retention_ms": retention, "review_lag_ms": review, "window_ms": None}
+    )
 
 
 class Process:
@@ -64,8 +67,7 @@ class Process:
             return True
         topic, offset = (EVENTS, MOODS, TICKS)[src[0]], src[1]
         committed = self.committed.get(topic)
-        return self.acked.holds(topic, p, offset) or (committed is not None
-                                                      and offset < committed)
+        return self.acked.holds(topic, p, offset) or (committed is not None and offset < committed)
 
     def emitted(self, p: int, src: Any) -> bool:  # JoinEngine.emitted
         if src is None:
@@ -113,12 +115,14 @@ class Process:
         if topic == EVENTS:
             revs, _ = state.on_event(P, spec.event_of(rec), horizon, horizon, src)
         else:
-            revs = state.on_version(P, spec.key_of(rec, spec.dimension), spec.version_of(rec),
-                                    horizon, horizon, src)
+            revs = state.on_version(
+                P, spec.key_of(rec, spec.dimension), spec.version_of(rec), horizon, horizon, src
+            )
         return revs
 
-    def batch(self, records: list[tuple[str, int, Any]]) -> tuple[list[Any], list[Any],
-                                                                   dict[str, list[int]]]:
+    def batch(
+        self, records: list[tuple[str, int, Any]]
+    ) -> tuple[list[Any], list[Any], dict[str, list[int]]]:
         """DurableLoop.handle + DeliveryPipeline.hand_over: (changelog rows, outputs, acks)."""
         outs: list[Any] = []
         acks: dict[str, list[int]] = {}
@@ -130,8 +134,9 @@ class Process:
         for topic, (first, _) in acks.items():
             self.acked.handled(topic, P, first)
         self.state.end_batch()
-        rows = [(n, key, raw) for n, ov in enumerate(self.overlays)
-                for _, _, key, raw in ov.flush()]
+        rows = [
+            (n, key, raw) for n, ov in enumerate(self.overlays) for _, _, key, raw in ov.flush()
+        ]
         return rows, outs, acks
 
     def ack(self, acks: dict[str, list[int]]) -> None:
@@ -141,7 +146,7 @@ class Process:
 
 def interleave(draw: Any, streams: dict[str, list[Any]]) -> list[Any]:
     """The streams' records, each stream in order, interleaved as drawn."""
-    heads = {t: 0 for t in streams}
+    heads = dict.fromkeys(streams, 0)
     out = []
     while any(heads[t] < len(s) for t, s in streams.items()):
         live = sorted(t for t, s in streams.items() if heads[t] < len(s))
@@ -156,7 +161,7 @@ def cut(draw: Any, items: list[Any]) -> list[list[Any]]:
     out, i = [], 0
     while i < len(items):
         n = draw(st.integers(1, 4))
-        out.append(items[i:i + n])
+        out.append(items[i : i + n])
         i += n
     return out
 
@@ -168,7 +173,7 @@ def scenario(draw: Any) -> dict[str, Any]:
     movies = draw(st.booleans())
     n = draw(st.integers(2, 14))
     streams: dict[str, list[Any]] = {EVENTS: [], MOODS: [], TICKS: []}
-    for i in range(n):
+    for _i in range(n):
         kind = draw(st.sampled_from([EVENTS, EVENTS, MOODS, MOODS, TICKS]))
         if kind == TICKS:
             streams[kind].append((kind, len(streams[kind]), None))
@@ -177,27 +182,41 @@ def scenario(draw: Any) -> dict[str, Any]:
         key = draw(st.sampled_from(["a", "b"]))
         off = len(streams[kind])
         if kind == EVENTS and movies:
-            value = {"id": f"e{draw(st.integers(0, 3))}-{key}", "movie_id": key, "user_id": "u",
-                     "rating": draw(st.sampled_from([1.0, 2.0])), "event_time": t}
+            value = {
+                "id": f"e{draw(st.integers(0, 3))}-{key}",
+                "movie_id": key,
+                "user_id": "u",
+                "rating": draw(st.sampled_from([1.0, 2.0])),
+                "event_time": t,
+            }
         elif kind == EVENTS:
-            value = {"consultant": key, "recommendation": draw(st.sampled_from(["x", "y"])),
-                     "event_time": t, "id": f"e{draw(st.integers(0, 3))}-{key}"}
+            value = {
+                "consultant": key,
+                "recommendation": draw(st.sampled_from(["x", "y"])),
+                "event_time": t,
+                "id": f"e{draw(st.integers(0, 3))}-{key}",
+            }
         elif movies:
-            value = {"movie_id": key, "title": draw(st.sampled_from(["m", "n", "o"])),
-                     "event_time": t}
+            value = {
+                "movie_id": key,
+                "title": draw(st.sampled_from(["m", "n", "o"])),
+                "event_time": t,
+            }
         else:
-            value = {"name": key, "mood": draw(st.sampled_from(["m", "n", "o"])),
-                     "event_time": t}
+            value = {"name": key, "mood": draw(st.sampled_from(["m", "n", "o"])), "event_time": t}
         streams[kind].append((kind, off, value))
     first_order = interleave(draw, streams)
     seen = draw(st.integers(1, len(first_order)))
-    return {"streams": streams, "first": first_order[:seen],
-            "spec": movie_spec if movies else mood_spec,
-            # every record within the retention: a join whose record is late when it comes
-            # again may be purged first (findings.md, "Revisions 1 and 2 of a join missing
-            # after a kill -9": open); the late record itself, test_a_record_late_...
-            "retention": 1000,
-            "review": draw(st.sampled_from([None, 10, 1000]))}
+    return {
+        "streams": streams,
+        "first": first_order[:seen],
+        "spec": movie_spec if movies else mood_spec,
+        # every record within the retention: a join whose record is late when it comes
+        # again may be purged first (findings.md, "Revisions 1 and 2 of a join missing
+        # after a kill -9": open); the late record itself, test_a_record_late_...
+        "retention": 1000,
+        "review": draw(st.sampled_from([None, 10, 1000])),
+    }
 
 
 def gaps(log: list[Any], made: list[Any]) -> dict[str, list[int]]:
@@ -210,8 +229,12 @@ def gaps(log: list[Any], made: list[Any]) -> dict[str, list[int]]:
     top: dict[str, int] = {}
     for r in made:
         top[r.id] = max(top.get(r.id, 0), r.revision)
-    return {jid: sorted(numbers.get(jid, ())) for jid in {*numbers, *top}
-            if numbers.get(jid, set()) != set(range(1, max(numbers.get(jid, {0}) | {top.get(jid, 0)}) + 1))}
+    return {
+        jid: sorted(numbers.get(jid, ()))
+        for jid in {*numbers, *top}
+        if numbers.get(jid, set())
+        != set(range(1, max(numbers.get(jid, {0}) | {top.get(jid, 0)}) + 1))
+    }
 
 
 def run(draw: Any, s: dict[str, Any]) -> tuple[list[Any], list[Any], dict[str, int]]:
@@ -240,8 +263,7 @@ def run(draw: Any, s: dict[str, Any]) -> tuple[list[Any], list[Any], dict[str, i
     made = [r for _, outs, _ in done[:c] for r in outs]
     second = Process(spec, committed)
     second.recover([row for rows, _, _ in done[:c] for row in rows])
-    rest = {t: [r for r in recs if r[1] >= committed.get(t, 0)]
-            for t, recs in s["streams"].items()}
+    rest = {t: [r for r in recs if r[1] >= committed.get(t, 0)] for t, recs in s["streams"].items()}
     batches = cut(draw, interleave(draw, rest))
     rebalance = draw(st.integers(0, len(batches)))  # after this many batches (none: all)
     for b in batches[:rebalance]:
@@ -257,8 +279,10 @@ def run(draw: Any, s: dict[str, Any]) -> tuple[list[Any], list[Any], dict[str, i
         # committed offsets, and whatever came since
         second.acked.clear()
         second.handled.clear()
-        again = {t: [r for r in recs if r[1] >= second.committed.get(t, 0)]
-                 for t, recs in s["streams"].items()}
+        again = {
+            t: [r for r in recs if r[1] >= second.committed.get(t, 0)]
+            for t, recs in s["streams"].items()
+        }
         for b in cut(draw, interleave(draw, again)):
             _, outs, acks = second.batch(b)
             log += outs
@@ -307,16 +331,18 @@ def test_a_join_whose_new_revision_comes_first_in_the_new_process_is_gap_free():
     here). Before the fix the log held 3 and 4 only."""
     spec = spec_of(1000, None)
     first = Process(spec)
-    rows, outs, _ = first.batch([(MOODS, 0, mood("c10", 25, "sad")),
-                                 (EVENTS, 0, rec("c10", 57, "rec-57"))])
+    rows, outs, _ = first.batch(
+        [(MOODS, 0, mood("c10", 25, "sad")), (EVENTS, 0, rec("c10", 57, "rec-57"))]
+    )
     rows2, outs2, _ = first.batch([(MOODS, 1, mood("c10", 55, "excited"))])
     assert numbers(outs + outs2, "rec-57") == [1, 2]  # lost with the kill
     second = Process(spec)
     excited = [r for r in rows2 if r[1][:1] == b"V"]
     assert len(excited) == 1
     second.recover([r for r in rows + rows2 if r not in excited])
-    _, log, _ = second.batch([(EVENTS, 0, rec("c10", 57, "rec-57")),
-                              (MOODS, 1, mood("c10", 55, "excited"))])
+    _, log, _ = second.batch(
+        [(EVENTS, 0, rec("c10", 57, "rec-57")), (MOODS, 1, mood("c10", 55, "excited"))]
+    )
     assert [r.revision for r in log if not r.again] == [3, 4]
     assert sorted(set(numbers(log, "rec-57"))) == [1, 2, 3, 4]
 
@@ -335,8 +361,7 @@ def test_a_record_late_when_it_comes_again_re_emits_what_it_made():
     assert numbers(outs, "r1") == [1]  # lost with the kill
     second = Process(spec)
     second.recover(rows + rows2)
-    _, log, _ = second.batch([(EVENTS, 0, rec("c1", 0, "r1")),
-                              (MOODS, 0, mood("c1", 40, "sad"))])
+    _, log, _ = second.batch([(EVENTS, 0, rec("c1", 0, "r1")), (MOODS, 0, mood("c1", 40, "sad"))])
     assert [(r.id, r.revision, r.again) for r in log] == [("r1", 1, True)]
 
 

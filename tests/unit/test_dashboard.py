@@ -12,37 +12,82 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "helm/etj/files/grafana-dashboard.json"
 
 #: PromQL functions and aggregations the dashboard may call (a typo here is an empty panel too)
-FUNCTIONS = {"sum", "max", "min", "avg", "count", "topk", "bottomk", "quantile", "rate", "irate",
-             "increase", "delta", "deriv", "time", "timestamp", "clamp_min", "clamp_max", "abs",
-             "histogram_quantile", "max_over_time", "min_over_time", "avg_over_time", "vector",
-             "scalar", "absent", "changes", "resets", "label_replace"}
-KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset",
-            "and", "or", "unless"}
+FUNCTIONS = {
+    "sum",
+    "max",
+    "min",
+    "avg",
+    "count",
+    "topk",
+    "bottomk",
+    "quantile",
+    "rate",
+    "irate",
+    "increase",
+    "delta",
+    "deriv",
+    "time",
+    "timestamp",
+    "clamp_min",
+    "clamp_max",
+    "abs",
+    "histogram_quantile",
+    "max_over_time",
+    "min_over_time",
+    "avg_over_time",
+    "vector",
+    "scalar",
+    "absent",
+    "changes",
+    "resets",
+    "label_replace",
+}
+KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "and",
+    "or",
+    "unless",
+}
 #: labels Prometheus (or its Kubernetes discovery) attaches to every scraped series
 TARGET_LABELS = {"job", "instance", "pod", "namespace", "container", "service", "endpoint"}
 
 
 #: the series a metric family of each type is exposed as (text format 0.0.4)
-SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",), "unknown": ("",),
-            "histogram": ("_bucket", "_count", "_sum", "_created"),
-            "summary": ("", "_count", "_sum", "_created"), "info": ("_info",),
-            "stateset": ("",), "gaugehistogram": ("_bucket", "_gcount", "_gsum")}
+SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "gauge": ("",),
+    "unknown": ("",),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "summary": ("", "_count", "_sum", "_created"),
+    "info": ("_info",),
+    "stateset": ("",),
+    "gaugehistogram": ("_bucket", "_gcount", "_gsum"),
+}
 
 
 def exported() -> dict[str, set[str]]:
     """Every series name the worker exposes -> its labels, from the registry after importing
     app.main. A labelled metric with no child yet has no sample, so names come from the
     family's type (a counter ``x`` is exposed as ``x_total``, never as ``x``)."""
-    import app.main  # noqa: F401  (registers every metric of the worker)
     from prometheus_client import REGISTRY
+
+    import app.main  # noqa: F401  (registers every metric of the worker)
 
     out: dict[str, set[str]] = {}
     for family in REGISTRY.collect():
@@ -53,13 +98,15 @@ def exported() -> dict[str, set[str]]:
             series.add(sample.name)
             labels |= set(sample.labels)
         for name in series:
-            out.setdefault(name, set()).update(labels | ({"le"} if name.endswith("_bucket")
-                                                         else set()))
+            out.setdefault(name, set()).update(
+                labels | ({"le"} if name.endswith("_bucket") else set())
+            )
     return out
 
 
 def expressions(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
     """(where, PromQL) of every panel target (rows' nested panels too) and query variable."""
+
     def panels(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         for p in items:
             yield p
@@ -85,14 +132,15 @@ def parse(expr: str) -> tuple[set[str], set[str], set[str]]:
     e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', e)
     e = re.sub(r"\{[^}]*\}", " ", e)
     e = re.sub(r"\[[^\]]*\]", " ", e)
-    for grouping in re.findall(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)",
-                               e):
+    for grouping in re.findall(
+        r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", e
+    ):
         labels |= {x.strip() for x in grouping.split(",") if x.strip()}
     e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", e)
     metrics, functions = set(), set()
     for m in re.finditer(r"(?<![\w.])[A-Za-z_:][\w:]*", e):
         token = m.group()
-        if e[m.end():].lstrip().startswith("("):
+        if e[m.end() :].lstrip().startswith("("):
             functions.add(token)
         elif token not in KEYWORDS:
             metrics.add(token)
@@ -143,12 +191,13 @@ def test_the_check_catches_what_an_empty_panel_would_hide(dashboard, names):
     assert problems(broken('sum(rate(etj_records_in_total{topc="x"}[5m]))'), names)
     assert problems(broken("sum(rat(etj_records_in_total[5m]))"), names)  # function
     assert problems(broken("up"), names)  # not the worker's
-    assert not problems(broken('sum by (topic) (rate(etj_records_in_total{job=~"$job"}[5m]))'),
-                        names)
+    assert not problems(
+        broken('sum by (topic) (rate(etj_records_in_total{job=~"$job"}[5m]))'), names
+    )
 
 
 def test_dashboard_covers_what_an_operator_watches(dashboard):
-    exprs = {where: expr for where, expr in expressions(dashboard)}
+    exprs = dict(expressions(dashboard))
     text = "\n".join(exprs.values())
     # throughput, corrections/s, late and dead-letter rates, stream-time lag per partition,
     # state sizes

@@ -9,9 +9,21 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.logic.event_join import (Event, Join, JoinRules, KeyState, Revision, add_event,
-                                  add_version, as_of, current_revisions, derive_id,
-                                  purge_history, revisit, unsent_revisions)
+from app.logic.event_join import (
+    Event,
+    Join,
+    JoinRules,
+    KeyState,
+    Revision,
+    add_event,
+    add_version,
+    as_of,
+    current_revisions,
+    derive_id,
+    purge_history,
+    revisit,
+    unsent_revisions,
+)
 from tests.oracle import Mood, Recommendation, exact_answer, exact_mood_joins, join_id
 
 MOODS = JoinRules("before", "left")
@@ -53,12 +65,21 @@ def test_inner_holds_a_rating_until_its_movie_arrives_then_releases_it():
     assert s.joins["r1"].revision == 0
     # 2. the movie arrives with a version *after* the rating: the earliest version applies
     changed, [rev] = add_version(MOVIES, s, "m1", [150, "Alien"])
-    assert changed and (rev.id, rev.answer, rev.answer_time, rev.revision, rev.previous,
-                        rev.cause) == ("r1", ("Alien",), 150, 1, None, "late-dimension")
+    assert changed and (
+        rev.id,
+        rev.answer,
+        rev.answer_time,
+        rev.revision,
+        rev.previous,
+        rev.cause,
+    ) == ("r1", ("Alien",), 150, 1, None, "late-dimension")
     # 3. an earlier version now applies (greatest at or before 100): a correction
     _, [rev2] = add_version(MOVIES, s, "m1", [90, "Alien (working title)"])
-    assert (rev2.answer, rev2.revision, rev2.previous) == (("Alien (working title)",), 2,
-                                                           ("Alien",))
+    assert (rev2.answer, rev2.revision, rev2.previous) == (
+        ("Alien (working title)",),
+        2,
+        ("Alien",),
+    )
     # 4. a rating after both joins the latest at or before it, at once
     _, [rev3] = add_event(MOVIES, s, rating("r2", 200))
     assert (rev3.answer, rev3.revision, rev3.cause) == (("Alien",), 1, "arrival")
@@ -97,20 +118,32 @@ times = st.integers(0, 40)
 
 
 def moods_records() -> Any:
-    versions = st.tuples(keys, st.builds(lambda t, m: [t, m], times,
-                                         st.sampled_from(["happy", "sad", "calm"])))
-    events = st.builds(lambda k, t, rec, given: Event(
-        k, given or derive_id([k, t, rec]), t, (rec,)), keys, times,
-        st.sampled_from(["tea", "cake"]), st.one_of(st.none(), st.uuids().map(str)))
+    versions = st.tuples(
+        keys, st.builds(lambda t, m: [t, m], times, st.sampled_from(["happy", "sad", "calm"]))
+    )
+    events = st.builds(
+        lambda k, t, rec, given: Event(k, given or derive_id([k, t, rec]), t, (rec,)),
+        keys,
+        times,
+        st.sampled_from(["tea", "cake"]),
+        st.one_of(st.none(), st.uuids().map(str)),
+    )
     return versions, events
 
 
 def movies_records() -> Any:
-    versions = st.tuples(keys, st.builds(lambda t, title: [t, title], times,
-                                         st.sampled_from(["Alien", "Aliens", "Up"])))
-    events = st.builds(lambda k, t, rid, user, stars: Event(k, rid, t, (user, stars)), keys,
-                       times, st.uuids().map(str), st.sampled_from(["u1", "u2"]),
-                       st.sampled_from([1.0, 3.5, 5.0]))
+    versions = st.tuples(
+        keys,
+        st.builds(lambda t, title: [t, title], times, st.sampled_from(["Alien", "Aliens", "Up"])),
+    )
+    events = st.builds(
+        lambda k, t, rid, user, stars: Event(k, rid, t, (user, stars)),
+        keys,
+        times,
+        st.uuids().map(str),
+        st.sampled_from(["u1", "u2"]),
+        st.sampled_from([1.0, 3.5, 5.0]),
+    )
     return versions, events
 
 
@@ -139,8 +172,10 @@ def run(rules: JoinRules, records: list[Any]) -> tuple[list[Revision], dict[str,
 
 
 def split(records: list[Any]) -> tuple[list[tuple[str, list[Any]]], list[Event]]:
-    return ([r for r in records if not isinstance(r, Event)],
-            [r for r in records if isinstance(r, Event)])
+    return (
+        [r for r in records if not isinstance(r, Event)],
+        [r for r in records if isinstance(r, Event)],
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -151,12 +186,19 @@ def test_moods_spec_converges_on_the_exact_answer_of_the_mood_join(records):
     versions, events = split(records)
     assert latest == exact_answer(MOODS, versions, events)
     # ... which is the original mood join's oracle, field for field
-    a = exact_mood_joins([Mood(k, v[1], v[0]) for k, v in versions],
-                         [Recommendation(e.key, e.payload[0], e.event_time,
-                                         None if e.id.startswith("r-") else e.id)
-                          for e in events])
-    assert {jid: (r[0], r[1], r[2], (r[3],), None if r[4] is None else (r[4],), r[5])
-            for jid, r in a.items()} == latest
+    a = exact_mood_joins(
+        [Mood(k, v[1], v[0]) for k, v in versions],
+        [
+            Recommendation(
+                e.key, e.payload[0], e.event_time, None if e.id.startswith("r-") else e.id
+            )
+            for e in events
+        ],
+    )
+    assert {
+        jid: (r[0], r[1], r[2], (r[3],), None if r[4] is None else (r[4],), r[5])
+        for jid, r in a.items()
+    } == latest
 
 
 @settings(max_examples=300, deadline=None)
@@ -168,14 +210,18 @@ def test_movies_spec_converges_emits_only_matched_and_counts_the_rest(records):
     assert latest == exact_answer(MOVIES, versions, events)
     assert all(r.answer is not None for r in out)  # inner: never a null title
     never = {e.id for e in events} - set(latest)  # their movie never arrived
-    unmatched = sum(revisit(MOVIES, s, k, None, horizon=10**9)[1].unmatched
-                    for k, s in states.items())
+    unmatched = sum(
+        revisit(MOVIES, s, k, None, horizon=10**9)[1].unmatched for k, s in states.items()
+    )
     assert unmatched == len(never)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from([(MOODS, moods_records()), (MOVIES, movies_records())]).flatmap(
-    lambda rr: st.tuples(st.just(rr[0]), arrivals(rr[1]))))
+@given(
+    st.sampled_from([(MOODS, moods_records()), (MOVIES, movies_records())]).flatmap(
+        lambda rr: st.tuples(st.just(rr[0]), arrivals(rr[1]))
+    )
+)
 def test_revisions_increase_by_one_and_only_on_change(rules_and_records):
     rules, records = rules_and_records
     history: dict[str, list[Revision]] = {}
@@ -190,8 +236,11 @@ def test_revisions_increase_by_one_and_only_on_change(rules_and_records):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from([(MOODS, moods_records()), (MOVIES, movies_records())]).flatmap(
-    lambda rr: st.tuples(st.just(rr[0]), arrivals(rr[1]))))
+@given(
+    st.sampled_from([(MOODS, moods_records()), (MOVIES, movies_records())]).flatmap(
+        lambda rr: st.tuples(st.just(rr[0]), arrivals(rr[1]))
+    )
+)
 def test_a_join_keeps_every_revision_it_superseded_until_delivered(rules_and_records):
     """Gap-free after a crash: with nothing known delivered, what a join re-emits is every
     revision it ever emitted, in order and field for field, also through its stored row."""
@@ -205,10 +254,12 @@ def test_a_join_keeps_every_revision_it_superseded_until_delivered(rules_and_rec
     for key, s in states.items():
         for jid, j in s.joins.items():
             stored = Join.from_json(j.to_json(1), n_pay, 1)
-            assert unsent_revisions(rules, jid, key, stored, never) == \
-                unsent_revisions(rules, jid, key, j, never)
-            assert unsent_revisions(rules, jid, key, stored, lambda src: True) == \
-                ([rules.current(jid, key, j)] if j.revision else [])
+            assert unsent_revisions(rules, jid, key, stored, never) == unsent_revisions(
+                rules, jid, key, j, never
+            )
+            assert unsent_revisions(rules, jid, key, stored, lambda src: True) == (
+                [rules.current(jid, key, j)] if j.revision else []
+            )
 
 
 def test_a_stored_join_from_before_sources_were_kept_still_decodes():

@@ -29,11 +29,9 @@ def test_what_each_role_keeps_of_october():
     assert [needs(october, "events", t) for t in (sep, oct_, nov)] == [False, True, False]
     assert [needs(october, "output", t) for t in (sep, oct_, nov)] == [False, True, False]
     # a `before` dimension: everything before the end (an event on Oct 1 needs September's)
-    assert [needs(october, "dimension-before", t) for t in (sep, oct_, nov)] == [
-        True, True, False]
+    assert [needs(october, "dimension-before", t) for t in (sep, oct_, nov)] == [True, True, False]
     # `at-or-before-else-earliest`: a key's first version may come after the range
-    assert [needs(october, "dimension-earliest", t) for t in (sep, oct_, nov)] == [
-        True, True, True]
+    assert [needs(october, "dimension-earliest", t) for t in (sep, oct_, nov)] == [True, True, True]
     assert needs(october, "events", None)  # no event time to judge: kept
     assert all(needs(EventRange(), "events", t) for t in (sep, oct_, nov))
 

@@ -24,8 +24,9 @@ def test_the_logs_are_kept_and_the_state_is_not(tmp_path, monkeypatch):
     broker_log.write_text("x" * 30_000_000 + "the end\n")
     monkeypatch.setattr(conftest, "EVIDENCE", tmp_path / "evidence")
     monkeypatch.setattr(conftest, "SESSION_LOGS", [broker_log])
-    item = SimpleNamespace(nodeid="tests/broker/test_x.py::test_y[a b]",
-                           funcargs={"tmp_path": test_tmp})
+    item = SimpleNamespace(
+        nodeid="tests/broker/test_x.py::test_y[a b]", funcargs={"tmp_path": test_tmp}
+    )
 
     conftest.keep_evidence(item)  # type: ignore[arg-type]
 

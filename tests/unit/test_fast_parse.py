@@ -16,26 +16,67 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.inputs.records import (
+    CarArrivalIn,
+    CarMoveIn,
+    InvalidRecord,
+    MoodIn,
+    RecommendationIn,
+    ZoneIn,
+    as_dict,
+    compile_parser,
+    parse,
+)
 from app.joins.spec import resolve
-from app.inputs.records import (CarArrivalIn, CarMoveIn, InvalidRecord, MoodIn, RecommendationIn,
-                         ZoneIn, as_dict, compile_parser, parse)
 
-EVERY_TYPE = resolve({
-    "name": "every-type",
-    "events": {"topic": "ev", "key": "k", "time": "t", "id": "id",
-               "fields": {"id": "str?", "k": "str", "t": "time", "n": "int", "x": "float",
-                          "b": "bool", "s": "str?", "m": "int?"},
-               "copy": ["k", "t", "n"]},
-    "dimension": {"topic": "dim", "key": "k", "time": "t",
-                  "fields": {"k": "str", "t": "time", "v": "float"}, "copy": ["v"],
-                  "time_as": "v_time"},
-    "output": "out", "ticks": "ticks", "retention_ms": 1000})
+EVERY_TYPE = resolve(
+    {
+        "name": "every-type",
+        "events": {
+            "topic": "ev",
+            "key": "k",
+            "time": "t",
+            "id": "id",
+            "fields": {
+                "id": "str?",
+                "k": "str",
+                "t": "time",
+                "n": "int",
+                "x": "float",
+                "b": "bool",
+                "s": "str?",
+                "m": "int?",
+            },
+            "copy": ["k", "t", "n"],
+        },
+        "dimension": {
+            "topic": "dim",
+            "key": "k",
+            "time": "t",
+            "fields": {"k": "str", "t": "time", "v": "float"},
+            "copy": ["v"],
+            "time_as": "v_time",
+        },
+        "output": "out",
+        "ticks": "ticks",
+        "retention_ms": 1000,
+    }
+)
 from app.joins.catalog import movie_spec  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
 MOVIES = resolve(movie_spec(Settings()))
-MODELS = [MoodIn, RecommendationIn, CarArrivalIn, ZoneIn, CarMoveIn, MOVIES.events.model,
-          MOVIES.dimension.model, EVERY_TYPE.events.model, EVERY_TYPE.dimension.model]
+MODELS = [
+    MoodIn,
+    RecommendationIn,
+    CarArrivalIn,
+    ZoneIn,
+    CarMoveIn,
+    MOVIES.events.model,
+    MOVIES.dimension.model,
+    EVERY_TYPE.events.model,
+    EVERY_TYPE.dimension.model,
+]
 
 
 def outcome(fn: Any, key: bytes | None, value: bytes | None) -> tuple[str, Any]:
@@ -70,12 +111,48 @@ def test_a_parsed_record_is_not_tracked_by_the_collector():
 # --- scalars of every kind, and the values that sit on a rule's edge ----------------------------
 
 _edges = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from([0, -1, 1, 2**31, 2**63 - 1, 2**63, 2**64, -(2**63), 4_102_444_800_000,
-                     4_102_444_799_999, 0.0, -0.0, 1.5, 1e300, "", "x" * 200, "x" * 201,
-                     "x" * 10_000, "x" * 10_001, "ADD", "DEL", "add", "5", "1.0", "true",
-                     "\u00e9", "\ud800", "a\x00b", [], {}, [1], {"a": 1}]),
-    st.text(max_size=8))
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(
+        [
+            0,
+            -1,
+            1,
+            2**31,
+            2**63 - 1,
+            2**63,
+            2**64,
+            -(2**63),
+            4_102_444_800_000,
+            4_102_444_799_999,
+            0.0,
+            -0.0,
+            1.5,
+            1e300,
+            "",
+            "x" * 200,
+            "x" * 201,
+            "x" * 10_000,
+            "x" * 10_001,
+            "ADD",
+            "DEL",
+            "add",
+            "5",
+            "1.0",
+            "true",
+            "\u00e9",
+            "\ud800",
+            "a\x00b",
+            [],
+            {},
+            [1],
+            {"a": 1},
+        ]
+    ),
+    st.text(max_size=8),
+)
 
 
 def _record_for(model: Any, draw: Any) -> dict[str, Any]:
@@ -101,8 +178,11 @@ def wire(draw: Any) -> tuple[Any, bytes | None, bytes | None]:
     else:
         key = draw(st.one_of(st.none(), st.binary(max_size=6), st.just(b"x")))
     try:
-        text = json.dumps(record, allow_nan=True, separators=draw(st.sampled_from(
-            [(",", ":"), (", ", ": "), (",", " : ")])))
+        text = json.dumps(
+            record,
+            allow_nan=True,
+            separators=draw(st.sampled_from([(",", ":"), (", ", ": "), (",", " : ")])),
+        )
     except (TypeError, ValueError):
         text = "{}"
     value = text.encode("utf-8", errors="surrogatepass")
@@ -119,18 +199,32 @@ def test_generated_records_are_parsed_alike(case):
 # --- hostile bytes ------------------------------------------------------------------------------
 
 HOSTILE = [
-    None, b"", b"null", b"[]", b"1", b'"x"', b"{", b"{}", b"\xff\xfe", b"{\"name\": \"a\"}",
+    None,
+    b"",
+    b"null",
+    b"[]",
+    b"1",
+    b'"x"',
+    b"{",
+    b"{}",
+    b"\xff\xfe",
+    b'{"name": "a"}',
     b'{"name":"ann","mood":"x","event_time":5,"name":"ann"}',  # a field named twice
     b'{"name":"ann","mood":"x","event_time":5, "name" : "ann"}',  # ... with spaces
     b'{"name":"ann","mood":"x","event_time":5,"extra":{"a":1,"a":2}}',  # twice, nested
     b'{"name":"ann","mood":"x","event_time":5,"note":"\\":\\""}',  # '":' inside a string
     b'{"name":"ann","mood":"x","event_time":5,"note":"a\\u0022:b"}',
-    b'{"name":"ann","mood":"x","event_time":NaN}', b'{"name":"ann","mood":"x","event_time":1e3}',
-    b'{"name":"ann","mood":"x","event_time":5.0}', b'{"name":"ann","mood":"x","event_time":-0}',
+    b'{"name":"ann","mood":"x","event_time":NaN}',
+    b'{"name":"ann","mood":"x","event_time":1e3}',
+    b'{"name":"ann","mood":"x","event_time":5.0}',
+    b'{"name":"ann","mood":"x","event_time":-0}',
     b'{"name":"ann","mood":"x","event_time":99999999999999999999999}',
-    b'{"name":"ann","mood":"\\ud800","event_time":5}', b'{"name":"ann","mood":"x","event_time":5}x',
-    b'  {"name":"ann","mood":"x","event_time":5}  ', b'{"name":"ann","mood":"x","event_time":true}',
-    b'{"name":"ann","mood":"x","event_time":"5"}', b'{"name":null,"mood":"x","event_time":5}',
+    b'{"name":"ann","mood":"\\ud800","event_time":5}',
+    b'{"name":"ann","mood":"x","event_time":5}x',
+    b'  {"name":"ann","mood":"x","event_time":5}  ',
+    b'{"name":"ann","mood":"x","event_time":true}',
+    b'{"name":"ann","mood":"x","event_time":"5"}',
+    b'{"name":null,"mood":"x","event_time":5}',
     b'{"name":"ann","mood":"x","event_time":5,"ingestion_time":null}',
     b'{"name":"ann","mood":"x","event_time":5,"ingestion_time":1.5}',
     b"[" * 10_000 + b"]" * 10_000,

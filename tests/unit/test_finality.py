@@ -14,10 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
-from app.joins.spec import SpecError, resolve
 from app.joins.catalog import mood_spec
+from app.joins.spec import SpecError, resolve
 from app.logic.finality import Promise, next_step, ready_before, ready_now
 from app.settings import Settings
 
@@ -54,10 +56,16 @@ def test_the_spec_says_emit_final_and_finality():
         resolve({**mood_spec(Settings()), "emit": "once"})
 
 
-ops = st.lists(st.one_of(
-    st.tuples(st.just("batch"), st.integers(0, 60),
-              st.lists(st.integers(0, 400), max_size=4)),  # revisions' join times (any age)
-    st.tuples(st.just("deliver")), st.tuples(st.just("crash"))), max_size=60)
+ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("batch"), st.integers(0, 60), st.lists(st.integers(0, 400), max_size=4)
+        ),  # revisions' join times (any age)
+        st.tuples(st.just("deliver")),
+        st.tuples(st.just("crash")),
+    ),
+    max_size=60,
+)
 
 
 @pytest.mark.unit
@@ -74,8 +82,16 @@ def test_no_revision_of_a_join_comes_after_a_promise_that_covers_it(ops):
     moved_since_crash = [False]
     n = 0
     # the ops, then a quiet stream: everything delivered, batches that move no stream time
-    for op in [*ops, *[("deliver",)] * 70, ("batch", 0, []), *[("deliver",)] * 2,
-               ("batch", 0, []), *[("deliver",)] * 2, ("batch", 0, []), ("deliver",)]:
+    for op in [
+        *ops,
+        *[("deliver",)] * 70,
+        ("batch", 0, []),
+        *[("deliver",)] * 2,
+        ("batch", 0, []),
+        *[("deliver",)] * 2,
+        ("batch", 0, []),
+        ("deliver",),
+    ]:
         if op[0] == "deliver" and in_flight:
             src, outs = in_flight.pop(0)
             log += outs
@@ -93,8 +109,12 @@ def test_no_revision_of_a_join_comes_after_a_promise_that_covers_it(ops):
             handled.add(src)
             promise = Promise.from_json(durable["promise"])
             ready = ready_now(pending, delivered.__contains__, RETENTION, kept[0])
-            what, _, hi = next_step(promise, ready, promise.source in delivered,
-                                    promise.source in handled or promise.source in delivered)
+            what, _, hi = next_step(
+                promise,
+                ready,
+                promise.source in delivered,
+                promise.source in handled or promise.source in delivered,
+            )
             kept[0] = None if what == "new" else ready
             moved_since_crash[0] = moved_since_crash[0] or step > 0
             outs: list[tuple[str, int]] = []

@@ -20,16 +20,30 @@ from app.state.overlay import MemoryIO, Overlay
 
 def orders(**top: Any) -> dict[str, Any]:
     spec = {
-        "kind": "foreign-key", "name": "orders",
-        "left": {"topic": "o", "key": "order_id", "foreign_key": "customer.id",
-                 "time": "at", "time_format": "iso8601",
-                 "fields": {"order_id": "str", "customer.id": "str", "amount": "float",
-                            "at": "time"},
-                 "copy": ["amount"], "time_as": "order_time"},
-        "right": {"topic": "c", "key": "customer_id", "time": "$timestamp",
-                  "fields": {"customer_id": "str", "region": "str"}, "copy": ["region"],
-                  "time_as": "region_time"},
-        "output": "out", "moves": "moves", "ticks": "ticks"}
+        "kind": "foreign-key",
+        "name": "orders",
+        "left": {
+            "topic": "o",
+            "key": "order_id",
+            "foreign_key": "customer.id",
+            "time": "at",
+            "time_format": "iso8601",
+            "fields": {"order_id": "str", "customer.id": "str", "amount": "float", "at": "time"},
+            "copy": ["amount"],
+            "time_as": "order_time",
+        },
+        "right": {
+            "topic": "c",
+            "key": "customer_id",
+            "time": "$timestamp",
+            "fields": {"customer_id": "str", "region": "str"},
+            "copy": ["region"],
+            "time_as": "region_time",
+        },
+        "output": "out",
+        "moves": "moves",
+        "ticks": "ticks",
+    }
     spec.update(top)
     return spec
 
@@ -55,57 +69,78 @@ def edited(path: str, value: Any = None, drop: bool = False) -> dict[str, Any]:
 
 def test_the_car_spec_keeps_its_records_and_tables():
     spec = resolve_fk(car_spec(Settings()))
-    assert spec.output_fields == ("car_id", "zone_id", "fuel_level", "pollution_level",
-                                  "car_event_time", "zone_event_time")
-    assert spec.move_fields == ("op", "zone_id", "car_id", "to_zone_id", "fuel_level",
-                                "event_time")
+    assert spec.output_fields == (
+        "car_id",
+        "zone_id",
+        "fuel_level",
+        "pollution_level",
+        "car_event_time",
+        "zone_event_time",
+    )
+    assert spec.move_fields == ("op", "zone_id", "car_id", "to_zone_id", "fuel_level", "event_time")
     assert spec.int_keys and spec.right_inputs == ("etj-zones", "etj-car-moves", "etj-car-ticks")
     out = Joined(Left(7, 2, (0.8,), 20), Right(2, (31.5,), 12))
     assert json.dumps(spec.to_wire(out)) == (
         '{"car_id": 7, "zone_id": 2, "fuel_level": 0.8, "pollution_level": 31.5, '
-        '"car_event_time": 20, "zone_event_time": 12}')
+        '"car_event_time": 20, "zone_event_time": 12}'
+    )
     assert spec.from_wire(spec.to_wire(out)) == out
     move = Move("DEL", 1, Left(7, 2, (0.8,), 20))
-    assert spec.move_to_wire(move) == {"op": "DEL", "zone_id": 1, "car_id": 7, "to_zone_id": 2,
-                                       "fuel_level": 0.8, "event_time": 20}
+    assert spec.move_to_wire(move) == {
+        "op": "DEL",
+        "zone_id": 1,
+        "car_id": 7,
+        "to_zone_id": 2,
+        "fuel_level": 0.8,
+        "event_time": 20,
+    }
     assert spec.move_of(spec.move_to_wire(move)) == move
 
 
 def test_a_users_spec_reads_nested_paths_and_names_its_move_fields_apart():
     spec = resolve_fk(orders())
-    assert (spec.fk, spec.fk_as, spec.move_fk) == ("customer_id", "customer_id",
-                                                   "left_customer_id")
+    assert (spec.fk, spec.fk_as, spec.move_fk) == ("customer_id", "customer_id", "left_customer_id")
     assert not spec.int_keys and spec.tables.index == "orders-index"
     move = Move("DEL", "c1", Left("o1", "c2", (9.5,), 1000))
     assert spec.move_of(spec.move_to_wire(move)) == move
     d = spec.describe()
     assert (d["kind"], d["left"]["foreign_key"], d["right"]["key"]) == (
-        "foreign-key", "customer_id", "customer_id")
+        "foreign-key",
+        "customer_id",
+        "customer_id",
+    )
     assert d["left"]["paths"]["customer_id"] == "customer.id"
 
 
-@pytest.mark.parametrize("raw, message", [
-    (edited("left/foreign_key", "nope"), "left.foreign_key names 'nope', a field o records "
-                                         "do not have"),
-    (edited("left/foreign_key", "order_id"), "left.foreign_key 'order_id' must be a field of "
-                                             "its own"),
-    (edited("left/copy", ["amount", "customer.id"]), "left.copy lists the foreign key"),
-    (edited("left/fields/customer.id", "str?"), "left field 'customer.id' is optional"),
-    (edited("right/fields/region", "str?"), "right field 'region' is optional"),
-    (edited("left/fields/customer.id", "float"), "left.foreign_key is of type float"),
-    (edited("left/fields/customer.id", "int"), "left.foreign_key is int but right.key is str"),
-    (edited("left/id", "order_id"), "left.id: a foreign-key join has no join id"),
-    (edited("left/time_as", drop=True), "left.time_as: missing"),
-    (edited("right/copy", []), "right.copy is empty"),
-    (edited("moves", "c"), "must be five different topics"),
-    (edited("right/copy", [{"region": "amount"}]), "output fields collide: amount"),
-    (edited("tables", {"left": "x"}), "tables.right: missing"),
-    (edited("kind", "fk"), "kind: Input should be 'foreign-key'"),
-    (edited("left/foreign_key", drop=True), "left.foreign_key: missing"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (
+            edited("left/foreign_key", "nope"),
+            "left.foreign_key names 'nope', a field o records do not have",
+        ),
+        (
+            edited("left/foreign_key", "order_id"),
+            "left.foreign_key 'order_id' must be a field of its own",
+        ),
+        (edited("left/copy", ["amount", "customer.id"]), "left.copy lists the foreign key"),
+        (edited("left/fields/customer.id", "str?"), "left field 'customer.id' is optional"),
+        (edited("right/fields/region", "str?"), "right field 'region' is optional"),
+        (edited("left/fields/customer.id", "float"), "left.foreign_key is of type float"),
+        (edited("left/fields/customer.id", "int"), "left.foreign_key is int but right.key is str"),
+        (edited("left/id", "order_id"), "left.id: a foreign-key join has no join id"),
+        (edited("left/time_as", drop=True), "left.time_as: missing"),
+        (edited("right/copy", []), "right.copy is empty"),
+        (edited("moves", "c"), "must be five different topics"),
+        (edited("right/copy", [{"region": "amount"}]), "output fields collide: amount"),
+        (edited("tables", {"left": "x"}), "tables.right: missing"),
+        (edited("kind", "fk"), "kind: Input should be 'foreign-key'"),
+        (edited("left/foreign_key", drop=True), "left.foreign_key: missing"),
+    ],
+)
 def test_each_mistake_names_the_spec_and_the_field(raw, message):
     text = refused(raw)
-    assert text.startswith("join spec #1 'orders': ") or text.startswith("join spec #1: ")
+    assert text.startswith(("join spec #1 'orders': ", "join spec #1: "))
     assert message in text, text
 
 
@@ -116,9 +151,20 @@ def test_specs_of_both_kinds_are_checked_together(tmp_path):
     with pytest.raises(SpecError, match="writes etj-events, which join 'moods' reads"):
         check_together([moods], [resolve_fk(orders(output="etj-events"))])
     path = tmp_path / "joins.json"
-    path.write_text(json.dumps([orders(), {**mood_spec(Settings()), "name": "m2",
-                                           "output": "m2-out", "ticks": "m2-ticks",
-                                           "tables": None}]))
+    path.write_text(
+        json.dumps(
+            [
+                orders(),
+                {
+                    **mood_spec(Settings()),
+                    "name": "m2",
+                    "output": "m2-out",
+                    "ticks": "m2-ticks",
+                    "tables": None,
+                },
+            ]
+        )
+    )
     events, fks = load_all(Settings(joins_file=path, builtin_joins="cars"))
     assert [s.name for s in events] == ["m2"] and [f.name for f in fks] == ["cars", "orders"]
 
@@ -146,10 +192,8 @@ def test_a_left_change_moves_the_row_and_the_consumer_ends_on_the_exact_view():
     # 3. outputs in any order: the consumer keeps the exact one
     lefts = [Left("o1", "c1", (5.0,), 10), Left("o1", "c2", (5.0,), 20)]
     rights = [Right("c1", ("eu",), 1), Right("c2", ("us",), 3), Right("c2", ("asia",), 2)]
-    outs = [Joined(lefts[1], rights[1]), Joined(lefts[0], rights[0]),
-            Joined(lefts[1], None)]
-    assert newest_per_key(outs) == exact_view(lefts, rights) == {
-        "o1": Joined(lefts[1], rights[1])}
+    outs = [Joined(lefts[1], rights[1]), Joined(lefts[0], rights[0]), Joined(lefts[1], None)]
+    assert newest_per_key(outs) == exact_view(lefts, rights) == {"o1": Joined(lefts[1], rights[1])}
 
 
 def test_its_topics_are_on_the_topics_page_and_made_by_topics_create(tmp_path):
@@ -160,8 +204,14 @@ def test_its_topics_are_on_the_topics_page_and_made_by_topics_create(tmp_path):
     path.write_text(json.dumps([orders(partitions=6)]))
     s = Settings(joins_file=path)
     uses = {u.topic: u for u in inventory(s, []) if u.join == "orders"}
-    assert set(uses) == {"o", "c", "out", "moves", "ticks", *(
-        f"{s.app_id}-orders-{t}-changelog" for t in ("left", "right", "index"))}
+    assert set(uses) == {
+        "o",
+        "c",
+        "out",
+        "moves",
+        "ticks",
+        *(f"{s.app_id}-orders-{t}-changelog" for t in ("left", "right", "index")),
+    }
     assert uses["moves"].created_by == "the worker" and uses["moves"].partitions == 6
     assert uses[f"{s.app_id}-orders-index-changelog"].compacted
     assert uses["c"].timed_by_timestamp and not uses["o"].timed_by_timestamp

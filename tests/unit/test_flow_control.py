@@ -30,12 +30,13 @@ times = st.lists(st.integers(0, 50), max_size=25)
 def test_a_backlog_is_handled_in_event_time_order(dim_times, ev_times, interleaving):
     """Everything is in the broker before the worker reads it; whatever order the fetches
     deliver the two inputs in, the join sees them merged by event time."""
-    inputs = {"dim": [(t, f"d{n}") for n, t in enumerate(dim_times)],
-              "ev": [(t, f"e{n}") for n, t in enumerate(ev_times)]}
-    delivered = {t: 0 for t in TOPICS}
+    inputs = {
+        "dim": [(t, f"d{n}") for n, t in enumerate(dim_times)],
+        "ev": [(t, f"e{n}") for n, t in enumerate(ev_times)],
+    }
+    delivered = dict.fromkeys(TOPICS, 0)
     in_broker = {t: len(v) for t, v in inputs.items()}
-    merge = EventTimeMerge(TOPICS, lambda t, p, nxt: delivered[t] < in_broker[t],
-                           clock=lambda: 0.0)
+    merge = EventTimeMerge(TOPICS, lambda t, p, nxt: delivered[t] < in_broker[t], clock=lambda: 0.0)
     order = list(interleaving) + ["dim"] * len(dim_times) + ["ev"] * len(ev_times)
     out: list[str] = []
     for topic in order:
@@ -59,8 +60,9 @@ def test_live_traffic_never_waits(arrivals):
 
 def test_a_wait_for_a_lagging_input_ends_after_max_idle():
     now = [0.0]
-    merge = EventTimeMerge(TOPICS, lambda t, p, nxt: t == "ev", max_idle_s=2.0,
-                           clock=lambda: now[0])
+    merge = EventTimeMerge(
+        TOPICS, lambda t, p, nxt: t == "ev", max_idle_s=2.0, clock=lambda: now[0]
+    )
     assert merge.offer("dim", 1, 0, 10, "d0") == []  # ev has records in the broker: wait
     assert merge.waiting_partitions() == [1]
     now[0] = 1.9
@@ -77,8 +79,9 @@ def test_a_wait_for_a_lagging_input_ends_after_max_idle():
 def test_a_new_wait_restarts_the_idle_clock():
     now = [0.0]
     lagging = {"ev"}
-    merge = EventTimeMerge(TOPICS, lambda t, p, nxt: t in lagging, max_idle_s=2.0,
-                           clock=lambda: now[0])
+    merge = EventTimeMerge(
+        TOPICS, lambda t, p, nxt: t in lagging, max_idle_s=2.0, clock=lambda: now[0]
+    )
     assert merge.offer("dim", 0, 0, 10, "d0") == []
     now[0] = 5.0
     assert merge.poll() == ["d0"]
@@ -96,8 +99,7 @@ def test_a_full_buffer_stops_the_fetch_of_its_inputs_and_lets_nothing_go_early()
     """One fetch can hold more records than the bound: let go, they ran stream time ahead of
     the lagging input (10,549 of a 100,000-record backlog late). The engine stops fetching the
     inputs :meth:`EventTimeMerge.full` names instead, until the lagging one catches up."""
-    merge = EventTimeMerge(TOPICS, lambda t, p, nxt: t == "ev", max_buffered=3,
-                           clock=lambda: 0.0)
+    merge = EventTimeMerge(TOPICS, lambda t, p, nxt: t == "ev", max_buffered=3, clock=lambda: 0.0)
     merge.offer_batch("dim", 0, [(1, 0, "a"), (2, 1, "b"), (3, 2, "c")], None)
     assert merge.release(0) == [] and merge.forced == 0
     assert merge.full(0) == ("dim",) and merge.full(1) == ()

@@ -6,8 +6,13 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.logic.future_records import (from_the_future, kafka_timestamp, reference_time,
-                              refusal_reason, timestamp_from_seconds)
+from app.logic.future_records import (
+    from_the_future,
+    kafka_timestamp,
+    reference_time,
+    refusal_reason,
+    timestamp_from_seconds,
+)
 from app.settings import Settings
 
 NOW = 1_000_000
@@ -41,20 +46,27 @@ def test_refused_only_past_the_tolerance():
 def test_the_dead_letter_reason_says_against_what_and_by_how_much():
     assert refusal_reason(1_300_001, 1_000_000, 2_000_000, TOL) == (
         "event time 1300001 is 300001 ms ahead of its Kafka timestamp (1000000); at most "
-        "300000 ms ahead is accepted (ETJ_MAX_FUTURE_MS)")
+        "300000 ms ahead is accepted (ETJ_MAX_FUTURE_MS)"
+    )
     assert "ahead of the wall clock (2000000)" in refusal_reason(9_000_000, None, 2_000_000, TOL)
     assert "ahead of the wall clock" in refusal_reason(9_000_000, 5_000_000, 2_000_000, TOL)
 
 
-@given(event_time=st.integers(0, 10**7), timestamp=st.integers(0, 10**7),
-       later=st.integers(0, 10**7), tolerance=st.integers(0, 10**6))
+@given(
+    event_time=st.integers(0, 10**7),
+    timestamp=st.integers(0, 10**7),
+    later=st.integers(0, 10**7),
+    tolerance=st.integers(0, 10**6),
+)
 def test_a_record_not_stamped_ahead_is_judged_alike_whenever_it_is_judged(
-        event_time, timestamp, later, tolerance):
+    event_time, timestamp, later, tolerance
+):
     """The stream judges at ``seen`` (its clock when it reads the record: not before the record
     was produced), a batch run at any later time: same answer."""
     seen = timestamp  # the earliest a record can be read is when it was written
-    assert from_the_future(event_time, timestamp, seen, tolerance) == \
-        from_the_future(event_time, timestamp, seen + later, tolerance)
+    assert from_the_future(event_time, timestamp, seen, tolerance) == from_the_future(
+        event_time, timestamp, seen + later, tolerance
+    )
 
 
 def test_the_setting_and_its_default():

@@ -21,8 +21,12 @@ def test_use_sets_the_thresholds_and_keeps_the_collector_on():
 
 
 def test_the_worker_module_applies_them():
-    out = subprocess.run([sys.executable, "-c", "import gc, app.main; print(gc.get_threshold())"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import gc, app.main; print(gc.get_threshold())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == str(runtime.GC_THRESHOLDS)
 
 
@@ -59,9 +63,12 @@ def test_the_recovery_freezes_once_it_completes():
     async def upstream(self, generation_id=0):
         calls.append("upstream")
 
-    fake = types.SimpleNamespace(app=types.SimpleNamespace(
-        consumer=types.SimpleNamespace(assignment=lambda: set())))
-    with mock.patch.object(Recovery, "on_recovery_completed", upstream), \
-            mock.patch.object(runtime, "freeze_long_lived", lambda: calls.append("freeze")):
+    fake = types.SimpleNamespace(
+        app=types.SimpleNamespace(consumer=types.SimpleNamespace(assignment=lambda: set()))
+    )
+    with (
+        mock.patch.object(Recovery, "on_recovery_completed", upstream),
+        mock.patch.object(runtime, "freeze_long_lived", lambda: calls.append("freeze")),
+    ):
         asyncio.run(EtjRecovery.on_recovery_completed(fake, 0))
     assert calls == ["upstream", "freeze"]

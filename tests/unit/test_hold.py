@@ -14,14 +14,23 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from app.joins.catalog import mood_spec
 from app.joins.keys import HELD, RELEASED, held_range, join_range, split_join_key
 from app.joins.spec import SpecError, resolve
 from app.joins.state import JoinState, hold_rows
-from app.logic.event_join import (Event, JoinRules, KeyState, add_event, add_version, as_of,
-                                  release_held)
+from app.logic.event_join import (
+    Event,
+    JoinRules,
+    KeyState,
+    add_event,
+    add_version,
+    as_of,
+    release_held,
+)
 from app.settings import Settings
 from app.state.overlay import MemoryIO, Overlay
 
@@ -31,21 +40,32 @@ HOLD = 50
 
 
 def spec(**over: Any) -> Any:
-    return resolve({**mood_spec(Settings()), "retention_ms": RETENTION, "review_lag_ms": None,
-                    "hold_ms": HOLD, **over})
+    return resolve(
+        {
+            **mood_spec(Settings()),
+            "retention_ms": RETENTION,
+            "review_lag_ms": None,
+            "hold_ms": HOLD,
+            **over,
+        }
+    )
 
 
 # --- the spec ----------------------------------------------------------------------------------
 
+
 @pytest.mark.unit
-@pytest.mark.parametrize("over, says", [
-    ({"mode": "inner"}, "hold_ms is for mode 'left'"),
-    ({"hold_ms": RETENTION}, "must be less than retention_ms"),
-    ({"window_ms": HOLD - 1}, "exceeds window_ms"),
-    ({"hold_ms": 0}, "hold_ms: Input should be greater than 0"),
-    ({"finality": True}, "hold_ms with finality .* is not supported yet"),
-    ({"emit": "final"}, "hold_ms with finality .* is not supported yet"),
-])
+@pytest.mark.parametrize(
+    "over, says",
+    [
+        ({"mode": "inner"}, "hold_ms is for mode 'left'"),
+        ({"hold_ms": RETENTION}, "must be less than retention_ms"),
+        ({"window_ms": HOLD - 1}, "exceeds window_ms"),
+        ({"hold_ms": 0}, "hold_ms: Input should be greater than 0"),
+        ({"finality": True}, "hold_ms with finality .* is not supported yet"),
+        ({"emit": "final"}, "hold_ms with finality .* is not supported yet"),
+    ],
+)
 def test_a_hold_that_cannot_work_is_refused_with_its_reason(over, says):
     with pytest.raises(SpecError, match=says):
         spec(**over)
@@ -59,6 +79,7 @@ def test_a_hold_is_described_and_reaches_the_rules():
 
 
 # --- the rules (app.logic.event_join) ----------------------------------------------------------
+
 
 @pytest.mark.unit
 def test_rules_hold_answer_within_the_hold_then_answer_null_then_correct():
@@ -89,15 +110,20 @@ def test_without_a_hold_left_answers_at_once():
 
 # --- the state layout, driven as the agent drives it --------------------------------------------
 
+
 class Worker:
     """:meth:`JoinEngine.on_record` without Faust: one partition, mood spec with a hold."""
 
     def __init__(self) -> None:
         self.spec = spec()
         # a live worker: what it handled is on its way to the log (nothing goes again)
-        self.state = JoinState(self.spec, Overlay(MemoryIO(bytes_keys=False)),
-                               Overlay(MemoryIO()), Overlay(MemoryIO(bytes_keys=False)),
-                               emitted=lambda p, src: True)
+        self.state = JoinState(
+            self.spec,
+            Overlay(MemoryIO(bytes_keys=False)),
+            Overlay(MemoryIO()),
+            Overlay(MemoryIO(bytes_keys=False)),
+            emitted=lambda p, src: True,
+        )
         self.out: list[tuple[Any, int]] = []  # (revision, stream time when it was made)
         self.offset = 0
 
@@ -112,8 +138,9 @@ class Worker:
         src = [0 if kind == "e" else 1, self.offset]
         revs = st_.release_holds(P, clock, src)
         if kind == "e":
-            revs += st_.on_event(P, Event(key, f"{key}-{value}", t, (value,)), horizon,
-                                 horizon, src)[0]
+            revs += st_.on_event(
+                P, Event(key, f"{key}-{value}", t, (value,)), horizon, horizon, src
+            )[0]
         else:
             revs += st_.on_version(P, key, [t, value], horizon, horizon, src)
         self.out += [(r, clock) for r in revs]
@@ -134,9 +161,11 @@ class Worker:
         for key in ("k", "q"):
             for jk, raw in self.state.joins.scan(P, *join_range(key, None, None)):
                 _, t, jid = split_join_key(jk)
-                rows |= {k for k, enc, _ in hold_rows(P, key, t, jid, raw, self.state.np,
-                                                       self.state.nd)
-                         if enc is not None and k[:1] == kind}
+                rows |= {
+                    k
+                    for k, enc, _ in hold_rows(P, key, t, jid, raw, self.state.np, self.state.nd)
+                    if enc is not None and k[:1] == kind
+                }
         return rows
 
 
@@ -158,7 +187,9 @@ def test_scenario_a_version_within_the_hold_joins_the_first_answer():
     # 6. a mood of q before b corrects it (revision 2); q-c was still held: its first answer
     w.record("v", "q", 1000, "sad")
     assert [(r.id, r.revision, r.answer) for r, _ in w.out[3:]] == [
-        ("q-b", 2, ("sad",)), ("q-c", 1, ("sad",))]
+        ("q-b", 2, ("sad",)),
+        ("q-c", 1, ("sad",)),
+    ]
     assert w.index(HELD) == set()
 
 
@@ -178,9 +209,16 @@ def test_a_release_is_re_emitted_by_a_tick_until_it_is_known_delivered():
     assert w.index(RELEASED) == set() and len(w.out) == 2
 
 
-steps = st.lists(st.tuples(st.sampled_from(["v", "e", "e", "tick"]), st.integers(0, 400),
-                           st.sampled_from(["k", "q"]), st.sampled_from(["a", "b", "c"])),
-                 min_size=1, max_size=50)
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["v", "e", "e", "tick"]),
+        st.integers(0, 400),
+        st.sampled_from(["k", "q"]),
+        st.sampled_from(["a", "b", "c"]),
+    ),
+    min_size=1,
+    max_size=50,
+)
 
 
 @pytest.mark.unit
@@ -225,6 +263,7 @@ def test_no_first_answer_is_made_while_its_hold_could_still_join_a_version(steps
 
 # --- recovery: the held/released index rebuilt from the changelog's J rows -----------------------
 
+
 @pytest.fixture(params=["memory", "rocksdb"])
 def joins_table(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
     """A hold spec's joins table on each store, as app.topology declares it."""
@@ -234,12 +273,23 @@ def joins_table(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
     from app.joins.state import JoinsTable
     from app.state.range_scan import range_table
 
-    app = faust.App(f"hold-{request.param}", broker="kafka://127.0.0.1:1",
-                    store=f"{request.param}://", datadir=str(tmp_path))
-    table = range_table(app, "hold-joins", default=None, table_class=JoinsTable, partitions=4,
-                        key_type=bytes, schema=TableSchema(key_serializer="raw",
-                                                           value_serializer="json",
-                                                           decode=request.param == "memory"))
+    app = faust.App(
+        f"hold-{request.param}",
+        broker="kafka://127.0.0.1:1",
+        store=f"{request.param}://",
+        datadir=str(tmp_path),
+    )
+    table = range_table(
+        app,
+        "hold-joins",
+        default=None,
+        table_class=JoinsTable,
+        partitions=4,
+        key_type=bytes,
+        schema=TableSchema(
+            key_serializer="raw", value_serializer="json", decode=request.param == "memory"
+        ),
+    )
     w = Worker()
     table.hold_shape = (w.state.np, w.state.nd)
     return table
@@ -262,8 +312,9 @@ async def test_a_recovered_worker_knows_its_held_and_released_joins(joins_table)
     w.record("e", "z", 1075, "d")  # ends a's and b's holds; d itself held
     rows = [(k, v) for k, v in w.state.joins.scan(P, b"J", b"K")]
     gone = join_key("k", 999, "k-x")  # a join deleted since: its tombstone
-    await recover(joins_table, [(gone, [999, "x", None, None, 0, "arrival", None]), *rows,
-                                (gone, None)])
+    await recover(
+        joins_table, [(gone, [999, "x", None, None, 0, "arrival", None]), *rows, (gone, None)]
+    )
     for kind in (HELD, RELEASED):
         lo, hi = held_range(1, None, None, kind)  # recover() writes partition 1
         got = {k[5:] for k, _ in scan(joins_table, lo, hi, 1)}

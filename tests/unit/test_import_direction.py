@@ -40,9 +40,13 @@ def imported_packages(source: str) -> set[str]:
             out.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             out.add(node.module.split(".")[0])
-        elif (isinstance(node, ast.Call) and node.args
-              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-              and ast.unparse(node.func) in ("importlib.import_module", "import_module")):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and ast.unparse(node.func) in ("importlib.import_module", "import_module")
+        ):
             out.add(node.args[0].value.split(".")[0])
     return out
 
@@ -83,7 +87,8 @@ def test_the_check_fails_when_a_test_imports_a_benchmark(tmp_path):
     (tmp_path / "tests" / "t.py").write_text("def f():\n    from bench import throughput\n")
     assert one_way(tmp_path) == "bench -> tests: bench/b.py\ntests -> bench: tests/t.py"
     (tmp_path / "tests" / "t.py").write_text(
-        "import importlib\nimportlib.import_module('bench.chaos')\n")
+        "import importlib\nimportlib.import_module('bench.chaos')\n"
+    )
     assert one_way(tmp_path) is not None
 
 
@@ -95,8 +100,13 @@ FAUST = frozenset({"faust", "mode"})
 #: batch twin and the property tests run them), the parsers (the batch twin and the tools), and
 #: what the bootstrap's Spark executors import (they have no Faust): Kafka's partitioner and
 #: the broker connection, the snapshot store, one partition's state files
-FAUST_FREE = ("app/logic/", "app/inputs/records.py", "app/kafka/", "app/state/snapshot_store.py",
-              "app/batch/state_files.py")
+FAUST_FREE = (
+    "app/logic/",
+    "app/inputs/records.py",
+    "app/kafka/",
+    "app/state/snapshot_store.py",
+    "app/batch/state_files.py",
+)
 #: ``"app.x.y:Name"``: a name Faust (``symbol_by_name``) or a join spec imports from a string
 SYMBOL = re.compile(r"app(?:\.\w+)+:\w+(?:\.\w+)*")
 
@@ -174,7 +184,7 @@ def scan(root: Path) -> dict[str, Module]:
             elif isinstance(node, ast.ImportFrom):
                 source = node.module or ""
                 if node.level:  # relative: from the module's own package up
-                    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
                     source = ".".join(base + ([source] if source else []))
                 if source.split(".")[0] != "app":
                     if source:
@@ -189,13 +199,19 @@ def scan(root: Path) -> dict[str, Module]:
                         edge(resolve(source), node.lineno)
                     if _private(alias.name):
                         reach(node.lineno, resolve(source) or source, alias.name)
-            elif isinstance(node, ast.Call) and node.args \
-                    and ast.unparse(node.func) in ("importlib.import_module", "import_module") \
-                    and isinstance(node.args[0], ast.Constant) \
-                    and str(node.args[0].value).split(".")[0] == "app":
+            elif (
+                isinstance(node, ast.Call)
+                and node.args
+                and ast.unparse(node.func) in ("importlib.import_module", "import_module")
+                and isinstance(node.args[0], ast.Constant)
+                and str(node.args[0].value).split(".")[0] == "app"
+            ):
                 edge(resolve(node.args[0].value), node.lineno)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                    and SYMBOL.fullmatch(node.value):
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and SYMBOL.fullmatch(node.value)
+            ):
                 edge(resolve(node.value.partition(":")[0]), node.lineno)
         for node in ast.walk(tree):
             if not isinstance(node, ast.Attribute):
@@ -264,15 +280,18 @@ def import_cycles(modules: dict[str, Module]) -> list[str]:
         while path[-1] != start:
             path.append(came[path[-1]])
         path = [*reversed(path), start]
-        out.append(" -> ".join(f"{a} (line {modules[a].imports[b]})"
-                               for a, b in zip(path, path[1:])) + f" -> {start}")
+        out.append(
+            " -> ".join(f"{a} (line {modules[a].imports[b]})" for a, b in zip(path, path[1:]))
+            + f" -> {start}"
+        )
     return out
 
 
 def private_crossings(modules: dict[str, Module]) -> list[str]:
     """``path:line: app.x._y``: a private name of another app module, imported or read."""
-    return [f"{m.path}:{line}: {what}"
-            for m in modules.values() for line, what in sorted(m.private)]
+    return [
+        f"{m.path}:{line}: {what}" for m in modules.values() for line, what in sorted(m.private)
+    ]
 
 
 def faust_path(modules: dict[str, Module], start: str) -> str | None:
@@ -320,8 +339,10 @@ def test_app_has_no_import_cycle():
 
 def test_no_app_module_reaches_a_private_name_of_another():
     crossings = private_crossings(scan(ROOT))
-    assert crossings == [], ("a private name of another module (make it public, or give it "
-                             "one home):\n" + "\n".join(crossings))
+    assert crossings == [], (
+        "a private name of another module (make it public, or give it "
+        "one home):\n" + "\n".join(crossings)
+    )
 
 
 def test_what_runs_without_faust_imports_no_faust():
@@ -342,16 +363,20 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_check_fails_on_a_cycle_of_deferred_and_type_checking_imports(tmp_path):
-    root = _tree(tmp_path, {
-        "app/__init__.py": "",
-        "app/loop/__init__.py": "",
-        "app/loop/durable.py": "def run():\n    from app.loop import intake\n",
-        "app/loop/intake.py": "from typing import TYPE_CHECKING\n"
-                              "if TYPE_CHECKING:\n    from app.loop.durable import Engine\n",
-        "app/loop/types.py": "class Engine: ...\n",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "app/__init__.py": "",
+            "app/loop/__init__.py": "",
+            "app/loop/durable.py": "def run():\n    from app.loop import intake\n",
+            "app/loop/intake.py": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from app.loop.durable import Engine\n",
+            "app/loop/types.py": "class Engine: ...\n",
+        },
+    )
     assert import_cycles(scan(root)) == [
-        "app.loop.durable (line 2) -> app.loop.intake (line 3) -> app.loop.durable"]
+        "app.loop.durable (line 2) -> app.loop.intake (line 3) -> app.loop.durable"
+    ]
     (root / "app/loop/intake.py").write_text("from app.loop.types import Engine\n")
     assert import_cycles(scan(root)) == []
     # a package importing its own modules is no cycle; a module importing its package back is
@@ -366,38 +391,47 @@ def test_the_check_fails_on_a_cycle_of_deferred_and_type_checking_imports(tmp_pa
 
 
 def test_the_check_fails_on_a_private_name_of_another_module(tmp_path):
-    root = _tree(tmp_path, {
-        "app/__init__.py": "",
-        "app/views.py": "def _ident(url):\n    return url\n\ndef served():\n    return _ident(1)\n",
-        "app/timeline.py": "from app.views import served\n",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "app/__init__.py": "",
+            "app/views.py": "def _ident(url):\n    return url\n\ndef served():\n    return _ident(1)\n",
+            "app/timeline.py": "from app.views import served\n",
+        },
+    )
     assert private_crossings(scan(root)) == []  # its own private name: fine
     (root / "app/timeline.py").write_text("from app.views import _ident\n")
     assert private_crossings(scan(root)) == ["app/timeline.py:1: app.views._ident"]
-    (root / "app/timeline.py").write_text("def f():\n    from app import views\n"
-                                          "    return views._ident(1)\n")
+    (root / "app/timeline.py").write_text(
+        "def f():\n    from app import views\n    return views._ident(1)\n"
+    )
     assert private_crossings(scan(root)) == ["app/timeline.py:3: app.views._ident"]
     (root / "app/timeline.py").write_text("import app.views\nx = app.views._ident\n")
     assert private_crossings(scan(root)) == ["app/timeline.py:2: app.views._ident"]
 
 
 def test_the_check_fails_when_a_faust_free_module_reaches_faust(tmp_path):
-    root = _tree(tmp_path, {
-        "app/__init__.py": "",
-        "app/logic/__init__.py": "",
-        "app/logic/rules.py": "def f():\n    from app.kafka import security\n",
-        "app/kafka/__init__.py": "",
-        "app/kafka/security.py": "import ssl\n",
-        "app/inputs/records.py": "", "app/state/snapshot_store.py": "",
-        "app/batch/state_files.py": "",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "app/__init__.py": "",
+            "app/logic/__init__.py": "",
+            "app/logic/rules.py": "def f():\n    from app.kafka import security\n",
+            "app/kafka/__init__.py": "",
+            "app/kafka/security.py": "import ssl\n",
+            "app/inputs/records.py": "",
+            "app/state/snapshot_store.py": "",
+            "app/batch/state_files.py": "",
+        },
+    )
     assert faust_free_violations(scan(root)) == []
     # deferred, two modules away
     (root / "app/kafka/security.py").write_text("def f():\n    import faust\n")
     assert faust_free_violations(scan(root)) == [
         "app/kafka/security.py: app.kafka.security imports faust (line 2)",
         "app/logic/rules.py: app.logic.rules -> app.kafka.security (line 2) / "
-        "app.kafka.security imports faust (line 2)"]
+        "app.kafka.security imports faust (line 2)",
+    ]
     # through the package Python runs first
     (root / "app/kafka/security.py").write_text("")
     (root / "app/logic/__init__.py").write_text("from mode import Service\n")

@@ -46,14 +46,20 @@ def test_tls_with_a_ca_verifies_the_broker_and_its_host_name(certs):
 
 def test_tls_alone_trusts_the_system_store():
     auth = aiokafka_auth(settings(kafka_tls=True))
-    assert auth["security_protocol"] == "SSL" and auth["ssl_context"].verify_mode == ssl.CERT_REQUIRED
+    assert (
+        auth["security_protocol"] == "SSL" and auth["ssl_context"].verify_mode == ssl.CERT_REQUIRED
+    )
 
 
 def test_a_client_certificate_with_an_encrypted_key_and_its_password_file(certs, tmp_path):
     pw = tmp_path / "pw"
     pw.write_text(certs.client_key_password + "\n")
-    s = settings(kafka_tls_ca_file=certs.ca, kafka_tls_cert_file=certs.client_cert,
-                 kafka_tls_key_file=certs.client_key, kafka_tls_key_password_file=pw)
+    s = settings(
+        kafka_tls_ca_file=certs.ca,
+        kafka_tls_cert_file=certs.client_cert,
+        kafka_tls_key_file=certs.client_key,
+        kafka_tls_key_password_file=pw,
+    )
     assert aiokafka_auth(s)["security_protocol"] == "SSL"
     pw.write_text("wrong")
     with pytest.raises(KafkaSecurityError, match="cannot load the Kafka TLS files"):
@@ -66,19 +72,25 @@ def test_a_client_certificate_with_an_encrypted_key_and_its_password_file(certs,
 def test_sasl_without_tls_is_sasl_plaintext(mechanism, tmp_path):
     pw = tmp_path / "pw"
     pw.write_text("s3cret\n")
-    s = settings(kafka_sasl_mechanism=mechanism, kafka_sasl_username="etj",
-                 kafka_sasl_password_file=pw)
+    s = settings(
+        kafka_sasl_mechanism=mechanism, kafka_sasl_username="etj", kafka_sasl_password_file=pw
+    )
     creds = broker_credentials(s)
     assert isinstance(creds, faust.SASLCredentials) and creds.password == "s3cret"
-    assert aiokafka_auth(s) == {"security_protocol": "SASL_PLAINTEXT",
-                                "sasl_mechanism": mechanism, "sasl_plain_username": "etj",
-                                "sasl_plain_password": "s3cret", "ssl_context": None}
+    assert aiokafka_auth(s) == {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": "etj",
+        "sasl_plain_password": "s3cret",
+        "ssl_context": None,
+    }
 
 
 def test_sasl_over_tls_is_sasl_ssl_with_the_password_from_the_environment(certs, monkeypatch):
     monkeypatch.setenv("ETJ_KAFKA_SASL_PASSWORD", "from-env")
-    s = settings(kafka_tls_ca_file=certs.ca, kafka_sasl_mechanism="SCRAM-SHA-512",
-                 kafka_sasl_username="etj")
+    s = settings(
+        kafka_tls_ca_file=certs.ca, kafka_sasl_mechanism="SCRAM-SHA-512", kafka_sasl_username="etj"
+    )
     auth = aiokafka_auth(s)
     assert auth["security_protocol"] == "SASL_SSL" and auth["sasl_mechanism"] == "SCRAM-SHA-512"
     assert auth["sasl_plain_password"] == "from-env"
@@ -108,13 +120,18 @@ def test_sasl_without_a_user_or_password_is_refused():
 def test_the_faust_app_and_the_other_clients_get_the_same_credentials(tmp_path, certs):
     pw = tmp_path / "pw"
     pw.write_text("s3cret")
-    s = settings(kafka_tls_ca_file=certs.ca, kafka_sasl_mechanism="SCRAM-SHA-256",
-                 kafka_sasl_username="etj", kafka_sasl_password_file=pw,
-                 datadir=Path(tmp_path / "data"))
+    s = settings(
+        kafka_tls_ca_file=certs.ca,
+        kafka_sasl_mechanism="SCRAM-SHA-256",
+        kafka_sasl_username="etj",
+        kafka_sasl_password_file=pw,
+        datadir=Path(tmp_path / "data"),
+    )
     app = create_app(s)
     faust_side = credentials_to_aiokafka_auth(app.conf.broker_credentials, app.conf.ssl_context)
     ours = aiokafka_auth(s)
-    assert {k: v for k, v in faust_side.items() if k != "ssl_context"} == \
-        {k: v for k, v in ours.items() if k != "ssl_context"}
+    assert {k: v for k, v in faust_side.items() if k != "ssl_context"} == {
+        k: v for k, v in ours.items() if k != "ssl_context"
+    }
     assert faust_side["security_protocol"] == "SASL_SSL"
     assert isinstance(faust_side["ssl_context"], ssl.SSLContext)

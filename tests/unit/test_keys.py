@@ -19,8 +19,26 @@ from app.state.ordered_keys import (
 
 int64 = st.integers(INT64_MIN, INT64_MAX)
 # near the edges and around 0 / 2**32 on purpose: where naive encodings break
-edgy = st.one_of(int64, st.sampled_from([INT64_MIN, INT64_MIN + 1, -(2**32), -256, -1, 0, 1, 255,
-                                         256, 2**31 - 1, 2**32, INT64_MAX - 1, INT64_MAX]))
+edgy = st.one_of(
+    int64,
+    st.sampled_from(
+        [
+            INT64_MIN,
+            INT64_MIN + 1,
+            -(2**32),
+            -256,
+            -1,
+            0,
+            1,
+            255,
+            256,
+            2**31 - 1,
+            2**32,
+            INT64_MAX - 1,
+            INT64_MAX,
+        ]
+    ),
+)
 pairs = st.tuples(edgy, edgy)
 
 

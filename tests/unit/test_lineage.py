@@ -7,8 +7,14 @@ from __future__ import annotations
 import pytest
 
 from app.batch.jobs import backfill_source
-from app.logic.event_join import Event, JoinRules, KeyState, add_event, add_version, \
-    unsent_revisions
+from app.logic.event_join import (
+    Event,
+    JoinRules,
+    KeyState,
+    add_event,
+    add_version,
+    unsent_revisions,
+)
 
 
 @pytest.mark.unit
@@ -29,4 +35,5 @@ def test_re_emits_and_current_revisions_name_the_record_that_made_them():
 def test_a_backfill_names_the_archives_it_read():
     # the source column the backfill adds to what it writes and publishes (jobs.with_lineage)
     assert backfill_source(["b/moods", "a/events", "b/moods"]) == {
-        "backfill": ["a/events", "b/moods"]}
+        "backfill": ["a/events", "b/moods"]
+    }

@@ -37,9 +37,15 @@ def fresh_notes(monkeypatch):
 def batch(base: int, deltas: list[int]) -> bytes:
     """A record batch at ``base`` holding the records at ``base + delta`` (a missing delta: a
     record compaction removed)."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
     for delta in deltas:
         builder.append(delta, timestamp=1, key=b"k", value=b"v", headers=[])
     buf = builder.build()
@@ -63,9 +69,12 @@ LOG = batch(10, [0, 1, 2]) + batch(14, [0, 2])
 
 
 def faust_consumer(committed: int | None) -> SimpleNamespace:
-    return SimpleNamespace(_committed_offset=defaultdict(lambda: None, {TP: committed}),
-                           _gap=defaultdict(IntervalTree), _acked=defaultdict(list),
-                           _acked_index=defaultdict(set))
+    return SimpleNamespace(
+        _committed_offset=defaultdict(lambda: None, {TP: committed}),
+        _gap=defaultdict(IntervalTree),
+        _acked=defaultdict(list),
+        _acked_index=defaultdict(set),
+    )
 
 
 def counted(consumer: SimpleNamespace) -> list[int]:

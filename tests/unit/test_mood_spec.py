@@ -47,7 +47,11 @@ def test_scenario_late_mood_corrects_then_duplicate_changes_nothing():
     # 2. the mood at t=50 arrives late: the join is corrected at once
     [r2] = r.add(Mood("ann", "happy", 50))
     assert (r2["revision"], r2["mood"], r2["previous_mood"], r2["cause"]) == (
-        2, "happy", None, "late-dimension")
+        2,
+        "happy",
+        None,
+        "late-dimension",
+    )
     # 3. a mood after the recommendation changes nothing
     assert r.add(Mood("ann", "sad", 150)) == []
     # 4. a newer mood still before it wins, saying what it replaces
@@ -74,7 +78,8 @@ def test_revisit_reviews_recent_joins_and_purges_behind_the_horizon():
     s.joins["new"].answer = ["tampered"]  # state that disagrees with the moods
     revisions, purged = revisit(MOODS, s, "ann", review_from=30, horizon=25)
     assert [(r.id, r.answer, r.previous, r.cause) for r in revisions] == [
-        ("new", ("b",), ("tampered",), "revisit")]
+        ("new", ("b",), ("tampered",), "revisit")
+    ]
     assert list(s.joins) == ["new"] and purged.joins == 1
     assert s.history == [[20, "b"]] and purged.versions == 1
 
@@ -90,8 +95,13 @@ def test_revisit_outside_the_review_window_leaves_joins_alone():
 
 names = st.sampled_from(["ann", "bob", "cy"])
 moods = st.builds(Mood, names, st.sampled_from(["happy", "sad", "calm"]), st.integers(0, 40))
-recs = st.builds(Recommendation, names, st.sampled_from(["tea", "cake"]), st.integers(0, 40),
-                 st.one_of(st.none(), st.uuids().map(str)))
+recs = st.builds(
+    Recommendation,
+    names,
+    st.sampled_from(["tea", "cake"]),
+    st.integers(0, 40),
+    st.one_of(st.none(), st.uuids().map(str)),
+)
 
 
 @st.composite
@@ -111,8 +121,10 @@ def run(records: list[Any]) -> list[dict[str, Any]]:
 @given(arrivals())
 def test_latest_revision_per_id_equals_the_exact_answer(records):
     latest = {r["id"]: mood_answer(r) for r in run(records)}  # the last one wins
-    assert latest == exact_mood_joins([r for r in records if isinstance(r, Mood)],
-                                      [r for r in records if isinstance(r, Recommendation)])
+    assert latest == exact_mood_joins(
+        [r for r in records if isinstance(r, Mood)],
+        [r for r in records if isinstance(r, Recommendation)],
+    )
 
 
 @settings(max_examples=300, deadline=None)

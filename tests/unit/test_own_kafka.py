@@ -6,8 +6,11 @@ from __future__ import annotations
 from app.dev.local_broker import LocalBroker
 from tests.harness import Worker, make_names
 
-SASL = {"ETJ_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "ETJ_KAFKA_SASL_USERNAME": "etj",
-        "ETJ_KAFKA_SASL_PASSWORD": "s3cret"}
+SASL = {
+    "ETJ_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+    "ETJ_KAFKA_SASL_USERNAME": "etj",
+    "ETJ_KAFKA_SASL_PASSWORD": "s3cret",
+}
 
 
 def test_your_kafka_is_reached_with_the_worker_s_sasl_settings(monkeypatch, tmp_path):
@@ -16,9 +19,12 @@ def test_your_kafka_is_reached_with_the_worker_s_sasl_settings(monkeypatch, tmp_
         monkeypatch.setenv(k, v)
     broker = LocalBroker(log_dir=tmp_path)  # not started: no network here
     assert broker.external and broker.url == "kafka://kafka-1:9093,kafka://kafka-2:9093"
-    assert (broker.auth["security_protocol"], broker.auth["sasl_mechanism"],
-            broker.auth["sasl_plain_username"], broker.auth["sasl_plain_password"]) == (
-        "SASL_PLAINTEXT", "SCRAM-SHA-512", "etj", "s3cret")
+    assert (
+        broker.auth["security_protocol"],
+        broker.auth["sasl_mechanism"],
+        broker.auth["sasl_plain_username"],
+        broker.auth["sasl_plain_password"],
+    ) == ("SASL_PLAINTEXT", "SCRAM-SHA-512", "etj", "s3cret")
 
     # the tests' names of that broker carry the settings to workers and clients
     names = make_names(broker.url)

@@ -46,12 +46,19 @@ def prefetched() -> tuple[SimpleNamespace, dict]:
     states = {CHANGELOG: State(0), INPUT: State(437)}
     assignment = SimpleNamespace(active=True, state_value=states.__getitem__)
     fetcher = SimpleNamespace(
-        _subscriptions=SimpleNamespace(reassignment_in_progress=False, is_assigned=lambda tp: True,
-                                       fetch_context=contextlib.nullcontext),
-        _records={tp: FetchResult(tp, assignment=assignment, partition_records=Records(*span),
-                                  backoff=0)
-                  for tp, span in ((CHANGELOG, (0, 56)), (INPUT, (437, 1529)))},
-        _notify=lambda future: None, _wait_consume_future=None, _closed=False)
+        _subscriptions=SimpleNamespace(
+            reassignment_in_progress=False,
+            is_assigned=lambda tp: True,
+            fetch_context=contextlib.nullcontext,
+        ),
+        _records={
+            tp: FetchResult(tp, assignment=assignment, partition_records=Records(*span), backoff=0)
+            for tp, span in ((CHANGELOG, (0, 56)), (INPUT, (437, 1529)))
+        },
+        _notify=lambda future: None,
+        _wait_consume_future=None,
+        _closed=False,
+    )
     fetcher.fetched_records = types.MethodType(Fetcher.fetched_records, fetcher)
     return fetcher, states
 
@@ -63,7 +70,8 @@ def fetch(active: set | None) -> tuple[dict, dict]:
     consumer = SimpleNamespace(_fetcher=fetcher, _closed=False)
     got = asyncio.run(EtjConsumerThread._fetch_records(thread, consumer, active, timeout=0))
     return {tp: [r.offset for r in rs] for tp, rs in got.items()}, {
-        tp: s.position for tp, s in states.items()}
+        tp: s.position for tp, s in states.items()
+    }
 
 
 def test_upstream_hands_over_every_partition_when_faust_has_paused_them_all():

@@ -40,8 +40,7 @@ async def test_unthreaded_messages_wait_in_pending_and_the_setting_is_read_once(
 async def test_threaded_messages_go_to_the_threaded_producers_queue():
     b, conf = buffer(threaded=True)
     queue: asyncio.Queue = asyncio.Queue()
-    b.threaded_producer = SimpleNamespace(event_queue=queue,
-                                          thread_loop=asyncio.get_running_loop())
+    b.threaded_producer = SimpleNamespace(event_queue=queue, thread_loop=asyncio.get_running_loop())
     assert b.size == 0  # no queue yet
     b.put("m")
     for _ in range(3):

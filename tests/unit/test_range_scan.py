@@ -7,19 +7,26 @@ the two ways a worker fills them: live writes while handling an event, and chang
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import faust
 import pytest
-from faust.streams import _current_event
 from faust.exceptions import ImproperlyConfigured
 from faust.stores.rocksdb import Store as RocksDBStore
+from faust.streams import _current_event
 from faust.types import TP, Message
 
-from app.state.ordered_keys import INT64_MAX, INT64_MIN, decode_zone_car, encode_zone_car, zone_prefix
+from app.state.ordered_keys import (
+    INT64_MAX,
+    INT64_MIN,
+    decode_zone_car,
+    encode_zone_car,
+    zone_prefix,
+)
 from app.state.range_scan import RangeTable, SortedMemoryStore, range_table, scan, scan_prefix
 
 PARTITION = 1
@@ -64,8 +71,9 @@ def value_of(zone: int, car: int) -> list[int]:
 
 
 def make_table(store: str, datadir: Path) -> faust.Table:
-    app = faust.App(f"range-{store}", broker="kafka://127.0.0.1:1", store=f"{store}://",
-                    datadir=str(datadir))
+    app = faust.App(
+        f"range-{store}", broker="kafka://127.0.0.1:1", store=f"{store}://", datadir=str(datadir)
+    )
     return range_table(app, "zone-cars", default=None, partitions=4)
 
 
@@ -120,12 +128,24 @@ async def recover(table: faust.Table, records: list[tuple[bytes, Any]]) -> None:
     events = []
     for offset, (key, value) in enumerate(records):
         raw_key = serializers.dumps_key(table.key_type, key, serializer=table.key_serializer)
-        raw_value = None if value is None else serializers.dumps_value(
-            table.value_type, value, serializer=table.value_serializer)
-        message = Message(topic=table.changelog_topic.get_topic_name(), partition=PARTITION,
-                          offset=offset, timestamp=0.0, timestamp_type=0, headers=None,
-                          key=raw_key, value=raw_value, checksum=b"",
-                          serialized_key_size=len(raw_key), serialized_value_size=0)
+        raw_value = (
+            None
+            if value is None
+            else serializers.dumps_value(table.value_type, value, serializer=table.value_serializer)
+        )
+        message = Message(
+            topic=table.changelog_topic.get_topic_name(),
+            partition=PARTITION,
+            offset=offset,
+            timestamp=0.0,
+            timestamp_type=0,
+            headers=None,
+            key=raw_key,
+            value=raw_value,
+            checksum=b"",
+            serialized_key_size=len(raw_key),
+            serialized_value_size=0,
+        )
         events.append(await table.changelog_topic.decode(message, propagate=True))
     table.apply_changelog_batch(events)
 
@@ -155,7 +175,10 @@ def test_scan_of_a_key_range_is_half_open(table, in_event):
     write_live(table)
     lo, hi = encode_zone_car(ZONE, 7), encode_zone_car(ZONE, 2**32)
     assert [decode_zone_car(k) for k, _ in scan(table, lo, hi, PARTITION)] == [
-        (ZONE, 7), (ZONE, 255), (ZONE, 256)]
+        (ZONE, 7),
+        (ZONE, 255),
+        (ZONE, 256),
+    ]
 
 
 def test_deletes_leave_the_range(table, in_event):
@@ -167,11 +190,15 @@ def test_deletes_leave_the_range(table, in_event):
 
 async def test_recovery_from_the_changelog_rebuilds_the_ordered_index(table):
     records: list[tuple[bytes, Any]] = [
-        (encode_zone_car(zone, car), value_of(zone, car)) for zone, cars in CARS.items()
-        for car in reversed(cars)]
-    records += [(encode_zone_car(ZONE, 7), None),  # tombstone: the car left
-                (encode_zone_car(ZONE + 1, 0), None),
-                (encode_zone_car(ZONE, 9), value_of(ZONE, 9))]  # a car arrived later
+        (encode_zone_car(zone, car), value_of(zone, car))
+        for zone, cars in CARS.items()
+        for car in reversed(cars)
+    ]
+    records += [
+        (encode_zone_car(ZONE, 7), None),  # tombstone: the car left
+        (encode_zone_car(ZONE + 1, 0), None),
+        (encode_zone_car(ZONE, 9), value_of(ZONE, 9)),
+    ]  # a car arrived later
     await recover(table, records)
     assert [k[1] for k, _ in zone_scan(table, ZONE)] == [0, 1, 9, 255, 256, 2**32, INT64_MAX]
     assert [k[1] for k, _ in zone_scan(table, ZONE + 1)] == [INT64_MIN, 1]
@@ -197,7 +224,7 @@ def test_memory_scan_never_walks_the_whole_table(memory_table, in_event):
     write_live(table)
 
     class NoFullScan(type(table.data.data)):  # type: ignore[misc]
-        def __iter__(self):  # noqa: D401
+        def __iter__(self):
             raise AssertionError("full-table iteration")
 
         keys = values = items = __iter__
@@ -207,8 +234,7 @@ def test_memory_scan_never_walks_the_whole_table(memory_table, in_event):
 
 
 def test_a_table_without_the_range_store_is_refused(tmp_path):
-    app = faust.App("plain", broker="kafka://127.0.0.1:1", store="memory://",
-                    datadir=str(tmp_path))
+    app = faust.App("plain", broker="kafka://127.0.0.1:1", store="memory://", datadir=str(tmp_path))
     plain = app.Table("plain", default=None)
     with pytest.raises(TypeError, match="cannot scan"):
         list(scan(plain, b"", None, 0))

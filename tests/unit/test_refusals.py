@@ -10,8 +10,8 @@ import pytest
 from aiokafka import errors as E
 from faust.exceptions import ProducerSendError
 
-from app.outputs import delivery
 from app.compat import producer as etj_producer
+from app.outputs import delivery
 from tests.harness import Stopped
 
 etj_producer.register_broker_errors()
@@ -27,30 +27,48 @@ def wrapped(exc: BaseException) -> ProducerSendError:
 
 CLIENT_SIDE_TOO_LARGE = E.MessageSizeTooLargeError(
     "The message is 2000088 bytes when serialized which is larger than the maximum request "
-    "size you have configured with the max_request_size configuration")
+    "size you have configured with the max_request_size configuration"
+)
 
 
-@pytest.mark.parametrize("exc", [
-    CLIENT_SIDE_TOO_LARGE,  # raised by send(): over the producer's max_request_size
-    wrapped(CLIENT_SIDE_TOO_LARGE),  # ... as Faust's producer raises it
-    E.for_code(10)(),  # MESSAGE_TOO_LARGE from the broker: over the topic's max.message.bytes
-    E.for_code(18)(),  # RECORD_LIST_TOO_LARGE
-    E.for_code(2)(),  # CORRUPT_MESSAGE
-    E.for_code(87)(),  # INVALID_RECORD (unknown to aiokafka 0.14: registered by delivery)
-], ids=repr)
+@pytest.mark.parametrize(
+    "exc",
+    [
+        CLIENT_SIDE_TOO_LARGE,  # raised by send(): over the producer's max_request_size
+        wrapped(CLIENT_SIDE_TOO_LARGE),  # ... as Faust's producer raises it
+        E.for_code(10)(),  # MESSAGE_TOO_LARGE from the broker: over the topic's max.message.bytes
+        E.for_code(18)(),  # RECORD_LIST_TOO_LARGE
+        E.for_code(2)(),  # CORRUPT_MESSAGE
+        E.for_code(87)(),  # INVALID_RECORD (unknown to aiokafka 0.14: registered by delivery)
+    ],
+    ids=repr,
+)
 def test_refusals_of_the_record_itself_are_for_good(exc):
     assert delivery.refused_for_good(exc)
 
 
-@pytest.mark.parametrize("exc", [
-    E.KafkaTimeoutError(),  # batch expired: broker stalled past the delivery timeout
-    E.RequestTimedOutError(), E.NotLeaderForPartitionError(), E.LeaderNotAvailableError(),
-    E.KafkaConnectionError(), E.NodeNotReadyError(), E.UnknownTopicOrPartitionError(),
-    E.NotEnoughReplicasError(),
-    E.TopicAuthorizationFailedError("t"),  # the deployment's: fixed by an operator
-    E.InvalidTopicError(), E.InvalidTimestampError(), E.UnknownError(), E.KafkaError(),
-    ProducerSendError("no cause"), wrapped(E.KafkaTimeoutError()), RuntimeError("bug"),
-], ids=repr)
+@pytest.mark.parametrize(
+    "exc",
+    [
+        E.KafkaTimeoutError(),  # batch expired: broker stalled past the delivery timeout
+        E.RequestTimedOutError(),
+        E.NotLeaderForPartitionError(),
+        E.LeaderNotAvailableError(),
+        E.KafkaConnectionError(),
+        E.NodeNotReadyError(),
+        E.UnknownTopicOrPartitionError(),
+        E.NotEnoughReplicasError(),
+        E.TopicAuthorizationFailedError("t"),  # the deployment's: fixed by an operator
+        E.InvalidTopicError(),
+        E.InvalidTimestampError(),
+        E.UnknownError(),
+        E.KafkaError(),
+        ProducerSendError("no cause"),
+        wrapped(E.KafkaTimeoutError()),
+        RuntimeError("bug"),
+    ],
+    ids=repr,
+)
 def test_transient_and_deployment_failures_are_not(exc):
     assert not delivery.refused_for_good(exc)
 
@@ -67,6 +85,7 @@ def test_invalid_record_is_known_to_aiokafka_once_installed():
 
 
 # --- send_direct / send_alone with a fake producer -----------------------------------------
+
 
 class FakeProducer:
     """Faust's producer: ``send`` raises ``raises`` or returns a future the test settles."""
@@ -102,7 +121,9 @@ async def test_refused_by_send_itself_fails_stop_when_not_refusable(exits, caplo
         await delivery.send_direct(app, "x-changelog", b"k", b"v", 0)
     assert exits == [delivery.EXIT_CODE]
     # it stops again after every restart: the log says what to change
-    assert "ETJ_PRODUCER_MAX_REQUEST_BYTES" in caplog.text and "per dimension version" in caplog.text
+    assert (
+        "ETJ_PRODUCER_MAX_REQUEST_BYTES" in caplog.text and "per dimension version" in caplog.text
+    )
 
 
 async def test_a_row_refused_later_by_the_broker_says_what_to_change(exits, caplog):
@@ -121,12 +142,15 @@ async def test_a_transient_send_error_fails_stop_even_when_refusable(exits):
     assert exits == [delivery.EXIT_CODE]
 
 
-@pytest.mark.parametrize("refusable,error,stops", [
-    (True, E.MessageSizeTooLargeError(), False),  # the caller dead-letters its input
-    (False, E.MessageSizeTooLargeError(), True),  # a changelog row
-    (True, E.KafkaTimeoutError(), True),
-    (True, E.TopicAuthorizationFailedError("out"), True),
-])
+@pytest.mark.parametrize(
+    "refusable,error,stops",
+    [
+        (True, E.MessageSizeTooLargeError(), False),  # the caller dead-letters its input
+        (False, E.MessageSizeTooLargeError(), True),  # a changelog row
+        (True, E.KafkaTimeoutError(), True),
+        (True, E.TopicAuthorizationFailedError("out"), True),
+    ],
+)
 async def test_a_future_that_fails_later(exits, refusable, error, stops):
     producer = FakeProducer()
     fut = await delivery.send_direct(FakeApp(producer), "out", b"k", b"v", refusable=refusable)
@@ -142,7 +166,7 @@ async def test_send_alone_applies_the_producers_size_check(exits):
     producer = aiokafka.AIOKafkaProducer(max_request_size=1000)  # not started: never sends
 
     class App:
-        class producer:  # noqa: N801 - Faust's producer wrapper
+        class producer:
             @staticmethod
             def _ensure_producer() -> Any:
                 return producer

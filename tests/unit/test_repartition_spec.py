@@ -12,7 +12,6 @@ import pytest
 from app.docgen.topics_doc import inventory
 from app.joins.spec import repartition_topic, resolve, resolve_all
 from app.settings import Settings
-
 from tests.unit.test_spec_shapes import refused, spec
 
 pytestmark = pytest.mark.unit
@@ -25,8 +24,11 @@ def repartitioned(**top: Any) -> dict[str, Any]:
 
 def test_a_repartitioned_side_reads_its_internal_topic_named_after_app_join_and_side():
     s = resolve(repartitioned(), app_id="shop")
-    assert s.events.repartition == "shop-views-events-repartition" == repartition_topic(
-        "shop", "views", "events")
+    assert (
+        s.events.repartition
+        == "shop-views-events-repartition"
+        == repartition_topic("shop", "views", "events")
+    )
     assert s.events.topic == "views"  # the user's topic: read by the hop, archived as it is
     assert s.inputs == ("shop-views-events-repartition", "tiers", "ticks")  # co-partitioned
     assert [x.topic for x in s.repartitioned] == ["views"]
@@ -37,8 +39,7 @@ def test_a_repartitioned_side_reads_its_internal_topic_named_after_app_join_and_
 
 def test_both_sides_may_be_repartitioned_and_default_is_off():
     s = resolve(spec(events={"repartition": True}, dimension={"repartition": True}))
-    assert s.inputs == ("etj-views-events-repartition", "etj-views-dimension-repartition",
-                        "ticks")
+    assert s.inputs == ("etj-views-events-repartition", "etj-views-dimension-repartition", "ticks")
     assert resolve(spec()).events.repartition is None
 
 
@@ -47,7 +48,11 @@ def test_the_topics_page_lists_the_repartition_topic_with_the_join_partition_cou
     uses = {u.topic: u for u in inventory(settings, resolve_all([repartitioned(partitions=6)]))}
     hop = uses["etj-views-events-repartition"]
     assert (hop.kind, hop.created_by, hop.partitions, hop.compacted) == (
-        "internal", "the worker", 6, False)
+        "internal",
+        "the worker",
+        6,
+        False,
+    )
     assert "Create" in hop.operations and "user.id" in hop.what
     # the user's topic is read by the hop: any key, any partition count
     assert uses["views"].partitions is None and "repartitioned" in uses["views"].what
@@ -56,34 +61,44 @@ def test_the_topics_page_lists_the_repartition_topic_with_the_join_partition_cou
 
 def test_refusals_name_the_spec_and_the_field():
     assert refused(spec(events={"repartition": "yes"})) == (
-        "join spec #1 'views': events.repartition: Input should be a valid boolean")
+        "join spec #1 'views': events.repartition: Input should be a valid boolean"
+    )
     with pytest.raises(Exception) as exc:
         resolve(repartitioned(), app_id="my app")
     assert str(exc.value) == (
         "join spec 'views': events.repartition: its topic 'my app-views-events-repartition' "
         "(<app id>-<join>-<side>-repartition) is not a valid Kafka topic name (letters, "
-        "digits, '.', '_', '-', at most 249): change ETJ_APP_ID")
+        "digits, '.', '_', '-', at most 249): change ETJ_APP_ID"
+    )
 
 
 def test_a_repartitioned_topic_read_by_another_join_is_refused():
-    other = spec(events={"topic": "views"}, dimension={"topic": "tiers2"}, name="other",
-                 output="out2", ticks="ticks2")
+    other = spec(
+        events={"topic": "views"},
+        dimension={"topic": "tiers2"},
+        name="other",
+        output="out2",
+        ticks="ticks2",
+    )
     other["tables"] = {"dimension": "o-d", "joins": "o-j", "clock": "o-c"}
     with pytest.raises(Exception) as exc:
         resolve_all([repartitioned(), other])
     assert str(exc.value) == (
         "join specs 'views' (events) and 'other' (events) both read views: a worker hands a "
-        "topic's records to one agent; give each join a topic of its own")
+        "topic's records to one agent; give each join a topic of its own"
+    )
 
 
 def test_a_repartition_topic_that_is_one_of_the_spec_own_topics_is_refused():
     assert refused(repartitioned(output="etj-views-events-repartition")) == (
         "join spec #1 'views': etj-views-events-repartition, the repartition topic of views, "
-        "is one of the spec's own topics")
+        "is one of the spec's own topics"
+    )
 
 
 def test_the_archive_of_a_repartitioned_side_is_its_own_topic_read_whatever_the_key(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """The batch twin keys by the field, never by the record key: ``archive`` of the side's own
     topic keeps records keyed by a session or not at all, as the hop reads them; a side without
     ``repartition`` still leaves out a record whose key disagrees."""
@@ -92,10 +107,20 @@ def test_the_archive_of_a_repartitioned_side_is_its_own_topic_read_whatever_the_
     from app.commands import archive as A
 
     path = tmp_path / "joins.json"
-    path.write_text(json.dumps([spec(events={
-        "repartition": True, "time_format": "epoch_ms",
-        "fields": {"id": "str", "user.id": "str", "page": "str", "at": "time"},
-        "copy": ["user.id", "page", "at"]})]))
+    path.write_text(
+        json.dumps(
+            [
+                spec(
+                    events={
+                        "repartition": True,
+                        "time_format": "epoch_ms",
+                        "fields": {"id": "str", "user.id": "str", "page": "str", "at": "time"},
+                        "copy": ["user.id", "page", "at"],
+                    }
+                )
+            ]
+        )
+    )
     monkeypatch.setattr(A, "settings", Settings(joins_file=path))
     sides = A.input_models()
     click = json.dumps({"id": "c1", "user": {"id": "u1"}, "page": "/", "at": 5}).encode()
@@ -114,8 +139,11 @@ def test_topics_create_plans_the_repartition_topic_with_the_join_count():
     settings = Settings.model_construct()
     uses = inventory(settings, resolve_all([repartitioned(partitions=6)], settings.app_id))
     todo, lines = plan(uses, {"views": 3, "tiers": 6}, inputs=False)
-    assert "create   etj-views-events-repartition (internal of views, 6 partitions, " \
-           "cleanup.policy=delete)" in lines
+    assert (
+        "create   etj-views-events-repartition (internal of views, 6 partitions, "
+        "cleanup.policy=delete)" in lines
+    )
     assert "exists   views" in lines  # 3 partitions: any count will do for a repartitioned side
     assert [u.topic for u in todo if u.topic.endswith("-repartition")] == [
-        "etj-views-events-repartition"]
+        "etj-views-events-repartition"
+    ]

@@ -36,9 +36,15 @@ def test_a_correction_moves_the_count_from_the_old_mood_to_the_new():
 
 
 def test_repeated_and_stale_revisions_never_count_twice():
-    c = fold([rev("a", 1, "x", None), rev("a", 1, "x", None),  # producer retry
-              rev("a", 2, "y", "x"), rev("a", 2, "y", "x"),  # re-emitted after a restart
-              rev("a", 1, "x", None)])  # a replayed old revision after a newer one
+    c = fold(
+        [
+            rev("a", 1, "x", None),
+            rev("a", 1, "x", None),  # producer retry
+            rev("a", 2, "y", "x"),
+            rev("a", 2, "y", "x"),  # re-emitted after a restart
+            rev("a", 1, "x", None),
+        ]
+    )  # a replayed old revision after a newer one
     assert c.as_dict() == {"y": 1}
     assert c.ignored == 3 and c.mismatches == 0
 
@@ -63,16 +69,28 @@ def test_previous_mood_that_disagrees_with_the_count_is_reported():
 
 inputs = st.lists(
     st.one_of(
-        st.tuples(st.just("mood"), st.sampled_from("ab"), st.integers(0, 40),
-                  st.sampled_from(["europe", "africa", "asia"])),
-        st.tuples(st.just("rec"), st.sampled_from("ab"), st.integers(0, 40),
-                  st.sampled_from(["tea", "map"])),
+        st.tuples(
+            st.just("mood"),
+            st.sampled_from("ab"),
+            st.integers(0, 40),
+            st.sampled_from(["europe", "africa", "asia"]),
+        ),
+        st.tuples(
+            st.just("rec"),
+            st.sampled_from("ab"),
+            st.integers(0, 40),
+            st.sampled_from(["tea", "map"]),
+        ),
     ),
-    min_size=1, max_size=40)
+    min_size=1,
+    max_size=40,
+)
 
 
-def revision_log(records: list[tuple[str, str, int, str]], rng: random.Random,
-                 ) -> list[dict[str, Any]]:
+def revision_log(
+    records: list[tuple[str, str, int, str]],
+    rng: random.Random,
+) -> list[dict[str, Any]]:
     """Run the join in ``records`` order, with the faults of an at-least-once pipeline:
     outputs repeated (producer retry) and, now and then, every current revision re-emitted
     (what a worker does after a restart)."""
@@ -99,7 +117,8 @@ def test_fold_equals_counts_over_the_exact_answer_for_any_arrival_and_delivery(r
 
     exact = exact_mood_joins(
         [Mood(w, x, t) for k, w, t, x in records if k == "mood"],
-        [Recommendation(w, x, t) for k, w, t, x in records if k == "rec"])
+        [Recommendation(w, x, t) for k, w, t, x in records if k == "rec"],
+    )
     c = fold(log)
     assert c.as_dict() == counts_of_answers(a[4] for a in exact.values())
     assert c.mismatches == 0  # consecutive revisions always say what they replace

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from faust.stores.rocksdb import RocksDBOptions
 
-from app.compat.rocksdb_memory import SharedBudgetOptions
-
 from app.compat import rocksdb_memory
+from app.compat.rocksdb_memory import SharedBudgetOptions
 from app.faust_app import settings
 
 MB = 1 << 20
@@ -20,8 +19,9 @@ def test_databases_opened_through_faust_share_the_workers_memory_budgets(tmp_pat
     budget = buffers.get_buffer_size()
     assert budget == settings.rocksdb_memtables_mb * MB
     # as Faust opens a table partition (faust.stores.rocksdb.Store._open_for_partition)
-    options = SharedBudgetOptions(write_buffer_size=4 * MB, max_write_buffer_number=2,
-                                  use_rocksdict=True)
+    options = SharedBudgetOptions(
+        write_buffer_size=4 * MB, max_write_buffer_number=2, use_rocksdict=True
+    )
     dbs = [options.open(tmp_path / f"table-{i}.db") for i in range(12)]
     value = b"x" * 200
     per_db = (budget * 2) // len(dbs) // len(value)  # twice the budget in all, 8 MB+ per db
@@ -56,5 +56,11 @@ def test_every_rocksdb_store_of_etjs_tables_uses_the_shared_budgets(tmp_path):
         options = table.data.rocksdb_options
         assert type(options) is SharedBudgetOptions
         assert options.use_rocksdict and options.write_buffer_size > 0  # Faust's own options
-    assert type(faust.App("t-plain", store="rocksdb://", datadir=str(tmp_path)).Table(
-        "p", default=None).data.rocksdb_options) is RocksDBOptions  # upstream's, untouched
+    assert (
+        type(
+            faust.App("t-plain", store="rocksdb://", datadir=str(tmp_path))
+            .Table("p", default=None)
+            .data.rocksdb_options
+        )
+        is RocksDBOptions
+    )  # upstream's, untouched

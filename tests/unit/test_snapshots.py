@@ -11,8 +11,16 @@ from pathlib import Path
 import pytest
 import rocksdict
 
-from app.state.snapshot_store import (FORMAT, Manifest, SnapshotError, Snapshots, fingerprint, open_store,
-                           read_offset, refusal)
+from app.state.snapshot_store import (
+    FORMAT,
+    Manifest,
+    SnapshotError,
+    Snapshots,
+    fingerprint,
+    open_store,
+    read_offset,
+    refusal,
+)
 
 OFFSET_KEY = b"__faust\0offset__"  # faust.stores.rocksdb.Store.offset_key
 TOPIC = "etj-mood-history-changelog"
@@ -88,8 +96,9 @@ def test_newest_is_last_by_offset_and_prune_keeps_the_newest(tmp_path, snaps):
 def test_a_damaged_snapshot_is_refused_on_download(tmp_path, snaps, damage):
     m = snaps.upload(checkpoint(tmp_path, ROWS, 499), TOPIC, 0, 499, "f")
     root = tmp_path / "store" / m.prefix
-    victim = max((p for p in root.iterdir() if p.name != "manifest.json"),
-                 key=lambda p: p.stat().st_size)
+    victim = max(
+        (p for p in root.iterdir() if p.name != "manifest.json"), key=lambda p: p.stat().st_size
+    )
     data = victim.read_bytes()
     if damage == "truncate":
         victim.write_bytes(data[: len(data) // 2])
@@ -118,15 +127,18 @@ def m_at(offset: int, fp: str = "f", fmt: int = FORMAT) -> Manifest:
     return Manifest(TOPIC, 0, offset, fp, 0, {}, fmt)
 
 
-@pytest.mark.parametrize("manifest, earliest, highwater, reason", [
-    (m_at(99), 0, 150, None),
-    (m_at(99), 100, 150, None),  # the next record (100) is the first kept: usable
-    (m_at(99), 101, 150, "older than the changelog's retention"),
-    (m_at(99, fp="g"), 0, 150, "table layout"),
-    (m_at(99, fmt=FORMAT + 1), 0, 150, "manifest format"),
-    (m_at(150), 0, 150, "ahead of the changelog"),
-    (m_at(99), None, 150, "unknown"),
-])
+@pytest.mark.parametrize(
+    "manifest, earliest, highwater, reason",
+    [
+        (m_at(99), 0, 150, None),
+        (m_at(99), 100, 150, None),  # the next record (100) is the first kept: usable
+        (m_at(99), 101, 150, "older than the changelog's retention"),
+        (m_at(99, fp="g"), 0, 150, "table layout"),
+        (m_at(99, fmt=FORMAT + 1), 0, 150, "manifest format"),
+        (m_at(150), 0, 150, "ahead of the changelog"),
+        (m_at(99), None, 150, "unknown"),
+    ],
+)
 def test_refusal(manifest, earliest, highwater, reason):
     got = refusal(manifest, fingerprint="f", earliest=earliest, highwater=highwater)
     assert (got is None) if reason is None else (reason in got)
@@ -159,8 +171,7 @@ def test_s3_store_on_moto(tmp_path, monkeypatch):
         snaps = Snapshots("s3://snaps/etj/prod")
         for offset in (10, 20):
             snaps.upload(checkpoint(tmp_path, ROWS, offset, f"cp{offset}"), TOPIC, 3, offset, "f")
-        keys = [k["Key"] for k in boto3.client("s3").list_objects_v2(
-            Bucket="snaps")["Contents"]]
+        keys = [k["Key"] for k in boto3.client("s3").list_objects_v2(Bucket="snaps")["Contents"]]
         assert all(k.startswith(f"etj/prod/{TOPIC}/3/") for k in keys)
         assert [m.offset for m in snaps.list()] == [10, 20]
         oldest = snaps.list(TOPIC, 3)[0]
@@ -175,8 +186,20 @@ def test_s3_store_on_moto(tmp_path, monkeypatch):
 def test_the_snapshots_command_prints_one_row_per_snapshot():
     from app.commands.snapshots import lines
 
-    got = lines([Manifest(TOPIC, 1, 4242, "f", 1_790_000_000_000,
-                          {"a.sst": {"size": 1234567, "sha256": ""}})])
+    got = lines(
+        [
+            Manifest(
+                TOPIC, 1, 4242, "f", 1_790_000_000_000, {"a.sst": {"size": 1234567, "sha256": ""}}
+            )
+        ]
+    )
     assert got[0].split() == ["table", "partition", "offset", "taken", "(UTC)", "bytes", "id"]
-    assert got[1].split() == [TOPIC, "1", "4242", "2026-09-21", "14:13:20", "1,234,567",
-                              "00000000000000004242-1790000000000"]
+    assert got[1].split() == [
+        TOPIC,
+        "1",
+        "4242",
+        "2026-09-21",
+        "14:13:20",
+        "1,234,567",
+        "00000000000000004242-1790000000000",
+    ]

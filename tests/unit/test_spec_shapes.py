@@ -15,20 +15,38 @@ from app.joins.spec import SpecError, resolve, resolve_all
 pytestmark = pytest.mark.unit
 
 
-def spec(events: dict[str, Any] | None = None, dimension: dict[str, Any] | None = None,
-         **top: Any) -> dict[str, Any]:
+def spec(
+    events: dict[str, Any] | None = None, dimension: dict[str, Any] | None = None, **top: Any
+) -> dict[str, Any]:
     """Page views (nested user, ISO time) × user tiers timed by the Kafka timestamp."""
-    ev = {"topic": "views", "key": "user.id", "time": "at", "time_format": "iso8601",
-          "id": "id", "fields": {"id": "str", "user.id": "str", "user.tier": "str?",
-                                 "page": "str", "at": "time"},
-          "copy": ["user.id", "user.tier", {"page": "path"}, "at"]}
-    dim = {"topic": "tiers", "key": "user_id", "time": "$timestamp",
-           "fields": {"user_id": "str", "tier": "str"}, "copy": ["tier"],
-           "time_as": "tier_time"}
+    ev = {
+        "topic": "views",
+        "key": "user.id",
+        "time": "at",
+        "time_format": "iso8601",
+        "id": "id",
+        "fields": {"id": "str", "user.id": "str", "user.tier": "str?", "page": "str", "at": "time"},
+        "copy": ["user.id", "user.tier", {"page": "path"}, "at"],
+    }
+    dim = {
+        "topic": "tiers",
+        "key": "user_id",
+        "time": "$timestamp",
+        "fields": {"user_id": "str", "tier": "str"},
+        "copy": ["tier"],
+        "time_as": "tier_time",
+    }
     ev.update(events or {})
     dim.update(dimension or {})
-    return {"name": "views", "events": ev, "dimension": dim, "output": "out", "ticks": "ticks",
-            "retention_ms": 10**9, **top}
+    return {
+        "name": "views",
+        "events": ev,
+        "dimension": dim,
+        "output": "out",
+        "ticks": "ticks",
+        "retention_ms": 10**9,
+        **top,
+    }
 
 
 def refused(raw: dict[str, Any]) -> str:
@@ -46,32 +64,63 @@ def test_nested_fields_land_under_their_path_with_underscores_unless_renamed():
     assert s.output_fields[:5] == ("id", "user_id", "user_tier", "path", "at")
     assert s.events.shaped and s.dimension.shaped
     parse = s.events.parser()
-    rec = parse(b"u1", value({"id": "v1", "user": {"id": "u1", "tier": "gold"}, "page": "/",
-                              "at": "2026-01-01T00:00:00.250+01:00"}))
+    rec = parse(
+        b"u1",
+        value(
+            {
+                "id": "v1",
+                "user": {"id": "u1", "tier": "gold"},
+                "page": "/",
+                "at": "2026-01-01T00:00:00.250+01:00",
+            }
+        ),
+    )
     e = s.event_of(rec)
     assert (e.key, e.id, e.event_time) == ("u1", "v1", iso_to_ms("2025-12-31T23:00:00.25Z"))
     assert e.event_time == 1767222000250
 
 
 def test_an_optional_nested_field_under_a_missing_parent_is_null():
-    parse = resolve(spec(events={"key": "id", "fields": {
-        "id": "str", "user.tier": "str?", "page": "str", "at": "time", "user.id": "str?"}}
-    )).events.parser()
+    parse = resolve(
+        spec(
+            events={
+                "key": "id",
+                "fields": {
+                    "id": "str",
+                    "user.tier": "str?",
+                    "page": "str",
+                    "at": "time",
+                    "user.id": "str?",
+                },
+            }
+        )
+    ).events.parser()
     rec = parse(b"v1", value({"id": "v1", "page": "/", "at": "2026-01-01T00:00:00Z"}))
     assert rec.user_tier is None and rec.user_id is None
 
 
-@pytest.mark.parametrize("record, reason", [
-    ({"id": "v1", "page": "/", "at": "2026-01-01T00:00:00Z"}, "user.id: missing"),
-    ({"id": "v1", "user": 5, "page": "/", "at": "2026-01-01T00:00:00Z"},
-     "user.id: user is number, not an object"),
-    ({"id": "v1", "user": {"id": "u1"}, "page": "/", "at": "2026-01-01T00:00:00"},
-     "has no time zone"),
-    ({"id": "v1", "user": {"id": "u1"}, "page": "/", "at": "yesterday"},
-     "is not an ISO-8601 time"),
-    ({"id": "v1", "user": {"id": "u2"}, "page": "/", "at": "2026-01-01T00:00:00Z"},
-     "key 'u1' disagrees with user.id 'u2'"),
-])
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        ({"id": "v1", "page": "/", "at": "2026-01-01T00:00:00Z"}, "user.id: missing"),
+        (
+            {"id": "v1", "user": 5, "page": "/", "at": "2026-01-01T00:00:00Z"},
+            "user.id: user is number, not an object",
+        ),
+        (
+            {"id": "v1", "user": {"id": "u1"}, "page": "/", "at": "2026-01-01T00:00:00"},
+            "has no time zone",
+        ),
+        (
+            {"id": "v1", "user": {"id": "u1"}, "page": "/", "at": "yesterday"},
+            "is not an ISO-8601 time",
+        ),
+        (
+            {"id": "v1", "user": {"id": "u2"}, "page": "/", "at": "2026-01-01T00:00:00Z"},
+            "key 'u1' disagrees with user.id 'u2'",
+        ),
+    ],
+)
 def test_a_record_that_does_not_fit_is_refused_with_the_path_named(record, reason):
     parse = resolve(spec()).events.parser()
     with pytest.raises(InvalidRecord) as exc:
@@ -87,49 +136,99 @@ def test_the_kafka_timestamp_times_a_side_and_a_record_without_one_is_refused():
         parse(b"u1", value({"user_id": "u1", "tier": "gold"}), None)
 
 
-@pytest.mark.parametrize("fmt, raw, ms", [
-    ("epoch_ms", 1500, 1500), ("epoch_s", 1.5, 1500), ("epoch_s", 2, 2000),
-    ("epoch_s", 1.0005, 1001), ("epoch_us", 1_500_999, 1500),
-    ("iso8601", "1970-01-01T00:00:01.5Z", 1500), ("iso8601", "1970-01-01 01:00:01-00:00", 3601000),
-    ("iso8601", "1970-01-01T00:00:01.123999Z", 1123),
-])
+@pytest.mark.parametrize(
+    "fmt, raw, ms",
+    [
+        ("epoch_ms", 1500, 1500),
+        ("epoch_s", 1.5, 1500),
+        ("epoch_s", 2, 2000),
+        ("epoch_s", 1.0005, 1001),
+        ("epoch_us", 1_500_999, 1500),
+        ("iso8601", "1970-01-01T00:00:01.5Z", 1500),
+        ("iso8601", "1970-01-01 01:00:01-00:00", 3601000),
+        ("iso8601", "1970-01-01T00:00:01.123999Z", 1123),
+    ],
+)
 def test_time_formats_convert_to_epoch_ms(fmt, raw, ms):
     assert convert_time(raw, fmt) == ms
 
 
-@pytest.mark.parametrize("fmt, raw", [("epoch_s", -1), ("epoch_us", -1),
-                                      ("iso8601", "2026-13-01T00:00:00Z")])
+@pytest.mark.parametrize(
+    "fmt, raw", [("epoch_s", -1), ("epoch_us", -1), ("iso8601", "2026-13-01T00:00:00Z")]
+)
 def test_times_that_are_not_times_are_refused(fmt, raw):
     with pytest.raises(InvalidRecord):
         convert_time(raw, fmt)
 
 
 def test_a_flat_epoch_ms_side_keeps_the_fast_parser():
-    s = resolve(spec(events={"key": "id", "time": "at", "time_format": "epoch_ms",
-                             "fields": {"id": "str", "page": "str", "at": "time"},
-                             "copy": ["page", "at"]}))
+    s = resolve(
+        spec(
+            events={
+                "key": "id",
+                "time": "at",
+                "time_format": "epoch_ms",
+                "fields": {"id": "str", "page": "str", "at": "time"},
+                "copy": ["page", "at"],
+            }
+        )
+    )
     assert not s.events.shaped
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"events": {"copy": ["user.nmae"]}},
-     "join spec #1 'views': events.copy names 'user.nmae', a field views records do not have"),
-    ({"events": {"time_format": "epoch_ns"}}, "events.time_format: Input should be"),
-    ({"events": {"fields": {"id": "str", "user.id": "str", "user_id": "str", "page": "str",
-                            "at": "time"}, "copy": ["page"]}},
-     "events: 'user.id' and 'user_id' would both be the field 'user_id'"),
-    ({"events": {"fields": {"id": "str", "user..id": "str", "page": "str", "at": "time"}}},
-     "events.fields: 'user..id' is not a usable field name"),
-    ({"dimension": {"key": "$timestamp"}}, "dimension.key: $timestamp is the record's Kafka"),
-    ({"dimension": {"time_format": "epoch_s"}}, "dimension.time_format 'epoch_s': the Kafka "
-                                                "timestamp ($timestamp) is epoch ms"),
-    ({"start": "2026-01-01T00:00:00"}, "join spec #1 'views': start: '2026-01-01T00:00:00' has "
-                                       "no time zone"),
-    ({"events": {"start": "soon"}}, "events.start: 'soon' is not an ISO-8601 time"),
-    ({"events": {"model": "app.inputs.records:MoodIn", "fields": None, "key": "name",
-                 "time": "event_time", "time_format": "epoch_s", "copy": ["mood"], "id": None}},
-     "events: time_format epoch_s needs 'fields', not 'model'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"events": {"copy": ["user.nmae"]}},
+            "join spec #1 'views': events.copy names 'user.nmae', a field views records do not have",
+        ),
+        ({"events": {"time_format": "epoch_ns"}}, "events.time_format: Input should be"),
+        (
+            {
+                "events": {
+                    "fields": {
+                        "id": "str",
+                        "user.id": "str",
+                        "user_id": "str",
+                        "page": "str",
+                        "at": "time",
+                    },
+                    "copy": ["page"],
+                }
+            },
+            "events: 'user.id' and 'user_id' would both be the field 'user_id'",
+        ),
+        (
+            {"events": {"fields": {"id": "str", "user..id": "str", "page": "str", "at": "time"}}},
+            "events.fields: 'user..id' is not a usable field name",
+        ),
+        ({"dimension": {"key": "$timestamp"}}, "dimension.key: $timestamp is the record's Kafka"),
+        (
+            {"dimension": {"time_format": "epoch_s"}},
+            "dimension.time_format 'epoch_s': the Kafka timestamp ($timestamp) is epoch ms",
+        ),
+        (
+            {"start": "2026-01-01T00:00:00"},
+            "join spec #1 'views': start: '2026-01-01T00:00:00' has no time zone",
+        ),
+        ({"events": {"start": "soon"}}, "events.start: 'soon' is not an ISO-8601 time"),
+        (
+            {
+                "events": {
+                    "model": "app.inputs.records:MoodIn",
+                    "fields": None,
+                    "key": "name",
+                    "time": "event_time",
+                    "time_format": "epoch_s",
+                    "copy": ["mood"],
+                    "id": None,
+                }
+            },
+            "events: time_format epoch_s needs 'fields', not 'model'",
+        ),
+    ],
+)
 def test_every_new_setting_is_validated_naming_the_spec_and_the_field(change, message):
     raw = spec()
     for side in ("events", "dimension"):
@@ -144,10 +243,12 @@ def test_start_is_per_side_and_a_topic_has_one_start():
     s = resolve(spec(events={"start": "2026-01-01T00:00:00Z"}))
     assert (s.events.start, s.dimension.start) == (1767225600000, "earliest")
     other = spec(name="other", output="out2", ticks="ticks2", start="latest")
-    with pytest.raises(SpecError, match="both read views: a worker hands a topic's records to one "
-                                        "agent"):
-        resolve_all([spec(), {**other, "tables": {"dimension": "o-d", "joins": "o-j",
-                                                  "clock": "o-c"}}])
+    with pytest.raises(
+        SpecError, match="both read views: a worker hands a topic's records to one agent"
+    ):
+        resolve_all(
+            [spec(), {**other, "tables": {"dimension": "o-d", "joins": "o-j", "clock": "o-c"}}]
+        )
 
 
 def test_archive_writes_a_shaped_side_flat_as_the_worker_reads_it(monkeypatch, tmp_path):
@@ -162,11 +263,21 @@ def test_archive_writes_a_shaped_side_flat_as_the_worker_reads_it(monkeypatch, t
     monkeypatch.setattr(A, "settings", Settings(joins_file=path))
     sides = A.input_models()
     views = sides["views"]
-    got = A.archive_value(views, b"u1", value({"id": "v1", "user": {"id": "u1"}, "page": "/",
-                                                "at": "1970-01-01T00:00:01Z"}), 99)
+    got = A.archive_value(
+        views,
+        b"u1",
+        value({"id": "v1", "user": {"id": "u1"}, "page": "/", "at": "1970-01-01T00:00:01Z"}),
+        99,
+    )
     assert got == {"id": "v1", "user_id": "u1", "path": "/", "at": 1000}
     assert A.archive_value(views, b"u1", value({"id": "v1", "page": "/", "at": 1}), 99) is None
-    assert A.archive_value(sides["tiers"], b"u1", value({"user_id": "u1", "tier": "gold"}),
-                           1234) == {"user_id": "u1", "tier": "gold", "timestamp": 1234}
-    assert [c for c, _ in A.parquet_columns("views")] == ["id", "user_id", "user_tier", "path",
-                                                          "at"]
+    assert A.archive_value(
+        sides["tiers"], b"u1", value({"user_id": "u1", "tier": "gold"}), 1234
+    ) == {"user_id": "u1", "tier": "gold", "timestamp": 1234}
+    assert [c for c, _ in A.parquet_columns("views")] == [
+        "id",
+        "user_id",
+        "user_tier",
+        "path",
+        "at",
+    ]

@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.compat.stores import SplitSortedDict
-from app.joins.keys import (expiry_key, id_key, join_key, join_range, version_key,
-                            version_range)
+from app.joins.keys import expiry_key, id_key, join_key, join_range, version_key, version_range
 from app.joins.state import JoinsTable
 
 
@@ -20,14 +19,24 @@ from app.joins.state import JoinsTable
 @given(st.integers(0, 10**6), st.booleans(), st.booleans())
 def test_it_answers_as_one_sorted_mapping(seed, by_first_byte, group_end):
     rng = random.Random(seed)
-    d = SplitSortedDict(JoinsTable.point_key, JoinsTable.group_key, by_first_byte,
-                        JoinsTable.group_end if group_end else None)
+    d = SplitSortedDict(
+        JoinsTable.point_key,
+        JoinsTable.group_key,
+        by_first_byte,
+        JoinsTable.group_end if group_end else None,
+    )
     ref: dict[bytes, int] = {}
     for i in range(400):
         k = rng.choice(["ann", "bob", "c", "annx", ""])
         t, jid = rng.randint(0, 50), f"j{rng.randint(0, 30)}"
-        key = rng.choice([join_key(k, t, jid), id_key(k, jid), expiry_key(rng.randint(0, 3), t, k),
-                          version_key(k, t, [jid])])
+        key = rng.choice(
+            [
+                join_key(k, t, jid),
+                id_key(k, jid),
+                expiry_key(rng.randint(0, 3), t, k),
+                version_key(k, t, [jid]),
+            ]
+        )
         if rng.random() < 0.3:
             assert d.pop(key, None) == ref.pop(key, None)
         elif rng.random() < 0.1 and key in ref:
@@ -39,10 +48,12 @@ def test_it_answers_as_one_sorted_mapping(seed, by_first_byte, group_end):
     assert sorted(d) == sorted(ref)
     for k in ["ann", "bob", "c", "annx", ""]:
         for (lo_t, hi_t), rng_of in itertools.product(
-                [(None, None), (5, 20), (0, 1), (30, None)], (join_range, version_range)):
+            [(None, None), (5, 20), (0, 1), (30, None)], (join_range, version_range)
+        ):
             lo, hi = rng_of(k, lo_t, hi_t)
             assert list(d.irange(lo, hi, inclusive=(True, False))) == sorted(
-                x for x in ref if lo <= x < hi)
+                x for x in ref if lo <= x < hi
+            )
             # the scan's (key, value) pairs, values read from the key's own mapping
             inside = [(x, ref[x]) for x in sorted(ref) if lo <= x < hi]
             assert d.items_range(lo, hi) == inside

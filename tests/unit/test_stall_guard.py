@@ -22,8 +22,15 @@ TP0 = TP("etj-moods", 0)
 
 
 class Consumer:
-    def __init__(self, *, nxt: int | None, position: int, highwater: int,
-                 active: bool = True, held_back: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        nxt: int | None,
+        position: int,
+        highwater: int,
+        active: bool = True,
+        held_back: bool = False,
+    ) -> None:
         self._next, self._position, self._highwater = nxt, position, highwater
         self.active = {TP0} if active else set()
         self._held_back = held_back
@@ -62,9 +69,13 @@ class Consumer:
 
 
 def loop(holding: int = 0) -> Any:
-    return SimpleNamespace(join="moods", inbox=SimpleNamespace(waiting=lambda: holding),
-                           merge=SimpleNamespace(waiting=lambda: 0), in_flight=0,
-                           describe=lambda: "join moods: (described)")
+    return SimpleNamespace(
+        join="moods",
+        inbox=SimpleNamespace(waiting=lambda: holding),
+        merge=SimpleNamespace(waiting=lambda: 0),
+        in_flight=0,
+        describe=lambda: "join moods: (described)",
+    )
 
 
 def make_app(consumer: Consumer, holding: int = 0) -> Any:
@@ -126,6 +137,7 @@ async def test_a_position_being_reset_does_not_block_the_guard(monkeypatch):
 
     async def never(tp: Any) -> int:
         import asyncio
+
         await asyncio.Event().wait()
         return 0
 

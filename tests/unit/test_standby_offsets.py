@@ -15,7 +15,7 @@ class Consumer:
         self.sought: dict[TP, int] = {}
 
     async def seek_wait(self, offsets: dict[TP, int]) -> None:
-        for tp, offset in offsets.items():  # as aiokafka's seek checks
+        for _tp, offset in offsets.items():  # as aiokafka's seek checks
             if not isinstance(offset, int) or offset < 0:
                 raise ValueError("Offset must be a positive integer")
         self.sought.update(offsets)
@@ -29,7 +29,8 @@ async def test_a_partition_added_with_no_offset_is_read_from_its_start():
     offsets[kept] = 41
     offsets[older] = -1
     consumer = Consumer()
-    await EtjRecovery._seek_offsets(object.__new__(EtjRecovery), consumer, {fresh, kept, older},
-                                 offsets, "standby")
+    await EtjRecovery._seek_offsets(
+        object.__new__(EtjRecovery), consumer, {fresh, kept, older}, offsets, "standby"
+    )
     assert consumer.sought == {fresh: 0, kept: 41, older: 0}
     assert offsets[fresh] == -1  # Faust's own "nothing applied"

@@ -16,7 +16,9 @@ ROWS = [
     [[1790000000000, "happy"], [1790000000100, "sad"]],  # a history row
     [["j1", 3, 1790000000000, ["x"], [1790000000000, "happy"], None]],
     {"a": 1, "b": [1, 2.5, None, True]},
-    17, "text", None,
+    17,
+    "text",
+    None,
 ]
 
 
@@ -62,10 +64,12 @@ def test_a_model_type_is_left_to_faust() -> None:
 def test_undecoded_schemas_hand_the_changelogs_bytes_on() -> None:
     # a RocksDB store writes message.key / message.value and never reads the decoded event
     ours = TableSchema(key_serializer="json", value_serializer="json", decode=False)
-    m = message(b'"c0001"', b"[[1790000000000, \"happy\"]]")
+    m = message(b'"c0001"', b'[[1790000000000, "happy"]]')
     assert (ours.loads_key(app, m), ours.loads_value(app, m)) == (m.key, m.value)
     broken = message(b"not json", b"{also not json")
-    assert (ours.loads_key(app, broken), ours.loads_value(app, broken)) == (b"not json",
-                                                                            b"{also not json")
+    assert (ours.loads_key(app, broken), ours.loads_value(app, broken)) == (
+        b"not json",
+        b"{also not json",
+    )
     assert ours.loads_value(app, message(b'"k"', None)) is None  # a tombstone stays one
     assert TableSchema(key_serializer="json", value_serializer="json").decode  # the default

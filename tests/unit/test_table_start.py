@@ -47,5 +47,6 @@ async def test_a_manager_stopping_before_it_started_does_neither():
 
 def test_the_worker_app_uses_etj_table_manager():
     from app.faust_app import app
+
     assert isinstance(app.tables, EtjTableManager)
     assert type(app.tables.recovery).__name__ == "EtjRecovery"

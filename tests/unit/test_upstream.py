@@ -18,9 +18,18 @@ import pytest
 from aiokafka.consumer.fetcher import FetchResult
 
 from app.compat import release_check, upstream
+from app.compat.upstream import (
+    Change,
+    changed,
+    doc_problems,
+    missing_tests,
+    parse_doc,
+    replaces,
+    unregistered,
+    upstream_hash,
+    upstream_source,
+)
 from app.docgen import patches_doc
-from app.compat.upstream import (Change, changed, doc_problems, missing_tests, parse_doc,
-                                 replaces, unregistered, upstream_hash, upstream_source)
 
 GETALL = "aiokafka.consumer.fetcher:FetchResult.getall"
 
@@ -49,6 +58,7 @@ def scratch_registry(monkeypatch: pytest.MonkeyPatch) -> list[upstream.Patch]:
 
 # -- the upstream source and its hash ---------------------------------------------------------
 
+
 def test_a_known_upstream_function_resolves_and_hashes():
     source = upstream_source(GETALL)
     assert source.startswith("def getall(self, max_records=None):\n")
@@ -72,20 +82,28 @@ def test_a_patch_installed_in_the_process_does_not_hide_upstream(monkeypatch):
 
 
 def test_properties_service_tasks_and_inherited_methods_resolve():
-    assert upstream_source("faust.transport.drivers.aiokafka:Producer._producer_type") \
-        .startswith("@property\ndef _producer_type(self)")
-    assert upstream_source("faust.tables.recovery:Recovery._slurp_changelogs") \
-        .startswith("@Service.task\nasync def _slurp_changelogs(self)")
+    assert upstream_source("faust.transport.drivers.aiokafka:Producer._producer_type").startswith(
+        "@property\ndef _producer_type(self)"
+    )
+    assert upstream_source("faust.tables.recovery:Recovery._slurp_changelogs").startswith(
+        "@Service.task\nasync def _slurp_changelogs(self)"
+    )
     # the driver's Consumer inherits _new_offset from faust.transport.consumer.Consumer
-    assert upstream_source("faust.transport.drivers.aiokafka:Consumer._new_offset") \
-        == upstream_source("faust.transport.consumer:Consumer._new_offset")
+    assert upstream_source(
+        "faust.transport.drivers.aiokafka:Consumer._new_offset"
+    ) == upstream_source("faust.transport.consumer:Consumer._new_offset")
     # a whole class, and one a package re-exports
     assert upstream_source("aiokafka:AIOKafkaConsumer").startswith("class AIOKafkaConsumer")
 
 
-@pytest.mark.parametrize("target", ["aiokafka.no_such_module:X.y",
-                                    "aiokafka.consumer.fetcher:NoSuchClass.getall",
-                                    "aiokafka.consumer.fetcher:FetchResult.no_such_method"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "aiokafka.no_such_module:X.y",
+        "aiokafka.consumer.fetcher:NoSuchClass.getall",
+        "aiokafka.consumer.fetcher:FetchResult.no_such_method",
+    ],
+)
 def test_a_target_that_does_not_resolve_raises(target):
     with pytest.raises((ImportError, AttributeError, LookupError)):
         upstream_hash(target)
@@ -93,14 +111,17 @@ def test_a_target_that_does_not_resolve_raises(target):
 
 # -- the decorator and changed() --------------------------------------------------------------
 
+
 def test_the_decorator_records_and_returns_the_object_unchanged(scratch_registry):
     def getall(self, max_records=None):
         return []
 
     assert replaces(GETALL, "0123456789ab")(getall) is getall
 
-    @replaces(("faust.transport.consumer:Consumer._new_offset", "0123456789ab"),
-              ("faust.transport.consumer:Consumer.ack", "ba9876543210"))
+    @replaces(
+        ("faust.transport.consumer:Consumer._new_offset", "0123456789ab"),
+        ("faust.transport.consumer:Consumer.ack", "ba9876543210"),
+    )
     class Copy:
         @property
         @replaces("faust.transport.drivers.aiokafka:Producer._producer_type", "0123456789ab")
@@ -112,14 +133,22 @@ def test_the_decorator_records_and_returns_the_object_unchanged(scratch_registry
         ("getall", GETALL),
         ("Copy", "faust.transport.consumer:Consumer._new_offset"),
         ("Copy", "faust.transport.consumer:Consumer.ack"),
-        ("Copy._producer_type", "faust.transport.drivers.aiokafka:Producer._producer_type")}
+        ("Copy._producer_type", "faust.transport.drivers.aiokafka:Producer._producer_type"),
+    }
     assert isinstance(vars(Copy)["_producer_type"], property)
     assert all(p.name == f"{__name__}:{p.qualname}" for p in ours)
 
 
-@pytest.mark.parametrize("args", [("aiokafka.consumer.fetcher.FetchResult.getall", "0123456789ab"),
-                                  (GETALL, "0123456789"), (GETALL, "0123456789AB"), (GETALL,),
-                                  ((GETALL, "0123456789ab"), GETALL)])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("aiokafka.consumer.fetcher.FetchResult.getall", "0123456789ab"),
+        (GETALL, "0123456789"),
+        (GETALL, "0123456789AB"),
+        (GETALL,),
+        ((GETALL, "0123456789ab"), GETALL),
+    ],
+)
 def test_the_decorator_refuses_a_malformed_target_or_hash(args):
     with pytest.raises((TypeError, ValueError)):
         replaces(*args)
@@ -131,8 +160,9 @@ def test_a_patch_made_inside_a_function_of_app_is_refused(scratch_registry):
 
     highwaters.__module__ = "app.compat.end_offsets"  # as if made by its install()
     with pytest.raises(TypeError, match="module-level"):
-        replaces("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._highwaters",
-                 "0123456789ab")(highwaters)
+        replaces(
+            "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._highwaters", "0123456789ab"
+        )(highwaters)
 
 
 def test_changed_names_a_patch_whose_upstream_is_not_what_it_recorded(scratch_registry):
@@ -151,8 +181,9 @@ def test_changed_names_a_patch_whose_upstream_is_not_what_it_recorded(scratch_re
     ours = {c.patch.rpartition(".")[2]: c for c in changed() if c.patch.startswith(__name__)}
     assert set(ours) == {"stale_getall", "gone"}
     stale = ours["stale_getall"]
-    assert stale == Change(f"{__name__}:{stale_getall.__qualname__}", GETALL, "000000000000",
-                           upstream_hash(GETALL))
+    assert stale == Change(
+        f"{__name__}:{stale_getall.__qualname__}", GETALL, "000000000000", upstream_hash(GETALL)
+    )
     assert ours["gone"].now.startswith("missing: AttributeError")
 
 
@@ -171,50 +202,75 @@ def test_the_command_names_a_changed_patch_and_fails(scratch_registry, capsys):
 
 # -- the docstring form -----------------------------------------------------------------------
 
+
 def test_a_docstring_in_the_form_parses_into_its_sections():
     doc = parse_doc(COMPLETE)
     assert doc.problems == ()
     assert doc.text == "Note the offsets aiokafka moved past."
     assert list(doc.sections) == list(upstream.SECTIONS)
-    assert doc.sections["Symptom"] == ("a jump between two records was taken for a gap, and "
-                                       "records never handed over were committed.")
-    assert doc.tests == [("tests/unit/test_log_gaps.py",
-                          "test_a_fetch_notes_the_offsets_the_log_does_not_hold")]
+    assert doc.sections["Symptom"] == (
+        "a jump between two records was taken for a gap, and "
+        "records never handed over were committed."
+    )
+    assert doc.tests == [
+        ("tests/unit/test_log_gaps.py", "test_a_fetch_notes_the_offsets_the_log_does_not_hold")
+    ]
     assert missing_tests(doc) == []
 
 
 @pytest.mark.parametrize("section", upstream.SECTIONS)
 def test_the_form_rejects_a_docstring_missing_a_section(section):
-    doc = "\n".join(line for line in COMPLETE.splitlines()
-                    if not line.startswith(section + ":")
-                    and not (section == "Symptom" and line.startswith("and records")))
+    doc = "\n".join(
+        line
+        for line in COMPLETE.splitlines()
+        if not line.startswith(section + ":")
+        and not (section == "Symptom" and line.startswith("and records"))
+    )
     assert f"no '{section}:' section" in parse_doc(doc).problems
 
 
 def test_the_form_rejects_an_empty_section_a_section_twice_and_the_wrong_order():
-    assert "'Symptom:' is empty" in parse_doc(
-        COMPLETE.replace("Symptom: a jump between two records was taken for a gap,\n"
-                         "and records never handed over were committed.", "Symptom:")).problems
+    assert (
+        "'Symptom:' is empty"
+        in parse_doc(
+            COMPLETE.replace(
+                "Symptom: a jump between two records was taken for a gap,\n"
+                "and records never handed over were committed.",
+                "Symptom:",
+            )
+        ).problems
+    )
     assert "'Upstream:' twice" in parse_doc(COMPLETE + "Upstream: again.\n").problems
-    swapped = COMPLETE.replace("Upstream:", "@@").replace("Remove when:", "Upstream:") \
+    swapped = (
+        COMPLETE.replace("Upstream:", "@@")
+        .replace("Remove when:", "Upstream:")
         .replace("@@", "Remove when:")
+    )
     assert any("out of order" in p for p in parse_doc(swapped).problems)
     assert "no 'Upstream:' section" in parse_doc(None).problems
 
 
 def test_the_form_wants_the_tests_named_and_there(tmp_path):
-    vague = parse_doc(COMPLETE.replace(
-        "tests/unit/test_log_gaps.py::test_a_fetch_notes_the_offsets_the_log_does_not_hold",
-        "the broker tests"))
+    vague = parse_doc(
+        COMPLETE.replace(
+            "tests/unit/test_log_gaps.py::test_a_fetch_notes_the_offsets_the_log_does_not_hold",
+            "the broker tests",
+        )
+    )
     assert any("names no test" in p for p in vague.problems)
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_x.py").write_text("async def test_y():\n    pass\n")
-    doc = parse_doc(COMPLETE.replace("tests/unit/test_log_gaps.py", "tests/test_x.py")
-                    .replace("test_a_fetch_notes_the_offsets_the_log_does_not_hold",
-                             "test_y, tests/test_x.py::test_z and tests/test_w.py::test_y"))
+    doc = parse_doc(
+        COMPLETE.replace("tests/unit/test_log_gaps.py", "tests/test_x.py").replace(
+            "test_a_fetch_notes_the_offsets_the_log_does_not_hold",
+            "test_y, tests/test_x.py::test_z and tests/test_w.py::test_y",
+        )
+    )
     assert doc.problems == ()
-    assert missing_tests(doc, tmp_path) == ["tests/test_x.py::test_z: no function test_z in "
-                                            "that file", "tests/test_w.py: no such file"]
+    assert missing_tests(doc, tmp_path) == [
+        "tests/test_x.py::test_z: no function test_z in that file",
+        "tests/test_w.py: no such file",
+    ]
 
 
 def test_a_patch_is_judged_by_its_own_docstring_not_the_one_it_overrides():
@@ -232,6 +288,7 @@ def test_a_patch_is_judged_by_its_own_docstring_not_the_one_it_overrides():
 
 
 # -- the patches page -------------------------------------------------------------------------
+
 
 def test_the_page_describes_a_registered_patch(scratch_registry):
     module = patches_doc.compat_modules()[0]
@@ -264,29 +321,37 @@ def test_compat_check_replaces_only_the_pins_it_is_given():
 
 # -- the checks an upgrade relies on ----------------------------------------------------------
 
+
 def test_every_patch_upstream_is_unchanged():
     """Fails with another faust-streaming or aiokafka: each line names a patch to re-read against
     the new source, then give the new hash (python -m app.compat.upstream --hash TARGET)."""
     changes = changed()
     assert changes == [], "upstream changed under these patches:\n" + "\n".join(
         f"  {c.patch} replaces {c.target}: written against {c.recorded or '-'}, now {c.now}"
-        for c in changes)
+        for c in changes
+    )
 
 
 def test_every_patch_docstring_has_the_four_sections():
-    bad = {name: doc_problems(obj) for name, obj in upstream.patch_objects().items()
-           if name.startswith("app.compat.")}
+    bad = {
+        name: doc_problems(obj)
+        for name, obj in upstream.patch_objects().items()
+        if name.startswith("app.compat.")
+    }
     bad = {name: problems for name, problems in bad.items() if problems}
-    assert bad == {}, "patch docstrings out of the form (Upstream:, Symptom:, Test:, " \
-                      "Remove when:):\n" + "\n".join(f"  {n}: {'; '.join(p)}"
-                                                      for n, p in bad.items())
+    assert bad == {}, (
+        "patch docstrings out of the form (Upstream:, Symptom:, Test:, "
+        "Remove when:):\n" + "\n".join(f"  {n}: {'; '.join(p)}" for n, p in bad.items())
+    )
 
 
 def test_patches_doc_is_fresh():
     want = patches_doc.page()
     have = patches_doc.PAGE.read_text(encoding="utf-8") if patches_doc.PAGE.exists() else ""
-    assert have == want, ("docs/contributing/patches.md is stale: run "
-                          "`python -m app.docgen.patches_doc` and commit what it wrote")
+    assert have == want, (
+        "docs/contributing/patches.md is stale: run "
+        "`python -m app.docgen.patches_doc` and commit what it wrote"
+    )
 
 
 def test_the_registration_check_sees_assignments_and_overrides(monkeypatch):
@@ -302,5 +367,7 @@ def test_every_compat_patch_is_registered():
     """Every ``UpstreamClass.attr = …`` in app/compat (of an attribute upstream defines) and every
     override of an upstream method by a subclass in app/compat carries ``@replaces``."""
     missing = unregistered(EXEMPT)
-    assert missing == [], ("replacing upstream code without @replaces (so an upgrade cannot "
-                           "say whether it still fits):\n  " + "\n  ".join(missing))
+    assert missing == [], (
+        "replacing upstream code without @replaces (so an upgrade cannot "
+        "say whether it still fits):\n  " + "\n  ".join(missing)
+    )

@@ -16,17 +16,19 @@ from typing import Any
 
 import faust
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from app.compat.stores import StoreIO
 from app.joins.catalog import mood_spec, movie_spec
 from app.joins.keys import JOIN, VERSION, join_range, split_join_key, version_key, version_range
 from app.joins.spec import resolve
-from app.joins.state import JoinState, JoinsTable, joins_overlay
+from app.joins.state import JoinsTable, JoinState, joins_overlay
 from app.logic.event_join import Event, insert_version, purgeable
+from app.settings import Settings
 from app.state.overlay import MemoryIO, Overlay
 from app.state.range_scan import range_table
-from app.settings import Settings
 from tests.unit.test_range_scan import event_of
 
 P = 0
@@ -35,8 +37,12 @@ RETENTION = 100
 
 def engine(spec_of: Any) -> JoinState:
     spec = resolve({**spec_of(Settings()), "retention_ms": RETENTION, "window_ms": None})
-    return JoinState(spec, Overlay(MemoryIO(bytes_keys=False)), joins_overlay(MemoryIO()),
-                     Overlay(MemoryIO(bytes_keys=False)))
+    return JoinState(
+        spec,
+        Overlay(MemoryIO(bytes_keys=False)),
+        joins_overlay(MemoryIO()),
+        Overlay(MemoryIO(bytes_keys=False)),
+    )
 
 
 def versions(state: JoinState, key: str) -> list[list[Any]]:
@@ -44,13 +50,22 @@ def versions(state: JoinState, key: str) -> list[list[Any]]:
 
 
 def joins(state: JoinState, key: str) -> dict[str, Any]:
-    return {split_join_key(k)[2]: state.load(raw)
-            for k, raw in state.joins.scan(P, *join_range(key, None, None))}
+    return {
+        split_join_key(k)[2]: state.load(raw)
+        for k, raw in state.joins.scan(P, *join_range(key, None, None))
+    }
 
 
-steps = st.lists(st.tuples(st.sampled_from(["v", "e", "tick"]), st.integers(0, 60),
-                           st.sampled_from(["a", "b", "c"]), st.sampled_from(["k", "q"])),
-                 min_size=1, max_size=60)
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["v", "e", "tick"]),
+        st.integers(0, 60),
+        st.sampled_from(["a", "b", "c"]),
+        st.sampled_from(["k", "q"]),
+    ),
+    min_size=1,
+    max_size=60,
+)
 
 
 @pytest.mark.unit
@@ -67,7 +82,7 @@ def test_every_open_join_answers_as_the_whole_history_does(steps, rule):
             if clock is not None:
                 state.on_tick(P, clock, clock - RETENTION)
                 for h in history.values():  # the engine purges the keys whose joins aged
-                    del h[:purgeable(h, clock - RETENTION)]
+                    del h[: purgeable(h, clock - RETENTION)]
             continue
         clock = max(clock or t, t)
         horizon = clock - RETENTION
@@ -77,7 +92,7 @@ def test_every_open_join_answers_as_the_whole_history_does(steps, rule):
             v = [t, value]
             h = history.setdefault(key, [])
             insert_version(h, v)
-            del h[:purgeable(h, horizon)]
+            del h[: purgeable(h, horizon)]
             state.on_version(P, key, list(v), horizon, horizon)
         else:
             payload = ("rec",) if rule is mood_spec else ("u", 1.0)
@@ -142,8 +157,13 @@ def test_an_old_layout_row_is_converted_and_its_tombstone_waits_for_delivery():
     old = Overlay(MemoryIO(bytes_keys=False))
     old.put(P, "k", [[10, "a"], [20, "b"], [30, "c"]])
     old.flush()
-    state = JoinState(spec, old, Overlay(MemoryIO()), Overlay(MemoryIO(bytes_keys=False)),
-                      delivered=lambda p, src: tuple(src) in delivered)
+    state = JoinState(
+        spec,
+        old,
+        Overlay(MemoryIO()),
+        Overlay(MemoryIO(bytes_keys=False)),
+        delivered=lambda p, src: tuple(src) in delivered,
+    )
     revs, _ = state.on_event(P, Event("k", "e1", 25, ("r",)), None, None, src=[0, 7])
     assert revs[0].answer == ("b",)  # answered from the converted rows
     assert versions(state, "k") == [[10, "a"], [20, "b"], [30, "c"]]
@@ -165,21 +185,30 @@ def test_an_old_layout_row_is_converted_and_its_tombstone_waits_for_delivery():
 
 
 def ordered_table(store: str, datadir: Path, joins_layout: bool) -> faust.Table:
-    app = faust.App(f"edge-{store}-{joins_layout}", broker="kafka://127.0.0.1:1",
-                    store=f"{store}://", datadir=str(datadir))
+    app = faust.App(
+        f"edge-{store}-{joins_layout}",
+        broker="kafka://127.0.0.1:1",
+        store=f"{store}://",
+        datadir=str(datadir),
+    )
     extra = {"table_class": JoinsTable} if joins_layout else {}
     return range_table(app, "rows", default=None, partitions=2, **extra)
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("store,joins_layout", [("memory", False), ("memory", True),
-                                                ("rocksdb", False), ("rocksdb", True)])
-def test_one_row_reads_equal_the_ends_of_the_range_on_every_store(tmp_path, store,
-                                                                   joins_layout):
+@pytest.mark.parametrize(
+    "store,joins_layout",
+    [("memory", False), ("memory", True), ("rocksdb", False), ("rocksdb", True)],
+)
+def test_one_row_reads_equal_the_ends_of_the_range_on_every_store(tmp_path, store, joins_layout):
     table = ordered_table(store, tmp_path, joins_layout)
     io, mem = StoreIO(table), MemoryIO()
-    keys = [version_key(k, t, [v]) for k in ("a", "ab", "b") for t in (0, 3, 3, 7, 2**40)
-            for v in ("x", "y")]
+    keys = [
+        version_key(k, t, [v])
+        for k in ("a", "ab", "b")
+        for t in (0, 3, 3, 7, 2**40)
+        for v in ("x", "y")
+    ]
     with event_of(1):
         for k in keys:
             io.write_one(1, k, [1])

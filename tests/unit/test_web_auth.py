@@ -7,16 +7,27 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
-from app.web import auth as web_auth
 from app.settings import Settings
+from app.web import auth as web_auth
 
-PATHS = ["/health/", "/ready/", "/metrics", "/timeline/", "/timeline/static/timeline.js",
-         "/moods/alice/", "/joins/", "/stats/", "/timeline/api/consultants/", "/nope"]
+PATHS = [
+    "/health/",
+    "/ready/",
+    "/metrics",
+    "/timeline/",
+    "/timeline/static/timeline.js",
+    "/moods/alice/",
+    "/joins/",
+    "/stats/",
+    "/timeline/api/consultants/",
+    "/nope",
+]
 
 
 async def client(token: str | None) -> TestClient:
     options = web_auth.web_application_options(
-        Settings(_env_file=None, views_token=SecretStr(token) if token else None))
+        Settings(_env_file=None, views_token=SecretStr(token) if token else None)
+    )
     app = web.Application(**options)
 
     async def ok(request: web.Request) -> web.Response:
@@ -50,8 +61,14 @@ async def test_with_a_token_only_probes_metrics_and_the_page_shell_are_open():
                 assert resp.status == 401, path
                 assert resp.headers["WWW-Authenticate"].startswith("Bearer")
                 assert "bearer token" in (await resp.json())["error"]
-        for bad in ["Bearer wrong", "s3cret", "Bearer s3cret2", "bearer s3cret", "Basic czNjcmV0",
-                    "Bearer \u00e9\u00e9"]:
+        for bad in [
+            "Bearer wrong",
+            "s3cret",
+            "Bearer s3cret2",
+            "bearer s3cret",
+            "Basic czNjcmV0",
+            "Bearer \u00e9\u00e9",
+        ]:
             resp = await c.get("/moods/alice/", headers={"Authorization": bad})
             assert resp.status == 401, bad
         good = {"Authorization": "Bearer s3cret"}

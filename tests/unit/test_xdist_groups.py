@@ -22,10 +22,27 @@ def test_a_group_runs_on_one_worker(tmp_path):
             f"@pytest.mark.parametrize('i', range({n}))\n"
             f"def test_grouped_{name}(i): pass\n"
             f"@pytest.mark.parametrize('i', range({n}))\n"
-            f"def test_free_{name}(i): pass\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2",
-                           "--dist", "loadgroup", "-v", str(tmp_path)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+            f"def test_free_{name}(i): pass\n"
+        )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "-v",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     grouped = re.findall(r"\[(gw\d)\].*PASSED .*::test_grouped_", done.stdout)
     assert len(grouped) == 10, done.stdout[-3000:]
