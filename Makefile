@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test test-fast compat-check bench docs docs-images venv clean
+.PHONY: run test test-fast lint compat-check bench docs docs-images venv clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,13 +25,20 @@ run: venv
 ## run side by side on 2 cores; docs/contributing/tests.md#the-budget)
 ARGS ?=
 TEST_JOBS ?= 2
-test: venv $(CHROMIUM)
+test: venv lint $(CHROMIUM)
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup $(ARGS)
 
 ## test-fast: the unit and agent tiers only (no broker, no Spark, no browser): ~27 s on two
 ## xdist workers (~44 s in one process: the tiers are CPU-bound, so they split over 2 cores)
 test-fast: venv
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup -m "unit or agent" -q $(ARGS)
+
+## lint: ruff (lint and format check) on app/, tests/ and bench/, and mypy on app/ (~15 s);
+## `make test` runs it first, so a finding fails CI (docs/contributing/checks.md)
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 ## compat-check: try another faust-streaming/aiokafka release, e.g. VERSION="aiokafka==0.13.0"
 ## (a pip requirement list): installs etj with it in a scratch venv ($(COMPAT_VENV)), then checks

@@ -51,7 +51,8 @@ _out = {"key_serializer": "raw", "value_serializer": "raw"}
 #: docs/operating/scaling.md#memory)
 _store = {
     "options": {
-        "write_buffer_size": settings.rocksdb_write_buffer_mb << 20, "max_write_buffer_number": 2
+        "write_buffer_size": settings.rocksdb_write_buffer_mb << 20,
+        "max_write_buffer_number": 2,
     }
 }
 #: tables hold plain JSON rows: decoded without Faust's registry (app.compat.table_codec), and

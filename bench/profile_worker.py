@@ -105,7 +105,10 @@ def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
     out: dict[str, Any] = {"samples": sum(t["samples"] for t in threads.values()), "threads": {}}
     for name, t in sorted(threads.items(), key=lambda kv: -kv[1]["samples"]):
         total = t["samples"]
-        share = lambda c: [(f, round(100 * k / total, 1)) for f, k in c.most_common(top)]
+
+        def share(c: Any, total: int = total) -> list[tuple[str, float]]:
+            return [(f, round(100 * k / total, 1)) for f, k in c.most_common(top)]
+
         out["threads"][name] = {
             "samples": total,
             "idle_pct": round(100 * t["idle"] / total, 1),

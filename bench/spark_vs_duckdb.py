@@ -199,7 +199,7 @@ class SparkTimer:
                         continue  # skipped: its shuffle output was reused
                     acc = {a.get("Name"): a.get("Value") for a in info.get("Accumulables", [])}
 
-                    def metric(name: str) -> int:
+                    def metric(name: str, acc: dict[Any, Any] = acc) -> int:
                         return int(acc.get("internal.metrics." + name) or 0)
 
                     read, wrote = (

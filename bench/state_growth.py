@@ -106,7 +106,7 @@ def feed_live(
             )
         )
         _, s = wait_stats(
-            w, lambda s: sum(s["records_in"].values()) >= end, timeout_s=300, every_s=0.05
+            w, lambda s, end=end: sum(s["records_in"].values()) >= end, timeout_s=300, every_s=0.05
         )
     return s
 

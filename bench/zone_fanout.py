@@ -133,14 +133,15 @@ def measure(
             n: build_table(store, Path(tmp) / str(n), zone_size, n, per_zone)
             for n in (small, large)
         }
-        for n, table in tables.items():
+        for table in tables.values():
             found = zone_update(table, 1.0, START_MS)  # also warms caches
             assert found == zone_size, f"the scan found {found} cars, not {zone_size}"
         best = {n: float("inf") for n in tables}
         for r in range(rounds):
             for n, table in sorted(tables.items(), reverse=r % 2 == 1):  # who goes first
                 best[n] = min(
-                    best[n], time_calls(lambda: zone_update(table, 2.0, START_MS), repeats)
+                    best[n],
+                    time_calls(lambda table=table: zone_update(table, 2.0, START_MS), repeats),
                 )
         result = {
             "store": store,
@@ -150,7 +151,7 @@ def measure(
         }
         if store == "memory":  # the contrast: what the same update costs by a full scan
             full = {
-                n: min(time_calls(lambda: full_scan_update(t), 1) for _ in range(3))
+                n: min(time_calls(lambda t=t: full_scan_update(t), 1) for _ in range(3))
                 for n, t in tables.items()
             }
             result["full_scan_ratio"] = round(full[large] / full[small], 1)

@@ -250,12 +250,12 @@ class TlsBroker:
             try:
                 socket.create_connection(("127.0.0.1", self.tansu_port), timeout=1).close()
                 return self
-            except OSError:
+            except OSError as err:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise RuntimeError(
                         "tansu behind the TLS proxy did not start: "
                         + self.log_path.read_text(errors="replace")
-                    )
+                    ) from err
                 time.sleep(0.1)
 
     def stop(self) -> None:

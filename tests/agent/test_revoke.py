@@ -88,7 +88,7 @@ async def test_a_rebalance_does_not_wait_for_a_record_flow_control_holds(join_ha
 
 
 async def test_a_rebalance_waits_for_a_batch_on_its_way_to_the_broker(join_harness):
-    async with join_harness("moods") as h:
+    async with join_harness("moods"):
         engine = engines["moods"]
         broker = asyncio.get_running_loop().create_future()
         fake = pipeline.send_records
@@ -133,7 +133,7 @@ async def test_a_rebalance_waits_for_a_batch_on_its_way_to_the_broker(join_harne
 
 
 async def test_a_stop_waits_at_most_the_drain_for_a_batch_in_flight(join_harness):
-    async with join_harness("moods") as h:
+    async with join_harness("moods"):
         engine = engines["moods"]
         never = asyncio.get_running_loop().create_future()
         fake = pipeline.send_records

@@ -62,7 +62,13 @@ async def two_workers_then_kill_b(names, worker_factory, records):
     return a, sent
 
 
-RECORDS_2W = {"seed": 23, "count": 240, "start_ms": START, "late_ratio": 0.3, "consultants": CONSULTANTS}
+RECORDS_2W = {
+    "seed": 23,
+    "count": 240,
+    "start_ms": START,
+    "late_ratio": 0.3,
+    "consultants": CONSULTANTS,
+}
 
 
 async def test_two_workers_one_killed_the_survivor_alone_is_exact(names, worker_factory):

@@ -329,7 +329,8 @@ def test_values_schema_config_is_typed_like_the_settings():
     if missing:  # settable through extraEnv meanwhile; not worth failing someone else's commit
         warnings.warn(
             f"settings the chart's config does not know yet: {missing}; "
-            "run `python -m app.docgen.settings_doc`"
+            "run `python -m app.docgen.settings_doc`",
+            stacklevel=2,
         )
 
 

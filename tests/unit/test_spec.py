@@ -300,4 +300,4 @@ def test_a_joins_file_runs_alone_unless_the_built_ins_are_asked_for(tmp_path):
     assert S.builtins == {"moods", "movies", "cars"}
     assert S.model_copy(update={"builtin_joins": "none"}).builtins == frozenset()
     with pytest.raises(ValueError, match="unknown join"):
-        S.model_copy(update={"builtin_joins": "moods,trains"}).builtins
+        _ = S.model_copy(update={"builtin_joins": "moods,trains"}).builtins
