@@ -29,7 +29,7 @@ again too (:meth:`Holes.idle`), instead of a recovery that waits for ever.
 
 Upstream: faust-streaming 0.15.3 (``Recovery._slurp_changelogs``, ``Consumer.getmany``,
 ``AIOKafkaConsumerThread._fetch_records``), aiokafka 0.14.0 (``Fetcher.fetched_records``).
-Tests: tests/unit/test_changelog_holes.py (the rule), tests/unit/test_batch_restore.py (the
+Tests: tests/unit/test_changelog_holes.py (the rule), tests/unit/test_recovery.py (the
 recovery loop refuses a record after a hole and applies the re-read); the 2-minute chaos test.
 Remove when Faust's consumer hands every fetched record to recovery, or seeks back what it drops
 (:mod:`app.compat.consumer_thread` removes the drop found here; a partition paused between

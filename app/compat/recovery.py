@@ -66,7 +66,7 @@ async def slurp_changelogs(self: Recovery) -> None:
     bug`` (a record of a partition neither active nor standby applied to the previous record's
     table) is not reproduced: it is skipped with the same warning.
 
-    Test: tests/unit/test_batch_restore.py::test_a_record_after_a_hole_waits_for_the_re_read
+    Test: tests/unit/test_recovery.py::test_a_record_after_a_hole_waits_for_the_re_read
     (and every broker test recovers through it; bench ``recovery_s_1m_keys`` times it).
 
     Remove when: Faust's recovery consumes its queue in batches and seeks back what its

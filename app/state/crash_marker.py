@@ -19,7 +19,7 @@ recovers them from the changelogs, or from snapshots (:mod:`app.state.snapshot_s
 for a new pod. The price is that recovery after a crash; a graceful stop (a rolling update)
 keeps its state.
 
-Tests: tests/unit/test_local_state.py; tests/broker/test_unclean_restart.py (kill -9 and a
+Tests: tests/unit/test_crash_marker.py; tests/broker/test_unclean_restart.py (kill -9 and a
 restart on the same volume: state discarded, answers exact; a graceful stop: kept).
 """
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from faust.types import TP
 
-from app.compat import recovery as batch_restore
+from app.compat import recovery as compat_recovery
 
 STANDBY = TP("t-etj-movies-dimension-changelog", 2)
 ACTIVE = TP("t-etj-mood-history-changelog", 1)
@@ -72,7 +72,7 @@ def recovery(in_recovery=False):
 
 
 async def run(rec, offsets, settle_s=0.2):
-    loop = asyncio.ensure_future(batch_restore.slurp_changelogs(rec))
+    loop = asyncio.ensure_future(compat_recovery.slurp_changelogs(rec))
     for offset in offsets:
         rec.tables.changelog_queue.put_nowait(record(STANDBY, offset))
     await asyncio.sleep(settle_s)
@@ -105,7 +105,7 @@ def test_without_the_re_read_the_offset_stays_before_the_hole():
 
 
 def test_a_recovery_waiting_for_dropped_last_records_reads_them_again(monkeypatch):
-    monkeypatch.setattr(batch_restore, "IDLE_S", 0.05)
+    monkeypatch.setattr(compat_recovery, "IDLE_S", 0.05)
     rec = recovery(in_recovery=True)  # ACTIVE applied 5 of 9, nothing more comes
     asyncio.run(run(rec, [], settle_s=0.3))
     assert rec.app.consumer.seeks[0] == (ACTIVE, 6)
