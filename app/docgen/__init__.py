@@ -6,6 +6,8 @@
   reads, writes or creates, and the ACLs it needs);
 - :mod:`app.docgen.patches_doc` — from the patches' docstrings (:mod:`app.compat`): the patches
   page;
+- :mod:`app.docgen.tests_index` — from the tests' imports and texts: the tests page's table from
+  a module of ``app/`` to the test files that cover it;
 - :mod:`app.docgen.generated_files` — each generator's write and ``--check`` (``python -m
   app.docgen.<generator> [--check]``).
 

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from app.docgen import settings_doc
+from app.docgen import settings_doc, tests_index
 from app.settings import Settings
 from tests.docs.pages import README, ROOT
 
@@ -26,6 +26,38 @@ def test_the_generated_file_is_what_the_code_gives_now(path):
         f"{path.relative_to(ROOT)} is stale: run `python -m app.docgen.settings_doc` "
         "and commit what it wrote"
     )
+
+
+def test_the_tests_page_module_table_is_what_the_tests_give_now():
+    """A test file added, renamed or changed to import another module moves the table."""
+    assert tests_index.PAGE.read_text(encoding="utf-8") == tests_index.page(), (
+        "docs/contributing/tests.md's module table is stale: run "
+        "`python -m app.docgen.tests_index` and commit what it wrote"
+    )
+
+
+def test_the_module_table_follows_imports_names_and_the_harness(tmp_path):
+    """What counts as covering a module: an import (deferred too), a path or a dotted name in
+    the text, and a helper of tests/ that a test file imports; a module nothing names has no
+    test."""
+    (tmp_path / "app" / "x").mkdir(parents=True)
+    for name in ("a", "b", "c", "d", "e"):
+        (tmp_path / "app" / "x" / f"{name}.py").write_text("")
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    (tmp_path / "tests" / "harness.py").write_text("from app.x.d import thing\n")
+    (tmp_path / "tests" / "unit" / "test_one.py").write_text(
+        "def test():\n    from app.x import a\n"
+    )
+    (tmp_path / "tests" / "unit" / "test_two.py").write_text(
+        '"""See app/x/b.py and app.x.c.Name."""\nfrom tests.harness import thing\n'
+    )
+    assert tests_index.coverage(tmp_path) == {
+        "app/x/a.py": ["tests/unit/test_one.py"],
+        "app/x/b.py": ["tests/unit/test_two.py"],
+        "app/x/c.py": ["tests/unit/test_two.py"],
+        "app/x/d.py": ["tests/unit/test_two.py"],
+        "app/x/e.py": [],
+    }
 
 
 def test_the_settings_page_lists_every_setting_once_with_its_default():
