@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from app.faust_app import app
 from app.inputs.inbox import Batch
@@ -48,6 +48,9 @@ from app.loop.acks import AckedRuns, dead_letter
 from app.loop.intake import Intake
 from app.loop.pipeline import DEAD_LETTERS, DeliveryPipeline
 from app.loop.types import Engine, Unit
+
+if TYPE_CHECKING:
+    from app.compat.consumer import EtjConsumer
 
 __all__ = ["DurableLoop", "agent_body", "loops"]
 
@@ -98,7 +101,8 @@ class DurableLoop:
         """The agent's body: batches in, durable outputs out, offsets acked (module doc)."""
         intake, pipeline = self.intake, self.pipeline
         idle = pipeline.idle
-        app.consumer.route(intake.inbox)
+        # the app's transport makes etj's consumer (app.compat.consumer)
+        cast("EtjConsumer", app.consumer).route(intake.inbox)
         deliver = pipeline.start()
         try:
             while True:
