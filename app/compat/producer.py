@@ -187,8 +187,8 @@ class EtjProducerBuffer(ProducerBuffer):
     def size(self) -> int:
         """Upstream's: messages waiting to be produced (the setting read once)."""
         if self._threaded():
-            return len(self.queue._queue) if self.queue else 0  # type: ignore[attr-defined]  # asyncio.Queue's deque is private (upstream reads it too)
-        return len(self.pending._queue)  # type: ignore[attr-defined]  # asyncio.Queue's deque is private (upstream reads it too)
+            return len(self.queue._queue) if self.queue else 0  # type: ignore[attr-defined]  # Queue._queue, the deque: a CPython detail typeshed omits (upstream reads it too)
+        return len(self.pending._queue)  # type: ignore[attr-defined]  # Queue._queue, the deque: a CPython detail typeshed omits (upstream reads it too)
 
     def put(self, fut: Any) -> None:
         """Upstream's: add a message to the buffer (the threaded producer's queue, if

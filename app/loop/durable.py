@@ -47,7 +47,7 @@ from app.loop import awaiting
 from app.loop.acks import AckedRuns, dead_letter
 from app.loop.intake import Intake
 from app.loop.pipeline import DEAD_LETTERS, DeliveryPipeline
-from app.loop.types import Engine, Unit
+from app.loop.types import Engine, Hop, Unit
 
 if TYPE_CHECKING:
     from app.compat.consumer import EtjConsumer
@@ -81,6 +81,8 @@ class DurableLoop:
         self.join = engine.join
         self.ticks = ticks
         self.hop = hop
+        #: the engine again when ``hop``: one that passes records on (else None)
+        self.passer: Hop | None = cast(Hop, engine) if hop else None
         self.intake = Intake(engine, topics, merged, ticks, door=not hop)
         #: the intake's (what the stall guard and the tests read of a loop)
         self.inbox, self.merge = self.intake.inbox, self.intake.merge
@@ -149,8 +151,8 @@ class DurableLoop:
         try:
             if topic == self.ticks:
                 outs = self.engine.on_tick(partition, offset)
-            elif self.hop:
-                outs = self.engine.pass_on(topic, record, parsed)  # type: ignore[attr-defined]
+            elif (passer := self.passer) is not None:
+                outs = passer.pass_on(topic, record, parsed)
             else:
                 outs = self.engine.on_record(
                     topic, partition, offset, record.key, record.value, parsed
