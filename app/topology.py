@@ -27,6 +27,7 @@ Importing this module declares everything on the app; nothing else calls ``app.t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol, TypedDict, cast
 
 import faust
 from faust.types import TopicT
@@ -44,33 +45,61 @@ from app.state.range_scan import RangeTable, range_table
 #: (name, topics, partition count) of topics that must be co-partitioned (app.kafka.copartition)
 CopartitionGroup = tuple[str, tuple[str, ...], int]
 
-_raw = {"key_serializer": "raw", "value_serializer": "raw", "partitions": settings.partitions}
-_out = {"key_serializer": "raw", "value_serializer": "raw"}
+
+class TopicArgs(TypedDict, total=False):
+    """The keyword arguments of ``app.topic`` given below (names and types as Faust's)."""
+
+    key_serializer: str
+    value_serializer: str
+    partitions: int
+
+
+class TableArgs(TypedDict, total=False):
+    """The keyword arguments of ``app.Table`` and :func:`range_table` given below."""
+
+    partitions: int
+    key_type: type
+    options: dict[str, Any]  # the store's (RocksDB) options
+    schema: TableSchema
+
+
+_raw: TopicArgs = {
+    "key_serializer": "raw",
+    "value_serializer": "raw",
+    "partitions": settings.partitions,
+}
+_out: TopicArgs = {"key_serializer": "raw", "value_serializer": "raw"}
 #: every table's RocksDB memtables (the memory store ignores them); the block cache and the
 #: memtables' total are one budget per worker (app.compat.rocksdb_memory,
 #: docs/operating/scaling.md#memory)
-_store = {
-    "options": {
-        "write_buffer_size": settings.rocksdb_write_buffer_mb << 20,
-        "max_write_buffer_number": 2,
-    }
+_store_options: dict[str, Any] = {
+    "write_buffer_size": settings.rocksdb_write_buffer_mb << 20,
+    "max_write_buffer_number": 2,
 }
 #: tables hold plain JSON rows: decoded without Faust's registry (app.compat.table_codec), and
 #: not at all on replay into RocksDB, which keeps the changelog's bytes
 _decode = not settings.local_tables
-_json = dict(
-    partitions=settings.partitions,
-    **_store,
-    schema=TableSchema(key_serializer="json", value_serializer="json", decode=_decode),
-)
+_json: TableArgs = {
+    "partitions": settings.partitions,
+    "options": _store_options,
+    "schema": TableSchema(key_serializer="json", value_serializer="json", decode=_decode),
+}
 # key_type=bytes too: Faust derives the changelog's key serializer from key_type alone (json
 # otherwise), and recovery would then fail to decode the byte keys
-_bytes_json = dict(
-    partitions=settings.partitions,
-    key_type=bytes,
-    **_store,
-    schema=TableSchema(key_serializer="raw", value_serializer="json", decode=_decode),
-)
+_bytes_json: TableArgs = {
+    "partitions": settings.partitions,
+    "key_type": bytes,
+    "options": _store_options,
+    "schema": TableSchema(key_serializer="raw", value_serializer="json", decode=_decode),
+}
+
+
+def _table(name: str, args: TableArgs) -> faust.Table:
+    """``app.Table(name, default=None, **args)``, typed as what it returns: Faust's signature
+    says ``TableT``, but the app's ``Table`` setting is ``app.compat.stores:EtjTable``, a
+    ``faust.Table`` (what the stores and the agents read it as)."""
+    return cast(faust.Table, app.Table(name, default=None, **args))
+
 
 # --- shared outputs ----------------------------------------------------------------------------
 dead_letters = app.topic(settings.dead_letter_topic, **_out)  # original key -> record + reason
@@ -85,7 +114,7 @@ class JoinTables:
     """A spec's tables (:mod:`app.joins.state`)."""
 
     history: faust.Table  # key -> [[event_time, *copied values], ...] sorted
-    joins: faust.Table  # J (key, event_time, jid) -> join; its I and X indexes (app.joins.keys)
+    joins: JoinsTable  # J (key, event_time, jid) -> join; its I and X indexes (app.joins.keys)
     clock: faust.Table  # partition -> stream time (greatest event time seen; never decreases)
 
 
@@ -133,18 +162,22 @@ class JoinTopology:
 def declare_join(spec: JoinSpec) -> JoinTopology:
     """A spec's topics and tables, with its partition count (ETJ_PARTITIONS unless it gives
     one): its ticks topic and changelogs are created with it, its inputs must have it."""
-    n = {"partitions": spec.partitions or settings.partitions}  # over the defaults' count
-    names, raw, js = spec.tables, {**_raw, **n}, {**_json, **n}
-    joins = range_table(
-        app, names.joins, default=None, table_class=JoinsTable, **{**_bytes_json, **n}
+    n = spec.partitions or settings.partitions  # over the defaults' count
+    raw: TopicArgs = {**_raw, "partitions": n}
+    js: TableArgs = {**_json, "partitions": n}
+    bj: TableArgs = {**_bytes_json, "partitions": n}
+    names = spec.tables
+    # range_table makes its table with table_class: a JoinsTable
+    joins = cast(
+        JoinsTable, range_table(app, names.joins, default=None, table_class=JoinsTable, **bj)
     )
     joins.join_name = spec.name
     if spec.hold_ms is not None:  # its held joins' index is derived on recovery too
         joins.hold_shape = (len(spec.payload_fields), len(spec.dimension.copy))
     tables = JoinTables(
-        app.Table(names.dimension, default=None, **js),
+        _table(names.dimension, js),
         joins,
-        app.Table(names.clock, default=None, **js),
+        _table(names.clock, js),
     )
     hops = tuple(
         RepartitionHop(
@@ -228,8 +261,10 @@ class FkJoinTopology:
 def declare_fk_join(spec: FkJoinSpec) -> FkJoinTopology:
     """A foreign-key spec's topics and tables, with its partition count (ETJ_PARTITIONS unless
     it gives one). Declared only on a worker that runs the join."""
-    n = {"partitions": spec.partitions or settings.partitions}
-    raw, js, bj = {**_raw, **n}, {**_json, **n}, {**_bytes_json, **n}
+    n = spec.partitions or settings.partitions
+    raw: TopicArgs = {**_raw, "partitions": n}
+    js: TableArgs = {**_json, "partitions": n}
+    bj: TableArgs = {**_bytes_json, "partitions": n}
     keys = INT_KEYS if spec.int_keys else JSON_KEYS
     names = spec.tables
     return FkJoinTopology(
@@ -239,8 +274,8 @@ def declare_fk_join(spec: FkJoinSpec) -> FkJoinTopology:
         ticks=app.topic(spec.ticks, internal=True, **raw),
         right_inputs=app.topic(*spec.right_inputs, allow_empty=True, **raw),
         output=app.topic(spec.output, **_out),
-        left_table=app.Table(names.left, default=None, **js),
-        right_table=app.Table(names.right, default=None, **js),
+        left_table=_table(names.left, js),
+        right_table=_table(names.right, js),
         index_table=range_table(
             app, names.index, default=None, table_class=index_table_class(keys, ZoneCarsTable), **bj
         ),
@@ -287,14 +322,26 @@ def _input_sides() -> list[Side]:
     ]
 
 
+class _StartDeclarations(Protocol):
+    """Two more of the app's attributes this module declares, read at start with ``getattr``
+    (a test's app may lack them): ``EtjApp`` does not annotate them (app/faust_app.py)."""
+
+    input_starts: dict[str, str | int]
+    timestamp_topics: list[str]
+
+
 #: input topic -> where a new deployment starts reading it (a spec's ``start``: "latest", or
 #: epoch ms), only for a partition without a committed offset
 #: (app.compat.consumer_thread.seek_to_start); a topic not listed starts at its earliest
-app.input_starts = {side.topic: side.start for side in _input_sides() if side.start != "earliest"}
+cast(_StartDeclarations, app).input_starts = {
+    side.topic: side.start for side in _input_sides() if side.start != "earliest"
+}
 
 #: input topics whose event time is their Kafka timestamp: a LogAppendTime one is named at
 #: start (app.kafka.timestamps)
-app.timestamp_topics = sorted({side.topic for side in _input_sides() if side.from_timestamp})
+cast(_StartDeclarations, app).timestamp_topics = sorted(
+    {side.topic for side in _input_sides() if side.from_timestamp}
+)
 
 #: every agent's ticks topic: the revisit timer sends one tick per owned partition to each
 ticks_topics: list[TopicT] = [j.ticks for j in running]

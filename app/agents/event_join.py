@@ -21,7 +21,7 @@ whose source record is not known delivered (acked by this process, or committed:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from faust.types import TP
@@ -39,6 +39,9 @@ from app.loop.types import Out
 from app.outputs import sinks
 from app.state.overlay import Overlay
 from app.topology import JoinTopology, joins
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter
 
 __all__ = ["JoinEngine", "engines"]
 
@@ -69,7 +72,10 @@ class JoinEngine:
             spec.events.input: spec.events.parser(),
             spec.dimension.input: spec.dimension.parser(),
         }
-        self._revisions = {c: metrics.revisions_out.labels(spec.name, c) for c in CAUSES}
+        #: cause -> its counter (a str key: ``_counts`` mixes the causes with "released")
+        self._revisions: dict[str, Counter] = {
+            c: metrics.revisions_out.labels(spec.name, c) for c in CAUSES
+        }
         self._released = metrics.released.labels(spec.name)
         self._held = metrics.held.labels(spec.name)
         self._counts: dict[str, int] = {}  # cause (or "released") -> revisions of this batch
@@ -228,7 +234,9 @@ class JoinEngine:
             else []
         )
         value = {"join": self.join, "partition": partition, "final_before": hi}
-        outs.append(Out(self._final_topic, str(partition).encode(), orjson.dumps(value), True))
+        topic = self._final_topic
+        assert topic is not None  # on_record calls _promise only for a spec with promises
+        outs.append(Out(topic, str(partition).encode(), orjson.dumps(value), True))
         return outs
 
     # --- time ----------------------------------------------------------------------------------
@@ -315,6 +323,7 @@ class JoinEngine:
         limit = None if clock is None else self._limit(clock, is_event)
         if limit is not None and event_time < limit:
             metrics.late_records.labels(spec.name, topic).inc()
+            assert clock is not None  # a limit is only made from a clock
             # late now, perhaps not when a crashed worker handled it: what it made goes again
             if is_event:
                 e = spec.event_of(rec)

@@ -230,13 +230,13 @@ def conform(df: DataFrame, kind: ArchiveKind) -> DataFrame:
         valid = valid & (F.col(name) >= 0)
     for name in kind.finite:
         valid = valid & (F.col(name).isNull() | (~F.isnan(name) & (F.abs(name) < float("inf"))))
-    for name, shortest, longest in kind.lengths:
+    for name, min_length, max_length in kind.lengths:  # each may be None: no such bound
         length = F.length(name)
         ok = F.lit(True)
-        if shortest is not None:
-            ok = ok & (length >= shortest)
-        if longest is not None:
-            ok = ok & (length <= longest)
+        if min_length is not None:
+            ok = ok & (length >= min_length)
+        if max_length is not None:
+            ok = ok & (length <= max_length)
         valid = valid & (F.col(name).isNull() | ok)
     for name, smallest, too_big in kind.bounds:
         ok = F.lit(True)

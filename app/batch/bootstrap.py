@@ -260,7 +260,7 @@ def check(
 # --- the Spark part ---------------------------------------------------------------------------
 
 
-def _partition_of(partitions: int):  # type: ignore[no-untyped-def]
+def _partition_of(partitions: int):  # a Column (this module's annotations are strings)
     """A column: the partition Kafka's default partitioner gives the key's UTF-8 bytes. An Arrow
     UDF (Spark 4.1+), else a pandas one (Spark 3.5); the annotations are set by hand because
     this module's are strings."""
@@ -273,22 +273,22 @@ def _partition_of(partitions: int):  # type: ignore[no-untyped-def]
     if hasattr(F, "arrow_udf"):
         import pyarrow as pa
 
-        def by_arrow(keys):  # type: ignore[no-untyped-def]
+        def by_arrow(keys):  # annotated below, by hand
             return pa.array(placed(keys.to_pylist()), pa.int32())
 
         by_arrow.__annotations__ = {"keys": pa.Array, "return": pa.Array}
-        return F.arrow_udf(by_arrow, "int")
+        return F.arrow_udf(by_arrow, "int")  # type: ignore[call-overload]  # pyspark's stubs lack the documented form that infers the UDF type from the hints
     import pandas as pd
 
-    def by_pandas(keys):  # type: ignore[no-untyped-def]
+    def by_pandas(keys):  # annotated below, by hand
         return pd.Series(placed(keys.tolist()), dtype="int32")
 
     by_pandas.__annotations__ = {"keys": pd.Series, "return": pd.Series}
-    return F.pandas_udf(by_pandas, "int")  # type: ignore[call-overload]
+    return F.pandas_udf(by_pandas, "int")  # type: ignore[call-overload]  # pyspark's stubs lack the documented form that infers the UDF type from the hints
 
 
 def _write_group(
-    target: Target, columns: list[str], kinds: list[str], workdir: str | None, table: Any
+    target: Target, columns: list[str], kinds: Sequence[str], workdir: str | None, table: Any
 ) -> Any:
     """One partition's records (an Arrow table) -> its state written; one result row."""
     import pyarrow as pa

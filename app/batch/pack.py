@@ -40,6 +40,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import TypedDict, cast
 
 from packaging.requirements import Requirement
 
@@ -101,11 +102,17 @@ def executor_distributions(
     return [seen[k] for k in sorted(seen)]
 
 
+def _located(dist: metadata.Distribution, f: str | os.PathLike[str]) -> Path:
+    """``dist.locate_file(f)`` as a Path (typeshed says ``SimplePath``; an installed
+    distribution's, a ``PathDistribution``, answers a ``pathlib.Path``)."""
+    return Path(cast("os.PathLike[str]", dist.locate_file(f)))
+
+
 def _files(dist: metadata.Distribution, site: Path) -> Iterator[tuple[Path, str]]:
     """(file on disk, path inside site-packages) of ``dist``'s installed files, less byte
     code and what lives outside site-packages (its console scripts)."""
     for f in dist.files or []:
-        path = Path(dist.locate_file(f)).resolve()
+        path = _located(dist, f).resolve()
         try:
             inside = path.relative_to(site)
         except ValueError:
@@ -142,11 +149,20 @@ class Packed:
 MANIFEST = "etj-env.json"
 
 
+class Manifest(TypedDict):
+    """The archive's manifest (:data:`MANIFEST`)."""
+
+    python: str  # major.minor
+    platform: str  # sysconfig's
+    distributions: list[str]  # name==version
+    inputs: str  # sha256 of the launcher and of every member's name, size and time
+
+
 def _members() -> tuple[list[metadata.Distribution], dict[str, Path]]:
     dists = executor_distributions()
     members: dict[str, Path] = {}
     for dist in dists:
-        site = Path(dist.locate_file("")).resolve()
+        site = _located(dist, "").resolve()
         for path, inside in _files(dist, site):
             members.setdefault(inside, path)
     for path, inside in _project_files():
@@ -156,7 +172,7 @@ def _members() -> tuple[list[metadata.Distribution], dict[str, Path]]:
 
 def _manifest(
     dists: list[metadata.Distribution], members: dict[str, Path], launcher: bytes
-) -> dict[str, object]:
+) -> Manifest:
     digest = hashlib.sha256(launcher)
     for inside in sorted(members):
         st = members[inside].stat()
@@ -198,7 +214,7 @@ def pack(out: str | Path = DEFAULT_OUT, compresslevel: int = 6, force: bool = Fa
         return Packed(
             out,
             manifest["distributions"],
-            len(members) + 2,  # type: ignore[arg-type]
+            len(members) + 2,
             size,
             out.stat().st_size,
             time.monotonic() - t0,
@@ -224,7 +240,7 @@ def pack(out: str | Path = DEFAULT_OUT, compresslevel: int = 6, force: bool = Fa
     return Packed(
         out,
         manifest["distributions"],
-        len(members) + 2,  # type: ignore[arg-type]
+        len(members) + 2,
         size,
         out.stat().st_size,
         time.monotonic() - t0,

@@ -115,5 +115,5 @@ class Steps:
         try:
             yield
         finally:
-            self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+            self.spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]  # None clears it (a local property: setLocalProperty's doc); pyspark annotates str
         self.say(f"{what}: done in {time.monotonic() - t0:.1f}s")

@@ -94,10 +94,10 @@ def _python_float_text() -> Callable[..., Column]:
     ``1e-05`` against ``1.0E-5``). Defined in a function so it is shipped by value: executors
     need Python, not etj."""
 
-    def text(x):  # type: ignore[no-untyped-def]  # (no hints: Spark would read them as pandas)
+    def text(x):  # no hints: Spark would read them as pandas
         return None if x is None else repr(x + 0.0)  # + 0.0: -0.0 is 0.0, as the wire models
 
-    return F.udf(text, "string")  # type: ignore[return-value]
+    return F.udf(text, "string")
 
 
 def _python_text(name: str, kind: str) -> Column:
@@ -312,12 +312,14 @@ def holding_ids(spec: JoinSpec, events: DataFrame, dimension: DataFrame) -> Data
     stream lags may hold more: those show as ``missing``). None: the spec has no hold."""
     if spec.hold_ms is None:
         return None
-    end = (
+    greatest = (
         events.select(F.col(spec.events.time).alias("_t"))
         .unionByName(dimension.select(F.col(spec.dimension.time).alias("_t")))
         .agg(F.max("_t"))
-        .first()[0]
+        .first()
     )
+    assert greatest is not None  # an aggregation answers one row, even over no rows
+    end = greatest[0]
     if end is None:
         return None
     return (

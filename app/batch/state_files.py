@@ -121,7 +121,7 @@ ENCODERS: dict[str, Callable[[Any], str]] = {
 
 
 def history_rows(
-    records: Iterable[Sequence[Any]],
+    records: Iterable[tuple[Any, ...]],
     kinds: Sequence[str],
 ) -> list[tuple[bytes, bytes]]:
     """``(key, event_time, *copied values)`` records, any order, duplicates allowed -> the

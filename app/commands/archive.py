@@ -263,6 +263,7 @@ class ParquetSink:
         self.files: dict[int, int] = {}
 
     def write(self, partition: int, offset: int, value: Any, timestamp: int | None = None) -> None:
+        row: dict[str, Any]
         if self.columns is None:
             row = {"value": json.dumps(value, separators=(",", ":"))}
         elif isinstance(value, dict):

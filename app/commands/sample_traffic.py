@@ -10,7 +10,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from faust.cli import option
@@ -264,6 +264,7 @@ async def watch(self: object, from_beginning: bool, join: str | None) -> None:
     """Print each revision of a join's output topic as one readable line."""
     from app.web.join_readers import output_topics
 
+    line: Callable[[dict], str]
     if join is None:
         topic, line = settings.output_topic, mood_line
     else:

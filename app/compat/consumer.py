@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 from faust.transport.consumer import CONSUMER_FETCHING
@@ -184,7 +184,7 @@ class EtjConsumer(aiokafka_driver.Consumer):
         finally:
             unset_flag(CONSUMER_FETCHING)
 
-    async def _hand_over(self, records: dict[TP, list[Any]]) -> None:
+    async def _hand_over(self, records: Mapping[TP, list[Any]]) -> None:
         """One fetch: input partitions as batches, every other record one by one."""
         app = self.app
         generation = app.consumer_generation_id
@@ -227,6 +227,7 @@ class EtjConsumer(aiokafka_driver.Consumer):
             expected,
             expected,
         )
+        assert expected is not None  # follows() is true when there is nothing to follow
         self._next[tp] = expected
         self._thread.seek(tp, expected)  # aiokafka drops what it fetched from elsewhere
         return False
@@ -238,7 +239,9 @@ class EtjConsumer(aiokafka_driver.Consumer):
     async def _deliver_each(self, tp: TP, recs: list[Any]) -> None:
         """Upstream's per-record delivery (changelogs), each record delivered in place when the
         callback takes no wait (:mod:`app.compat.eager_delivery`)."""
-        callback = self.callback
+        # Faust's ConsumerCallback says Awaitable; it is the conductor's on_message, a coroutine
+        # function, and step() drives the coroutine itself
+        callback = cast(Callable[[Any], Coroutine[Any, Any, Any]], self.callback)
         read_offset = self._read_offset
         to_message = self._to_message
         loop = asyncio.get_running_loop()

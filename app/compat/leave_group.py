@@ -56,4 +56,4 @@ async def _maybe_leave_group(self: Any) -> None:
 
 
 def install() -> None:
-    GroupCoordinator._maybe_leave_group = _maybe_leave_group  # type: ignore[method-assign]
+    GroupCoordinator._maybe_leave_group = _maybe_leave_group

@@ -107,4 +107,4 @@ def getall(self: FetchResult, max_records: int | None = None) -> list[Any]:
 
 
 def install() -> None:
-    FetchResult.getall = getall  # type: ignore[method-assign]
+    FetchResult.getall = getall

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import aiokafka
 import aiokafka.errors
@@ -24,6 +24,7 @@ from faust.exceptions import ProducerSendError
 from faust.topics import Topic
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.transport.producer import ProducerBuffer
+from faust.types import AppT
 
 from app.compat.upstream import replaces
 from app.runtime import fail_stop
@@ -105,7 +106,7 @@ class EtjProducer(aiokafka_driver.Producer):
 
     @property
     @replaces("faust.transport.drivers.aiokafka:Producer._producer_type", "1125698750a3")
-    def _producer_type(self) -> Callable[..., aiokafka.AIOKafkaProducer]:  # type: ignore[override]
+    def _producer_type(self) -> Callable[..., aiokafka.AIOKafkaProducer]:  # type: ignore[override]  # a factory, where upstream's annotation says the class (its only use is a call)
         """aiokafka producers whose batches outlive a request timeout, and whose client keeps
         the leaders of every topic sent to.
 
@@ -170,28 +171,35 @@ class EtjProducerBuffer(ProducerBuffer):
     """
 
     _etj_threaded: bool | None = None
+    #: set by the producer when ``producer_threaded`` is on, the only case that reads it
+    #: (annotation only, as upstream's): the aiokafka driver's, with its event queue
+    threaded_producer: aiokafka_driver.ThreadedProducer
 
     def _threaded(self) -> bool:
         threaded = self._etj_threaded
         if threaded is None:
-            threaded = self._etj_threaded = bool(self.app.conf.producer_threaded)
+            # set by the producer right after it makes the buffer (upstream's cast, too)
+            app = cast(AppT, self.app)
+            threaded = self._etj_threaded = bool(app.conf.producer_threaded)
         return threaded
 
     @property
-    def size(self) -> int:  # type: ignore[override]
+    def size(self) -> int:
         """Upstream's: messages waiting to be produced (the setting read once)."""
         if self._threaded():
-            return len(self.queue._queue) if self.queue else 0  # type: ignore[attr-defined]
-        return len(self.pending._queue)  # type: ignore[attr-defined]
+            return len(self.queue._queue) if self.queue else 0  # type: ignore[attr-defined]  # Queue._queue, the deque: a CPython detail typeshed omits (upstream reads it too)
+        return len(self.pending._queue)  # type: ignore[attr-defined]  # Queue._queue, the deque: a CPython detail typeshed omits (upstream reads it too)
 
     def put(self, fut: Any) -> None:
         """Upstream's: add a message to the buffer (the threaded producer's queue, if
         threaded); the setting read once."""
         if self._threaded():
             threaded_producer = self.threaded_producer
-            if not self.queue:
-                self.queue = threaded_producer.event_queue  # type: ignore[attr-defined]
-            asyncio.run_coroutine_threadsafe(self.queue.put(fut), threaded_producer.thread_loop)
+            queue = self.queue
+            if not queue:
+                # made when the threaded producer starts, before anything is produced
+                queue = self.queue = cast(asyncio.Queue, threaded_producer.event_queue)
+            asyncio.run_coroutine_threadsafe(queue.put(fut), threaded_producer.thread_loop)
         else:
             self.pending.put_nowait(fut)
 
@@ -244,7 +252,7 @@ def register_broker_errors() -> None:
 
 def aiokafka_producer(app: Any) -> aiokafka.AIOKafkaProducer:
     """The app's started aiokafka producer (Faust's ``Producer._ensure_producer``)."""
-    return app.producer._ensure_producer()  # type: ignore[no-any-return]
+    return app.producer._ensure_producer()
 
 
 def request_limits(producer: aiokafka.AIOKafkaProducer) -> tuple[int, Any]:
@@ -257,7 +265,7 @@ async def topic_partitions(producer: aiokafka.AIOKafkaProducer, topic: str) -> s
     """The partitions of ``topic`` once its metadata is known (tracked for every refresh)."""
     client = producer.client
     await client._wait_on_metadata(topic)
-    return client.cluster.partitions_for_topic(topic)  # type: ignore[no-any-return]
+    return client.cluster.partitions_for_topic(topic)
 
 
 async def send_alone_batch(

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from time import monotonic
-from typing import Any
+from typing import Any, cast
 
 from faust.tables.recovery import Recovery
+from faust.transport.consumer import Consumer
 from faust.utils.tracing import finish_span
 from mode.services import ServiceTask
 
@@ -91,7 +92,8 @@ async def slurp_changelogs(self: Recovery) -> None:
         return (await self.app.consumer.earliest_offsets(tp))[tp]
 
     def rewind(tp: Any, offset: int) -> None:
-        read = self.app.consumer._read_offset  # Faust drops records at or below it
+        # Faust drops records at or below it (its Consumer's, not in the ConsumerT interface)
+        read = cast(Consumer, self.app.consumer)._read_offset
         mark = read.get(tp)
         if mark is not None and mark > offset:
             read[tp] = offset
@@ -238,7 +240,7 @@ class EtjRecovery(Recovery):
         if consumer.assignment() and self.app.consumer_generation_id == generation_id:
             self.log.info("Seek stream partitions to committed offsets (before resuming them).")
             await self._wait(consumer.perform_seek(), timeout=self.app.conf.broker_request_timeout)
-            consumer.perform_seek = _already_seeked  # type: ignore[method-assign]
+            consumer.perform_seek = _already_seeked  # type: ignore[method-assign]  # upstream's seek made a no-op on this instance until recovery completes (popped below)
         try:
             await Recovery.on_recovery_completed(self, generation_id)
         finally:

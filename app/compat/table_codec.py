@@ -73,12 +73,13 @@ class TableSchema(faust.Schema):
 
     def __init__(self, *, decode: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.decode = decode
+        #: not ``self.decode``: that is Schema's ``decode`` method, which the flag shadowed
+        self.decode_rows = decode
 
     def loads_key(
         self, app: Any, message: Any, *, loads: Any = None, serializer: Any = None
     ) -> Any:
-        if not self.decode:
+        if not self.decode_rows:
             return message.key
         got = _decode(message.key, serializer or self.key_serializer, self.key_type, KeyDecodeError)
         if got is FAUST:
@@ -88,7 +89,7 @@ class TableSchema(faust.Schema):
     def loads_value(
         self, app: Any, message: Any, *, loads: Any = None, serializer: Any = None
     ) -> Any:
-        if not self.decode:
+        if not self.decode_rows:
             return message.value
         got = _decode(
             message.value, serializer or self.value_serializer, self.value_type, ValueDecodeError

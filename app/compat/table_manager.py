@@ -10,6 +10,7 @@ Faust's extension point for it, so upstream's class is left as it is.
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 from faust.tables.manager import TableManager
 from faust.types import TP
@@ -27,7 +28,7 @@ class EtjTableManager(TableManager):
 
     @property
     @replaces("faust.tables.manager:TableManager.recovery", "9e5e10447444")
-    def recovery(self) -> EtjRecovery:  # type: ignore[override]
+    def recovery(self) -> EtjRecovery:
         """The table manager's recovery is etj's (:class:`~app.compat.recovery.EtjRecovery`).
 
         Upstream: the ``recovery`` property creates Faust's ``Recovery`` on first use; no
@@ -43,7 +44,8 @@ class EtjTableManager(TableManager):
         """
         if self._recovery is None:
             self._recovery = EtjRecovery(self.app, self, beacon=self.beacon, loop=self.loop)
-        return self._recovery  # type: ignore[return-value]
+        # only this property sets it (Faust's annotation: its own Recovery class)
+        return cast(EtjRecovery, self._recovery)
 
     @replaces("faust.tables.manager:TableManager.on_start", "b82e759be50c")
     async def on_start(self) -> None:

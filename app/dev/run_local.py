@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 from app.dev.local_broker import EXISTING_BROKER_ENV, LocalBroker
 from app.runtime import EXIT_CODE as FAIL_STOP
@@ -75,8 +76,12 @@ def run(broker: LocalBroker, settings: Settings, procs: list[subprocess.Popen[by
     Path("var").mkdir(exist_ok=True)
     worker_log = open("var/worker.log", "ab")
 
-    def start(*args: str, **out: object) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([*faust, *args], env=env, start_new_session=True, **out)  # type: ignore[call-overload]
+    def start(
+        *args: str, stdout: IO[bytes] | None = None, stderr: int | None = None
+    ) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [*faust, *args], env=env, start_new_session=True, stdout=stdout, stderr=stderr
+        )
 
     def start_worker() -> subprocess.Popen[bytes]:
         return start("worker", "-l", "info", stdout=worker_log, stderr=subprocess.STDOUT)

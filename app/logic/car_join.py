@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from app.logic import fk_join as fk
 
@@ -170,6 +170,12 @@ def to_left(a: CarArrival) -> fk.Left:
 
 def to_arrival(left: fk.Left) -> CarArrival:
     return CarArrival(left.key, left.fk, left.values[0], left.event_time)
+
+
+@overload
+def to_right(z: ZoneReading) -> fk.Right: ...
+@overload
+def to_right(z: ZoneReading | None) -> fk.Right | None: ...
 
 
 def to_right(z: ZoneReading | None) -> fk.Right | None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from app.faust_app import app
 from app.inputs.inbox import Batch
@@ -47,7 +47,10 @@ from app.loop import awaiting
 from app.loop.acks import AckedRuns, dead_letter
 from app.loop.intake import Intake
 from app.loop.pipeline import DEAD_LETTERS, DeliveryPipeline
-from app.loop.types import Engine, Unit
+from app.loop.types import Engine, Hop, Unit
+
+if TYPE_CHECKING:
+    from app.compat.consumer import EtjConsumer
 
 __all__ = ["DurableLoop", "agent_body", "loops"]
 
@@ -78,6 +81,8 @@ class DurableLoop:
         self.join = engine.join
         self.ticks = ticks
         self.hop = hop
+        #: the engine again when ``hop``: one that passes records on (else None)
+        self.passer: Hop | None = cast(Hop, engine) if hop else None
         self.intake = Intake(engine, topics, merged, ticks, door=not hop)
         #: the intake's (what the stall guard and the tests read of a loop)
         self.inbox, self.merge = self.intake.inbox, self.intake.merge
@@ -98,7 +103,8 @@ class DurableLoop:
         """The agent's body: batches in, durable outputs out, offsets acked (module doc)."""
         intake, pipeline = self.intake, self.pipeline
         idle = pipeline.idle
-        app.consumer.route(intake.inbox)
+        # the app's transport makes etj's consumer (app.compat.consumer)
+        cast("EtjConsumer", app.consumer).route(intake.inbox)
         deliver = pipeline.start()
         try:
             while True:
@@ -145,8 +151,8 @@ class DurableLoop:
         try:
             if topic == self.ticks:
                 outs = self.engine.on_tick(partition, offset)
-            elif self.hop:
-                outs = self.engine.pass_on(topic, record, parsed)  # type: ignore[attr-defined]
+            elif (passer := self.passer) is not None:
+                outs = passer.pass_on(topic, record, parsed)
             else:
                 outs = self.engine.on_record(
                     topic, partition, offset, record.key, record.value, parsed

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from faust.types import TP
 
@@ -24,6 +24,10 @@ from app.inputs.admission import door
 from app.inputs.flow_control import EventTimeMerge
 from app.inputs.inbox import Batch, Inbox
 from app.inputs.records import InvalidRecord
+
+if TYPE_CHECKING:
+    from app.compat.consumer import EtjConsumer
+    from app.loop.types import Engine
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +126,7 @@ class Intake:
     def _back_pressure(self, partitions: set[int]) -> None:
         """Stop fetching the inputs of a partition flow control holds too many records of,
         and fetch them again once it holds fewer (:meth:`EventTimeMerge.full`)."""
-        consumer = app.consumer
+        consumer = cast("EtjConsumer", app.consumer)  # the app's transport makes etj's
         for p in partitions:
             full = set(self.merge.full(p))
             held = self._holding.get(p, set())
@@ -162,7 +166,7 @@ def lag(topic: str, partition: int, next_offset: int | None) -> bool:
         return True
     if next_offset is None:
         next_offset = committed_offset(app.consumer, tp) or 0
-    return highwater > next_offset  # type: ignore[no-any-return]
+    return highwater > next_offset
 
 
 def parse_batch(

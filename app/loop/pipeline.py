@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from faust.types import TP
 
@@ -20,6 +20,11 @@ from app.compat.stores import StoreIO
 from app.faust_app import app, settings
 from app.loop.acks import AckedRuns, dead_letter_refused
 from app.outputs.producer_batches import send_records
+
+if TYPE_CHECKING:
+    from app.compat.consumer import EtjConsumer
+    from app.loop.types import Engine, Unit
+    from app.state.overlay import MemoryIO
 
 DEAD_LETTERS = settings.dead_letter_topic
 
@@ -41,7 +46,9 @@ class DeliveryPipeline:
         #: (:meth:`app.loop.durable.DurableLoop.run`)
         self.idle = asyncio.Event()
         self.idle.set()
-        self._stores: dict[str, StoreIO] = {ov.io.changelog: ov.io for ov in engine.overlays}
+        self._stores: dict[str, StoreIO | MemoryIO] = {
+            ov.io.changelog: ov.io for ov in engine.overlays
+        }
         self.queue: asyncio.Queue | None = None
         #: the loop's task and the delivery's, by name (where each waits: ``describe``)
         self.tasks: dict[str, Any] = {}
@@ -121,7 +128,7 @@ class DeliveryPipeline:
     async def _ack(self, acks: asyncio.Queue) -> None:
         """Batch by batch, in order: the broker has its outputs (refused ones dead-lettered):
         ack each input partition's handled range."""
-        consumer = app.consumer
+        consumer = cast("EtjConsumer", app.consumer)  # the app's transport makes etj's
         while True:
             unit = await acks.get()
             assert unit.sent is not None

@@ -63,8 +63,11 @@ class Engine(Protocol):
 
     #: the metrics' ``join`` label
     join: str
-    #: the overlays of the tables it writes (flushed by the loop at the end of each batch)
-    overlays: Sequence[Overlay]
+
+    @property
+    def overlays(self) -> Sequence[Overlay]:
+        """The overlays of the tables it writes (flushed by the loop at the end of each batch;
+        read only: an engine may hold them in a tuple)."""
 
     def end_batch(self) -> None:
         """The batch is handled: write what it kept aside for its end (before the flush)."""

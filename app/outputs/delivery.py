@@ -115,7 +115,9 @@ async def send_direct(
         fut = await app.producer.send(topic, key, value, partition, None, None)
     except (ProducerSendError, KafkaError) as exc:
         if refusable and refused_for_good(exc):
-            return _failed(exc.__cause__ if isinstance(exc, ProducerSendError) else exc)
+            cause = exc.__cause__ if isinstance(exc, ProducerSendError) else exc
+            assert cause is not None  # refused_for_good read a ProducerSendError's cause
+            return _failed(cause)
         fail_stop(f"sending to {topic} failed: {exc!r}{row_hint(topic, exc)}")
         raise
     watch(fut, topic, refusable=refusable)

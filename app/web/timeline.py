@@ -42,7 +42,6 @@ from app.web.views import (
     mood_engine,
     mood_history,
     page_if,
-    recent_joins,
     routed,
     served_by,
     worker_ident,
@@ -76,8 +75,9 @@ def local_consultants() -> list[str]:
     if mood_engine is None:  # this worker does not run the mood join (ETJ_BUILTIN_JOINS)
         return []
     owned = set(owned_partitions(settings.moods_topic))
-    names = {str(k) for k in list(mood_history.keys())}
-    names |= {split_join_key(k)[0] for k in list(recent_joins.keys()) if is_join_row(k)}
+    tables = mood_engine.tables  # mood_history and recent_joins, known set here
+    names = {str(k) for k in list(tables.history.keys())}
+    names |= {split_join_key(k)[0] for k in list(tables.joins.keys()) if is_join_row(k)}
     return sorted(n for n in names if input_partition(n) in owned)
 
 
@@ -209,6 +209,7 @@ async def zones(view: View, request: Request) -> Response:
 @routed(mood_history, "consultant")
 async def clock(view: View, request: Request, consultant: str, partition: int) -> Response:
     """Stream time and retention horizon of the partition that holds ``consultant``."""
+    assert mood_engine is not None  # registered only when this worker runs it (page_if)
     stream_time = mood_engine.tables.clock.get(partition)
     return view.json(
         {

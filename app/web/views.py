@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from functools import wraps
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from faust.types import TP
@@ -37,6 +37,7 @@ from app import metrics, topology
 from app.agents.event_join import engines
 from app.compat import rocksdb_memory
 from app.compat.stores import estimated_keys
+from app.compat.table_manager import EtjTableManager
 from app.faust_app import app, settings
 from app.joins import car_state
 from app.joins.state import stored_versions
@@ -45,7 +46,7 @@ from app.logic.car_join import ZoneReading, join
 from app.state.snapshot_service import restoring
 from app.topology import owned_partitions
 from app.web.auth import peer_headers
-from app.web.join_readers import JoinReader, parse_id, readers
+from app.web.join_readers import EventTimeReader, JoinReader, parse_id, readers
 
 #: the mood join's engine: /moods/ and /joins/{consultant}/ read its tables (when this worker
 #: runs it: ETJ_BUILTIN_JOINS; the car views likewise)
@@ -59,8 +60,9 @@ zone_cars = None if car_topology is None else car_topology.zone_cars
 MOODS, CARS = mood_engine is not None, car_topology is not None
 
 
-def page_if(runs: bool, path: str) -> Callable[[Handler], Handler]:
-    """``app.page(path)`` for a view of a join this worker runs; none otherwise."""
+def page_if(runs: bool, path: str) -> Callable[[Handler], type[View] | Handler]:
+    """``app.page(path)`` for a view of a join this worker runs (the handler made a View
+    class); none otherwise (the handler as it is)."""
     return app.page(path) if runs else (lambda fun: fun)
 
 
@@ -80,7 +82,8 @@ Handler = Callable[..., Awaitable[Response]]
 def recovery_state() -> dict[str, Any]:
     """Whether this worker's tables are recovered (first assignment done, none in progress;
     snapshots being installed count as recovering: app.state.snapshot_service)."""
-    recovery = app.tables.recovery
+    # the app's TableManager setting (app.faust_app): Faust's TableManagerT has no recovery
+    recovery = cast(EtjTableManager, app.tables).recovery
     recovered_once = recovery.completed.is_set()
     recovering = bool(app.in_recovery) or restoring()
     remaining = recovery.active_remaining_total() if recovering else 0
@@ -134,7 +137,7 @@ def routed(
             try:
                 key = parse(text) if parse is not None else text
             except ValueError as exc:
-                return view.error(404, f"unknown {param} {text!r}: {exc}", **{param: text})
+                return view.error(404, f"unknown {param} {text!r}: {exc}", None, **{param: text})
             partition = input_partition(str(key))
             return await at_owner(
                 view,
@@ -250,7 +253,8 @@ async def moods(view: View, request: Request, consultant: str, partition: int) -
 
 def _joins_of(consultant: str, partition: int) -> list[tuple[str, Any]]:
     """(join id, join) of a consultant's joins in retention, by event time."""
-    return readers["moods"].joins_of(consultant, partition)  # type: ignore[attr-defined]
+    moods = cast(EventTimeReader, readers["moods"])  # the built-in mood join: an event-time one
+    return moods.joins_of(consultant, partition)
 
 
 #: the fields of a /joins/{consultant}/ row (its latest revision, without the consultant)
@@ -304,6 +308,7 @@ async def consultant_joins(view: View, request: Request, name: str, partition: i
     if not found and stored_versions(recent_joins, mood_history, consultant, partition) is None:
         return view.error(404, f"unknown consultant {consultant!r}", consultant=consultant)
     rows = []
+    assert mood_engine is not None  # called only when MOODS (join_or_consultant)
     spec = mood_engine.spec
     for jid, j in found:
         rev = spec.rules.current(jid, consultant, j)
@@ -363,6 +368,7 @@ MAX_CARS_LIMIT = 100_000
 
 
 def zone_reading(zone_id: int) -> ZoneReading | None:
+    assert zone_pollution is not None  # read by the car views, registered only when CARS
     row = zone_pollution.get(zone_id)
     return None if row is None else car_state.reading_of(zone_id, row)
 
@@ -413,6 +419,8 @@ async def car(view: View, request: Request, car_id: int, partition: int) -> Resp
     another worker: the car's owner asks the zone's owner (one more hop). This is what a
     consumer of etj-car-pollution converges to, read from state instead of the output topic.
     """
+    # registered only when this worker runs the car join (CARS: page_if)
+    assert car_positions is not None and zone_pollution is not None
     row = car_positions.get(car_id)
     if row is None:
         return view.error(404, f"unknown car {car_id}", car_id=car_id)
@@ -516,9 +524,11 @@ def refresh_gauges() -> dict[str, Any]:
             for label in gone:
                 gauge.remove(spec_name, label)
         for p, c in by_partition.items():
-            if c["stream_time"] is not None:
-                metrics.stream_time.labels(spec_name, p).set(c["stream_time"])
-                metrics.retention_horizon.labels(spec_name, p).set(c["retention_horizon"])
+            stream_time, horizon = c["stream_time"], c["retention_horizon"]
+            if stream_time is not None:
+                assert horizon is not None  # made from the stream time (partition_clocks)
+                metrics.stream_time.labels(spec_name, p).set(stream_time)
+                metrics.retention_horizon.labels(spec_name, p).set(horizon)
     return {
         "recovery": state,
         "partitions": clocks.get("moods", {}),

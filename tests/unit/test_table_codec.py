@@ -72,4 +72,4 @@ def test_undecoded_schemas_hand_the_changelogs_bytes_on() -> None:
         b"{also not json",
     )
     assert ours.loads_value(app, message(b'"k"', None)) is None  # a tombstone stays one
-    assert TableSchema(key_serializer="json", value_serializer="json").decode  # the default
+    assert TableSchema(key_serializer="json", value_serializer="json").decode_rows  # the default
