@@ -1,6 +1,8 @@
 """Declarative joins: a new pair of topics to join is a spec, not a new agent.
 
 - :mod:`app.joins.spec` — what a spec says, and its validation (``SpecError``);
+- :mod:`app.joins.sides` — a spec's side resolved: its fields, paths, event time and wire model;
+- :mod:`app.joins.resolve` — a spec resolved, then every spec together;
 - :mod:`app.joins.catalog` — the built-in specs (moods, movies) and ``ETJ_JOINS_FILE``;
 - :mod:`app.joins.state` — where a join's state lives: a row per join and per dimension version,
   and its indexes;

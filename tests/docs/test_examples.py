@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from app.joins.catalog import mood_spec, movie_spec
-from app.joins.spec import resolve_all
+from app.joins.resolve import resolve_all
 from app.settings import Settings
 from tests.docs.pages import DOCS, README, ROOT, block, marked
 

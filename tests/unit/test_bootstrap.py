@@ -60,7 +60,7 @@ def worker_version_rows(records: list[tuple]) -> dict[bytes, bytes]:
     the movies spec's shape, through :class:`app.joins.state.JoinState`), as its changelog
     carries them."""
     from app.joins.catalog import movie_spec
-    from app.joins.spec import resolve
+    from app.joins.resolve import resolve
     from app.joins.state import JoinState
     from app.settings import Settings
     from app.state.overlay import MemoryIO, Overlay

@@ -27,7 +27,7 @@ from app.inputs.records import (
     compile_parser,
     parse,
 )
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 
 EVERY_TYPE = resolve(
     {

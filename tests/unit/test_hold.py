@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from app.joins.catalog import mood_spec
 from app.joins.keys import HELD, RELEASED, held_range, join_range, split_join_key
-from app.joins.spec import SpecError, resolve
+from app.joins.resolve import resolve
+from app.joins.spec import SpecError
 from app.joins.state import JoinState, hold_rows
 from app.logic.event_join import (
     Event,
