@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 
 from app.compat.stores import StoreIO
 from app.joins.catalog import mood_spec, movie_spec
+from app.joins.joins_table import JoinsTable, joins_overlay
 from app.joins.keys import JOIN, VERSION, join_range, split_join_key, version_key, version_range
 from app.joins.resolve import resolve
-from app.joins.state import JoinsTable, JoinState, joins_overlay
+from app.joins.state import JoinState
 from app.logic.event_join import Event, insert_version, purgeable
 from app.settings import Settings
 from app.state.overlay import MemoryIO, Overlay
