@@ -27,7 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.inputs.records import KAFKA_TIMESTAMP, InvalidRecord
+from app.inputs.records import InvalidRecord
+from app.inputs.time_formats import KAFKA_TIMESTAMP
 from app.joins.resolve import refuse_shared_inputs
 from app.joins.sides import parse_start, resolve_side
 from app.joins.spec import JoinSpec, Side, SideConfig, SpecError, validated

@@ -18,13 +18,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, create_model
 
-from app.inputs.records import (
-    KAFKA_TIMESTAMP,
-    MAX_EVENT_TIME,
-    InvalidRecord,
-    WireModel,
-    iso_to_ms,
-)
+from app.inputs.records import MAX_EVENT_TIME, InvalidRecord, WireModel
+from app.inputs.time_formats import KAFKA_TIMESTAMP, iso_to_ms
 from app.joins.spec import Side, SideConfig, SpecError
 
 __all__ = [

@@ -30,7 +30,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from app.inputs.records import KAFKA_TIMESTAMP, WireModel
+from app.inputs.records import WireModel
+from app.inputs.time_formats import KAFKA_TIMESTAMP
 from app.logic.event_join import AsOf, Event, JoinRules, Mode, Revision, Version, derive_id
 
 __all__ = [
@@ -198,7 +199,7 @@ class Side:
     @property
     def shaped(self) -> bool:
         """Are its records read otherwise than flat with an epoch-ms time (then
-        :func:`app.inputs.records.compile_shaped_parser` reads them)?"""
+        :func:`app.inputs.parsers.compile_shaped_parser` reads them)?"""
         return (
             self.from_timestamp
             or self.time_format != "epoch_ms"
@@ -213,7 +214,7 @@ class Side:
 
     def parser(self) -> Any:
         """(key, value, timestamp=None) -> the flat record, or InvalidRecord."""
-        from app.inputs.records import compile_parser, compile_shaped_parser
+        from app.inputs.parsers import compile_parser, compile_shaped_parser
 
         if not self.shaped:
             return compile_parser(self.model)  # the fast path itself, no wrapper
