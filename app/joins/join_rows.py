@@ -13,8 +13,9 @@ from typing import Any
 
 from app.joins.keys import id_key, join_key, join_range, split_join_key, version_key, version_range
 from app.joins.spec import JoinSpec
-from app.logic.event_join import Join, Version, purge_history
+from app.logic.event_join import Join
 from app.logic.finality import Promise
+from app.logic.histories import Version, purge_history
 from app.state.overlay import Overlay
 
 __all__ = ["Delivered", "JoinRows"]

@@ -27,7 +27,8 @@ from app.joins.keys import (
     split_join_key,
     version_range,
 )
-from app.logic.event_join import Join, Version
+from app.logic.event_join import Join
+from app.logic.histories import Version
 from app.state.ordered_keys import prefix_end
 from app.state.overlay import Overlay
 from app.state.range_scan import RangeTable

@@ -32,7 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from app.inputs.records import WireModel
 from app.inputs.time_formats import KAFKA_TIMESTAMP
-from app.logic.event_join import AsOf, Event, JoinRules, Mode, Revision, Version, derive_id
+from app.logic.event_join import Event, JoinRules, Mode, Revision, derive_id
+from app.logic.histories import AsOf, Version
 
 __all__ = [
     "JoinConfig",

@@ -25,7 +25,7 @@ Every join spec keeps three tables (names from the spec, :class:`app.joins.spec.
 
 Why this layout, for every join: an event writes its own row, whatever its key's fan-in, and a
 dimension version re-joins the events between it and the key's next version — one range read
-(:func:`app.logic.event_join.affected_until`). A key with 100,000 events in retention costs
+(:func:`app.logic.histories.affected_until`). A key with 100,000 events in retention costs
 what a key with one does. The layout before it kept the mood join's joins in one row per key
 (every event rewrote the key's whole row: a consultant with ~10,000 joins passed the 1 MB
 request limit and the worker failed stop on every restart) and the others' under
@@ -73,13 +73,11 @@ from app.logic.event_join import (
     Join,
     Purged,
     Revision,
-    Version,
-    affected_floor,
-    affected_until,
     rejoin_affected,
     superseded_revisions,
     undelivered_revisions,
 )
+from app.logic.histories import Version, affected_floor, affected_until
 
 __all__ = ["FinalJoinError", "JoinState"]
 
@@ -205,7 +203,7 @@ class JoinState(JoinRows):
 
     def _answering(self, p: int, key: str, t: int, src: Any) -> list[Version]:
         """The versions an event at ``t`` can join (the tie group of the as-of time): what the
-        rules see of the key's history for it — :func:`app.logic.event_join.as_of` over them
+        rules see of the key's history for it — :func:`app.logic.histories.as_of` over them
         gives what it gives over the whole history."""
         self._convert(p, key, src)
         if self.rules.asof == "before":

@@ -25,7 +25,7 @@ from app.batch.state_files import (
     history_rows,
     version_rows,
 )
-from app.logic.event_join import insert_version
+from app.logic.histories import insert_version
 from app.state import snapshot_service
 from app.state.snapshot_service import SnapshotService
 from app.state.snapshot_store import (

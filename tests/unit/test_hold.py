@@ -24,15 +24,8 @@ from app.joins.keys import HELD, RELEASED, held_range, join_range, split_join_ke
 from app.joins.resolve import resolve
 from app.joins.spec import SpecError
 from app.joins.state import JoinState
-from app.logic.event_join import (
-    Event,
-    JoinRules,
-    KeyState,
-    add_event,
-    add_version,
-    as_of,
-    release_held,
-)
+from app.logic.event_join import Event, JoinRules, KeyState, add_event, add_version, release_held
+from app.logic.histories import as_of
 from app.settings import Settings
 from app.state.overlay import MemoryIO, Overlay
 
