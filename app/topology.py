@@ -38,8 +38,8 @@ from app.joins.car_state import ZoneCarsTable
 from app.joins.catalog import load_fk_specs, load_specs
 from app.joins.fk_spec import FkJoinSpec
 from app.joins.fk_state import INT_KEYS, JSON_KEYS, IndexKeys, index_table_class
+from app.joins.joins_table import JoinsTable
 from app.joins.spec import JoinSpec, Side
-from app.joins.state import JoinsTable
 from app.state.range_scan import RangeTable, range_table
 
 #: (name, topics, partition count) of topics that must be co-partitioned (app.kafka.copartition)

@@ -36,7 +36,7 @@ def replay(records: list[Any], hold_ms: int | None) -> dict[str, Any]:
     first answers that were final, and how long first answers waited (stream time)."""
     from app.inputs.records import MoodIn, RecommendationIn
     from app.joins.catalog import mood_spec
-    from app.joins.spec import resolve
+    from app.joins.resolve import resolve
     from app.joins.state import JoinState
     from app.settings import Settings
     from app.state.overlay import MemoryIO, Overlay

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from app.joins.catalog import movie_spec
-from app.joins.spec import repartition_topic
+from app.joins.sides import repartition_topic
 from app.settings import Settings
 from bench.harness import Bench, Figure, each_run, medians
 from bench.movies_throughput import workload

@@ -204,7 +204,7 @@ def exact_movie_answer(records: Iterable[Record]) -> dict[str, dict[str, Any]]:
     it must end on per rating id (latest revision, fields as sent), by :func:`exact_answer`."""
     from app.inputs.records import parse
     from app.joins.catalog import movie_spec
-    from app.joins.spec import resolve
+    from app.joins.resolve import resolve
     from app.settings import Settings
 
     spec = resolve(movie_spec(Settings()))

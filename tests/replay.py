@@ -14,7 +14,7 @@ from typing import Any
 from app.inputs.records import MoodIn, RecommendationIn
 from app.joins.catalog import mood_spec
 from app.joins.keys import split_join_key
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 from app.joins.state import JoinState
 from app.settings import Settings
 from app.state.overlay import MemoryIO, Overlay

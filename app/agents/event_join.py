@@ -29,8 +29,10 @@ from faust.types import TP
 from app import metrics
 from app.compat.stores import StoreIO, committed_offset
 from app.faust_app import app, settings
-from app.inputs.records import InvalidRecord, as_dict
-from app.joins.state import FinalJoinError, JoinState, joins_overlay
+from app.inputs.parsers import as_dict
+from app.inputs.records import InvalidRecord
+from app.joins.joins_table import joins_overlay
+from app.joins.state import FinalJoinError, JoinState
 from app.logic.event_join import CAUSES, Revision
 from app.logic.finality import next_step, ready_now
 from app.loop.acks import dead_letter

@@ -16,7 +16,8 @@ Reads top to bottom in data order:
 - :mod:`app.batch.bootstrap` — ``bootstrap``: a catalogue as the workers' first state, each
   partition's files written on an executor by :mod:`app.batch.state_files` (no Spark, no Faust);
 - :mod:`app.batch.session` — the Spark session and the progress of long jobs;
-  :mod:`app.batch.cli` — ``python -m app.batch`` (also under spark-submit).
+  :mod:`app.batch.cli` — ``python -m app.batch`` (also under spark-submit): its options in
+  :mod:`app.batch.arguments`, each subcommand's body in :mod:`app.batch.subcommands`.
 
 Needs the ``batch`` extra (``pip install -e '.[batch]'``); the worker image does not.
 """

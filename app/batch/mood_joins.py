@@ -23,7 +23,8 @@ from pyspark.sql import DataFrame
 from app.batch import spec_joins as S
 from app.batch.spec_joins import METHODS
 from app.joins.catalog import mood_spec
-from app.joins.spec import JoinSpec, resolve
+from app.joins.resolve import resolve
+from app.joins.spec import JoinSpec
 from app.settings import Settings
 
 __all__ = [

@@ -45,7 +45,7 @@ Why not ``_joinAsOf`` (the DataFrame API under ``pyspark.pandas.merge_asof``): w
 as a cartesian product; with it, it is the same operator as the SQL syntax.
 
 Internal columns start with ``_`` (``_k`` key, ``_t`` event time, ...): a spec's field names
-cannot (app.joins.spec), so they never collide.
+cannot (app.joins.sides), so they never collide.
 """
 
 from __future__ import annotations

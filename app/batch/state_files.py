@@ -127,7 +127,7 @@ def history_rows(
     """``(key, event_time, *copied values)`` records, any order, duplicates allowed -> the
     dimension table's rows ``(JSON key, JSON [[event_time, *values], ...])``, sorted by key
     bytes (RocksDB's order); each key's versions sorted, a version given twice kept once (as
-    :func:`app.logic.event_join.insert_version`). ``kinds``: of the event time and each copied
+    :func:`app.logic.histories.insert_version`). ``kinds``: of the event time and each copied
     value (``int``, ``str``, ``float``, ``bool``)."""
     enc = [ENCODERS[k] for k in kinds]
     ordered = sorted(records)  # by key, then version: a key's versions in a run, sorted

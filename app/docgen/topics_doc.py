@@ -26,7 +26,8 @@ from typing import Any
 from app.docgen import generated_files
 from app.joins.catalog import load_fk_specs, load_specs
 from app.joins.fk_spec import FkJoinSpec
-from app.joins.spec import JoinSpec, resolve_all
+from app.joins.resolve import resolve_all
+from app.joins.spec import JoinSpec
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,9 +1,14 @@
 """Declarative joins: a new pair of topics to join is a spec, not a new agent.
 
 - :mod:`app.joins.spec` — what a spec says, and its validation (``SpecError``);
+- :mod:`app.joins.sides` — a spec's side resolved: its fields, paths, event time and wire model;
+- :mod:`app.joins.resolve` — a spec resolved, then every spec together;
 - :mod:`app.joins.catalog` — the built-in specs (moods, movies) and ``ETJ_JOINS_FILE``;
 - :mod:`app.joins.state` — where a join's state lives: a row per join and per dimension version,
-  and its indexes;
+  and its indexes; the rules applied over them per batch;
+- :mod:`app.joins.join_rows` — the rows a join's state reads and writes through a batch's overlays;
+- :mod:`app.joins.joins_table` — the joins table, whose indexes are rebuilt from its changelog on
+  recovery;
 - :mod:`app.joins.keys` — the byte keys of those rows;
 - :mod:`app.joins.rekey` — the join key of a record keyed otherwise (a repartitioned side's hop);
 - :mod:`app.joins.fk_spec` — foreign-key specs (``"kind": "foreign-key"``): a left table joined

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from app.joins.fk_spec import FkJoinSpec, check_together, is_foreign_key, resolve_fk
-from app.joins.spec import JoinSpec, SpecError, resolve_all
+from app.joins.resolve import resolve_all
+from app.joins.spec import JoinSpec, SpecError
 from app.logic.event_range import Role
 from app.settings import Settings
 

@@ -3,7 +3,7 @@ a field of the left row, each the latest version per key
 (docs/joins/declarative.md#foreign-key-joins).
 
 The spec names two sides written as an event-time spec's (dotted paths, time formats,
-``$timestamp``, ``start``, ``fields`` or ``model``: :func:`app.joins.spec.resolve_side`), plus
+``$timestamp``, ``start``, ``fields`` or ``model``: :func:`app.joins.sides.resolve_side`), plus
 the left side's ``foreign_key`` and each side's ``time_as``; an internal ``moves`` topic
 (left rows entering and leaving a right key, keyed by it) and a ``ticks`` topic; three tables.
 The built-in car join is one (:mod:`app.joins.catalog`), so its names fix the shapes here:
@@ -27,17 +27,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.inputs.records import KAFKA_TIMESTAMP, InvalidRecord
-from app.joins.spec import (
-    JoinSpec,
-    Side,
-    SideConfig,
-    SpecError,
-    parse_start,
-    refuse_shared_inputs,
-    resolve_side,
-    validated,
-)
+from app.inputs.records import InvalidRecord
+from app.inputs.time_formats import KAFKA_TIMESTAMP
+from app.joins.resolve import refuse_shared_inputs
+from app.joins.sides import parse_start, resolve_side
+from app.joins.spec import JoinSpec, Side, SideConfig, SpecError, validated
 from app.logic.fk_join import Joined, Left, Move, Right
 
 __all__ = [

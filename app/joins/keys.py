@@ -2,7 +2,7 @@
 
 All three kinds live in the join's one ordered table (``<name>-joins``), told apart by their
 first byte; only ``J`` rows go to the changelog, ``I`` and ``X`` are indexes derived from them
-(written with them, rebuilt from them on recovery: :class:`app.joins.state.JoinsTable`).
+(written with them, rebuilt from them on recovery: :class:`app.joins.joins_table.JoinsTable`).
 
 join   J ++ u32be(len(key)) ++ key ++ u64be(event_time) ++ join id  -> the join's row
        one key's joins are one prefix, in event-time order: the events a dimension version

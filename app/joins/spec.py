@@ -12,68 +12,42 @@ and the field (a typo in a field name, a field the topic's records do not have, 
 sharing a ticks topic ...), at import time, so ``faust -A app.main worker`` stops before it
 consumes anything. Co-partitioning, which needs the broker, is checked at start
 (:mod:`app.faust_app`, the groups of :mod:`app.topology`).
+
+This module holds what a spec says: the spec as written (:class:`JoinConfig`, its
+:class:`SideConfig` and :class:`TableNames`), the spec resolved (:class:`JoinSpec`, its two
+:class:`Side`), the error and :func:`validated`, the one way in for every kind of spec. A side
+is resolved by :mod:`app.joins.sides`, a spec and all of them together by
+:mod:`app.joins.resolve`.
 """
 
 from __future__ import annotations
 
-import importlib
-import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    ValidationError,
-    create_model,
-)
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from app.inputs.records import (
-    KAFKA_TIMESTAMP,
-    MAX_EVENT_TIME,
-    InvalidRecord,
-    WireModel,
-    iso_to_ms,
-)
-from app.logic.event_join import AsOf, Event, JoinRules, Mode, Revision, Version, derive_id
+from app.inputs.records import WireModel
+from app.inputs.time_formats import KAFKA_TIMESTAMP
+from app.logic.event_join import Event, JoinRules, Mode, Revision, derive_id
+from app.logic.histories import AsOf, Version
 
 __all__ = [
-    "FIELD_TYPES",
+    "JoinConfig",
     "JoinSpec",
     "Side",
+    "SideConfig",
     "SpecError",
     "TableNames",
-    "copartition_groups",
-    "refuse_shared_inputs",
-    "repartition_topic",
-    "resolve",
-    "resolve_all",
+    "validated",
 ]
 
 
 class SpecError(ValueError):
     """A join spec that cannot work; the message says which spec, which field and why."""
-
-
-def _no_negative_zero(x: float) -> float:
-    return x + 0.0  # -0.0 -> 0.0: equal values serialize the same way
-
-
-#: the types a spec's ``fields`` may declare; ``T?`` makes a field optional (null or absent)
-FIELD_TYPES: dict[str, Any] = {
-    "str": Annotated[str, Field(max_length=10_000)],
-    "int": int,
-    "float": Annotated[float, Field(allow_inf_nan=False), AfterValidator(_no_negative_zero)],
-    "bool": bool,
-    "time": Annotated[int, Field(ge=0, lt=MAX_EVENT_TIME)],  # epoch ms, like every event time
-}
-_KEY_TYPE = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class SideConfig(BaseModel):
@@ -226,7 +200,7 @@ class Side:
     @property
     def shaped(self) -> bool:
         """Are its records read otherwise than flat with an epoch-ms time (then
-        :func:`app.inputs.records.compile_shaped_parser` reads them)?"""
+        :func:`app.inputs.parsers.compile_shaped_parser` reads them)?"""
         return (
             self.from_timestamp
             or self.time_format != "epoch_ms"
@@ -241,7 +215,7 @@ class Side:
 
     def parser(self) -> Any:
         """(key, value, timestamp=None) -> the flat record, or InvalidRecord."""
-        from app.inputs.records import compile_parser, compile_shaped_parser
+        from app.inputs.parsers import compile_parser, compile_shaped_parser
 
         if not self.shaped:
             return compile_parser(self.model)  # the fast path itself, no wrapper
@@ -427,7 +401,21 @@ class JoinSpec:
         }
 
 
-# --- resolution ----------------------------------------------------------------------------------
+# --- a spec as written, validated (every kind: app.joins.resolve, app.joins.fk_spec) -------------
+
+Config = TypeVar("Config", bound=BaseModel)
+
+
+def validated(model: type[Config], raw: Any, index: int | None) -> tuple[Config, str]:
+    """A spec as written (plain data, or already a ``model``) validated as ``model``, and how
+    a message names it; a validation error is a :class:`SpecError` naming the spec (the one
+    way in for every kind of spec)."""
+    where = _where(raw, index)
+    try:
+        cfg = raw if isinstance(raw, model) else model.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(f"{where}: {_describe(exc)}") from None
+    return cfg, _where({"name": getattr(cfg, "name", None)}, index)
 
 
 def _where(spec: Any, index: int | None) -> str:
@@ -447,446 +435,3 @@ def _describe(exc: ValidationError) -> str:
         else:
             parts.append(f"{loc}: {err['msg']}")
     return "; ".join(parts)
-
-
-def _flat_names(spec: str, side: str, cfg: SideConfig) -> dict[str, str]:
-    """Path -> flat field name of a ``fields`` side: the path with dots turned into
-    underscores (``user.tier`` -> ``user_tier``), or the name a ``copy`` entry
-    ``{"user.tier": "tier"}`` gives it; ``$timestamp`` -> ``timestamp`` when it is the time."""
-    assert cfg.fields is not None
-    renames: dict[str, str] = {}
-    for entry in cfg.copy_fields:
-        if isinstance(entry, dict):
-            if len(entry) != 1:
-                raise SpecError(
-                    f'{spec}: {side}.copy: {entry!r}: a rename is one {{"path": "name"}} pair'
-                )
-            renames.update(entry)
-    paths = list(cfg.fields)
-    if cfg.time == KAFKA_TIMESTAMP:
-        paths.append(KAFKA_TIMESTAMP)
-    out: dict[str, str] = {}
-    for path in paths:
-        if path != KAFKA_TIMESTAMP and not all(
-            p.isidentifier() and not p.startswith("_") for p in path.split(".")
-        ):
-            raise SpecError(
-                f"{spec}: {side}.fields: {path!r} is not a usable field name "
-                "(names, or names joined by dots for nested fields)"
-            )
-        flat = renames.get(path, "timestamp" if path == KAFKA_TIMESTAMP else path.replace(".", "_"))
-        if not flat.isidentifier() or flat.startswith("_"):
-            raise SpecError(
-                f"{spec}: {side}.copy renames {path!r} to {flat!r}, which is not a "
-                "usable field name"
-            )
-        out[path] = flat
-    by_flat: dict[str, str] = {}
-    for path, flat in out.items():
-        if flat in by_flat:
-            raise SpecError(
-                f"{spec}: {side}: {by_flat[flat]!r} and {path!r} would both be the "
-                f'field {flat!r}; rename one in copy ({{{path!r}: "name"}})'
-            )
-        by_flat[flat] = path
-    return out
-
-
-def _model_from_fields(
-    spec: str, side: str, cfg: SideConfig, flat: dict[str, str]
-) -> type[WireModel]:
-    assert cfg.fields is not None
-    fields: dict[str, Any] = {}
-    declared = dict(cfg.fields)
-    if cfg.time == KAFKA_TIMESTAMP:
-        declared[KAFKA_TIMESTAMP] = "time"
-    for path, typ in declared.items():
-        optional = typ.endswith("?")
-        base = typ[:-1] if optional else typ
-        if base not in FIELD_TYPES:
-            raise SpecError(
-                f"{spec}: {side}.fields.{path}: unknown type {typ!r} (one of "
-                f"{', '.join(FIELD_TYPES)}, optionally with '?')"
-            )
-        t = _KEY_TYPE if path == cfg.key and base == "str" else FIELD_TYPES[base]
-        fields[flat[path]] = (t | None, None) if optional else (t, ...)
-    if cfg.key in cfg.fields and cfg.fields[cfg.key] != "str":
-        raise SpecError(
-            f"{spec}: {side}.key {cfg.key!r} must be declared 'str' (record keys are "
-            f"UTF-8 strings and must equal it), got {cfg.fields.get(cfg.key)!r}"
-        )
-    if cfg.time in cfg.fields and cfg.fields[cfg.time] != "time":
-        raise SpecError(
-            f"{spec}: {side}.time {cfg.time!r} must be declared 'time' (an event "
-            f"time, written as time_format says), got {cfg.fields.get(cfg.time)!r}"
-        )
-    title = "".join(p.title() for p in cfg.topic.replace("_", "-").split("-"))
-    model = create_model(f"{title}In", __base__=WireModel, **fields)
-    model.key_field = flat.get(cfg.key, cfg.key)
-    return model
-
-
-#: where etj's own wire models were before they moved (issue T): a joins file that names a model
-#: by its old module (``app.records:MoodIn``) still gets it
-MOVED_MODULES = {"app.records": "app.inputs.records"}
-
-
-def _import_model(spec: str, side: str, cfg: SideConfig) -> type[WireModel]:
-    assert cfg.model is not None
-    module, _, attr = cfg.model.partition(":")
-    try:
-        model = getattr(importlib.import_module(MOVED_MODULES.get(module, module)), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise SpecError(f"{spec}: {side}.model {cfg.model!r} cannot be imported: {exc}") from exc
-    if not (isinstance(model, type) and issubclass(model, WireModel)):
-        raise SpecError(f"{spec}: {side}.model {cfg.model!r} is not a WireModel")
-    if model.key_field != cfg.key:
-        raise SpecError(
-            f"{spec}: {side}.key {cfg.key!r} disagrees with {cfg.model}, whose "
-            f"records are keyed by {model.key_field!r}"
-        )
-    return model
-
-
-def _start(spec: str, where: str, raw: str | None) -> str | int | None:
-    """A ``start`` setting: earliest, latest, or epoch ms of an ISO-8601 time with a zone."""
-    if raw is None or raw in ("earliest", "latest"):
-        return raw
-    try:
-        return iso_to_ms(raw)
-    except InvalidRecord as exc:
-        raise SpecError(
-            f"{spec}: {where}: {exc} (give earliest, latest or an ISO-8601 time "
-            "such as 2026-01-01T00:00:00Z)"
-        ) from None
-
-
-#: Kafka's rule for a topic name (``kafka.common.internals.Topic``)
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-
-
-def repartition_topic(app_id: str, join: str, side: str) -> str:
-    """The internal topic a side's records are re-keyed through: ``<app id>-<join>-<side>-
-    repartition`` (Kafka Streams names its own ``<application id>-<name>-repartition``)."""
-    return f"{app_id}-{join}-{side}-repartition"
-
-
-def _side(
-    spec: str, side: str, cfg: SideConfig, start: str | int, repartition: str | None = None
-) -> Side:
-    if (cfg.fields is None) == (cfg.model is None):
-        raise SpecError(f"{spec}: {side}: give either 'fields' (name -> type) or 'model'")
-    if cfg.time == KAFKA_TIMESTAMP and cfg.time_format != "epoch_ms":
-        raise SpecError(
-            f"{spec}: {side}.time_format {cfg.time_format!r}: the Kafka timestamp "
-            f"({KAFKA_TIMESTAMP}) is epoch ms; time_format is for a time field"
-        )
-    if cfg.fields is not None:
-        flat = _flat_names(spec, side, cfg)
-        model = _model_from_fields(spec, side, cfg, flat)
-    else:
-        shaped = [
-            w
-            for w, bad in (
-                (
-                    "a dotted path",
-                    any(
-                        "." in f
-                        for f in (
-                            cfg.key,
-                            cfg.time,
-                            cfg.id or "",
-                            *(c for c in cfg.copy_fields if isinstance(c, str)),
-                        )
-                    ),
-                ),
-                ("a rename in copy", any(isinstance(c, dict) for c in cfg.copy_fields)),
-                (f"time_format {cfg.time_format}", cfg.time_format != "epoch_ms"),
-                ("time $timestamp", cfg.time == KAFKA_TIMESTAMP),
-            )
-            if bad
-        ]
-        if shaped:
-            raise SpecError(
-                f"{spec}: {side}: {shaped[0]} needs 'fields', not 'model' (a "
-                "wire model reads flat records with an epoch-ms time)"
-            )
-        model = _import_model(spec, side, cfg)
-        flat = {f: f for f in model.model_fields}
-    known = list(flat)
-    copy_paths = [next(iter(c)) if isinstance(c, dict) else c for c in cfg.copy_fields]
-    named = [("key", cfg.key), ("time", cfg.time), *(("copy", f) for f in copy_paths)]
-    if cfg.id is not None:
-        named.append(("id", cfg.id))
-    for what, f in named:
-        if f == KAFKA_TIMESTAMP and what in ("key", "id"):
-            raise SpecError(
-                f"{spec}: {side}.{what}: {KAFKA_TIMESTAMP} is the record's Kafka "
-                "timestamp, only a 'time' (or copied)"
-            )
-        if f not in known:
-            shown = [k for k in known if k != KAFKA_TIMESTAMP]
-            raise SpecError(
-                f"{spec}: {side}.{what} names {f!r}, a field {cfg.topic} records do "
-                f"not have (they have: {', '.join(shown)})"
-            )
-    if len(set(copy_paths)) != len(copy_paths):
-        raise SpecError(f"{spec}: {side}.copy lists a field twice: {copy_paths}")
-    paths = (
-        tuple((f, p) for p, f in flat.items() if p != KAFKA_TIMESTAMP)
-        if cfg.fields is not None
-        else ()
-    )
-    return Side(
-        cfg.topic,
-        flat[cfg.key],
-        flat[cfg.time],
-        tuple(flat[p] for p in copy_paths),
-        model,
-        paths,
-        cfg.time_format,
-        cfg.time == KAFKA_TIMESTAMP,
-        start,
-        repartition,
-    )
-
-
-def _repartition(spec: str, side: str, cfg: SideConfig, app_id: str, join: str) -> str | None:
-    """The repartition topic of a side with ``"repartition": true`` (None without), refused
-    when Kafka would refuse its name."""
-    if not cfg.repartition:
-        return None
-    topic = repartition_topic(app_id, join, side)
-    if not _TOPIC_NAME.match(topic):
-        raise SpecError(
-            f"{spec}: {side}.repartition: its topic {topic!r} (<app id>-<join>-"
-            f"<side>-repartition) is not a valid Kafka topic name (letters, digits, "
-            "'.', '_', '-', at most 249): change ETJ_APP_ID"
-        )
-    return topic
-
-
-def resolve(
-    raw: dict[str, Any] | JoinConfig, index: int | None = None, app_id: str = "etj"
-) -> JoinSpec:
-    """Validate one spec (plain data or a :class:`JoinConfig`) and resolve it. ``app_id``
-    (``ETJ_APP_ID``) names a repartitioned side's internal topic."""
-    cfg, where = validated(JoinConfig, raw, index)
-    if cfg.events.time_as is not None or cfg.dimension.id is not None:
-        raise SpecError(
-            f"{where}: 'time_as' belongs to the dimension side, 'id' to the events side"
-        )
-    if not cfg.dimension.time_as:
-        raise SpecError(
-            f"{where}: dimension.time_as: missing (the output field carrying the "
-            "joined version's event time, e.g. 'movie_event_time')"
-        )
-    if not cfg.dimension.copy_fields:
-        raise SpecError(f"{where}: dimension.copy is empty: a join must copy at least one field")
-    start = _start(where, "start", cfg.start) or "earliest"
-    events = _side(
-        where,
-        "events",
-        cfg.events,
-        _start(where, "events.start", cfg.events.start) or start,
-        _repartition(where, "events", cfg.events, app_id, cfg.name),
-    )
-    dimension = _side(
-        where,
-        "dimension",
-        cfg.dimension,
-        _start(where, "dimension.start", cfg.dimension.start) or start,
-        _repartition(where, "dimension", cfg.dimension, app_id, cfg.name),
-    )
-    for f in dimension.copy:
-        if not dimension.model.model_fields[f].is_required():
-            raise SpecError(
-                f"{where}: dimension.copy field {f!r} is optional, but null means "
-                "'no version' in the output; declare it required"
-            )
-    topics = [cfg.events.topic, cfg.dimension.topic, cfg.ticks]
-    if len(set(topics)) != 3 or cfg.output in topics:
-        raise SpecError(
-            f"{where}: events {cfg.events.topic}, dimension {cfg.dimension.topic}, "
-            f"ticks {cfg.ticks} and output {cfg.output} must be four different topics"
-        )
-    for side in (events, dimension):
-        if side.repartition in (*topics, cfg.output):
-            raise SpecError(
-                f"{where}: {side.repartition}, the repartition topic of "
-                f"{side.topic}, is one of the spec's own topics"
-            )
-    id_field = (
-        None
-        if cfg.events.id is None
-        else {p: f for f, p in events.paths}.get(cfg.events.id, cfg.events.id)
-    )
-    spec = JoinSpec(
-        cfg.name,
-        events,
-        dimension,
-        id_field,
-        cfg.dimension.time_as,
-        cfg.output,
-        cfg.ticks,
-        cfg.mode,
-        cfg.asof,
-        cfg.retention_ms,
-        cfg.window_ms,
-        cfg.late_dimensions,
-        cfg.layout,
-        cfg.review_lag_ms,
-        cfg.tables
-        or TableNames(
-            dimension=f"{cfg.name}-dimension",
-            joins=f"{cfg.name}-joins",
-            clock=f"{cfg.name}-clock",
-            index=None,
-        ),
-        cfg.partitions,
-        hold_ms=cfg.hold_ms,
-        finality=cfg.finality or cfg.emit == "final",
-        emit=cfg.emit,
-    )
-    _check_hold(where, cfg)
-    out = spec.output_fields
-    dupes = sorted({f for f in out if out.count(f) > 1})
-    if dupes:
-        raise SpecError(
-            f"{where}: output fields collide: {', '.join(dupes)} (the output carries "
-            f"id, events.copy, dimension.copy, time_as, revision, previous_<copy>, "
-            "cause)"
-        )
-    if cfg.window_ms is not None and cfg.window_ms > cfg.retention_ms:
-        raise SpecError(
-            f"{where}: window_ms {cfg.window_ms} exceeds retention_ms "
-            f"{cfg.retention_ms}: events between the two would be admitted with "
-            "their state already purged"
-        )
-    return spec
-
-
-def _check_hold(where: str, cfg: JoinConfig) -> None:
-    """A bounded hold is the middle of left and inner: it must end before the state it waits
-    in is purged (or the event falls out of the emit window), so a held event is always
-    answered."""
-    hold = cfg.hold_ms
-    if hold is None:
-        return
-    if cfg.mode != "left":
-        raise SpecError(
-            f"{where}: hold_ms is for mode 'left' (an inner join already holds an "
-            f"event until a version comes), got mode {cfg.mode!r}"
-        )
-    if hold >= cfg.retention_ms:
-        raise SpecError(
-            f"{where}: hold_ms {hold} must be less than retention_ms "
-            f"{cfg.retention_ms}: a held event must be answered before it is purged"
-        )
-    if cfg.window_ms is not None and hold > cfg.window_ms:
-        raise SpecError(
-            f"{where}: hold_ms {hold} exceeds window_ms {cfg.window_ms}: a held "
-            "event must be answered while it is in the emit window"
-        )
-    if cfg.finality or cfg.emit == "final":
-        # a hold's answer lost in a crash is re-sent by a later tick, and a promise made in
-        # between covers it: the re-send is then dropped and the join never answered (a
-        # fresh clone's finality test, findings.md). Refused until promises wait for them.
-        raise SpecError(
-            f"{where}: hold_ms with finality (or emit 'final') is not supported "
-            "yet: a hold's answer lost in a crash could be left unsent under a "
-            "promise; use one or the other"
-        )
-
-
-def refuse_shared_inputs(sides: Iterable[tuple[str, str, Side]]) -> dict[str, tuple[str, Any]]:
-    """Refuse a topic read by two sides, of one join or two; ``sides``: (join name, side name,
-    side). Topic -> (its join, its start).
-
-    Why: a worker's consumer hands each topic's records to the one agent that reads it
-    (:mod:`app.compat.consumer`: an inbox per topic); a second reader would get nothing, with
-    no error (two helpers found it, 2026-11-28). Give each join a topic of its own."""
-    seen: dict[str, tuple[str, str, Any]] = {}
-    for name, side_name, side in sides:
-        other = seen.setdefault(side.topic, (name, side_name, side.start))
-        if other[:2] != (name, side_name):
-            raise SpecError(
-                f"join specs {other[0]!r} ({other[1]}) and {name!r} ({side_name}) "
-                f"both read {side.topic}: a worker hands a topic's records to one "
-                "agent; give each join a topic of its own"
-            )
-    return {t: (n, start) for t, (n, _, start) in seen.items()}
-
-
-def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj") -> list[JoinSpec]:
-    """Resolve every spec, then refuse what only shows across specs (shared names, loops)."""
-    specs = [resolve(raw, i, app_id) for i, raw in enumerate(raws)]
-    for what, of in (
-        ("name", lambda s: [s.name]),
-        ("ticks topic", lambda s: [s.ticks]),
-        ("output topic", lambda s: [s.output, *filter(None, [s.final_topic])]),
-        ("table name", lambda s: [n for n in s.tables.model_dump().values() if n is not None]),
-    ):
-        seen: dict[str, str] = {}
-        for s in specs:
-            for value in of(s):
-                if value in seen:
-                    raise SpecError(
-                        f"join specs {seen[value]!r} and {s.name!r} share the {what} {value!r}"
-                    )
-                seen[value] = s.name
-    inputs = {t: s.name for s in specs for t in (s.events.topic, s.dimension.topic)}
-    refuse_shared_inputs(
-        (s.name, n, side)
-        for s in specs
-        for n, side in (("events", s.events), ("dimension", s.dimension))
-    )
-    for s in specs:
-        if s.final_topic in inputs:
-            raise SpecError(
-                f"join spec {s.name!r} writes its promises to {s.final_topic}, "
-                f"which join {inputs[s.final_topic]!r} reads"
-            )
-        if s.output in inputs:
-            raise SpecError(
-                f"join spec {s.name!r} writes {s.output}, which join "
-                f"{inputs[s.output]!r} reads: a join must not feed itself"
-            )
-        if s.ticks in inputs:
-            raise SpecError(
-                f"join spec {s.name!r}: ticks topic {s.ticks} is an input of join "
-                f"{inputs[s.ticks]!r}"
-            )
-    return specs
-
-
-def copartition_groups(specs: Iterable[JoinSpec]) -> list[tuple[str, ...]]:
-    """The topic groups that must be co-partitioned (one per spec)."""
-    return [s.inputs for s in specs]
-
-
-# --- the steps other kinds of spec reuse (app.joins.fk_spec) -------------------------------------
-
-Config = TypeVar("Config", bound=BaseModel)
-
-
-def validated(model: type[Config], raw: Any, index: int | None) -> tuple[Config, str]:
-    """A spec as written (plain data, or already a ``model``) validated as ``model``, and how
-    a message names it; a validation error is a :class:`SpecError` naming the spec (the one
-    way in for every kind of spec)."""
-    where = _where(raw, index)
-    try:
-        cfg = raw if isinstance(raw, model) else model.model_validate(raw)
-    except ValidationError as exc:
-        raise SpecError(f"{where}: {_describe(exc)}") from None
-    return cfg, _where({"name": getattr(cfg, "name", None)}, index)
-
-
-def parse_start(spec: str, where: str, raw: str | None) -> str | int | None:
-    """A ``start`` setting: earliest, latest, or epoch ms of an ISO-8601 time with a zone."""
-    return _start(spec, where, raw)
-
-
-def resolve_side(spec: str, side: str, cfg: SideConfig, start: str | int) -> Side:
-    """One input resolved: its fields, paths, time and wire model (the rules of every side)."""
-    return _side(spec, side, cfg, start)

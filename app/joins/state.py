@@ -15,17 +15,17 @@ Every join spec keeps three tables (names from the spec, :class:`app.joins.spec.
   with two indexes in the same table: ``I (key, join id) -> event_time`` (a join by its id) and
   ``X (partition, time bucket, key)`` (which keys have joins in which ~17-minute bucket: the
   purge and the review are one range of it, then one range of each key's joins). Only ``J``
-  rows go to the changelog; :class:`JoinsTable` rebuilds the indexes from them on recovery,
-  so an event costs one changelog row;
+  rows go to the changelog; :class:`~app.joins.joins_table.JoinsTable` rebuilds the indexes
+  from them on recovery, so an event costs one changelog row;
 - ``clock``: partition -> stream time;
 - ``dimension``: the layout before ``V`` rows, key -> ``[[event_time, *values], ...]``; still
   recovered (an older worker's changelog, an older bootstrap) and read once per key: a key
   found there is converted to ``V`` rows, and the old row tombstoned once the record that
-  converted it is delivered (:meth:`JoinState._convert`).
+  converted it is delivered (:meth:`app.joins.join_rows.JoinRows._convert`).
 
 Why this layout, for every join: an event writes its own row, whatever its key's fan-in, and a
 dimension version re-joins the events between it and the key's next version — one range read
-(:func:`app.logic.event_join.affected_until`). A key with 100,000 events in retention costs
+(:func:`app.logic.histories.affected_until`). A key with 100,000 events in retention costs
 what a key with one does. The layout before it kept the mood join's joins in one row per key
 (every event rewrote the key's whole row: a consultant with ~10,000 joins passed the 1 MB
 request limit and the worker failed stop on every restart) and the others' under
@@ -47,19 +47,14 @@ Gap-free re-emits: with a join's current revision go the revisions it superseded
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-import orjson
-
-from app.compat.stores import StoreIO, iter_range
+from app.joins.join_rows import JoinRows
+from app.joins.joins_table import hold_rows
 from app.joins.keys import (
     BUCKET_MS,
-    ID,
-    JOIN,
     RELEASED,
-    VERSION,
     bucket,
     expiry_key,
     expiry_range,
@@ -68,47 +63,23 @@ from app.joins.keys import (
     id_key,
     join_key,
     join_range,
-    key_group,
     split_expiry_key,
     split_held_key,
     split_join_key,
     version_key,
-    version_range,
 )
-from app.joins.spec import JoinSpec
 from app.logic.event_join import (
     Event,
     Join,
     Purged,
     Revision,
-    Version,
-    affected_floor,
-    affected_until,
-    purge_history,
     rejoin_affected,
     superseded_revisions,
     undelivered_revisions,
 )
-from app.logic.finality import Promise
-from app.state.ordered_keys import prefix_end
-from app.state.overlay import Overlay
-from app.state.range_scan import RangeTable
+from app.logic.histories import Version, affected_floor, affected_until
 
-__all__ = [
-    "FinalJoinError",
-    "JoinState",
-    "JoinsTable",
-    "StateLayoutError",
-    "joins_overlay",
-    "stored_versions",
-]
-
-#: (partition, source of a revision) -> is its output known to be in the log?
-Delivered = Callable[[int, Any], bool]
-
-
-class StateLayoutError(RuntimeError):
-    """A changelog holds rows of a state layout this version cannot read."""
+__all__ = ["FinalJoinError", "JoinState"]
 
 
 class FinalJoinError(ValueError):
@@ -116,166 +87,12 @@ class FinalJoinError(ValueError):
     break the finality promise, so the record goes to the dead letters with this reason."""
 
 
-def _untracked(p: int, src: Any) -> bool:
-    return src is None  # no sources kept (a replay without a broker): nothing to track
+class JoinState(JoinRows):
+    """One spec's state through the batch's overlays (module docstring): the rules' inputs (an
+    event, a version, a late record, a tick), a bounded hold and finality, over the rows of
+    :class:`~app.joins.join_rows.JoinRows`."""
 
-
-class JoinsTable(RangeTable):
-    """A join's ordered table: its ``J`` rows come from the changelog, and their ``I`` and
-    ``X`` index rows are derived from them as they are applied (recovery, standbys)."""
-
-    #: the spec the table belongs to (for the error that names it)
-    join_name: str = "?"
-    #: in the snapshots' fingerprint: a snapshot of the layout before is never installed
-    state_layout = "joins-and-versions-by-key-time"
-    #: the memory store's layout (app.compat.stores.SplitSortedDict): the id index is looked up
-    #: by point only (unsorted); a key's joins are scanned within the key only (per key); the
-    #: kind of a row is its first byte
-    kind_by_first_byte = True
-    #: (payload fields, dimension fields) of a spec with a bounded hold: its ``H``/``R`` rows
-    #: are derived from its ``J`` rows too (:func:`hold_rows`); None: no hold
-    hold_shape: tuple[int, int] | None = None
-
-    @staticmethod
-    def point_key(key: bytes) -> bool:
-        return key[:1] == ID
-
-    @staticmethod
-    def group_key(key: bytes) -> bytes | None:
-        return key_group(key) if key[:1] in (JOIN, VERSION) else None
-
-    group_end = staticmethod(prefix_end)  # where a key's joins end
-
-    def apply_changelog_batch(self, batch: Iterable[Any]) -> None:
-        events = list(batch)
-        for event in events:
-            key = event.message.key
-            if not (isinstance(key, bytes) and key[:1] in (JOIN, VERSION)):
-                raise StateLayoutError(
-                    f"join {self.join_name!r}: changelog {self.changelog_topic.get_topic_name()}"
-                    f" holds a row of an older state layout (key {key!r:.60}); this version "
-                    "keeps one row per join (docs/operating/recovery.md#state-layout-changes "
-                    "says how to move to it)"
-                )
-        super().apply_changelog_batch(events)
-        io = StoreIO(self)
-        derived: dict[int, list[tuple[Any, bytes | None, Any]]] = {}
-        for event in events:
-            if event.message.key[:1] != JOIN:
-                continue  # a version: no index
-            p = event.message.partition
-            key, t, jid = split_join_key(event.message.key)
-            rows = derived.setdefault(p, [])
-            if event.message.value is None:  # its bucket's row goes when the bucket is purged
-                if io.get(p, id_key(key, jid)) == t:
-                    rows.append((id_key(key, jid), None, None))
-            else:
-                rows.append((id_key(key, jid), str(t).encode(), t))
-                rows.append((expiry_key(p, t, key), b"1", 1))
-            if self.hold_shape is not None:
-                value = event.message.value
-                raw = (
-                    None
-                    if value is None
-                    else (orjson.loads(value) if isinstance(value, (bytes, str)) else value)
-                )
-                rows += hold_rows(p, key, t, jid, raw, *self.hold_shape)
-        for p, rows in derived.items():
-            io.write(p, rows)
-
-
-def hold_rows(
-    p: int,
-    key: str,
-    t: int,
-    jid: str,
-    raw: Any,
-    n_payload: int,
-    n_dim: int,
-) -> list[tuple[bytes, bytes | None, Any]]:
-    """The ``H``/``R`` rows a stored join (``raw``; None: deleted) implies, as store rows
-    (key, encoded or None to delete, value): held (revision 0) -> an ``H`` row; answered by
-    its hold's end (a ``hold-end`` revision, current or superseded and not yet known
-    delivered) -> an ``R`` row naming its source, which the next tick checks (re-emit after a
-    crash, or forget once delivered)."""
-    h, r = held_key(p, t, key, jid), held_key(p, t, key, jid, RELEASED)
-    if raw is None:
-        return [(h, None, None), (r, None, None)]
-    j = Join.from_json(raw, n_payload, n_dim)
-    rows: list[tuple[bytes, bytes | None, Any]] = [
-        (h, b"1", 1) if j.revision == 0 else (h, None, None)
-    ]
-    src = (
-        j.source
-        if j.cause == "hold-end"
-        else next((u[0] for u in j.unsent if u[2] == "hold-end"), None)
-    )
-    rows.append((r, orjson.dumps(src), src) if src is not None else (r, None, None))
-    return rows
-
-
-def joins_overlay(io: Any) -> Overlay:
-    """A batch's view of the joins table, whose changelog rows put the batch's versions before
-    its joins. Why: a join row names the version it answers with, and a crash can land any
-    prefix of a batch's rows; in first-write order an event answered early in a batch and
-    re-answered by a late version after it had its row before the version's, so a kill -9
-    between them recovered a join naming a version the table did not have (a revision 3 that
-    said "sad" where revision 2 had said "excited", findings.md). Versions never name joins."""
-    return Overlay(io, logged_first=VERSION)
-
-
-def stored_versions(joins: Any, history: Any, key: str, partition: int) -> list[Version] | None:
-    """A key's versions as the join sees them, oldest first (ties in the tie rule's order):
-    its ``V`` rows in the joins table, or its row of the layout before (``history``, the
-    ``dimension`` table) when it was not converted yet; None when it has none (the web view,
-    the tests)."""
-    rows = sorted(v for _, v in iter_range(joins, *version_range(key, None, None), partition))
-    if rows:
-        return rows
-    old = history.get(key)
-    return sorted(old) if old else None
-
-
-class JoinState:
-    """One spec's state through the batch's overlays (module docstring)."""
-
-    def __init__(
-        self,
-        spec: JoinSpec,
-        history: Overlay,
-        joins: Overlay,
-        clock: Overlay,
-        delivered: Delivered | None = None,
-        emitted: Delivered | None = None,
-    ) -> None:
-        """``delivered(p, src)``: the outputs of input record ``src`` are in the log (a
-        superseded revision it made may be dropped from state); ``emitted(p, src)``: they are
-        in the log or on their way there from this process (a duplicate need not send them
-        again; default: ``delivered``)."""
-        self.spec, self.rules = spec, spec.rules
-        self.np, self.nd = len(spec.payload_fields), len(spec.dimension.copy)
-        self.history, self.joins, self.clock = history, joins, clock
-        self.delivered = delivered or _untracked
-        self.emitted = emitted or self.delivered
-        self._clocks = {}  # partition -> stream time, in the batch being handled
-        self._moved = set()  # partitions whose stream time moved in it
-        #: (partition, key) -> the record that converted its old-layout row (``_convert``)
-        self._converting: dict[tuple[int, str], Any] = {}
-        self._converted_now: set[tuple[int, str]] = set()  # ... in the batch being handled
-        #: a bounded hold (ms of stream time), None: none; partition -> the event time of its
-        #: first held join (None: none), read once per batch (``release_holds``)
-        self.hold = spec.hold_ms
-        self._next_hold: dict[int, int | None] = {}
-        #: partition -> its finality promise (app.logic.finality), read once per batch
-        self._promises: dict[int, Promise] = {}
-
-    # --- rows --------------------------------------------------------------------------------
-    def load(self, raw: Any) -> Join:
-        return Join.from_json(raw, self.np, self.nd)
-
-    def dump(self, j: Join) -> list[Any]:
-        return j.to_json(self.nd)
-
+    # --- a join's new revision, and the revisions to send (again) with it ---------------------
     def _settle(self, p: int, jid: str, key: str, j: Join, src: Any) -> list[Revision]:
         """``j`` has a new revision from ``src``: stamp it, drop its delivered superseded ones;
         the superseded ones that may be missing from the log and are not on their way there,
@@ -343,61 +160,6 @@ class JoinState:
             if nxt != -1 and (nxt is None or t < nxt):
                 self._next_hold[p] = t
 
-    def _find(self, p: int, key: str, jid: str) -> tuple[int | None, Any]:
-        """(event time, stored row) of a join by its id; (None, None) when there is none."""
-        t = self.joins.get(p, id_key(key, jid))
-        if t is None:
-            return None, None
-        raw = self.joins.get(p, join_key(key, t, jid))
-        return (t, raw) if raw is not None else (None, None)
-
-    def _joins_of(
-        self,
-        p: int,
-        key: str,
-        start: int | None,
-        end: int | None,
-    ) -> list[tuple[str, Join]]:
-        """(jid, join) of the key's joins with ``start <= event_time < end``, by time."""
-        lo, hi = join_range(key, start, end)
-        return [(split_join_key(k)[2], self.load(raw)) for k, raw in self.joins.scan(p, lo, hi)]
-
-    # --- the clock: read once per batch, written once at its end ---------------------------
-    def stream_time(self, p: int) -> int | None:
-        clocks = self._clocks
-        if p not in clocks:
-            clocks[p] = self.clock.get(p, p)
-        return clocks[p]
-
-    def advance(self, p: int, event_time: int) -> int:
-        """The stream time of ``p`` once ``event_time`` is seen (it never goes back)."""
-        clock = self.stream_time(p)
-        if clock is None or event_time > clock:
-            self._clocks[p] = event_time
-            self._moved.add(p)
-            return event_time
-        return clock
-
-    def end_batch(self) -> dict[int, int]:
-        """The batch is handled: its stream times to the clock table (one row per partition
-        that moved); those partitions and their stream times."""
-        moved = {p: self._clocks[p] for p in self._moved}
-        for p, t in moved.items():
-            self.clock.put(p, p, t)
-        self._clocks.clear()
-        self._moved.clear()
-        self._converted_now.clear()
-        self._next_hold.clear()
-        self._promises.clear()
-        for (p, key), src in list(self._converting.items()):
-            if self.delivered(p, src):  # its V rows are in the log: the old row may go
-                self.history.delete(p, key)
-                del self._converting[(p, key)]
-        return moved
-
-    _clocks: dict[int, Any]
-    _moved: set[int]
-
     # --- the rules' inputs -------------------------------------------------------------------
     def on_event(
         self, p: int, e: Event, horizon: int | None, release_from: int | None, src: Any = None
@@ -439,24 +201,9 @@ class JoinState:
         )
         return out, (existing is None and j.revision == 0)
 
-    # --- a key's versions: one ``V`` row each (app.joins.keys) ------------------------------
-    def _group(self, p: int, key: str, t: int) -> list[Version]:
-        """The key's versions at time ``t``, sorted (ties: the tie rule is the list order)."""
-        return sorted(v for _, v in self.joins.scan(p, *version_range(key, t, t + 1)))
-
-    def _time_before(self, p: int, key: str, t: int) -> int | None:
-        """The greatest version time before ``t`` (one reverse read), or None."""
-        row = self.joins.edge(p, *version_range(key, None, t), last=True)
-        return None if row is None else row[1][0]  # type: ignore[no-any-return]
-
-    def _time_from(self, p: int, key: str, t: int) -> int | None:
-        """The least version time at or after ``t`` (one forward read), or None."""
-        row = self.joins.edge(p, *version_range(key, t, None))
-        return None if row is None else row[1][0]  # type: ignore[no-any-return]
-
     def _answering(self, p: int, key: str, t: int, src: Any) -> list[Version]:
         """The versions an event at ``t`` can join (the tie group of the as-of time): what the
-        rules see of the key's history for it — :func:`app.logic.event_join.as_of` over them
+        rules see of the key's history for it — :func:`app.logic.histories.as_of` over them
         gives what it gives over the whole history."""
         self._convert(p, key, src)
         if self.rules.asof == "before":
@@ -466,49 +213,6 @@ class JoinState:
             if at is None:  # before every version: the earliest
                 at = self._time_from(p, key, 0)
         return [] if at is None else self._group(p, key, at)
-
-    def _purge(self, p: int, key: str, horizon: int) -> int:
-        """Delete the key's versions before ``horizon`` but the last (the greatest of the last
-        time's): tombstones in the changelog. Reads only the rows before the horizon."""
-        rows = list(self.joins.scan(p, *version_range(key, None, horizon)))
-        if len(rows) < 2:
-            return 0
-        last = rows[-1][1][0]
-        keep = max(v for _, v in rows if v[0] == last)
-        dropped = 0
-        for k, v in rows:
-            if v != keep:
-                self.joins.delete(p, k)
-                dropped += 1
-        return dropped
-
-    def _convert(self, p: int, key: str, src: Any) -> None:
-        """A key whose versions are still one ``dimension`` row (the layout before one row per
-        version: a changelog or a bootstrap written by an older version) gets them as ``V``
-        rows; the old row is deleted (a tombstone) once ``src``, the record that converted
-        it, is delivered: its changelog rows, the ``V`` rows with them, are then in the log,
-        so a crash never leaves the tombstone without the rows. Until then each batch that
-        reads the key writes its rows again (a batch dropped at a rebalance takes its
-        changelog rows with it, not the rows already in the store). Versions the retention
-        has already let go are not written again.
-
-        The record waited for is the *first* that converted the key: any batch that wrote the
-        rows, once delivered, puts them in the log. Waiting for the latest instead never ended
-        for a key every batch reads (each batch named a record not yet delivered at its end):
-        the old row stayed and every batch rewrote the key's whole history (findings.md)."""
-        if (p, key) in self._converted_now:
-            return
-        old = self.history.get(p, key)
-        if not old:
-            return
-        clock = self.stream_time(p)
-        versions = (
-            old if clock is None else purge_history(sorted(old), clock - self.spec.retention_ms)
-        )
-        for v in versions:
-            self.joins.put(p, version_key(key, v[0], v[1:]), list(v))
-        self._converted_now.add((p, key))
-        self._converting.setdefault((p, key), src)
 
     def on_version(
         self,
@@ -729,18 +433,6 @@ class JoinState:
         return out
 
     # --- finality (app.logic.finality) ------------------------------------------------------
-    def promise(self, p: int) -> Promise:
-        """Partition ``p``'s promise (its clock-table row), read once per batch."""
-        promise = self._promises.get(p)
-        if promise is None:
-            promise = self._promises[p] = Promise.from_json(self.clock.get(p, f"final:{p}"))
-        return promise
-
-    def save_promise(self, p: int, promise: Promise) -> None:
-        """With the batch's changelog: durable before the batch's outputs carry it."""
-        self._promises[p] = promise
-        self.clock.put(p, f"final:{p}", promise.to_json())
-
     def final_revisions(self, p: int, lo: int | None, hi: int) -> list[Revision]:
         """The current revisions of the emitted joins of ``p`` with ``lo <= event time < hi``
         (emit=final: the joins a promise makes final), by bucket then key then time."""

@@ -8,8 +8,9 @@ In the order a record meets the rules:
   :mod:`app.inputs.admission`) and by the batch twin alike;
 - :mod:`app.logic.event_range` — an event-time range of a join (``--from``/``--to``: the batch
   twin, ``archive``) and which records answering it needs;
-- :mod:`app.logic.event_join` — the as-of join of any join spec: version order, join id,
-  revisions;
+- :mod:`app.logic.histories` — one key's dimension versions: their order, the as-of rules over
+  them, the purge;
+- :mod:`app.logic.event_join` — the as-of join of any join spec: join id, revisions;
 - :mod:`app.logic.fk_join` — the foreign-key join of any spec: newest version per key, moves,
   re-joins, the consumer rule;
 - :mod:`app.logic.car_join` — the one-to-many car join (car positions x zone pollution) in its

@@ -6,7 +6,7 @@ Per turn of :meth:`DurableLoop.run`:
 1. take every batch the fetch loop left in the loop's inbox (:mod:`app.inputs.inbox`): one per input
    partition per fetch; a batch of an older group generation is dropped (the rebalance seeks its
    partition back to the committed offset) — :mod:`app.loop.intake`;
-2. parse each record (:func:`app.inputs.records.compile_parser`; a record that does not parse goes to
+2. parse each record (:func:`app.inputs.parsers.compile_parser`; a record that does not parse goes to
    the dead letters with its reason) and queue it in flow control (:mod:`app.inputs.flow_control`),
    which releases a partition's records of several inputs in event-time order — a whole batch
    at once, its lag known from the batch's high water — :mod:`app.loop.intake`;

@@ -27,8 +27,8 @@ from app import topology
 from app.agents.event_join import JoinEngine, engines
 from app.faust_app import settings
 from app.joins import car_state, fk_state
+from app.joins.joins_table import stored_versions
 from app.joins.keys import JOIN, VERSION, join_range, key_group, split_join_key
-from app.joins.state import stored_versions
 from app.kafka.partitioner import partition_for
 from app.logic.car_join import join as join_car
 from app.logic.fk_join import Joined

@@ -40,7 +40,7 @@ from app.compat.stores import estimated_keys
 from app.compat.table_manager import EtjTableManager
 from app.faust_app import app, settings
 from app.joins import car_state
-from app.joins.state import stored_versions
+from app.joins.joins_table import stored_versions
 from app.kafka.partitioner import partition_for
 from app.logic.car_join import ZoneReading, join
 from app.state.snapshot_service import restoring

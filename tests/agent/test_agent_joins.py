@@ -11,8 +11,8 @@ from typing import Any
 
 from app import metrics as jm
 from app.inputs.records import parse
+from app.joins.joins_table import stored_versions
 from app.joins.keys import BUCKET_MS, expiry_key, id_key, join_key
-from app.joins.state import stored_versions
 from app.settings import Settings
 from tests.oracle import exact_answer
 

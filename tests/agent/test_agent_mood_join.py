@@ -14,7 +14,7 @@ import pytest
 
 from app.agents.event_join import engines
 from app.faust_app import settings
-from app.joins.state import stored_versions
+from app.joins.joins_table import stored_versions
 
 _t = engines["moods"].tables
 stream_clock = _t.clock

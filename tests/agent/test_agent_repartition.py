@@ -14,7 +14,7 @@ from faust.types import TP
 from app.agents.repartition import RepartitionEngine
 from app.faust_app import app, settings
 from app.inputs.inbox import Batch
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 from app.topology import RepartitionHop
 from tests.agent.conftest import captured, handle
 

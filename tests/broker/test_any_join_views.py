@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 from tests.broker.test_views import PARTITIONS, assigned_partitions
 from tests.harness import Names, create_topic, latest_by_id, produce, read_all, wait_for
 from tests.oracle import Event, exact_answer

@@ -3,7 +3,7 @@
 Three specs with the mood join's rules, one worker run: ``fin`` emits every revision and
 publishes its promises on ``<output>-final``; ``fin-final`` emits only each join's final revision
 (``"emit": "final"``); ``held`` holds an unanswered event up to 5 s of stream time
-(``hold_ms``; a hold with finality is refused: app.joins.spec, findings.md). An out-of-order
+(``hold_ms``; a hold with finality is refused: app.joins.resolve, findings.md). An out-of-order
 workload (moods up to 23 s late) is sent; the first
 worker is killed -9 mid-stream, a second one recovers, a third joins (a rebalance), then one
 event per consultant far in the future makes every join of the workload final.

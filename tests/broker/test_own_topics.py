@@ -9,7 +9,7 @@ import json
 import zlib
 from typing import Any
 
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 from app.kafka.copartition import fetch_partition_counts
 from tests.docs.pages import README, block
 from tests.faults import worker_metrics

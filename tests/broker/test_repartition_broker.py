@@ -15,7 +15,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 from app.kafka.partitioner import partition_for
 from tests.harness import Names, bootstrap, create_topic, latest_by_id, read_all, wait_for
 from tests.oracle import Event, exact_answer

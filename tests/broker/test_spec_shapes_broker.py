@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from app.dev.local_broker import EXISTING_BROKER_ENV
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 from tests.harness import Names, bootstrap, create_topic, latest_by_id, produce, read_all, wait_for
 from tests.oracle import Event, exact_answer
 

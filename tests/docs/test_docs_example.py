@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from app.joins.catalog import mood_spec, movie_spec
-from app.joins.spec import SpecError, resolve_all
+from app.joins.resolve import resolve_all
+from app.joins.spec import SpecError
 from app.settings import Settings
 from tests.docs import pages
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from app.joins.catalog import mood_spec, movie_spec
-from app.joins.spec import resolve_all
+from app.joins.resolve import resolve_all
 from app.settings import Settings
 from tests.docs.pages import DOCS, README, ROOT, block, marked
 
@@ -87,7 +87,8 @@ def test_the_readme_spec_is_valid_and_is_the_worked_example() -> None:
 def test_the_shaped_records_example_reads_as_the_page_says() -> None:
     """declarative.md#records-shaped-otherwise: each record read by its side's parser (nested
     paths, the ISO time, ``$timestamp``) gives the flat record or the dead letter listed."""
-    from app.inputs.records import InvalidRecord, as_dict
+    from app.inputs.parsers import as_dict
+    from app.inputs.records import InvalidRecord
 
     spec = resolve_all([json.loads(block(DECLARATIVE, "shaped-spec"))])[0]
     assert spec.events.start == "latest" and spec.dimension.start == "earliest"

@@ -11,7 +11,7 @@ import pytest
 from app.batch import bootstrap as B
 from app.batch.state_files import Target
 from app.joins.catalog import movie_spec
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 from app.settings import Settings
 from app.state.snapshot_store import BootstrapMarker, Snapshots
 

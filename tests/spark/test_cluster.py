@@ -35,7 +35,7 @@ import pytest
 from app.batch.cli import main
 from app.batch.pack import ALIAS, DEFAULT_OUT, pack, read_manifest
 from app.batch.session import prepare_environment
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 from app.state.snapshot_store import Snapshots
 from tests.broker.test_broker_movies import rating
 from tests.broker.test_snapshots import read_changelog

@@ -13,7 +13,7 @@ from app.batch.archives import kind_of, read_archive
 from app.batch.spec_joins import spec_joins
 from app.commands import archive as A
 from app.joins.columns import model_columns
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 from tests.oracle import Event, exact_answer
 
 BASE = 1_767_225_600_000  # 2026-01-01T00:00:00Z

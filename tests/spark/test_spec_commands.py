@@ -15,7 +15,8 @@ import pytest
 
 from app.batch.cli import main
 from app.joins.catalog import movie_spec
-from app.joins.spec import JoinSpec, resolve
+from app.joins.resolve import resolve
+from app.joins.spec import JoinSpec
 from app.settings import Settings
 from tests.oracle import Event, exact_answer
 from tests.spark.test_commands import read_lines, write_lines

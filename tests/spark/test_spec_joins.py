@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 from app.batch.admission import from_the_future as future_column
 from app.batch.admission import in_range
 from app.batch.spec_joins import METHODS, spec_joins
-from app.joins.spec import resolve
-from app.logic.event_join import AS_OF_RULES, MODES
+from app.joins.resolve import resolve
+from app.logic.event_join import MODES
 from app.logic.event_range import EventRange, needs
 from app.logic.future_records import from_the_future, kafka_timestamp
+from app.logic.histories import AS_OF_RULES
 from tests.oracle import exact_answer, spec_join_id
 
 EVENT_DDL = (

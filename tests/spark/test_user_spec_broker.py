@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from app.batch.cli import main
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 from tests.docs.pages import README, block
 from tests.harness import Names, latest_by_id, produce, read_all, wait_for
 from tests.oracle import Event, exact_answer

@@ -25,7 +25,7 @@ from app.batch.state_files import (
     history_rows,
     version_rows,
 )
-from app.logic.event_join import insert_version
+from app.logic.histories import insert_version
 from app.state import snapshot_service
 from app.state.snapshot_service import SnapshotService
 from app.state.snapshot_store import (
@@ -60,7 +60,7 @@ def worker_version_rows(records: list[tuple]) -> dict[bytes, bytes]:
     the movies spec's shape, through :class:`app.joins.state.JoinState`), as its changelog
     carries them."""
     from app.joins.catalog import movie_spec
-    from app.joins.spec import resolve
+    from app.joins.resolve import resolve
     from app.joins.state import JoinState
     from app.settings import Settings
     from app.state.overlay import MemoryIO, Overlay

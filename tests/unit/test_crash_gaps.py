@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from app.joins.catalog import mood_spec, movie_spec
 from app.joins.keys import JOIN, expiry_key, id_key, split_join_key
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 from app.joins.state import JoinState
 from app.loop.acks import AckedRuns
 from app.settings import Settings

@@ -17,13 +17,12 @@ from app.logic.event_join import (
     Revision,
     add_event,
     add_version,
-    as_of,
     current_revisions,
     derive_id,
-    purge_history,
     revisit,
     unsent_revisions,
 )
+from app.logic.histories import as_of, purge_history
 from tests.oracle import Mood, Recommendation, exact_answer, exact_mood_joins, join_id
 
 MOODS = JoinRules("before", "left")

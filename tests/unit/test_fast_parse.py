@@ -1,4 +1,4 @@
-"""The msgspec parser (app.inputs.records.compile_parser) against today's (app.inputs.records.parse): the same
+"""The msgspec parser (app.inputs.parsers.compile_parser) against today's (app.inputs.records.parse): the same
 accept/refuse, the same values, the same dead-letter reason, on generated and hostile inputs.
 
 Every wire model of a worker is held to it: the four built-in ones and the models a join spec
@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.inputs.parsers import as_dict, compile_parser
 from app.inputs.records import (
     CarArrivalIn,
     CarMoveIn,
@@ -23,11 +24,9 @@ from app.inputs.records import (
     MoodIn,
     RecommendationIn,
     ZoneIn,
-    as_dict,
-    compile_parser,
     parse,
 )
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 
 EVERY_TYPE = resolve(
     {

@@ -19,7 +19,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from app.joins.catalog import mood_spec
-from app.joins.spec import SpecError, resolve
+from app.joins.resolve import resolve
+from app.joins.spec import SpecError
 from app.logic.finality import Promise, next_step, ready_before, ready_now
 from app.settings import Settings
 

@@ -12,7 +12,8 @@ import pytest
 from app.joins.catalog import car_spec, load_all, mood_spec
 from app.joins.fk_spec import check_together, resolve_fk
 from app.joins.fk_state import INT_KEYS, JSON_KEYS, IndexRows
-from app.joins.spec import SpecError, resolve
+from app.joins.resolve import resolve
+from app.joins.spec import SpecError
 from app.logic.fk_join import Joined, Left, Move, Right, apply_left, exact_view, newest_per_key
 from app.settings import Settings
 from app.state.overlay import MemoryIO, Overlay

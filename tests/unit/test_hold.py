@@ -19,18 +19,13 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from app.joins.catalog import mood_spec
+from app.joins.joins_table import hold_rows
 from app.joins.keys import HELD, RELEASED, held_range, join_range, split_join_key
-from app.joins.spec import SpecError, resolve
-from app.joins.state import JoinState, hold_rows
-from app.logic.event_join import (
-    Event,
-    JoinRules,
-    KeyState,
-    add_event,
-    add_version,
-    as_of,
-    release_held,
-)
+from app.joins.resolve import resolve
+from app.joins.spec import SpecError
+from app.joins.state import JoinState
+from app.logic.event_join import Event, JoinRules, KeyState, add_event, add_version, release_held
+from app.logic.histories import as_of
 from app.settings import Settings
 from app.state.overlay import MemoryIO, Overlay
 
@@ -270,7 +265,7 @@ def joins_table(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
     import faust
 
     from app.compat.table_codec import TableSchema
-    from app.joins.state import JoinsTable
+    from app.joins.joins_table import JoinsTable
     from app.state.range_scan import range_table
 
     app = faust.App(

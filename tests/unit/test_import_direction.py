@@ -103,6 +103,8 @@ FAUST = frozenset({"faust", "mode"})
 FAUST_FREE = (
     "app/logic/",
     "app/inputs/records.py",
+    "app/inputs/parsers.py",
+    "app/inputs/time_formats.py",
     "app/kafka/",
     "app/state/snapshot_store.py",
     "app/batch/state_files.py",

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.joins.catalog import mood_spec
-from app.joins.spec import resolve
-from app.logic.event_join import Event, KeyState, add_event, add_version, as_of, revisit
+from app.joins.resolve import resolve
+from app.logic.event_join import Event, KeyState, add_event, add_version, revisit
+from app.logic.histories import as_of
 from app.settings import Settings
 from tests.oracle import Mood, Recommendation, exact_mood_joins, join_id, mood_answer
 from tests.replay import MoodReplay

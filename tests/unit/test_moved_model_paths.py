@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app.inputs.records import MoodIn
 from app.joins.catalog import mood_spec
-from app.joins.spec import resolve
+from app.joins.resolve import resolve
 from app.settings import Settings
 
 

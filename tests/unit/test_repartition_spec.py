@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from app.docgen.topics_doc import inventory
-from app.joins.spec import repartition_topic, resolve, resolve_all
+from app.joins.resolve import resolve, resolve_all
+from app.joins.sides import repartition_topic
 from app.settings import Settings
 from tests.unit.test_spec_shapes import refused, spec
 

@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.inputs.records import InvalidRecord, _fast_object, _json_object, iso_to_ms
+from app.inputs.parsers import _fast_object
+from app.inputs.records import InvalidRecord, json_object
+from app.inputs.time_formats import iso_to_ms
 
 _json = st.recursive(
     st.none()
@@ -67,7 +69,7 @@ def test_msgspec_is_taken_only_for_what_the_standard_parser_reads_alike(obj, edi
     value = _hostile(json.dumps(obj, separators=(", ", ": ") if spaced else (",", ":")), edits)
     fast = _fast_object(value)
     try:
-        slow: object = _json_object(value)
+        slow: object = json_object(value)
     except InvalidRecord as exc:
         slow = exc
     if fast is not None:
@@ -87,12 +89,12 @@ def test_msgspec_is_taken_only_for_what_the_standard_parser_reads_alike(obj, edi
 def test_a_field_named_twice_is_left_to_the_standard_parser(value):
     assert _fast_object(value) is None
     with pytest.raises(InvalidRecord, match="duplicate field"):
-        _json_object(value)
+        json_object(value)
 
 
 def _iso_by_datetime(text: str) -> int:
     """The ``datetime`` way alone (what iso_to_ms did before counting in integers)."""
-    from app.inputs.records import _ISO
+    from app.inputs.time_formats import _ISO
 
     y, mo, d, h, mi, s, frac, z, sign, oh, om = _ISO.fullmatch(text).groups()  # type: ignore
     offset = (

@@ -10,7 +10,8 @@ import pytest
 
 from app.inputs.records import InvalidRecord, parse
 from app.joins.catalog import load_specs, mood_spec, movie_spec, read_joins_file
-from app.joins.spec import SpecError, copartition_groups, resolve, resolve_all
+from app.joins.resolve import copartition_groups, resolve, resolve_all
+from app.joins.spec import SpecError
 from app.kafka.copartition import CopartitionError, check_groups
 from app.logic.event_join import Revision
 from app.settings import Settings

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from app.inputs.records import InvalidRecord, convert_time, iso_to_ms
-from app.joins.spec import SpecError, resolve, resolve_all
+from app.inputs.records import InvalidRecord
+from app.inputs.time_formats import convert_time, iso_to_ms
+from app.joins.resolve import resolve, resolve_all
+from app.joins.spec import SpecError
 
 pytestmark = pytest.mark.unit
 

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.compat.stores import SplitSortedDict
+from app.joins.joins_table import JoinsTable
 from app.joins.keys import expiry_key, id_key, join_key, join_range, version_key, version_range
-from app.joins.state import JoinsTable
 
 
 @settings(max_examples=60, deadline=None)

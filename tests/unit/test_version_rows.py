@@ -5,7 +5,7 @@ before (one row per key).
 
 Why a reference here: the engine no longer holds a key's history as a list; the invariant it
 must keep is that every join still open (at or after the horizon) answers what
-:func:`app.logic.event_join.as_of` gives over the history the old layout kept (insert, purge
+:func:`app.logic.histories.as_of` gives over the history the old layout kept (insert, purge
 all but the last before the horizon) — for both as-of rules, with ties and re-deliveries.
 """
 
@@ -22,10 +22,12 @@ from hypothesis import strategies as st
 
 from app.compat.stores import StoreIO
 from app.joins.catalog import mood_spec, movie_spec
+from app.joins.joins_table import JoinsTable, joins_overlay
 from app.joins.keys import JOIN, VERSION, join_range, split_join_key, version_key, version_range
-from app.joins.spec import resolve
-from app.joins.state import JoinsTable, JoinState, joins_overlay
-from app.logic.event_join import Event, insert_version, purgeable
+from app.joins.resolve import resolve
+from app.joins.state import JoinState
+from app.logic.event_join import Event
+from app.logic.histories import insert_version, purgeable
 from app.settings import Settings
 from app.state.overlay import MemoryIO, Overlay
 from app.state.range_scan import range_table

@@ -1,0 +1,335 @@
+"""The bodies of ``python -m app.batch``'s subcommands (:mod:`app.batch.cli`): ``exact``,
+``reconcile``, ``backfill`` and ``bootstrap`` of an event-time join (:data:`JOBS`), and the first
+three of a foreign-key one (:func:`run_fk`). Each checks the options it needs, runs its job
+(:mod:`app.batch.jobs`, :mod:`app.batch.fk_jobs`, :mod:`app.batch.bootstrap`) with progress, says
+what it found and returns the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from app.batch import archives, jobs
+from app.batch.arguments import settings_of
+from app.batch.session import Steps
+from app.joins.fk_spec import FkJoinSpec
+from app.joins.spec import JoinSpec
+
+__all__ = ["JOBS", "run_backfill", "run_bootstrap", "run_exact", "run_fk", "run_reconcile"]
+
+
+def _steps(spark: SparkSession, args: argparse.Namespace) -> Steps:
+    return Steps(spark, f"etj-{args.job}", quiet=args.no_progress)
+
+
+def _say_refused(counts: dict[str, int]) -> None:
+    if any(counts.values()):
+        print(
+            "refused as from the future (not joined): "
+            + ", ".join(f"{name} {n}" for name, n in counts.items()),
+            flush=True,
+        )
+
+
+def _no_car_range(args: argparse.Namespace, scope: jobs.Scope) -> None:
+    if scope.range.bounded:
+        raise SystemExit(
+            f"{args.job}: the car view is the view of now; --from/--to apply to "
+            "the event-time joins only"
+        )
+
+
+def _fk_inputs(args: argparse.Namespace, spec: FkJoinSpec, scope: jobs.Scope, *more: str) -> None:
+    """A foreign-key job's options are all given, and no event-time range."""
+    _no_car_range(args, scope)
+    missing = [f"--{o}" for o in ("left", "right", *more) if not getattr(args, o)]
+    if missing:
+        raise SystemExit(f"{args.job}: join {spec.name} (foreign-key) needs {', '.join(missing)}")
+
+
+def run_fk(
+    spark: SparkSession, args: argparse.Namespace, spec: FkJoinSpec, scope: jobs.Scope
+) -> int:
+    """exact, reconcile or backfill of a foreign-key join (:mod:`app.batch.fk_jobs`)."""
+    from app.batch import fk_jobs
+
+    steps = _steps(spark, args)
+    if args.job == "exact":
+        _fk_inputs(args, spec, scope, "out")
+        with steps.step(f"{spec.name} -> {args.out}"):
+            view, inputs = fk_jobs.exact_fk(spark, spec, args.left, args.right, scope)
+            archives.write_table(view, args.out)
+            _say_refused(inputs.refused_counts())
+        return 0
+    if args.job == "reconcile":
+        _fk_inputs(args, spec, scope, "revisions")
+        report = fk_jobs.reconcile_fk(
+            spark,
+            steps,
+            spec,
+            args.left,
+            args.right,
+            args.revisions,
+            scope,
+            args.examples,
+            args.sample if args.report else 0,
+        )
+        print(report.render(), flush=True)
+        if args.report:
+            lines = jobs.write_report(args.report, [report])
+            print(f"report: {lines} line(s) -> {args.report}", flush=True)
+        print("CONVERGED" if report.converged else "NOT CONVERGED (exit code 1)", flush=True)
+        return 0 if report.converged else 1
+    if args.job == "backfill":
+        from app.batch.publish import publish  # aiokafka: only when publishing
+
+        _fk_inputs(args, spec, scope, "revisions")
+        revisions = list(args.revisions)
+        if args.ledger and os.path.exists(args.ledger) and os.path.getsize(args.ledger):
+            revisions.append(args.ledger)
+        with steps.step(f"{spec.name}: computing the keys whose output changes"):
+            found, inputs = fk_jobs.backfill_fk(
+                spark, spec, args.left, args.right, revisions, scope
+            )
+            todo = found.cache()
+            rows = jobs.rows_as_wire(todo)
+        if args.out:
+            with steps.step(f"writing {len(rows)} outputs -> {args.out}"):
+                archives.write_table(todo, args.out)
+        todo.unpersist()
+        _say_refused(inputs.refused_counts())
+        for r in rows[:5]:
+            print(f"backfill {spec.left.key} {r[spec.left.key]}: {r}", flush=True)
+        if args.dry_run:
+            print(f"backfill: {len(rows)} output(s) to publish (dry run: nothing sent)", flush=True)
+            return 0
+        topic, broker = args.topic or spec.output, args.broker or settings_of(args).broker_url
+        with steps.step(f"publishing {len(rows)} outputs to {topic}"):
+            sent = publish(broker, topic, rows, key_field=spec.left.key, ledger=args.ledger)
+        print(f"backfill: published {sent} output(s) to {topic}", flush=True)
+        return 0
+    raise SystemExit(
+        f"{args.job}: join {spec.name} is a foreign-key join; {args.job} is for "
+        "event-time joins (exact, reconcile and backfill take it)"
+    )
+
+
+def run_exact(
+    spark: SparkSession, args: argparse.Namespace, spec: JoinSpec | None, scope: jobs.Scope
+) -> int:
+    steps = _steps(spark, args)
+    join = spec is not None and args.events and args.dimension and args.out
+    cars = args.cars and args.zones and args.car_out
+    if not (join or cars):
+        raise SystemExit(
+            "exact: give --events --dimension (or --moods) --out [--join NAME] "
+            "and/or --cars --zones --car-out"
+        )
+    if join:
+        assert spec is not None
+        with steps.step(f"{spec.name} -> {args.out}"):
+            answer, inputs = jobs.exact_join(
+                spark, spec, args.events, args.dimension, scope, args.method
+            )
+            archives.write_table(answer, args.out)
+            _say_refused(inputs.refused_counts())
+    if cars:
+        _no_car_range(args, scope)
+        with steps.step(f"car view -> {args.car_out}"):
+            view, car_inputs = jobs.exact_cars(spark, args.cars, args.zones, scope)
+            archives.write_table(view, args.car_out)
+            _say_refused(car_inputs.refused_counts())
+    return 0
+
+
+def run_reconcile(
+    spark: SparkSession, args: argparse.Namespace, spec: JoinSpec | None, scope: jobs.Scope
+) -> int:
+    steps = _steps(spark, args)
+    reports = []
+    sample = args.sample if args.report else 0
+    if spec is not None:
+        if not (args.events and args.dimension and args.revisions):
+            raise SystemExit(
+                f"reconcile: join {spec.name} needs --events, --dimension (moods: "
+                "--moods) and --revisions"
+            )
+        reports.append(
+            jobs.reconcile_join(
+                spark,
+                steps,
+                spec,
+                args.events,
+                args.dimension,
+                args.revisions,
+                scope,
+                args.examples,
+                sample,
+                args.method,
+            )
+        )
+    if args.cars or args.zones or args.car_pollution:
+        if not (args.cars and args.zones and args.car_pollution):
+            raise SystemExit("reconcile: the car view needs --cars, --zones and --car-pollution")
+        _no_car_range(args, scope)
+        reports.append(
+            jobs.reconcile_cars(
+                spark,
+                steps,
+                args.cars,
+                args.zones,
+                args.car_pollution,
+                scope,
+                args.examples,
+                sample,
+            )
+        )
+    if not reports:
+        raise SystemExit("reconcile: nothing to compare (see --help)")
+    for report in reports:
+        print(report.render(), flush=True)
+    converged = all(r.converged for r in reports)
+    if args.report:
+        lines = jobs.write_report(args.report, reports)
+        print(f"report: {lines} line(s) -> {args.report}", flush=True)
+    print("CONVERGED" if converged else "NOT CONVERGED (exit code 1)", flush=True)
+    return 0 if converged else 1
+
+
+def run_backfill(
+    spark: SparkSession, args: argparse.Namespace, spec: JoinSpec | None, scope: jobs.Scope
+) -> int:
+    from app.batch.publish import publish  # aiokafka: only when publishing
+
+    if spec is None or not (args.events and args.dimension and args.revisions):
+        raise SystemExit(
+            "backfill: give --events, --dimension (moods: --moods) and --revisions [--join NAME]"
+        )
+    steps = _steps(spark, args)
+    revisions = list(args.revisions)
+    if args.ledger and os.path.exists(args.ledger) and os.path.getsize(args.ledger):
+        revisions.append(args.ledger)
+    with steps.step(f"{spec.name}: computing the joins whose answer changes"):
+        try:
+            found, inputs = jobs.backfill(
+                spark,
+                spec,
+                args.events,
+                args.dimension,
+                revisions,
+                scope,
+                args.late_events,
+                args.late_dimension,
+                args.before,
+                args.method,
+            )
+        except ValueError as exc:
+            raise SystemExit(f"backfill: {exc}") from None
+        todo = jobs.with_lineage(
+            found, [*args.events, *args.dimension, *args.late_events, *args.late_dimension]
+        ).cache()
+        rows = jobs.rows_as_wire(todo)
+    if args.out:
+        with steps.step(f"writing {len(rows)} revisions -> {args.out}"):
+            archives.write_table(todo, args.out)
+    todo.unpersist()
+    _say_refused(inputs.refused_counts())
+    label = ", ".join(spec.dimension.copy)
+    for r in rows[:5]:
+        before = tuple(r[f"previous_{f}"] for f in spec.dimension.copy)
+        after = tuple(r[f] for f in spec.dimension.copy)
+        if len(after) == 1:
+            before, after = before[0], after[0]
+        print(
+            f"backfill {r['id']} revision {r['revision']}: {label} {before!r} -> {after!r}",
+            flush=True,
+        )
+    if not args.dry_run:
+        topic, broker = args.topic or spec.output, args.broker or settings_of(args).broker_url
+        with steps.step(f"publishing {len(rows)} revisions to {topic}"):
+            sent = publish(broker, topic, rows, ledger=args.ledger)
+        print(f"backfill: published {sent} revision(s) to {topic}", flush=True)
+    else:
+        print(f"backfill: {len(rows)} revision(s) to publish (dry run: nothing sent)", flush=True)
+    return 0
+
+
+def run_bootstrap(
+    spark: SparkSession, args: argparse.Namespace, spec: JoinSpec | None, scope: jobs.Scope
+) -> int:
+    from app.batch.bootstrap import BootstrapError, bootstrap, target_of
+
+    if spec is None or args.join is None or not args.dimension:
+        raise SystemExit(
+            "bootstrap: give --join NAME and --dimension CATALOGUE (Parquet, or "
+            "archives of the dimension topic)"
+        )
+    if args.events:
+        raise SystemExit("bootstrap: --events is not read (only the dimension is loaded)")
+    settings = settings_of(args)
+    url = args.snapshot_url or settings.snapshot_url
+    if not url:
+        raise SystemExit(
+            "bootstrap: give --snapshot-url or set ETJ_SNAPSHOT_URL (where the "
+            "workers read snapshots)"
+        )
+    try:
+        target = target_of(spec, settings, url, args.broker or settings.broker_url)
+        out = bootstrap(
+            spark,
+            _steps(spark, args),
+            spec,
+            args.dimension,
+            scope,
+            target,
+            settings.app_id,
+            args.wait_group_s,
+            args.workdir,
+        )
+    except BootstrapError as exc:
+        print(f"bootstrap refused: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except Exception as exc:  # e.g. a task failed: its marker says so, workers keep waiting
+        reason = str(exc).strip().splitlines()
+        print(
+            f"bootstrap failed: {reason[-1] if reason else repr(exc)}\nIf its marker was "
+            "written, workers of the join wait (nothing half written is read); run the same "
+            "command again (docs/operating/bootstrap.md#if-the-job-fails-half-way)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    _say_refused({"dimension": out.refused})
+    if out.invalid:
+        print(
+            f"not loaded: {out.invalid:,} invalid record(s) of the catalogue (a field missing, "
+            "of another type or out of range: what a worker dead-letters)",
+            flush=True,
+        )
+    for s in out.partitions:
+        print(
+            f"  {out.changelog}[{s.partition}]: {s.keys:,} keys, offsets {s.first_offset}.."
+            f"{s.last_offset} ({s.changelog_bytes:,} bytes), snapshot "
+            f"{s.snapshot_bytes:,} bytes (changelog "
+            f"{s.changelog_s:.1f} s, database {s.database_s:.1f} s, upload {s.upload_s:.1f} s)",
+            flush=True,
+        )
+    print(
+        f"bootstrap {out.job}: {out.keys:,} keys of {spec.name} in {len(out.partitions)} "
+        f"partition(s), {out.changelog_bytes:,} changelog bytes, {out.snapshot_bytes:,} "
+        f"snapshot bytes, {out.seconds:.1f} s; workers start from it (snapshots in {url})",
+        flush=True,
+    )
+    return 0
+
+
+JOBS = {
+    "exact": run_exact,
+    "reconcile": run_reconcile,
+    "backfill": run_backfill,
+    "bootstrap": run_bootstrap,
+}

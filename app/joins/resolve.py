@@ -1,0 +1,220 @@
+"""A join spec resolved: as written (plain data, or a :class:`~app.joins.spec.JoinConfig`) into
+the :class:`~app.joins.spec.JoinSpec` the engine runs, each spec on its own (:func:`resolve`: its
+sides by :mod:`app.joins.sides`, then what only shows across them), then every spec together
+(:func:`resolve_all`: shared names, a join that reads another's output). Every refusal is a
+:class:`~app.joins.spec.SpecError` that names the spec and the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from app.joins.sides import parse_start, repartition_of, resolve_side
+from app.joins.spec import JoinConfig, JoinSpec, Side, SpecError, TableNames, validated
+
+__all__ = [
+    "copartition_groups",
+    "refuse_shared_inputs",
+    "resolve",
+    "resolve_all",
+]
+
+
+def resolve(
+    raw: dict[str, Any] | JoinConfig, index: int | None = None, app_id: str = "etj"
+) -> JoinSpec:
+    """Validate one spec (plain data or a :class:`JoinConfig`) and resolve it. ``app_id``
+    (``ETJ_APP_ID``) names a repartitioned side's internal topic."""
+    cfg, where = validated(JoinConfig, raw, index)
+    if cfg.events.time_as is not None or cfg.dimension.id is not None:
+        raise SpecError(
+            f"{where}: 'time_as' belongs to the dimension side, 'id' to the events side"
+        )
+    if not cfg.dimension.time_as:
+        raise SpecError(
+            f"{where}: dimension.time_as: missing (the output field carrying the "
+            "joined version's event time, e.g. 'movie_event_time')"
+        )
+    if not cfg.dimension.copy_fields:
+        raise SpecError(f"{where}: dimension.copy is empty: a join must copy at least one field")
+    start = parse_start(where, "start", cfg.start) or "earliest"
+    events = resolve_side(
+        where,
+        "events",
+        cfg.events,
+        parse_start(where, "events.start", cfg.events.start) or start,
+        repartition_of(where, "events", cfg.events, app_id, cfg.name),
+    )
+    dimension = resolve_side(
+        where,
+        "dimension",
+        cfg.dimension,
+        parse_start(where, "dimension.start", cfg.dimension.start) or start,
+        repartition_of(where, "dimension", cfg.dimension, app_id, cfg.name),
+    )
+    for f in dimension.copy:
+        if not dimension.model.model_fields[f].is_required():
+            raise SpecError(
+                f"{where}: dimension.copy field {f!r} is optional, but null means "
+                "'no version' in the output; declare it required"
+            )
+    topics = [cfg.events.topic, cfg.dimension.topic, cfg.ticks]
+    if len(set(topics)) != 3 or cfg.output in topics:
+        raise SpecError(
+            f"{where}: events {cfg.events.topic}, dimension {cfg.dimension.topic}, "
+            f"ticks {cfg.ticks} and output {cfg.output} must be four different topics"
+        )
+    for side in (events, dimension):
+        if side.repartition in (*topics, cfg.output):
+            raise SpecError(
+                f"{where}: {side.repartition}, the repartition topic of "
+                f"{side.topic}, is one of the spec's own topics"
+            )
+    id_field = (
+        None
+        if cfg.events.id is None
+        else {p: f for f, p in events.paths}.get(cfg.events.id, cfg.events.id)
+    )
+    spec = JoinSpec(
+        cfg.name,
+        events,
+        dimension,
+        id_field,
+        cfg.dimension.time_as,
+        cfg.output,
+        cfg.ticks,
+        cfg.mode,
+        cfg.asof,
+        cfg.retention_ms,
+        cfg.window_ms,
+        cfg.late_dimensions,
+        cfg.layout,
+        cfg.review_lag_ms,
+        cfg.tables
+        or TableNames(
+            dimension=f"{cfg.name}-dimension",
+            joins=f"{cfg.name}-joins",
+            clock=f"{cfg.name}-clock",
+            index=None,
+        ),
+        cfg.partitions,
+        hold_ms=cfg.hold_ms,
+        finality=cfg.finality or cfg.emit == "final",
+        emit=cfg.emit,
+    )
+    _check_hold(where, cfg)
+    out = spec.output_fields
+    dupes = sorted({f for f in out if out.count(f) > 1})
+    if dupes:
+        raise SpecError(
+            f"{where}: output fields collide: {', '.join(dupes)} (the output carries "
+            f"id, events.copy, dimension.copy, time_as, revision, previous_<copy>, "
+            "cause)"
+        )
+    if cfg.window_ms is not None and cfg.window_ms > cfg.retention_ms:
+        raise SpecError(
+            f"{where}: window_ms {cfg.window_ms} exceeds retention_ms "
+            f"{cfg.retention_ms}: events between the two would be admitted with "
+            "their state already purged"
+        )
+    return spec
+
+
+def _check_hold(where: str, cfg: JoinConfig) -> None:
+    """A bounded hold is the middle of left and inner: it must end before the state it waits
+    in is purged (or the event falls out of the emit window), so a held event is always
+    answered."""
+    hold = cfg.hold_ms
+    if hold is None:
+        return
+    if cfg.mode != "left":
+        raise SpecError(
+            f"{where}: hold_ms is for mode 'left' (an inner join already holds an "
+            f"event until a version comes), got mode {cfg.mode!r}"
+        )
+    if hold >= cfg.retention_ms:
+        raise SpecError(
+            f"{where}: hold_ms {hold} must be less than retention_ms "
+            f"{cfg.retention_ms}: a held event must be answered before it is purged"
+        )
+    if cfg.window_ms is not None and hold > cfg.window_ms:
+        raise SpecError(
+            f"{where}: hold_ms {hold} exceeds window_ms {cfg.window_ms}: a held "
+            "event must be answered while it is in the emit window"
+        )
+    if cfg.finality or cfg.emit == "final":
+        # a hold's answer lost in a crash is re-sent by a later tick, and a promise made in
+        # between covers it: the re-send is then dropped and the join never answered (a
+        # fresh clone's finality test, findings.md). Refused until promises wait for them.
+        raise SpecError(
+            f"{where}: hold_ms with finality (or emit 'final') is not supported "
+            "yet: a hold's answer lost in a crash could be left unsent under a "
+            "promise; use one or the other"
+        )
+
+
+def refuse_shared_inputs(sides: Iterable[tuple[str, str, Side]]) -> dict[str, tuple[str, Any]]:
+    """Refuse a topic read by two sides, of one join or two; ``sides``: (join name, side name,
+    side). Topic -> (its join, its start).
+
+    Why: a worker's consumer hands each topic's records to the one agent that reads it
+    (:mod:`app.compat.consumer`: an inbox per topic); a second reader would get nothing, with
+    no error (two helpers found it, 2026-11-28). Give each join a topic of its own."""
+    seen: dict[str, tuple[str, str, Any]] = {}
+    for name, side_name, side in sides:
+        other = seen.setdefault(side.topic, (name, side_name, side.start))
+        if other[:2] != (name, side_name):
+            raise SpecError(
+                f"join specs {other[0]!r} ({other[1]}) and {name!r} ({side_name}) "
+                f"both read {side.topic}: a worker hands a topic's records to one "
+                "agent; give each join a topic of its own"
+            )
+    return {t: (n, start) for t, (n, _, start) in seen.items()}
+
+
+def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj") -> list[JoinSpec]:
+    """Resolve every spec, then refuse what only shows across specs (shared names, loops)."""
+    specs = [resolve(raw, i, app_id) for i, raw in enumerate(raws)]
+    for what, of in (
+        ("name", lambda s: [s.name]),
+        ("ticks topic", lambda s: [s.ticks]),
+        ("output topic", lambda s: [s.output, *filter(None, [s.final_topic])]),
+        ("table name", lambda s: [n for n in s.tables.model_dump().values() if n is not None]),
+    ):
+        seen: dict[str, str] = {}
+        for s in specs:
+            for value in of(s):
+                if value in seen:
+                    raise SpecError(
+                        f"join specs {seen[value]!r} and {s.name!r} share the {what} {value!r}"
+                    )
+                seen[value] = s.name
+    inputs = {t: s.name for s in specs for t in (s.events.topic, s.dimension.topic)}
+    refuse_shared_inputs(
+        (s.name, n, side)
+        for s in specs
+        for n, side in (("events", s.events), ("dimension", s.dimension))
+    )
+    for s in specs:
+        if s.final_topic in inputs:
+            raise SpecError(
+                f"join spec {s.name!r} writes its promises to {s.final_topic}, "
+                f"which join {inputs[s.final_topic]!r} reads"
+            )
+        if s.output in inputs:
+            raise SpecError(
+                f"join spec {s.name!r} writes {s.output}, which join "
+                f"{inputs[s.output]!r} reads: a join must not feed itself"
+            )
+        if s.ticks in inputs:
+            raise SpecError(
+                f"join spec {s.name!r}: ticks topic {s.ticks} is an input of join "
+                f"{inputs[s.ticks]!r}"
+            )
+    return specs
+
+
+def copartition_groups(specs: Iterable[JoinSpec]) -> list[tuple[str, ...]]:
+    """The topic groups that must be co-partitioned (one per spec)."""
+    return [s.inputs for s in specs]
