@@ -27,7 +27,7 @@ import orjson
 from faust.types import TP
 
 from app import metrics
-from app.compat.stores import StoreIO, committed_offset
+from app.compat.stores import committed_offset
 from app.faust_app import app, settings
 from app.inputs.records import InvalidRecord, as_dict
 from app.joins.state import FinalJoinError, JoinState, joins_overlay
@@ -38,6 +38,7 @@ from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
 from app.outputs import sinks
 from app.state.overlay import Overlay
+from app.state.store_io import StoreIO
 from app.topology import JoinTopology, joins
 
 __all__ = ["JoinEngine", "engines"]

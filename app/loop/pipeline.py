@@ -16,10 +16,10 @@ from typing import Any
 
 from faust.types import TP
 
-from app.compat.stores import StoreIO
 from app.faust_app import app, settings
 from app.loop.acks import AckedRuns, dead_letter_refused
 from app.outputs.producer_batches import send_records
+from app.state.store_io import StoreIO
 
 DEAD_LETTERS = settings.dead_letter_topic
 

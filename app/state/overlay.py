@@ -33,7 +33,8 @@ import orjson
 from faust.stores.rocksdb import Store as RocksDBStore
 from sortedcontainers import SortedList
 
-from app.compat.stores import SplitSortedDict, StoreIO
+from app.state.split_sorted import SplitSortedDict
+from app.state.store_io import StoreIO
 
 __all__ = ["MemoryIO", "Overlay", "Row"]
 
@@ -65,7 +66,7 @@ class Overlay:
         self._direct: Any = None
         #: with it, (the memory store's mapping, its key -> partition map) to write to
         self._direct_write: Any = None
-        #: with it, when the mapping is split (app.compat.stores.SplitSortedDict, a join's
+        #: with it, when the mapping is split (app.state.split_sorted.SplitSortedDict, a join's
         #: rows): its own range scan and edge read, without StoreIO's checks of the store's
         #: kind on every call (a key's versions are read two or three times per record)
         self._direct_scan: Any = None
@@ -215,7 +216,7 @@ class Overlay:
 
 
 class MemoryIO:
-    """A store of plain dicts with :class:`~app.compat.stores.StoreIO`'s interface: the engine's
+    """A store of plain dicts with :class:`~app.state.store_io.StoreIO`'s interface: the engine's
     rules and layout run over it with no Faust and no broker (tests/replay.py, benchmarks)."""
 
     changelog = "memory"
