@@ -42,7 +42,23 @@ from app.compat.stores import (
 )
 from app.state.split_sorted import SplitSortedDict
 
-__all__ = ["StoreIO", "estimated_keys", "iter_range"]
+__all__ = ["DELETED", "StoreIO", "estimated_keys", "iter_range", "write_memory_row"]
+
+#: the value that deletes a row (:func:`write_memory_row`; a batch's deleted rows in
+#: :mod:`app.state.overlay`)
+DELETED: Any = object()
+
+
+def write_memory_row(data: Any, where: Any, partition: int, key: Any, value: Any) -> None:
+    """Write one row of a memory store: ``data`` its mapping, ``where`` its key -> partition
+    map (:func:`app.compat.stores.key_partitions`); ``value`` :data:`DELETED` deletes it. Per
+    record on the hot path: kept a plain function."""
+    if value is DELETED:
+        data.pop(key, None)
+        where.pop(key, None)
+    else:
+        data[key] = value
+        where[key] = partition
 
 
 def iter_range(
@@ -221,12 +237,7 @@ class StoreIO:
             return
         data, where = store.data, key_partitions(store)
         for key, raw, value in rows:
-            if raw is None:
-                data.pop(key, None)
-                where.pop(key, None)
-            else:
-                data[key] = value
-                where[key] = partition
+            write_memory_row(data, where, partition, key, DELETED if raw is None else value)
 
     def write_one(self, partition: int, key: Any, value: Any, raw: bytes | None = None) -> None:
         """Write one row at once (``value`` None: delete it): an ordered table's rows are
@@ -234,13 +245,13 @@ class StoreIO:
         ``raw``: ``value`` encoded already (RocksDB stores it as it is)."""
         data = self._memory()
         if data is not None:
-            where = key_partitions(self._store)
-            if value is None:
-                data.pop(key, None)
-                where.pop(key, None)
-            else:
-                data[key] = value
-                where[key] = partition
+            write_memory_row(
+                data,
+                key_partitions(self._store),
+                partition,
+                key,
+                DELETED if value is None else value,
+            )
             return
         db = self._db_for(partition)
         if value is None:
