@@ -33,7 +33,7 @@ from app.inputs.records import InvalidRecord, as_dict
 from app.joins.state import FinalJoinError, JoinState, joins_overlay
 from app.logic.event_join import CAUSES, Revision
 from app.logic.finality import next_step, ready_now
-from app.loop.acks import dead_letter
+from app.loop.dead_letters import dead_letter
 from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
 from app.outputs import sinks

@@ -17,7 +17,8 @@ from typing import Any
 from faust.types import TP
 
 from app.faust_app import app, settings
-from app.loop.acks import AckedRuns, dead_letter_refused
+from app.loop.acks import AckedRuns
+from app.loop.dead_letters import dead_letter_refused
 from app.outputs.producer_batches import send_records
 from app.state.store_io import StoreIO
 
