@@ -15,7 +15,6 @@ from app.kafka.security import aiokafka_auth, check_tls
 from app.kafka.timestamps import warn_of_log_append_time
 from app.settings import Settings, get_settings
 from app.state import crash_marker
-from app.web.auth import web_application_options
 
 
 class EtjApp(faust.App):
@@ -162,9 +161,6 @@ def create_app(settings: Settings) -> EtjApp:
     credentials = broker_credentials(settings)  # TLS / SASL (app.kafka.security)
     if credentials is not None:
         extra["broker_credentials"] = credentials
-    web_options = web_application_options(settings)  # the views' bearer token (app.web.auth)
-    if web_options:
-        extra["web_application_options"] = web_options
     app = EtjApp(
         settings.app_id,
         broker=settings.broker_url,

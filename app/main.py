@@ -1,7 +1,8 @@
 """Entry point: ``faust -A app.main worker -l info``.
 
 Importing this module registers the app in data-flow order: topics and tables (every join's,
-from the spec list) -> agents -> timers -> tools -> views; first the changes to Faust and
+from the spec list) -> agents -> timers -> tools -> views; first the views' bearer token
+(:mod:`app.web.auth`: the web server is made by the first route), the changes to Faust and
 aiokafka the guarantees rest on (:mod:`app.compat`), the fail-stop sensor
 (:mod:`app.outputs.delivery`), the stall guard's (:mod:`app.loop.stall_guard`) and the
 snapshots' (:mod:`app.state.snapshot_service`) timers, and the process's event loop and
@@ -13,8 +14,10 @@ from app.faust_app import app
 from app.loop import stall_guard
 from app.outputs import delivery
 from app.state import snapshot_service
+from app.web import auth
 
-compat.install(app)  # first: refuse an untested Faust/aiokafka before anything is declared
+auth.install(app)  # the views' bearer token: read (an empty one refused) before any route
+compat.install(app)  # refuse an untested Faust/aiokafka before anything is declared
 delivery.install(app)  # a send that failed after the producer gave up: fail-stop
 stall_guard.install(app, app.etj.stall_check_s)  # timer: inputs read past, never handed over
 snapshot_service.install(app)  # ETJ_SNAPSHOT_URL: snapshots written on a timer, restored

@@ -27,7 +27,7 @@ import orjson
 from faust.types import TP
 
 from app import metrics
-from app.compat.stores import StoreIO, committed_offset
+from app.compat.stores import committed_offset
 from app.faust_app import app, settings
 from app.inputs.parsers import as_dict
 from app.inputs.records import InvalidRecord
@@ -35,11 +35,12 @@ from app.joins.joins_table import joins_overlay
 from app.joins.state import FinalJoinError, JoinState
 from app.logic.event_join import CAUSES, Revision
 from app.logic.finality import next_step, ready_now
-from app.loop.acks import dead_letter
+from app.loop.dead_letters import dead_letter
 from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
 from app.outputs import sinks
 from app.state.overlay import Overlay
+from app.state.store_io import StoreIO
 from app.topology import JoinTopology, joins
 
 if TYPE_CHECKING:

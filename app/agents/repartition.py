@@ -38,7 +38,7 @@ from app.faust_app import app, settings
 from app.inputs.records import InvalidRecord
 from app.joins.rekey import rekeyer
 from app.joins.spec import JoinSpec, Side
-from app.loop.acks import dead_letter
+from app.loop.dead_letters import dead_letter
 from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
 from app.topology import RepartitionHop, joins

@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any, cast
 from app.faust_app import app
 from app.inputs.inbox import Batch
 from app.loop import awaiting
-from app.loop.acks import AckedRuns, dead_letter
+from app.loop.acks import AckedRuns
+from app.loop.dead_letters import dead_letter
 from app.loop.intake import Intake
 from app.loop.pipeline import DEAD_LETTERS, DeliveryPipeline
 from app.loop.types import Engine, Hop, Unit

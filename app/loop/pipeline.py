@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from faust.types import TP
 
-from app.compat.stores import StoreIO
 from app.faust_app import app, settings
-from app.loop.acks import AckedRuns, dead_letter_refused
+from app.loop.acks import AckedRuns
+from app.loop.dead_letters import dead_letter_refused
 from app.outputs.producer_batches import send_records
+from app.state.store_io import StoreIO
 
 if TYPE_CHECKING:
     from app.compat.consumer import EtjConsumer

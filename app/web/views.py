@@ -36,7 +36,6 @@ from yarl import URL
 from app import metrics, topology
 from app.agents.event_join import engines
 from app.compat import rocksdb_memory
-from app.compat.stores import estimated_keys
 from app.compat.table_manager import EtjTableManager
 from app.faust_app import app, settings
 from app.joins import car_state
@@ -44,6 +43,7 @@ from app.joins.joins_table import stored_versions
 from app.kafka.partitioner import partition_for
 from app.logic.car_join import ZoneReading, join
 from app.state.snapshot_service import restoring
+from app.state.store_io import estimated_keys
 from app.topology import owned_partitions
 from app.web.auth import peer_headers
 from app.web.join_readers import EventTimeReader, JoinReader, parse_id, readers
