@@ -153,7 +153,7 @@ def broker_credentials(s: Settings) -> CredentialsT | None:
 
 def create_app(settings: Settings) -> EtjApp:
     """Build the app from settings (tests build their own with other settings)."""
-    extra = {}
+    extra: dict[str, Any] = {}
     if settings.producer_max_batch_size is not None:
         extra["producer_max_batch_size"] = settings.producer_max_batch_size
     if settings.producer_max_request_bytes is not None:

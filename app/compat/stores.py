@@ -88,9 +88,9 @@ def share_budgets(store: StoreT) -> StoreT:
     (:class:`~app.compat.rocksdb_memory.SharedBudgetOptions`): its options are built again as
     Faust built them (``Store.__init__``), with etj's class."""
     if isinstance(store, RocksDBStore):
-        store.rocksdb_options = SharedBudgetOptions(  # type: ignore[attr-defined]
-            **store.options, use_rocksdict=store.use_rocksdict
-        )  # type: ignore[attr-defined]
+        store.rocksdb_options = SharedBudgetOptions(
+            **(store.options or {}), use_rocksdict=store.use_rocksdict
+        )
     return store
 
 

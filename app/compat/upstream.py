@@ -128,7 +128,7 @@ def _pairs(targets: tuple[Any, ...]) -> list[tuple[str, str]]:
                 f"replaces({target!r}): {recorded!r} is not {HASH_LEN} lowercase hex "
                 f"digits (python -m app.compat.upstream_audit --hash {target})"
             )
-    return pairs  # type: ignore[return-value]
+    return pairs
 
 
 def function_of(obj: Any) -> Any:

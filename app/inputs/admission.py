@@ -73,7 +73,8 @@ def door(
     ``now_ms``): ``door(record, event_time)`` -> (rule, reason) or None."""
     limit = now_ms + max_future_ms
     checked = check_partitioner and bool(partitions)
-    known = _PARTITIONS.setdefault(partitions or 0, {})
+    count = partitions or 0  # with `checked`, the count itself
+    known = _PARTITIONS.setdefault(count, {})
     if len(known) > _CACHED_KEYS:
         known.clear()
 
@@ -83,7 +84,7 @@ def door(
             if key is not None:
                 expected = known.get(key)
                 if expected is None:
-                    expected = known[key] = partition_for(key, partitions)
+                    expected = known[key] = partition_for(key, count)
                 if expected != partition:
                     return check_record(record, event_time, partitions, now_ms, max_future_ms)
         ts = record.timestamp

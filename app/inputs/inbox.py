@@ -41,12 +41,12 @@ class Batch:
 
     @property
     def first(self) -> int:
-        return self.records[0].offset  # type: ignore[no-any-return]
+        return self.records[0].offset
 
     @property
     def end(self) -> int:
         """One past the last offset."""
-        return self.records[-1].offset + 1  # type: ignore[no-any-return]
+        return self.records[-1].offset + 1
 
 
 class Inbox:

@@ -65,13 +65,13 @@ def iso_to_ms(text: str) -> int:
         )
     y, mo, d, h, mi, s, frac, z, sign, oh, om = m.groups()
     try:
-        offset = (
+        zone: dt.timedelta = (
             dt.timedelta(0)
             if z
             else (1 if sign == "+" else -1) * dt.timedelta(hours=int(oh), minutes=int(om))
         )
         when = dt.datetime(
-            int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=dt.timezone(offset)
+            int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=dt.timezone(zone)
         )
     except ValueError as exc:
         raise InvalidRecord(f"{text[:60]!r} is not a valid time: {exc}") from None

@@ -310,14 +310,14 @@ def resolve_fk(raw: dict[str, Any] | FkJoinConfig, index: int | None = None) -> 
             f"{where}: left.copy lists the foreign key {fk_entry!r}: the output "
             f"carries it as {right.key!r} already"
         )
-    for name, side, fields in (
+    for name, resolved, fields in (
         ("left", left, (left.key, fk, *left.copy)),
         ("right", right, (right.key, *right.copy)),
     ):
         for f in fields:
-            if not side.model.model_fields[f].is_required():
+            if not resolved.model.model_fields[f].is_required():
                 raise SpecError(
-                    f"{where}: {name} field {side.path_of(f)!r} is optional, but "
+                    f"{where}: {name} field {resolved.path_of(f)!r} is optional, but "
                     "versions are ordered by it (and null means 'no version'); "
                     "declare it required"
                 )

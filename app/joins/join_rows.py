@@ -132,12 +132,12 @@ class JoinRows:
     def _time_before(self, p: int, key: str, t: int) -> int | None:
         """The greatest version time before ``t`` (one reverse read), or None."""
         row = self.joins.edge(p, *version_range(key, None, t), last=True)
-        return None if row is None else row[1][0]  # type: ignore[no-any-return]
+        return None if row is None else row[1][0]
 
     def _time_from(self, p: int, key: str, t: int) -> int | None:
         """The least version time at or after ``t`` (one forward read), or None."""
         row = self.joins.edge(p, *version_range(key, t, None))
-        return None if row is None else row[1][0]  # type: ignore[no-any-return]
+        return None if row is None else row[1][0]
 
     def _purge(self, p: int, key: str, horizon: int) -> int:
         """Delete the key's versions before ``horizon`` but the last (the greatest of the last

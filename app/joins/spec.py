@@ -316,7 +316,7 @@ class JoinSpec:
         if len(fields) == 1:
             get = attrgetter(fields[0])
             return lambda r: (get(r),)
-        return attrgetter(*fields)  # type: ignore[return-value]
+        return attrgetter(*fields)
 
     def version_of(self, record: WireModel) -> Version:
         """``[event_time, *copied values]`` of a validated dimension record."""
@@ -326,7 +326,7 @@ class JoinSpec:
         ]
 
     def key_of(self, record: WireModel, side: Side) -> str:
-        return getattr(record, side.key)  # type: ignore[no-any-return]
+        return getattr(record, side.key)
 
     def to_wire(self, rev: Revision) -> dict[str, Any]:
         """One revision as the output topic carries it (field order of :attr:`output_fields`)."""
@@ -360,7 +360,7 @@ class JoinSpec:
         )
         scope: dict[str, Any] = {"NONE": (None,) * len(dim)}
         exec(compile(source, f"<to_wire of join {self.name}>", "exec"), scope)
-        return scope["to_wire"]  # type: ignore[no-any-return]
+        return scope["to_wire"]
 
     def describe(self) -> dict[str, Any]:
         """What ``GET /joins/`` lists for this spec."""

@@ -27,7 +27,7 @@ not be changed afterwards — the engines build new lists.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from faust.stores.rocksdb import Store as RocksDBStore
@@ -77,7 +77,10 @@ class Overlay:
             data = getattr(self.io, "memory_data", lambda: None)()
             if data is not None:
                 self._direct = data.get
-                self._direct_write = (data, self.io.key_partitions())
+                self._direct_write = (
+                    data,
+                    cast(StoreIO, self.io).key_partitions(),
+                )  # a store has data
                 if isinstance(data, SplitSortedDict):
                     self._direct_scan = data.items_range
                     self._direct_edge = data.edge_item
@@ -146,7 +149,7 @@ class Overlay:
         table, or None (the store has every write of the batch)."""
         edge = self._direct_edge
         if edge is not None:
-            return edge(lo, hi, last)  # type: ignore[no-any-return]
+            return edge(lo, hi, last)
         return self.io.edge(partition, lo, hi, last)
 
     @property

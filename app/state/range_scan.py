@@ -8,7 +8,7 @@ order to scan by (:mod:`app.state.ordered_keys`).
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 import faust
 from faust.exceptions import ImproperlyConfigured
@@ -57,7 +57,7 @@ def range_table(app: AppT, name: str, **kwargs: Any) -> RangeTable:
         raise ImproperlyConfigured(f"range table {name!r} has bytes keys, not {kwargs['key_type']}")
     cls = kwargs.pop("table_class", RangeTable)
     table = cls(app, name=name, beacon=app.tables.beacon, **kwargs)
-    return app.tables.add(table)  # type: ignore[no-any-return]
+    return cast(RangeTable, app.tables.add(table))  # the table just made, as Faust adds it
 
 
 def scan(
