@@ -38,6 +38,7 @@ import yaml
 
 from app.docgen.settings_doc import config_schema
 from app.settings import Settings
+from tests.docs.pages import README, block
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "etj"
@@ -224,6 +225,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
             "snapshot_keep": 2,
         },
         "snapshots": {"credentialsSecret": "etj-s3", "region": "eu-west-1"},
+    },
+    # the README's join as a value and the topics Job (tests/deploy/test_joins_chart.py)
+    "joins-topics": {
+        "joins": json.loads(block(README, "minimal-spec")),
+        "topicsJob": {"enabled": True},
     },
     "tuned": {
         "replicaCount": 4,
