@@ -274,3 +274,29 @@ The topics Job's ServiceAccount: at install it runs before the chart's own exist
 default
 {{- end -}}
 {{- end -}}
+
+{{/*
+"true" when a monitoring.coreos.com/v1 object of kind $kind is to be made: its value `enabled`
+true, or null (unset) and the cluster has the CRD (`helm install` asks the cluster; `helm
+template` knows it only from `--api-versions monitoring.coreos.com/v1/<Kind>`).
+Called with (list $enabled "Kind" $).
+*/}}
+{{- define "etj.monitoringOn" -}}
+{{- $enabled := index . 0 -}}
+{{- $kind := index . 1 -}}
+{{- $root := index . 2 -}}
+{{- if kindIs "invalid" $enabled -}}
+{{- if $root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" $kind) -}}true{{- end -}}
+{{- else if $enabled -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+The label matchers of this release's worker series in PromQL: its namespace and its pods
+(<fullname>-<ordinal>). The PodMonitor's targets carry both, and so do kube-state-metrics'
+series about the pods, so one selector serves both.
+*/}}
+{{- define "etj.promSelector" -}}
+namespace="{{ .Release.Namespace }}", pod=~"{{ include "etj.fullname" . | replace "." "[.]" }}-[0-9]+"
+{{- end -}}
