@@ -12,10 +12,15 @@ It counts work, so it compares two versions of the code on a noisy shared machin
 worker's rate does: run both, quote the ratio (and ``--profile`` for cProfile's call counts and
 where the time goes).
 
-``python -m bench.kernel [--records N] [--fetch N] [--profile] [--shaped] [--hot-key]``;
-``--hot-key``: bench.hot_key's workload (one key); ``--shaped``
-runs a ``ETJ_JOINS_FILE`` spec whose sides use dotted paths, an ISO-8601 time and a
-``$timestamp`` side (the spec features the fast path must keep).
+``python -m bench.kernel [--records N] [--fetch N] [--profile] [--shaped] [--hot-key]
+[--catalogue N] [--store rocksdb] [--callgrind]``; ``--hot-key``: bench.hot_key's workload (one
+key); ``--shaped`` runs a ``ETJ_JOINS_FILE`` spec whose sides use dotted paths, an ISO-8601
+time and a ``$timestamp`` side (the spec features the fast path must keep); ``--catalogue N``:
+the movies join replaying bench.bootstrap's catalogue of N movies (one version each, no
+ratings: the 1M-movie replay without a broker); ``--store rocksdb``: the tables in RocksDB, as
+that replay runs (a fresh folder); ``--callgrind``: run under ``valgrind --tool=callgrind
+--instr-atstart=no`` (``bench.instructions`` does), instructions counted only while the
+records are handled (the marker library of ``bench.instructions``).
 """
 
 from __future__ import annotations
@@ -102,15 +107,29 @@ def shaped(data: list[tuple[str, str, dict]]) -> list[tuple[str, str, dict]]:
     return out
 
 
+def catalogue(movies: int) -> list[tuple[str, str, dict]]:
+    """bench.bootstrap's catalogue (its first ``movies`` movies) as movie versions."""
+    from bench.bootstrap import catalogue_rows
+
+    return [
+        ("mood", mid, {"movie_id": mid, "title": title, "event_time": t, "_ts": t + 3_000})
+        for mid, title, t in catalogue_rows(movies)
+    ]
+
+
 def flat(data: list[tuple[str, str, dict]]) -> list[tuple[str, str, dict]]:
     return [(kind, key, {**v, "_at": v["event_time"]}) for kind, key, v in data]
 
 
 def batches(
-    engine: Any, data: list[tuple[str, str, dict]], partitions: int, fetch: int
+    engine: Any, data: list[tuple[str, str, dict]], partitions: int, fetch: int, tick_every: int
 ) -> list[list[Any]]:
     """The records as the consumer would hand them: per turn, one batch of at most ``fetch``
-    records per input partition."""
+    records per input partition; every ``tick_every`` turns (0: never) and after the last, a
+    tick of each partition: the revisit a worker's timer sends every 5 s, which purges what is
+    behind the horizon and reviews the joins near the stream time (a tenth of a worker's main
+    thread on bench.throughput's backlog). 50 turns are ~200,000 records, a worker's 5 s at
+    40,000 records/s."""
     from murmurhash2 import murmurhash2
 
     from app.faust_app import app
@@ -128,7 +147,21 @@ def batches(
         q = per.setdefault((topics[kind], p), [])
         q.append(Record(topics[kind], p, len(q), k, json.dumps(value).encode(), ts))
     turns: list[list[Any]] = []
-    i = 0
+    i = ticked = 0
+    ticks = engine.spec.ticks
+
+    def tick() -> list[Any]:
+        return [
+            Batch(
+                ticks,
+                p,
+                [Record(ticks, p, ticked, None, b"", 0)],
+                ticked + 1,
+                app.consumer_generation_id,
+            )
+            for p in range(partitions)
+        ]
+
     while True:
         turn = [
             Batch(t, p, q[i : i + fetch], len(q), app.consumer_generation_id)
@@ -136,7 +169,12 @@ def batches(
             if q[i : i + fetch]
         ]
         if not turn:
+            if tick_every:
+                turns.append(tick())
             return turns
+        if tick_every and turns and len(turns) % tick_every == 0:
+            turn += tick()
+            ticked += 1
         turns.append(turn)
         i += fetch
 
@@ -161,7 +199,7 @@ class FakeProducer:
         return fut
 
 
-async def drive(engine: Any, turns: list[list[Any]]) -> dict[str, Any]:
+async def drive(engine: Any, turns: list[list[Any]], marker: Any = None) -> dict[str, Any]:
     from app.outputs import producer_batches
 
     producer = FakeProducer()
@@ -176,6 +214,8 @@ async def drive(engine: Any, turns: list[list[Any]]) -> dict[str, Any]:
     ):
         loop.pipeline.start()
         n = 0
+        if marker is not None:
+            marker.etj_marker_start()
         t0, cpu0 = time.perf_counter(), time.process_time()
         for turn in turns:
             unit = loop.handle(turn)
@@ -193,6 +233,8 @@ async def drive(engine: Any, turns: list[list[Any]]) -> dict[str, Any]:
             while loop.in_flight:
                 await asyncio.sleep(0)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        if marker is not None:
+            marker.etj_marker_stop()
         loop.pipeline.stop()
     return {
         "handled": n,
@@ -223,6 +265,12 @@ def main() -> None:
     ap.add_argument("--consultants", type=int, default=1_000)
     ap.add_argument("--fetch", type=int, default=500, help="records per partition per fetch")
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument(
+        "--tick-every",
+        type=int,
+        default=50,
+        help="a tick of each partition every N turns and after the last (0: none)",
+    )
     ap.add_argument("--profile", action="store_true", help="cProfile: the top functions")
     ap.add_argument("--shaped", action="store_true", help="a spec with shaped sides")
     ap.add_argument(
@@ -230,12 +278,27 @@ def main() -> None:
         action="store_true",
         help="bench.hot_key's workload: one consultant with every recommendation",
     )
+    ap.add_argument(
+        "--catalogue",
+        type=int,
+        default=0,
+        help="the movies join replaying bench.bootstrap's catalogue of N movies",
+    )
+    ap.add_argument("--store", choices=("memory", "rocksdb"), default="memory")
+    ap.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="count instructions only while handling (under valgrind: bench.instructions)",
+    )
     ap.add_argument("--sort", default="tottime", help="cProfile order: tottime, cumulative")
     ap.add_argument("--top", type=int, default=35)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-freeze", action="store_true", help="no gc.freeze() before the run")
     args = ap.parse_args()
     os.environ.setdefault("ETJ_FLOW_CONTROL", "true")
+    if args.store == "rocksdb":
+        os.environ["ETJ_STORE_URL"] = "rocksdb://"
+        os.environ["ETJ_DATADIR"] = tempfile.mkdtemp(prefix="etj-kernel-")
     if args.shaped:
         spec = Path(tempfile.mkdtemp()) / "joins.json"
         spec.write_text(json.dumps([SHAPED_SPEC]))
@@ -248,15 +311,21 @@ def main() -> None:
     use_gc_thresholds()  # the worker's (app.main)
 
     app.finalize()
-    engine = engines["shaped" if args.shaped else "moods"]
-    if args.hot_key:
+    engine = engines["shaped" if args.shaped else "movies" if args.catalogue else "moods"]
+    if args.catalogue:
+        data = catalogue(args.catalogue)
+    elif args.hot_key:
         from bench.hot_key import workload as hot_workload
 
         data = hot_workload(int(args.records * 0.7), 1)
     else:
         data = workload(args.records, args.consultants, seed=1)
     turns = batches(
-        engine, shaped(data) if args.shaped else flat(data), args.partitions, args.fetch
+        engine,
+        shaped(data) if args.shaped else data if args.catalogue else flat(data),
+        args.partitions,
+        args.fetch,
+        args.tick_every,
     )
     gc.collect()
     if not args.no_freeze and hasattr(runtime, "freeze_long_lived"):
@@ -267,7 +336,14 @@ def main() -> None:
     clock = CollectorClock()
     before = [s["collections"] for s in gc.get_stats()]
     gc.callbacks.append(clock)
-    result = asyncio.run(drive(engine, turns))
+    marker = None
+    if args.callgrind:
+        import ctypes
+
+        from bench.instructions import marker_library
+
+        marker = ctypes.CDLL(str(marker_library()))
+    result = asyncio.run(drive(engine, turns, marker))
     gc.callbacks.remove(clock)
     if prof is not None:
         prof.disable()
