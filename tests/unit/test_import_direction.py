@@ -109,6 +109,7 @@ FAUST_FREE = (
     "app/state/snapshot_store.py",
     "app/state/split_sorted.py",
     "app/batch/state_files.py",
+    "app/joins/fingerprint.py",
 )
 #: ``"app.x.y:Name"``: a name Faust (``symbol_by_name``) or a join spec imports from a string
 SYMBOL = re.compile(r"app(?:\.\w+)+:\w+(?:\.\w+)*")
