@@ -25,7 +25,15 @@ from aiokafka.structs import TopicPartition
 from app.joins.resolve import resolve
 from app.kafka.partitioner import partition_for
 from tests.broker.test_spec_change_broker import spec_of, tier, view
-from tests.harness import Names, bootstrap, create_topic, latest_by_id, read_all, wait_for
+from tests.harness import (
+    LOCAL_SETTINGS,
+    Names,
+    bootstrap,
+    create_topic,
+    latest_by_id,
+    read_all,
+    wait_for,
+)
 from tests.oracle import Event, exact_answer
 
 BASE = 1_790_000_000_000
@@ -92,7 +100,7 @@ def test_a_wrong_partition_dead_letter_is_replayed_to_its_partition_and_a_bad_on
     joins_file.write_text(json.dumps([raw]))
     for topic in (spec.events.topic, spec.dimension.topic):
         asyncio.run(create_topic(names, topic, 4))
-    w = worker_factory(names, joins_file=joins_file).wait_ready()
+    w = worker_factory(names, joins_file=joins_file, **LOCAL_SETTINGS).wait_ready()
 
     tiers = [(u, tier(u, BASE + n, "gold")) for n, u in enumerate(["u1", "u2", "u3"])]
     asyncio.run(

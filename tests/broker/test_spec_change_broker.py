@@ -5,7 +5,8 @@ a spec whose ``dimension.copy`` has one more field: the rows it would read hold 
 fewer, so it refuses with one line and exit code 78, before it joins anything. Started with a
 compatible change instead (the events' copy in another order, the payload column unchanged; a
 longer retention), it reads the state the first spec wrote, and the answer stays exact, late
-versions correcting the joins the first spec made."""
+versions correcting the joins the first spec made; a worker of the refused spec started beside it
+refuses the partitions the rebalance gives it, and the running one goes on."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ from typing import Any
 
 from app.joins.resolve import resolve
 from app.runtime import REFUSED_CODE
-from tests.harness import Names, latest_by_id, produce, read_all, wait_for
+from tests.harness import LOCAL_SETTINGS, Names, latest_by_id, produce, read_all, wait_for
 from tests.oracle import Event, exact_answer
 
 BASE = 1_790_000_000_000
+#: a refusing worker leaves the group by its session's end (it exits at once): 4 s, not 10, and
+#: fetches held 100 ms, not 1.5 s, keep the test short (tests.harness.LOCAL_SETTINGS)
+QUICK = {"session_timeout_s": 4, **LOCAL_SETTINGS}
 
 
 def spec_of(prefix: str, **changes: Any) -> dict[str, Any]:
@@ -77,7 +81,7 @@ def test_an_incompatible_spec_change_is_refused_and_a_compatible_one_stays_exact
     views = [(u, view(i, u, BASE + 10_000 + 100 * i)) for i, u in enumerate(USERS * 3)]
 
     # 1. the first spec writes its state (and its fingerprint, with each partition's clock)
-    w = worker_factory(names, name="first", joins_file=write(tmp_path, "first", first))
+    w = worker_factory(names, name="first", joins_file=write(tmp_path, "first", first), **QUICK)
     w.wait_ready()
     asyncio.run(produce(names, spec.dimension.topic, tiers))
     asyncio.run(produce(names, spec.events.topic, views))
@@ -90,7 +94,9 @@ def test_an_incompatible_spec_change_is_refused_and_a_compatible_one_stays_exact
 
     # 2. one more copied dimension field: the stored rows hold one column fewer -> refused
     wider = spec_of(names.prefix, dimension__copy=["tier", "level"])
-    refused = worker_factory(names, name="wider", joins_file=write(tmp_path, "wider", wider))
+    refused = worker_factory(
+        names, name="wider", joins_file=write(tmp_path, "wider", wider), **QUICK
+    )
     assert refused.wait_exit(timeout_s=120) == REFUSED_CODE
     [line] = [ln for ln in refused.log().splitlines() if "etj refuses to run join" in ln]
     assert (
@@ -110,8 +116,18 @@ def test_an_incompatible_spec_change_is_refused_and_a_compatible_one_stays_exact
     compatible = spec_of(
         names.prefix, events__copy=["page", "user_id", "event_time"], retention_ms=7_200_000
     )
-    w = worker_factory(names, name="compatible", joins_file=write(tmp_path, "ok", compatible))
+    w = worker_factory(
+        names, name="compatible", joins_file=write(tmp_path, "ok", compatible), **QUICK
+    )
     w.wait_ready()
+    # 4. beside it, a worker of the refused spec: given partitions by the rebalance, it refuses
+    # them; the running worker takes them back and goes on
+    second = worker_factory(
+        names, name="second", joins_file=write(tmp_path, "wider", wider), **QUICK
+    )
+    assert second.wait_exit(timeout_s=120) == REFUSED_CODE
+    assert "etj refuses to run join 'tiers': partition " in second.log()
+    assert w.proc is not None and w.proc.poll() is None
     late = [(u, tier(u, BASE + 5_000 + n, "platinum")) for n, u in enumerate(USERS)]
     more = [(u, view(100 + i, u, BASE + 20_000 + 100 * i)) for i, u in enumerate(USERS)]
     asyncio.run(produce(names, spec.dimension.topic, late))  # corrects the first spec's joins
