@@ -130,16 +130,22 @@ async def _dead_letters(
 
 
 async def _original(
-    consumer: AIOKafkaConsumer, letter: DeadLetter, partitions: int
+    consumer: AIOKafkaConsumer,
+    letter: DeadLetter,
+    partitions: int,
+    bounds: dict[TopicPartition, tuple[int, int]],
 ) -> Original | None:
     """The record at the dead letter's position in its input topic of ``partitions``
-    partitions (None: gone, or another offset there: compacted)."""
+    partitions (None: gone, or another offset there: compacted); ``bounds``: each input
+    partition's first and end offsets, read once per run."""
     tp = TopicPartition(letter.topic, letter.partition)
     if not 0 <= letter.partition < partitions:
         return None
     consumer.assign([tp])
-    first = (await consumer.beginning_offsets([tp]))[tp]
-    end = (await consumer.end_offsets([tp]))[tp]
+    if tp not in bounds:
+        first = (await consumer.beginning_offsets([tp]))[tp]
+        bounds[tp] = (first, (await consumer.end_offsets([tp]))[tp])
+    first, end = bounds[tp]
     if not first <= letter.offset < end:
         return None
     consumer.seek(tp, letter.offset)
@@ -195,12 +201,13 @@ async def replay(
                 where = f"{topic}[{r.partition}]@{r.offset}"
                 summary.verdicts.append(Verdict("skip", "not a dead letter", f"{where}: {exc}"))
         letters.sort(key=lambda d: (d.topic, d.partition, d.offset))
+        bounds: dict[TopicPartition, tuple[int, int]] = {}
         for letter in letters:
             if join is not None and judge.join_of(letter) != join:
                 summary.verdicts.append(Verdict("skip", "another join", f"{letter.topic}"))
                 continue
             n = counts.get(letter.topic, 0)
-            original = await _original(consumer, letter, n) if n else None
+            original = await _original(consumer, letter, n, bounds) if n else None
             summary.verdicts.append(judge(letter, original))
     finally:
         await consumer.stop()

@@ -171,7 +171,15 @@ class Judge:
         self.seen.add(position)
         source = self.inputs.get(letter.topic)
         if source is None:
-            return Verdict("skip", "no join reads it", f"{where}: no join of this worker reads it")
+            return Verdict(
+                "skip",
+                "not an input",
+                f"{where}: no join of these settings reads it as an input (an internal "
+                "topic, or another deployment's)",
+            )
+        count = self.partitions.get(letter.topic)
+        if not count:
+            return Verdict("skip", "no such topic", f"{where}: the topic is gone")
         if not self.unchecked:
             for kind, pattern in _UNCHECKED:
                 if pattern.match(letter.error):
@@ -193,8 +201,7 @@ class Judge:
         except InvalidRecord as exc:
             return Verdict("fails", "invalid", f"{where}: {exc}")
         partition = letter.partition
-        count = self.partitions.get(letter.topic)
-        if source.door and self.check_partitioner and record.key is not None and count:
+        if source.door and self.check_partitioner and record.key is not None:
             partition = partition_for(record.key, count)
         if source.door:
             refused = check_record(

@@ -124,8 +124,10 @@ def test_each_record_is_judged_once_and_unknown_topics_are_skipped():
     first = j(letter(view(), reason, partition=p), None)
     again = j(letter(view(), reason, partition=p), None)  # the worker dead-lettered it twice
     assert (first.action, again.action, again.reason) == ("send", "skip", "duplicate")
-    gone = j(letter(view(), "bad", topic="nobody-reads-this"), None)
-    assert (gone.action, gone.reason) == ("skip", "no join reads it")
+    other = j(letter(view(), "bad", topic="nobody-reads-this"), None)
+    assert (other.action, other.reason) == ("skip", "not an input")
+    gone = Judge(inputs_of([resolve(TIERS)]), {}, NOW, 60_000)(letter(view(), "bad"), None)
+    assert (gone.action, gone.reason) == ("skip", "no such topic")
 
 
 def test_a_cause_the_rules_cannot_see_is_skipped_unless_asked_for():
