@@ -277,12 +277,21 @@ def read_path(data: dict[str, Any], path: str) -> Any:
 
 
 def compile_shaped_parser(
-    model: type[M], paths: dict[str, str], time_field: str, time_format: str, from_timestamp: bool
+    model: type[M],
+    paths: dict[str, str],
+    time_field: str,
+    time_format: str,
+    from_timestamp: bool,
+    decode: Callable[[bytes | None], dict[str, Any]] | None = None,
+    check_key: bool = True,
 ) -> Callable[..., Any]:
     """A parser for a side shaped otherwise (see above): (key, value, timestamp) -> the flat
     record (the ``model`` instance), or :class:`InvalidRecord` whose reason names the spec's
     path. ``paths``: flat field -> dotted path (the time field absent when ``from_timestamp``);
-    ``timestamp``: the record's Kafka timestamp in epoch ms (None: it has none)."""
+    ``timestamp``: the record's Kafka timestamp in epoch ms (None: it has none). ``decode``:
+    the value's bytes -> its JSON object, for a value written otherwise than JSON text
+    (:func:`app.inputs.wire_formats.value_decoder`); ``check_key`` False: the record key is
+    not compared (a repartition hop's read, :mod:`app.joins.rekey`)."""
     items = tuple(paths.items())
     to_path = dict(items)
     if from_timestamp:
@@ -295,7 +304,7 @@ def compile_shaped_parser(
         value: bytes | None,
         timestamp: int | None = None,
     ) -> Any:
-        data = _fast_object(value)
+        data = decode(value) if decode is not None else _fast_object(value)
         if data is None:
             data = json_object(value)  # accepts, or says why not
         flat: dict[str, Any] = {}
@@ -318,6 +327,8 @@ def compile_shaped_parser(
             record = model.model_validate(flat)
         except ValidationError as exc:
             raise InvalidRecord(f"invalid {name}: {validation_reason(exc, to_path)}") from exc
+        if not check_key:
+            return record
         expected = getattr(record, key_field)
         if key is None:
             raise InvalidRecord(f"record has no key; it must be keyed by {to_path[key_field]}")
