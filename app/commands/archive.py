@@ -57,6 +57,7 @@ from aiokafka.structs import TopicPartition
 from faust.cli import argument, option
 
 from app.faust_app import app, settings
+from app.inputs.parsers import as_dict
 from app.inputs.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse
 from app.inputs.wire_formats import value_decoder
 from app.joins.catalog import batch_fk_specs, batch_specs, load_fk_specs, load_specs, topic_roles
@@ -237,7 +238,7 @@ def archive_value(
                 record = parse(model, key, value)
         except InvalidRecord:
             return None
-        return record.model_dump(mode="json", exclude_none=True)
+        return {k: v for k, v in as_dict(record).items() if v is not None}
     if value is None:
         return None
     try:

@@ -181,6 +181,8 @@ class SchemaRegistry:
         wanted = dict(ids)
         todo = self.missing(wanted)
         if not todo:
+            for i in wanted:  # used: the least recently used go first
+                self.cache.move_to_end(i)
             return
         got = await self._with_retries(
             lambda s: self._fetch_all(s, {i: wanted[i] for i in sorted(todo)}),

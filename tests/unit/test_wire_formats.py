@@ -355,3 +355,20 @@ def test_a_hop_writes_keys_as_the_other_side_writes_them():
     for bad in ("u1", "042", str(2**63)):
         with pytest.raises(InvalidRecord, match="is not a 64-bit integer"):
             encode_key(bad, "long")
+
+
+def test_a_decoded_record_the_fast_path_refuses_gets_the_model_s_reason(registry):
+    """msgspec only accepts: a type or a bound it refuses is judged by the model, whose reason
+    (naming the spec's path) is the dead letter's; what the model accepts is the same record."""
+    data = avro_view(registry, page="")
+    schemas = fetched(registry, (data, "avro"))
+    wrong_type = avro_spec(fields={**avro_spec()["events"]["fields"], "qty": "str"})
+    with pytest.raises(
+        InvalidRecord, match=r"invalid ViewsIn: qty: Input should be a valid string"
+    ):
+        resolve(wrong_type).events.parser(schemas)(struct.pack(">q", 42), data)
+    flat = avro_spec(key="id", fields={"id": "str", "page": "str", "qty": "int", "at": "time"})
+    flat["events"].update(key_format="str", copy=["page"])
+    flat["dimension"].update(key_format="str")
+    rec = resolve(flat).events.parser(schemas)(b"v1", data)  # every field top-level: as is
+    assert (rec.id, rec.page, rec.qty, rec.at) == ("v1", "", 3, BASE + 1500)
