@@ -1,6 +1,6 @@
 """The Confluent Schema Registry as etj uses it: writer schemas fetched by id, output schemas
-registered, a registry that does not answer waited for (docs/joins/declarative.md#schema-
-registry-formats).
+registered, a registry that does not answer waited for
+(docs/joins/declarative.md#schema-registry-formats).
 
 Records of a side whose ``format`` is ``avro``, ``protobuf`` or ``json-sr`` (or whose
 ``key_format`` is ``avro``) carry Confluent's framing: a magic byte 0, the writer schema's id
