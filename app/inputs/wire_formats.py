@@ -412,7 +412,7 @@ def value_decoder(fmt: str, schemas: Schemas) -> Callable[[bytes | None], dict[s
             return general(value)  # the general path says why
         if fo.tell() != len(value) or type(data) is not dict:
             return general(value)
-        return data  # type: ignore[no-any-return]
+        return data
 
     return decode_avro_value
 
