@@ -35,12 +35,14 @@ from app.inputs.records import InvalidRecord
 from app.joins.fingerprint import SpecGuard
 from app.joins.joins_table import joins_overlay
 from app.joins.state import FinalJoinError, JoinState
+from app.kafka.schema_registry import shared_registry, subject_of
 from app.logic.event_join import CAUSES, Revision
 from app.logic.finality import next_step, ready_now
 from app.loop.dead_letters import dead_letter
 from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
 from app.outputs import sinks
+from app.outputs.revision_formats import SCHEMA_TYPES, encoder, revision_schema
 from app.state.overlay import Overlay
 from app.state.store_io import StoreIO
 from app.topology import JoinTopology, joins
@@ -80,10 +82,27 @@ class JoinEngine:
         #: (key, value, timestamp) -> the flat record: msgspec's fast path for a flat side
         #: with an epoch-ms time, the shaped parser for one with nested paths, another time
         #: format or the Kafka timestamp (docs/joins/declarative.md#records-shaped-otherwise)
+        #: (a side written otherwise than JSON text decodes it first: app.inputs.wire_formats,
+        #: its writer schemas fetched before each batch, :meth:`prepare`)
+        self.schemas = shared_registry(settings)
         self._parsers = {
-            spec.events.input: spec.events.parser(),
-            spec.dimension.input: spec.dimension.parser(),
+            spec.events.input: spec.events.parser(self.schemas),
+            spec.dimension.input: spec.dimension.parser(self.schemas),
         }
+        #: input topic -> (its keys' framed format, its values'), None where not framed
+        self._framed: dict[str, tuple[str | None, str | None]] = {
+            side.input: (
+                "avro" if side.framed[0] else None,
+                side.format if side.framed[1] else None,
+            )
+            for side in (spec.events, spec.dimension)
+            if any(side.framed)
+        }
+        #: a revision's bytes: JSON text, or with output_format avro/json-sr the registry's
+        #: framing, known once its schema is registered (:meth:`register_output`)
+        self._encode: Any = orjson.dumps if spec.output_format == "json" else None
+        if self._encode is None:
+            app.start_steps.append(self.register_output)
         #: cause -> its counter (a str key: ``_counts`` mixes the causes with "released")
         self._revisions: dict[str, Counter] = {
             c: metrics.revisions_out.labels(spec.name, c) for c in CAUSES
@@ -182,7 +201,7 @@ class JoinEngine:
             if src is None
             else {"topic": self.inputs[src[0]], "partition": self._handling_p, "offset": src[1]}
         )
-        return Out(self.output, rev.id.encode(), orjson.dumps(wire), again)
+        return Out(self.output, rev.id.encode(), self._encode(wire), again)
 
     def lineage(self, src: Any, partition: int) -> dict[str, Any] | None:
         """A stored source (``[input, offset]``) as the output names it (None: unknown)."""
@@ -250,6 +269,26 @@ class JoinEngine:
         assert topic is not None  # on_record calls _promise only for a spec with promises
         outs.append(Out(topic, str(partition).encode(), orjson.dumps(value), True))
         return outs
+
+    # --- the Schema Registry -------------------------------------------------------------------
+    async def register_output(self) -> None:
+        """Register the output's schema under ``<output>-value`` (at start; waits while the
+        registry does not answer, a refusal stops the worker) and write revisions with it."""
+        if self._encode is not None:
+            return
+        assert self.schemas is not None  # refused at start without ETJ_SCHEMA_REGISTRY_URL
+        fmt = self.spec.output_format
+        text = revision_schema(self.spec)
+        schema_id = await self.schemas.register(subject_of(self.output), text, SCHEMA_TYPES[fmt])
+        self._encode = encoder(fmt, schema_id, text)
+
+    async def prepare(self, batches: list[Any]) -> None:
+        """Before a batch is parsed (:meth:`app.loop.intake.Intake.take`): the writer schemas
+        of its framed records fetched, the output's schema registered."""
+        if self._encode is None:
+            await self.register_output()
+        if self._framed and self.schemas is not None:
+            await self.schemas.prefetch_batches(self._framed, batches)
 
     # --- time ----------------------------------------------------------------------------------
     def end_batch(self) -> None:

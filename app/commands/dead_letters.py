@@ -37,6 +37,7 @@ from app.faust_app import app, settings
 from app.inputs.records import InvalidRecord
 from app.inputs.time_formats import iso_to_ms
 from app.kafka.connection import bootstrap_servers
+from app.kafka.schema_registry import shared_registry
 from app.kafka.security import aiokafka_auth
 from app.loop.dead_letters import DeadLetter, read_dead_letter
 from app.topology import fk_joins, joins
@@ -165,8 +166,9 @@ async def replay(
     ``dry_run``; what it did."""
     topic = settings.dead_letter_topic
     summary = Summary(topic, dry_run)
+    schemas = shared_registry(settings)
     inputs = inputs_of(
-        (t.spec for t in joins.values()), (f.spec for f in fk_joins.values())
+        (t.spec for t in joins.values()), (f.spec for f in fk_joins.values()), schemas
     )  # the joins this worker's settings run
     if join is not None and join not in {i.join for i in inputs.values()}:
         names = ", ".join(sorted({i.join for i in inputs.values()}))
@@ -208,6 +210,9 @@ async def replay(
                 continue
             n = counts.get(letter.topic, 0)
             original = await _original(consumer, letter, n, bounds) if n else None
+            ids = judge.schema_ids(letter, original)
+            if ids and schemas is not None:  # a side written otherwise than JSON text
+                await schemas.prefetch(ids)
             summary.verdicts.append(judge(letter, original))
     finally:
         await consumer.stop()

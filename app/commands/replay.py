@@ -41,7 +41,7 @@ from app.joins.spec import JoinSpec, Side
 from app.kafka.partitioner import partition_for
 from app.loop.dead_letters import DeadLetter
 
-__all__ = ["Input", "Judge", "Original", "Verdict", "inputs_of", "same_record"]
+__all__ = ["Input", "Judge", "Original", "Verdict", "inputs_of", "same_record", "schema_ids"]
 
 #: (key, value, timestamp) -> (the record, its event time); raises InvalidRecord
 Parse = Callable[[bytes | None, bytes | None, int | None], tuple[Any, int]]
@@ -57,10 +57,13 @@ class Input:
     #: the worker passes its records through the door (Kafka's partitioner, the future); False:
     #: a repartitioned side's own topic, whose hop takes any key and partition
     door: bool = True
+    #: (its keys' Schema Registry format, its values'), None where not framed: the writer
+    #: schemas to fetch before a record is parsed (app.kafka.schema_registry)
+    framed: tuple[str | None, str | None] = (None, None)
 
 
-def _side_parse(side: Side) -> Parse:
-    parse, time = side.parser(), side.time
+def _side_parse(side: Side, schemas: Any) -> Parse:
+    parse, time = side.parser(schemas), side.time
 
     def read(key: bytes | None, value: bytes | None, timestamp: int | None) -> tuple[Any, int]:
         record = parse(key, value, timestamp)
@@ -69,8 +72,8 @@ def _side_parse(side: Side) -> Parse:
     return read
 
 
-def _hop_parse(side: Side) -> Parse:
-    rekey = rekeyer(side)
+def _hop_parse(side: Side, schemas: Any) -> Parse:
+    rekey = rekeyer(side, schemas)
 
     def read(key: bytes | None, value: bytes | None, timestamp: int | None) -> tuple[Any, int]:
         return rekey(value, timestamp)
@@ -78,18 +81,42 @@ def _hop_parse(side: Side) -> Parse:
     return read
 
 
-def inputs_of(joins: Iterable[JoinSpec], fk_joins: Iterable[FkJoinSpec] = ()) -> dict[str, Input]:
+def _framed(side: Side) -> tuple[str | None, str | None]:
+    keys, values = side.framed
+    return ("avro" if keys else None, side.format if values else None)
+
+
+def inputs_of(
+    joins: Iterable[JoinSpec], fk_joins: Iterable[FkJoinSpec] = (), schemas: Any = None
+) -> dict[str, Input]:
     """Topic -> how the worker reads it, for every input of these joins (a repartitioned
-    side: its own topic, read by the hop, and its repartition topic, read by the join)."""
+    side: its own topic, read by the hop, and its repartition topic, read by the join);
+    ``schemas``: the Schema Registry's client, for a side written otherwise than JSON."""
     out: dict[str, Input] = {}
     for spec in joins:
         for side in (spec.events, spec.dimension):
             if side.repartition:
-                out[side.topic] = Input(spec.name, side.topic, _hop_parse(side), door=False)
-            out[side.input] = Input(spec.name, side.input, _side_parse(side))
+                hop = (None, side.format if side.format != "json" else None)
+                out[side.topic] = Input(
+                    spec.name, side.topic, _hop_parse(side, schemas), False, hop
+                )
+            out[side.input] = Input(
+                spec.name, side.input, _side_parse(side, schemas), True, _framed(side)
+            )
     for fk in fk_joins:
         for side in (fk.left, fk.right):
-            out[side.topic] = Input(fk.name, side.topic, _side_parse(side))
+            out[side.topic] = Input(fk.name, side.topic, _side_parse(side, None))
+    return out
+
+
+def schema_ids(source: Input, records: Iterable[Any]) -> list[tuple[int, str]]:
+    """(schema id, format) of the framed keys and values of ``records`` (each with a
+    ``key`` and a ``value``) of ``source``: what to fetch before they are parsed."""
+    out = []
+    for r in records:
+        for data, fmt in ((r.key, source.framed[0]), (r.value, source.framed[1])):
+            if fmt is not None and data is not None and len(data) >= 5 and data[0] == 0:
+                out.append((int.from_bytes(data[1:5], "big"), fmt))
     return out
 
 
@@ -160,6 +187,13 @@ class Judge:
         """The join whose input the dead letter's topic is (None: no join of this worker's)."""
         found = self.inputs.get(letter.topic)
         return None if found is None else found.join
+
+    def schema_ids(self, letter: DeadLetter, original: Original | None) -> list[tuple[int, str]]:
+        """The writer schemas to fetch before ``letter`` is judged (:func:`schema_ids`)."""
+        found = self.inputs.get(letter.topic)
+        if found is None:
+            return []
+        return schema_ids(found, [letter] if original is None else [letter, original])
 
     def __call__(self, letter: DeadLetter, original: Original | None) -> Verdict:
         """``original``: the record at the dead letter's position in its input topic (None:

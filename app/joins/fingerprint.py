@@ -9,8 +9,10 @@ Why: a join's rows are positional (a version ``[event_time, *dimension copies]``
 spec had written them: answers shifted by a column, or joined by another rule, silently.
 
 **What is kept** (:func:`fingerprint`): per side, the topic the join reads (its offsets are the
-sources kept in the rows: :attr:`app.logic.event_join.Join.source`), the key and time paths and
-the time format (the rows' keys and event times), the copied paths in order with their types
+sources kept in the rows: :attr:`app.logic.event_join.Join.source`), the key path and the
+format of the record keys it reads (the partition a key's rows are in is Kafka's partitioner's
+over those bytes), the value format, the time path and format (the rows' event times), the
+copied paths in order with their types
 (the rows' columns: two types in one column break the tie rule's comparisons); the events'
 ``id`` (the join ids in the rows' keys: without one, the id is a digest of the copied values);
 the ticks topic (its offsets are sources too), the partition count, ``mode``, ``asof``, the
@@ -32,6 +34,9 @@ read right under the new spec and nothing it promises is broken by them:
   the joins and versions they would need;
 - ``window_ms``, ``late_dimensions``, ``review_lag_ms``: any change (each is judged per record
   as it comes; the state does not depend on it);
+- a side's ``format`` (JSON, or a Schema Registry's): the rows hold the values decoded (their
+  types are compared with the copy); not its ``key_format``, which moves keys to other
+  partitions;
 - ``hold_ms``: a new one or another value (held joins are released by the bound in force); not
   its removal (a held join would never be answered);
 - ``finality``: turned on (the promises start from the stored clock); not turned off (the
@@ -97,6 +102,8 @@ def _side(side: Side) -> dict[str, Any]:
     return {
         "input": side.input,
         "key": side.path_of(side.key),
+        "key_format": side.input_key_format,
+        "format": side.format,
         "time": side.path_of(side.time),
         "time_format": side.time_format,
         "copy": copy,
@@ -163,6 +170,9 @@ def _same_types(old: Any, new: Any) -> bool:
 
 #: key -> (old value, new value) -> is the change compatible (keys not here: never)
 COMPATIBLE: dict[str, Callable[[Any, Any], bool]] = {
+    # the rows hold the decoded values (their types compared with the copy)
+    "events.format": lambda old, new: True,
+    "dimension.format": lambda old, new: True,
     "retention_ms": lambda old, new: True,  # longer: with ``late_before`` (module docstring)
     "window_ms": lambda old, new: True,
     "late_dimensions": lambda old, new: True,

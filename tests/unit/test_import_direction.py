@@ -105,9 +105,11 @@ FAUST_FREE = (
     "app/inputs/records.py",
     "app/inputs/parsers.py",
     "app/inputs/time_formats.py",
+    "app/inputs/wire_formats.py",
     "app/kafka/",
     "app/state/snapshot_store.py",
     "app/state/split_sorted.py",
+    "app/outputs/revision_formats.py",
     "app/batch/state_files.py",
     "app/joins/fingerprint.py",
 )

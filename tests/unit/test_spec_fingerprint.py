@@ -78,6 +78,8 @@ def test_the_fingerprint_holds_the_keys_that_shape_the_state_rows():
         "version": 1,
         "events.input": "etj-page-views",
         "events.key": "user_id",
+        "events.key_format": "str",
+        "events.format": "json",
         "events.time": "event_time",
         "events.time_format": "epoch_ms",
         "events.copy": ["user_id", "page", "event_time"],
@@ -85,6 +87,8 @@ def test_the_fingerprint_holds_the_keys_that_shape_the_state_rows():
         "events.id": "id",
         "dimension.input": "etj-user-tiers",
         "dimension.key": "user_id",
+        "dimension.key_format": "str",
+        "dimension.format": "json",
         "dimension.time": "event_time",
         "dimension.time_format": "epoch_ms",
         "dimension.copy": ["tier"],
@@ -122,6 +126,7 @@ def test_what_only_the_output_or_the_start_says_is_no_change():
         ({"events__id": ...}, "events.id"),
         ({"events__key": "page"}, "events.key"),
         ({"events__time_format": "epoch_s"}, "events.time_format"),
+        ({"events__key_format": "json", "dimension__key_format": "json"}, "events.key_format"),
         ({"events__topic": "etj-page-views-v2"}, "events.input"),
         ({"ticks": "etj-tiers-ticks-2"}, "ticks"),
         ({"emit": "final"}, "emit"),
@@ -160,6 +165,7 @@ def test_the_events_copy_may_move_or_add_fields_outside_the_payload_while_the_id
         ({"review_lag_ms": 60_000}, True),
         ({"hold_ms": 5_000}, True),
         ({"finality": True}, True),
+        ({"dimension__format": "avro"}, True),  # the rows hold the values decoded
     ],
 )
 def test_rules_judged_per_record_may_change(change, compatible):
