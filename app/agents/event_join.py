@@ -21,16 +21,18 @@ whose source record is not known delivered (acked by this process, or committed:
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from faust.types import TP
 
-from app import metrics
+from app import metrics, runtime
 from app.compat.stores import committed_offset
 from app.faust_app import app, settings
 from app.inputs.parsers import as_dict
 from app.inputs.records import InvalidRecord
+from app.joins.fingerprint import SpecGuard
 from app.joins.joins_table import joins_overlay
 from app.joins.state import FinalJoinError, JoinState
 from app.kafka.schema_registry import shared_registry, subject_of
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
 
 __all__ = ["JoinEngine", "engines"]
+
+log = logging.getLogger(__name__)
 
 
 class JoinEngine:
@@ -69,7 +73,12 @@ class JoinEngine:
             joins_overlay(StoreIO(t.joins)),
             Overlay(StoreIO(t.clock)),
         )
-        self.state = JoinState(spec, *self.overlays, self.delivered, self.emitted)
+        #: the spec's fingerprint against each partition's (app.joins.fingerprint): a state
+        #: written by a spec this one cannot read ends the worker (app.runtime.refuse)
+        self.guard = SpecGuard(
+            spec, spec.partitions or settings.partitions, runtime.refuse, log.warning
+        )
+        self.state = JoinState(spec, *self.overlays, self.delivered, self.emitted, guard=self.guard)
         #: (key, value, timestamp) -> the flat record: msgspec's fast path for a flat side
         #: with an epoch-ms time, the shaped parser for one with nested paths, another time
         #: format or the Kafka timestamp (docs/joins/declarative.md#records-shaped-otherwise)
@@ -302,9 +311,12 @@ class JoinEngine:
                 )
             gauge.set(t)
 
-    def _limit(self, clock: int, is_event: bool) -> int | None:
+    def _limit(self, clock: int, is_event: bool, partition: int) -> int | None:
         """Records before this event time are late (None: none is)."""
         horizon = clock - self.spec.retention_ms
+        floor = self.state.late_before.get(partition)  # a longer retention's (fingerprint)
+        if floor is not None and floor > horizon:
+            horizon = floor
         if not is_event:
             return horizon if self.spec.late_dimensions else None
         if self.spec.window_ms is None:
@@ -362,7 +374,7 @@ class JoinEngine:
             else ()
         )
         clock = self.state.stream_time(partition)
-        limit = None if clock is None else self._limit(clock, is_event)
+        limit = None if clock is None else self._limit(clock, is_event, partition)
         if limit is not None and event_time < limit:
             metrics.late_records.labels(spec.name, topic).inc()
             assert clock is not None  # a limit is only made from a clock

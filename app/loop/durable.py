@@ -45,7 +45,7 @@ from app.faust_app import app
 from app.inputs.inbox import Batch
 from app.loop import awaiting
 from app.loop.acks import AckedRuns
-from app.loop.dead_letters import dead_letter
+from app.loop.dead_letters import dead_letter, handling
 from app.loop.intake import Intake
 from app.loop.latency import ArrivalTimes
 from app.loop.pipeline import DEAD_LETTERS, DeliveryPipeline
@@ -155,6 +155,7 @@ class DurableLoop:
     def _handle_one(self, unit: Unit, topic: str, record: Any, parsed: Any) -> None:
         """One record -> its outputs; a bug must not kill the worker nor lose the record."""
         partition, offset = record.partition, record.offset
+        handling(record)  # a dead letter made for it keeps its timestamp and headers
         try:
             if topic == self.ticks:
                 outs = self.engine.on_tick(partition, offset)
@@ -176,6 +177,7 @@ class DurableLoop:
                     record.key,
                     record.value,
                     f"internal error: {exc!r}",
+                    record,
                 )
             ]
         unit.outs += outs

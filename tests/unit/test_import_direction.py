@@ -111,6 +111,7 @@ FAUST_FREE = (
     "app/state/split_sorted.py",
     "app/outputs/revision_formats.py",
     "app/batch/state_files.py",
+    "app/joins/fingerprint.py",
 )
 #: ``"app.x.y:Name"``: a name Faust (``symbol_by_name``) or a join spec imports from a string
 SYMBOL = re.compile(r"app(?:\.\w+)+:\w+(?:\.\w+)*")
