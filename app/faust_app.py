@@ -33,6 +33,9 @@ class EtjApp(faust.App):
     #: every agent loop (app.loop.durable.DurableLoop): each registers itself once; the app
     #: asks them to let go of what waits, waits for what they have in flight, describes them
     loops: list
+    #: what agents need done before the first record (the output schemas they register with
+    #: the Schema Registry, app.agents.event_join): awaited at start, a refusal stops it
+    start_steps: list
     #: the table snapshots' service (app.state.snapshot_service.install): etj's table manager
     #: restores a newly assigned partition through it first; None: snapshots are off
     table_snapshots: Any = None
@@ -108,6 +111,8 @@ class EtjApp(faust.App):
         )  # $timestamp inputs: CreateTime
         for topic in self.internal_topics:  # with its join's count, not the broker's default
             await topic.maybe_declare()
+        for step in self.start_steps:  # e.g. an Avro output's schema registered
+            await step()
 
     async def on_shutdown(self) -> None:
         """After every service stopped (agents, producer, consumer, tables)."""
@@ -185,6 +190,7 @@ def create_app(settings: Settings) -> EtjApp:
     )
     app.etj = settings
     app.loops = []
+    app.start_steps = []
     app.copartitioned = []
     app.produced_by_others = []
     app.internal_topics = []

@@ -35,6 +35,7 @@ if topology.cars:  # ETJ_BUILTIN_JOINS
 from app import timers  # noqa: F401  (timers: revisit ticks for every agent)
 from app.commands import (
     archive,  # noqa: F401  (tools: a topic -> JSON lines, for app.batch)
+    dead_letters,  # noqa: F401  (tools: dead-letters replay [--join NAME] [--since T] [--dry-run])
     join_latest,  # noqa: F401  (tools: join-latest NAME)
     sample_traffic,  # noqa: F401  (tools)
     sink,  # noqa: F401  (tools: sink postgres --join NAME --dsn DSN)

@@ -47,6 +47,11 @@ again and the records after the last commit are read again. Why, and which refus
 hands back instead: :mod:`app.outputs.delivery`. It is here, below both, because the sends
 through Faust's topics (:mod:`app.compat.producer`) and the hot path's
 (:mod:`app.outputs.delivery`, which imports that module) end the process alike.
+
+**A refusal** (:func:`refuse`): a join whose partition's state was written by a spec the running
+one cannot read it as (:mod:`app.joins.fingerprint`) ends the process at once with
+:data:`REFUSED_CODE` and one line that says what changed and the ways forward, committing
+nothing more. Not fail-stop's code: a restart does not help, and the alerts tell them apart.
 """
 
 from __future__ import annotations
@@ -66,8 +71,10 @@ from app.settings import Settings
 __all__ = [
     "EXIT_CODE",
     "GC_THRESHOLDS",
+    "REFUSED_CODE",
     "fail_stop",
     "freeze_long_lived",
+    "refuse",
     "use_event_loop",
     "use_gc_thresholds",
 ]
@@ -121,3 +128,18 @@ def fail_stop(reason: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     _exit(EXIT_CODE)
+
+
+#: exit status of a worker that refuses to run a join's state as its spec stands (EX_CONFIG):
+#: it refuses again after every restart until the spec or ETJ_APP_ID changes
+REFUSED_CODE = 78
+
+
+def refuse(reason: str) -> None:
+    """End the worker now with ``reason`` (one line), committing nothing more."""
+    log.critical("%s; exiting (%d)", reason, REFUSED_CODE)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _exit(REFUSED_CODE)

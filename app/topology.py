@@ -39,6 +39,7 @@ from app.joins.catalog import load_fk_specs, load_specs
 from app.joins.fk_spec import FkJoinSpec
 from app.joins.fk_state import INT_KEYS, JSON_KEYS, IndexKeys, index_table_class
 from app.joins.joins_table import JoinsTable
+from app.joins.resolve import refuse_without_registry
 from app.joins.spec import JoinSpec, Side
 from app.state.range_scan import RangeTable, range_table
 
@@ -202,7 +203,10 @@ def declare_join(spec: JoinSpec) -> JoinTopology:
 
 
 #: spec name -> its topics and tables, for every join this worker runs
-joins: dict[str, JoinTopology] = {spec.name: declare_join(spec) for spec in load_specs(settings)}
+joins: dict[str, JoinTopology] = {
+    spec.name: declare_join(spec)
+    for spec in refuse_without_registry(load_specs(settings), settings.schema_registry_url)
+}
 
 
 # --- every foreign-key join (one-to-many), the car join among them --------------------------------

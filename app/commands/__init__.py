@@ -8,6 +8,9 @@
 - :mod:`app.commands.snapshots` — ``snapshots``: the table snapshots in a store;
 - :mod:`app.commands.topics` — ``topics create``: every topic a worker needs that is missing
   (inputs with ``--inputs``; ``--dry-run``: the plan);
+- :mod:`app.commands.dead_letters` — ``dead-letters replay``: the dead letters whose cause is
+  gone sent back to their input topic, judged again by the worker's rules
+  (:mod:`app.commands.replay`);
 - :mod:`app.commands.sink` — ``sink postgres --join NAME --dsn DSN``: a join's answers landed
   in a PostgreSQL table by the consumer rule (:mod:`app.downstream.postgres_sink`).
 

@@ -183,6 +183,12 @@ def committed_offset(consumer: Any, tp: Any) -> int | None:
     return getattr(consumer, "_committed_offset", {}).get(tp)
 
 
+def read_offset(consumer: Any, tp: Any) -> int | None:
+    """Where Faust last sought ``tp`` to read from (``Consumer._read_offset``: a ``start``, a
+    read again), or None (never sought, or sought to 0)."""
+    return getattr(consumer, "_read_offset", {}).get(tp)
+
+
 def db_for_partition(store: Any) -> Callable[[int], Any]:
     """partition -> its rocksdict ``Rdict``, of a RocksDB store (``Store._db_for_partition``:
     opened on first use)."""

@@ -250,6 +250,8 @@ def resolve_side(
         cfg.time == KAFKA_TIMESTAMP,
         start,
         repartition,
+        format=cfg.format,
+        key_format=cfg.key_format,
     )
 
 

@@ -2,11 +2,18 @@
 good, goes to the dead-letter topic with where it came from and why (docs/joins/topics.md).
 
 :func:`dead_letter_value`: what a dead letter holds, enough of the original record to replay
-it: the original bytes (text, or base64 when not UTF-8) with the source position. A dead letter
-must always fit in one Kafka record, or sending it fails and the record it stands for is
-neither joined nor dead-lettered: originals over ``MAX_KEPT_BYTES`` are cut there, and the dead
-letter says so (``value_truncated``, the full ``value_size`` and its ``value_sha256``); the
-source position still finds the whole original in the input topic while it is retained.
+it: the original bytes (text, or base64 when not UTF-8) with the source position, its Kafka
+timestamp and headers. A dead letter must always fit in one Kafka record, or sending it fails
+and the record it stands for is neither joined nor dead-lettered: originals over
+``MAX_KEPT_BYTES`` are cut there, and the dead letter says so (``value_truncated``, the full
+``value_size`` and its ``value_sha256``; headers over it are left out, ``headers_truncated``);
+the source position still finds the whole original in the input topic while it is retained.
+:func:`read_dead_letter` reads one back (``faust -A app.main dead-letters replay``,
+:mod:`app.commands.dead_letters`).
+
+The timestamp and headers: an engine is handed a record's key and value, not the record
+(:meth:`app.loop.types.Engine.on_record`), so the loop names the record it hands over
+(:func:`handling`) and a dead letter made for that record takes them from it.
 
 :func:`dead_letter`: a record's dead letter as an output of its batch, counted once per join.
 
@@ -31,6 +38,7 @@ import json
 import logging
 from bisect import bisect_right
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from app import metrics
@@ -39,7 +47,15 @@ from app.outputs import delivery
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_KEPT_BYTES", "dead_letter", "dead_letter_refused", "dead_letter_value"]
+__all__ = [
+    "MAX_KEPT_BYTES",
+    "DeadLetter",
+    "dead_letter",
+    "dead_letter_refused",
+    "dead_letter_value",
+    "handling",
+    "read_dead_letter",
+]
 
 #: bytes of an original value (and key) a dead letter keeps; JSON escaping grows text up to 6x
 #: and base64 by 4/3, so a dead letter stays well under Kafka's default 1 MB record limit
@@ -47,9 +63,17 @@ MAX_KEPT_BYTES = 64 * 1024
 
 
 def dead_letter_value(
-    topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, error: str
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    error: str,
+    timestamp: int | None = None,
+    headers: Sequence[tuple[str, bytes | None]] | None = None,
 ) -> bytes:
-    """The dead-letter value: original bytes, where they came from and why they were refused."""
+    """The dead-letter value: original bytes, where they came from and why they were refused;
+    the original's Kafka ``timestamp`` (epoch ms) and ``headers`` (None: unknown)."""
     encoding, text = _as_text(value)
     kept = value if value is None or len(value) <= MAX_KEPT_BYTES else value[:MAX_KEPT_BYTES]
     if kept is not value and kept is not None:  # a cut inside a UTF-8 character drops it
@@ -66,6 +90,8 @@ def dead_letter_value(
         "value": text,
         "value_encoding": encoding,
         "error": error,
+        "timestamp": timestamp,
+        "headers": None if headers is None else _headers(headers),
     }
     if value is not None and kept is not value:
         out.update(
@@ -73,7 +99,83 @@ def dead_letter_value(
             value_size=len(value),
             value_sha256=hashlib.sha256(value).hexdigest(),
         )
+    if headers is not None and sum(len(k) + len(v or b"") for k, v in headers) > MAX_KEPT_BYTES:
+        out.update(headers=None, headers_truncated=True)
     return json.dumps(out).encode()
+
+
+def _headers(headers: Sequence[tuple[str, bytes | None]]) -> list[dict[str, Any]]:
+    out = []
+    for name, raw in headers:
+        encoding, text = _as_text(raw)
+        out.append({"key": name, "value": text, "value_encoding": encoding})
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A dead letter read back (:func:`read_dead_letter`): the original record as it kept it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    error: str
+    timestamp: int | None
+    #: None: unknown (a dead letter written before they were kept, or too large to keep)
+    headers: list[tuple[str, bytes | None]] | None
+    #: the key, value and headers are the original's bytes (not cut, not re-encoded); False:
+    #: only the original in its input topic is
+    exact: bool
+    #: why not exact, for a person ("" when exact)
+    inexact: str = ""
+    #: the whole original value's SHA-256 (hex), when the dead letter keeps it cut
+    value_sha256: str | None = None
+
+
+def _bytes(text: str | None, encoding: str) -> bytes | None:
+    if text is None or encoding == "null":
+        return None
+    return base64.b64decode(text) if encoding == "base64" else text.encode("utf-8")
+
+
+def read_dead_letter(raw: bytes) -> DeadLetter:
+    """A dead letter's value (:func:`dead_letter_value`) back as the record it stands for;
+    raises ``ValueError`` for a value that is not one."""
+    d = json.loads(raw)
+    if not isinstance(d, dict) or not {"topic", "partition", "offset", "error"} <= d.keys():
+        raise ValueError("not a dead letter (no topic, partition, offset and error)")
+    key = d.get("key")
+    headers = d.get("headers")
+    why = (
+        "its value was cut at 64 KiB"
+        if d.get("value_truncated")
+        else "its headers were too large to keep"
+        if d.get("headers_truncated")
+        else "it has no timestamp (written before dead letters kept one)"
+        if d.get("timestamp") is None
+        else "its headers are unknown"
+        if headers is None
+        else "its key is not UTF-8 (kept with replacement characters)"
+        if key is not None and "\ufffd" in key
+        else ""
+    )
+    return DeadLetter(
+        d["topic"],
+        d["partition"],
+        d["offset"],
+        None if key is None else key.encode("utf-8"),
+        _bytes(d.get("value"), d.get("value_encoding", "text")),
+        d["error"],
+        d.get("timestamp"),
+        None
+        if headers is None
+        else [(h["key"], _bytes(h.get("value"), h.get("value_encoding", "text"))) for h in headers],
+        not why,
+        why,
+        d.get("value_sha256"),
+    )
 
 
 def _as_text(value: bytes | None) -> tuple[str, str | None]:
@@ -88,6 +190,17 @@ def _as_text(value: bytes | None) -> tuple[str, str | None]:
 #: (join, input topic) -> its dead-letter counter
 _DEAD_LETTERS: dict[tuple[str, str], Any] = {}
 
+#: the input record a loop is handing to its engine (:func:`handling`): a one-item list, so
+#: that setting it is one store per record
+_HANDLING: list[Any] = [None]
+
+
+def handling(record: Any) -> None:
+    """The loop hands ``record`` (a consumer record) to its engine now: a dead letter made for
+    it (the same topic, partition and offset) carries its timestamp and headers. The loops
+    share one event loop and hand a record over without awaiting, so one slot serves them all."""
+    _HANDLING[0] = record
+
 
 def dead_letter(
     join: str,
@@ -98,13 +211,30 @@ def dead_letter(
     key: bytes | None,
     value: bytes | None,
     error: str,
+    record: Any = None,
 ) -> Out:
-    """The dead letter of an input record that cannot be joined (counted once, per join)."""
+    """The dead letter of an input record that cannot be joined (counted once, per join);
+    ``record``: the consumer record (its timestamp and headers), else the one the loop is
+    handing over (:func:`handling`) when it is this one."""
     counter = _DEAD_LETTERS.get((join, topic))
     if counter is None:  # prometheus' labels() costs ~3 µs: once per (join, topic)
         counter = _DEAD_LETTERS[(join, topic)] = metrics.dead_letters.labels(join, topic)
     counter.inc()
-    return Out(dead_letters, key, dead_letter_value(topic, partition, offset, key, value, error))
+    rec = _HANDLING[0] if record is None else record
+    if rec is not None and (rec.offset, rec.partition, rec.topic) == (offset, partition, topic):
+        timestamp = getattr(rec, "timestamp", None)
+        headers = _header_list(getattr(rec, "headers", None))
+    else:
+        timestamp = headers = None
+    return Out(
+        dead_letters,
+        key,
+        dead_letter_value(topic, partition, offset, key, value, error, timestamp, headers),
+    )
+
+
+def _header_list(headers: Any) -> list[tuple[str, bytes | None]]:
+    return [] if not headers else [(k, v) for k, v in headers]
 
 
 async def dead_letter_refused(
@@ -166,6 +296,7 @@ async def dead_letter_refused(
             src.value,
             f"output refused by the broker: {exc!r} (output to "
             f"{out.topic}, key {_text(out.key)}, {len(out.value)} bytes)",
+            record=src,
         )
         letters.append(await delivery.send_direct(app, dead_letters, letter.key, letter.value))
     for fut in letters:

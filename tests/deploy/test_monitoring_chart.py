@@ -11,9 +11,9 @@ checked with Prometheus's own tool.
   ``promtool test rules`` with ``tests/deploy/alerts_test.yaml`` makes each alert fire, and stay
   silent on series that look alike. promtool comes from Debian's ``prometheus`` package,
   installed when absent (:mod:`tests.apt`).
-- Each alert reads series that exist (the worker's, kube-state-metrics', or the two gauges the
-  worker is to export, :data:`PENDING`), has a severity, says where, and links its section of
-  docs/operating/runbook.md.
+- Each alert reads series that exist (the worker's, or kube-state-metrics'), has a severity, says
+  where, and links its section of docs/operating/runbook.md. A real Prometheus scraping a real
+  worker reads the worker's ones: tests/broker/test_prometheus_scrape.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import copy
 import re
 import shutil
 import subprocess
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +46,6 @@ RUNBOOK = ROOT / "docs" / "operating" / "runbook.md"
 RULE_FILE = "etj-rules.yaml"  # the name alerts_test.yaml gives its rule file
 DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")
 
-#: series the alerts read that the worker does not export yet, with their labels: two gauges
-#: the app is to export (issue AC). Once it does, they are checked like the others.
-PENDING = {
-    "etj_input_lag_records": {"join", "topic", "partition"},
-    "etj_finality_lag_ms": {"join", "partition"},
-}
 #: kube-state-metrics' series the alerts read, with their labels, as its documentation gives them
 #: (the "Pod Metrics" page of the kubernetes/kube-state-metrics repository; the exit code is
 #: EXPERIMENTAL there, added in 2022 by its pull request #1752)
@@ -263,6 +256,7 @@ def test_the_unit_tests_make_every_alert_fire_and_not_fire():
         "EtjDeadLetters",
         "EtjLateRecords",
         "EtjFailStopRestarts",
+        "EtjSpecRefused",
         "EtjFinalityStalled",
     }
     tests = yaml.safe_load(UNIT_TESTS.read_text())
@@ -316,6 +310,7 @@ def test_thresholds_severities_and_labels_come_from_the_values(promtool, tmp_pat
                     "inputLagGrowing": {"records": 250000, "window": "30m", "for": "1h"},
                     "deadLetters": {"perSecond": 5},
                     "failStopRestarts": {"window": "1h"},
+                    "specRefused": {"window": "2h", "severity": "page"},
                     "finalityStalled": {"beyondRetentionMs": 3600000, "window": "20m"},
                 },
             }
@@ -323,7 +318,7 @@ def test_thresholds_severities_and_labels_come_from_the_values(promtool, tmp_pat
     }
     spec = rules_spec(values)
     rules = alerts(spec)
-    assert "EtjLateRecords" not in rules and len(rules) == 5
+    assert "EtjLateRecords" not in rules and len(rules) == 6
     assert rules["EtjWorkerNotReady"]["for"] == "30m"
     assert rules["EtjWorkerNotReady"]["labels"] == {"severity": "critical", "team": "streams"}
     assert rules["EtjDeadLetters"]["labels"] == {"severity": "warning", "team": "streams"}
@@ -331,6 +326,8 @@ def test_thresholds_severities_and_labels_come_from_the_values(promtool, tmp_pat
     assert "> 250000" in lag and "[30m]" in lag and rules["EtjInputLagGrowing"]["for"] == "1h"
     assert "> 5\n" in rules["EtjDeadLetters"]["expr"] + "\n"
     assert "[1h]" in rules["EtjFailStopRestarts"]["expr"]
+    assert "[2h]" in rules["EtjSpecRefused"]["expr"] and "== 78" in rules["EtjSpecRefused"]["expr"]
+    assert rules["EtjSpecRefused"]["labels"] == {"severity": "page", "team": "streams"}
     finality = rules["EtjFinalityStalled"]["expr"]
     assert "> 3600000" in finality and finality.count("[20m]") == 2
     assert "over 250000" in rules["EtjInputLagGrowing"]["annotations"]["description"]
@@ -362,13 +359,7 @@ def test_each_alert_says_where_and_links_its_runbook_section():
 
 
 def test_the_rules_and_their_unit_tests_read_series_that_exist(names):
-    known = {**names, **PENDING, **KUBE_STATE_METRICS}
-    for name in PENDING:
-        if name in names:
-            warnings.warn(
-                f"{name} is exported now: remove it from PENDING in {Path(__file__).name}",
-                stacklevel=1,
-            )
+    known = {**names, **KUBE_STATE_METRICS}
     for alert, r in alerts(rules_spec()).items():
         metrics, labels, functions = parse(r["expr"])
         assert metrics, alert

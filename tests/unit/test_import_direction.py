@@ -105,10 +105,13 @@ FAUST_FREE = (
     "app/inputs/records.py",
     "app/inputs/parsers.py",
     "app/inputs/time_formats.py",
+    "app/inputs/wire_formats.py",
     "app/kafka/",
     "app/state/snapshot_store.py",
     "app/state/split_sorted.py",
+    "app/outputs/revision_formats.py",
     "app/batch/state_files.py",
+    "app/joins/fingerprint.py",
 )
 #: ``"app.x.y:Name"``: a name Faust (``symbol_by_name``) or a join spec imports from a string
 SYMBOL = re.compile(r"app(?:\.\w+)+:\w+(?:\.\w+)*")
