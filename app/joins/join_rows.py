@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.joins.fingerprint import SpecGuard, spec_row_key
-from app.joins.keys import id_key, join_key, join_range, split_join_key, version_key, version_range
+from app.joins.keys import id_key, join_group, join_key, version_group, version_key
 from app.joins.spec import JoinSpec
 from app.logic.event_join import Join
 from app.logic.finality import Promise
@@ -59,6 +59,12 @@ class JoinRows:
         #: (partition, key) -> the record that converted its old-layout row (``_convert``)
         self._converting: dict[tuple[int, str], Any] = {}
         self._converted_now: set[tuple[int, str]] = set()  # ... in the batch being handled
+        #: partition -> does the ``dimension`` table (the layout before ``V`` rows) hold no row
+        #: in it? Asked once per batch: then no key needs converting, and no record pays a
+        #: read of that table (a RocksDB ``get`` per version of a catalogue's replay)
+        self._no_old_rows: dict[int, bool] = {}
+        #: the ``X`` rows (app.joins.keys) written or found in the batch being handled
+        self._x_seen: set[bytes] = set()
         #: a bounded hold (ms of stream time), None: none; partition -> the event time of its
         #: first held join (None: none), read once per batch (``release_holds``)
         self.hold = spec.hold_ms
@@ -80,7 +86,7 @@ class JoinRows:
 
     def _find(self, p: int, key: str, jid: str) -> tuple[int | None, Any]:
         """(event time, stored row) of a join by its id; (None, None) when there is none."""
-        t = self.joins.get(p, id_key(key, jid))
+        t = self.joins.get_point(p, id_key(key, jid))
         if t is None:
             return None, None
         raw = self.joins.get(p, join_key(key, t, jid))
@@ -94,8 +100,15 @@ class JoinRows:
         end: int | None,
     ) -> list[tuple[str, Join]]:
         """(jid, join) of the key's joins with ``start <= event_time < end``, by time."""
-        lo, hi = join_range(key, start, end)
-        return [(split_join_key(k)[2], self.load(raw)) for k, raw in self.joins.scan(p, lo, hi)]
+        jp, jend = join_group(key)
+        lo = jp + (max(start, 0) if start else 0).to_bytes(8, "big")
+        hi = jend if end is None else jp + max(end, 0).to_bytes(8, "big")
+        at = len(jp) + 8  # a join row's id starts there (app.joins.keys)
+        load, n, nd = Join.from_json, self.np, self.nd
+        return [
+            (k[at:].decode("utf-8"), load(raw, n, nd))
+            for k, raw in self.joins.scan_in(p, jp, lo, hi)
+        ]
 
     # --- the clock: read once per batch, written once at its end ---------------------------
     def stream_time(self, p: int) -> int | None:
@@ -142,6 +155,8 @@ class JoinRows:
         self._next_hold.clear()
         self._promises.clear()
         self._guarded.clear()
+        self._no_old_rows.clear()
+        self._x_seen.clear()
         for (p, key), src in list(self._converting.items()):
             if self.delivered(p, src):  # its V rows are in the log: the old row may go
                 self.history.delete(p, key)
@@ -152,32 +167,54 @@ class JoinRows:
     _moved: set[int]
 
     # --- a key's versions: one ``V`` row each (app.joins.keys) ------------------------------
+    # Each read is one search within the key's rows (app.state.overlay's ``*_in``): a version
+    # time's rows are a *run*, the rows sharing the key's prefix and the time's 8 bytes.
+    def _run(self, p: int, key: str, t: int, last: bool) -> list[Version]:
+        """The key's versions at the greatest time before ``t`` (``last``), or at the least
+        time at or after it, sorted (ties: the tie rule is the list order); [] when none."""
+        vp, vend = version_group(key)
+        at = vp + max(t, 0).to_bytes(8, "big")
+        rows = (
+            self.joins.run_in(p, vp, vp, at, True, len(vp) + 8)
+            if last
+            else self.joins.run_in(p, vp, at, vend, False, len(vp) + 8)
+        )
+        return sorted(v for _, v in rows)
+
     def _group(self, p: int, key: str, t: int) -> list[Version]:
         """The key's versions at time ``t``, sorted (ties: the tie rule is the list order)."""
-        return sorted(v for _, v in self.joins.scan(p, *version_range(key, t, t + 1)))
+        vp, _ = version_group(key)
+        lo = vp + t.to_bytes(8, "big")
+        return sorted(v for _, v in self.joins.scan_in(p, vp, lo, vp + (t + 1).to_bytes(8, "big")))
 
     def _time_before(self, p: int, key: str, t: int) -> int | None:
         """The greatest version time before ``t`` (one reverse read), or None."""
-        row = self.joins.edge(p, *version_range(key, None, t), last=True)
+        vp, _ = version_group(key)
+        row = self.joins.edge_in(p, vp, vp, vp + max(t, 0).to_bytes(8, "big"), True)
         return None if row is None else row[1][0]
 
     def _time_from(self, p: int, key: str, t: int) -> int | None:
         """The least version time at or after ``t`` (one forward read), or None."""
-        row = self.joins.edge(p, *version_range(key, t, None))
+        vp, vend = version_group(key)
+        row = self.joins.edge_in(p, vp, vp + max(t, 0).to_bytes(8, "big"), vend)
         return None if row is None else row[1][0]
 
     def _purge(self, p: int, key: str, horizon: int) -> int:
         """Delete the key's versions before ``horizon`` but the last (the greatest of the last
-        time's): tombstones in the changelog. Reads only the rows before the horizon."""
-        rows = list(self.joins.scan(p, *version_range(key, None, horizon)))
-        if len(rows) < 2:
+        time's): tombstones in the changelog. Reads only the rows before the horizon: two, to
+        find whether there is anything to delete (the usual answer: no)."""
+        vp, _ = version_group(key)
+        hi = vp + max(horizon, 0).to_bytes(8, "big")
+        joins = self.joins
+        if len(joins.scan_in(p, vp, vp, hi, 2)) < 2:
             return 0
+        rows = joins.scan_in(p, vp, vp, hi)
         last = rows[-1][1][0]
         keep = max(v for _, v in rows if v[0] == last)
         dropped = 0
         for k, v in rows:
             if v != keep:
-                self.joins.delete(p, k)
+                joins.delete(p, k)
                 dropped += 1
         return dropped
 
@@ -197,6 +234,11 @@ class JoinRows:
         the old row stayed and every batch rewrote the key's whole history (findings.md)."""
         if (p, key) in self._converted_now:
             return
+        none = self._no_old_rows.get(p)
+        if none is None:
+            none = self._no_old_rows[p] = self.history.store_empty(p)
+        if none:
+            return
         old = self.history.get(p, key)
         if not old:
             return
@@ -204,8 +246,9 @@ class JoinRows:
         versions = (
             old if clock is None else purge_history(sorted(old), clock - self.spec.retention_ms)
         )
+        vp, _ = version_group(key)
         for v in versions:
-            self.joins.put(p, version_key(key, v[0], v[1:]), list(v))
+            self.joins.put_in(p, vp, version_key(key, v[0], v[1:]), list(v))
         self._converted_now.add((p, key))
         self._converting.setdefault((p, key), src)
 

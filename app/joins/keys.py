@@ -58,6 +58,8 @@ __all__ = [
     "ID",
     "JOIN",
     "VERSION",
+    "join_group",
+    "version_group",
     "version_key",
     "version_range",
     "bucket",
@@ -208,3 +210,20 @@ def version_range(key: str, start: int | None, end: int | None) -> tuple[bytes, 
     if end is None or end > _MAX_TIME:
         return lo, prefix_end(prefix)  # type: ignore[return-value]  # (never all 0xff: V...)
     return lo, prefix + max(end, 0).to_bytes(_U64, "big")
+
+
+@lru_cache(maxsize=1 << 16)
+def version_group(key: str) -> tuple[bytes, bytes]:
+    """(prefix, end) of ``key``'s ``V`` rows: every one starts with the prefix and sorts before
+    the end; a row's event time is the 8 bytes after the prefix. Read once per key, not once
+    per read (the engine's reads within a key's versions: app.state.overlay's ``*_in``)."""
+    prefix = VERSION + _key(key)
+    return prefix, prefix_end(prefix)  # type: ignore[return-value]  # (never all 0xff: V...)
+
+
+@lru_cache(maxsize=1 << 16)
+def join_group(key: str) -> tuple[bytes, bytes]:
+    """(prefix, end) of ``key``'s ``J`` rows (as :func:`version_group`): a join's row is the
+    prefix, its event time (8 bytes) and its id."""
+    prefix = JOIN + _key(key)
+    return prefix, prefix_end(prefix)  # type: ignore[return-value]  # (never all 0xff: J...)

@@ -61,11 +61,13 @@ from app.joins.keys import (
     held_key,
     held_range,
     id_key,
+    join_group,
     join_key,
     join_range,
     split_expiry_key,
     split_held_key,
     split_join_key,
+    version_group,
     version_key,
 )
 from app.logic.event_join import (
@@ -130,12 +132,16 @@ class JoinState(JoinRows):
         t = j.event_time
         if old_time is not None and old_time != t:
             joins.delete(p, join_key(key, old_time, jid))
-        joins.put(p, join_key(key, t, jid), self.dump(j))
+        jp, _ = join_group(key)
+        joins.put_in(p, jp, jp + t.to_bytes(8, "big") + jid.encode("utf-8"), self.dump(j))
         if old_time != t:
-            joins.put(p, id_key(key, jid), t, local=True)
+            joins.put_point(p, id_key(key, jid), t)
             xk = expiry_key(p, t, key)
-            if joins.get(p, xk) is None:
-                joins.put(p, xk, 1, local=True)
+            seen = self._x_seen
+            if xk not in seen:  # a key's bucket row is read once per batch
+                seen.add(xk)
+                if joins.get(p, xk) is None:
+                    joins.put(p, xk, 1, local=True)
         if self.hold is not None:
             self._held_rows(p, key, jid, j, old_time, was_held)
 
@@ -191,7 +197,13 @@ class JoinState(JoinRows):
             assert old_time is not None  # a row found has its time
             self.joins.put(p, join_key(e.key, old_time, e.id), raw)  # its row again
             return self.unsent(p, e.id, e.key, existing), False
-        out = [*self._settle(p, e.id, e.key, j, src), rev] if rev else []
+        if not rev:
+            out = []
+        elif j.unsent:
+            out = [*self._settle(p, e.id, e.key, j, src), rev]
+        else:  # nothing superseded to settle (a new join: the usual case)
+            j.source = src
+            out = [rev]
         self._put(
             p,
             e.key,
@@ -205,15 +217,12 @@ class JoinState(JoinRows):
     def _answering(self, p: int, key: str, t: int, src: Any) -> list[Version]:
         """The versions an event at ``t`` can join (the tie group of the as-of time): what the
         rules see of the key's history for it — :func:`app.logic.histories.as_of` over them
-        gives what it gives over the whole history."""
+        gives what it gives over the whole history. One search of the key's versions (two for
+        an event before every version, at-or-before-else-earliest)."""
         self._convert(p, key, src)
         if self.rules.asof == "before":
-            at = self._time_before(p, key, t)
-        else:
-            at = self._time_before(p, key, t + 1)
-            if at is None:  # before every version: the earliest
-                at = self._time_from(p, key, 0)
-        return [] if at is None else self._group(p, key, at)
+            return self._run(p, key, t, True)
+        return self._run(p, key, t + 1, True) or self._run(p, key, 0, False)
 
     def on_version(
         self,
@@ -227,38 +236,49 @@ class JoinState(JoinRows):
         self._convert(p, key, src)
         t = v[0]
         vk = version_key(key, t, v[1:])
-        if self.joins.get(p, vk) is not None:  # a duplicate: perhaps re-delivered after a crash
-            self.joins.put(p, vk, v)  # its row again (module docstring)
-            return self._again(p, key, v, src)
-        if horizon is not None and t < horizon:  # kept only if it is the last before it
-            before = self._time_before(p, key, horizon)
-            if before is not None and before >= t and max(self._group(p, key, before)) > v:
-                return self._again(p, key, v, src)  # no effect, unless it is re-delivered
-        # the first version at or after t, read before the write: none at t (a new key, a
-        # version newer than the rest: the usual case) spares the reads of t's tie group and of
-        # the next time, and, with none before t either, the purge's (each read is an
-        # iterator of the store: a catalogue's replay paid five per movie where it pays three)
-        first = self._time_from(p, key, t)
-        self.joins.put(p, vk, v)
-        prev = self._time_before(p, key, t)
+        joins = self.joins
+        vp, vend = version_group(key)
+        width = len(vp) + 8  # a version time's rows: the key's prefix and the time
+        at = vp + t.to_bytes(8, "big")
+        # the key's latest versions first: one search answers the usual cases, a new key (a
+        # catalogue's replay: none) and a version newer than the rest (the key's latest are
+        # then the versions before t, and none is at or after it)
+        tail: list[tuple[bytes, Any]] | None = joins.run_in(p, vp, vp, vend, True, width)
+        if not tail or tail[0][1][0] < t:
+            from_rows: list[tuple[bytes, Any]] = []
+            first = None
+        else:
+            # the versions at the first time at or after t: whether v is a duplicate (it is
+            # among them), whether t has ties, and the next time
+            tail = None
+            from_rows = joins.run_in(p, vp, at, vend, False, width)
+            first = from_rows[0][1][0] if from_rows else None
+            if first == t and any(k == vk for k, _ in from_rows):
+                # a duplicate: perhaps re-delivered after a crash
+                joins.put_in(p, vp, vk, v)  # its row again (module docstring)
+                return self._again(p, key, v, src)
+            if horizon is not None and t < horizon:  # kept only if it is the last before it
+                before = self._run(p, key, horizon, True)
+                if before and before[0][0] >= t and before[-1] > v:
+                    return self._again(p, key, v, src)  # no effect, unless it is re-delivered
+        joins.put_in(p, vp, vk, v)
+        # the versions before t (read after the write: v is not among them)
+        prev = sorted(
+            r for _, r in (joins.run_in(p, vp, vp, at, True, width) if tail is None else tail)
+        )
         # rows before the horizon besides v itself need a version before t or a tie at t
         # (t < horizon: none lies in (t, horizon), the check above returned otherwise)
-        if (
-            horizon is not None
-            and (prev is not None or first == t)
-            and self._purge(p, key, horizon)
-        ):
-            prev = self._time_before(p, key, t)  # t < horizon: the purge took all before t
+        purged = horizon is not None and (bool(prev) or first == t) and self._purge(p, key, horizon)
+        if purged:  # t < horizon: the purge took all before t; ties at t but the greatest
+            prev = self._run(p, key, t, True)
         rule = self.rules.asof
         if first == t:
-            here, nxt = self._group(p, key, t), self._time_from(p, key, t + 1)
-        else:  # nothing else at t, and the next time is the first read (the purge keeps it:
-            here, nxt = [v], first  # it is at or after the horizon)
-        window = (
-            (self._group(p, key, prev) if prev is not None else [])
-            + here
-            + (self._group(p, key, nxt) if nxt is not None else [])
-        )
+            here = self._group(p, key, t) if purged else sorted([*(r for _, r in from_rows), v])
+            nxt = self._run(p, key, t + 1, False)
+        else:  # nothing else at t, and the next time's versions are the first read (the
+            # purge keeps them: they are at or after the horizon)
+            here, nxt = [v], sorted(r for _, r in from_rows)
+        window = prev + here + nxt
         floor = affected_floor(window, v, rule, horizon)
         cands = self._joins_of(p, key, floor, affected_until(window, v, rule))
         held = {jid for jid, j in cands if j.revision == 0} if self.hold is not None else ()
@@ -350,6 +370,7 @@ class JoinState(JoinRows):
                     joins.delete(p, id_key(key, jid), local=True)
             if end <= purge_before:  # the whole bucket is behind the horizon
                 joins.delete(p, xk, local=True)
+                self._x_seen.discard(xk)
             aged.add(key)
         versions = 0
         for key in aged:  # keys that aged: their old versions too

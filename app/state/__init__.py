@@ -4,7 +4,8 @@ found in order, and how a worker's local state is trusted, saved and restored.
 In the order a record's batch meets them:
 
 - :mod:`app.state.overlay` — a batch's reads and writes of one table: each row read once, its
-  changelog row written once at the batch's end;
+  changelog row written once at the batch's end; an ordered table's rows on RocksDB kept in
+  :mod:`app.state.write_buffer` (merged into the batch's reads, written once);
 - :mod:`app.state.store_io` — a table's local store read and written directly: a row, a
   batch's rows, a key range in order, the row at a range's edge; a memory store's rows kept
   by kind in :mod:`app.state.split_sorted`;

@@ -15,9 +15,18 @@ Two kinds of tables, two ways to reach the store:
 - keyed tables (a key's history, a partition's clock, a car's position): rewritten by many
   records of a batch, so the store is written once, at :meth:`Overlay.flush` (RocksDB: one
   write batch per partition);
-- ordered tables (bytes keys, range scans: a join's rows, a zone's cars): written through to
-  the store at once, so that a range scan reads the store alone (no merge of the batch's
-  writes into every scan); their rows are written about once per batch anyway.
+- ordered tables (bytes keys, range scans: a join's rows, a zone's cars), read by range within
+  the batch that writes them: in the memory store written at once (a dict store and, for a
+  key's rows, an insort), read directly from its split mapping
+  (:class:`~app.state.split_sorted.SplitSortedDict`); on RocksDB kept in a write buffer
+  (:mod:`app.state.write_buffer`) that every read merges with the store's iterator, and
+  written once at :meth:`Overlay.flush`, one write batch per partition, each row encoded once
+  for the store and the changelog. Before it, RocksDB was written through, one ``put`` per
+  row: a third of a catalogue's replay (performance log, 2026-12-06).
+
+The engine's reads within one key's rows (its versions, its joins) name the key's prefix, the
+*group* (:meth:`Overlay.scan_in`, :meth:`Overlay.edge_in`, :meth:`Overlay.run_in`: a version
+time's tie group in one search): no kind of key asked per read.
 
 Values are plain JSON (lists, dicts, numbers, strings): what the overlay holds is what the
 store holds (the memory store keeps decoded values; RocksDB their bytes), so a value put must
@@ -33,12 +42,16 @@ import orjson
 from faust.stores.rocksdb import Store as RocksDBStore
 from sortedcontainers import SortedList
 
+from app.state.ordered_keys import prefix_end
 from app.state.split_sorted import SplitSortedDict
 from app.state.store_io import DELETED, StoreIO, write_memory_row
+from app.state.write_buffer import WriteBuffer
 
 __all__ = ["MemoryIO", "Overlay", "Row"]
 
 _UNREAD = object()
+#: an ordered table's way to its store (Overlay._mode)
+_UNRESOLVED, _SPLIT, _BUFFER, _PLAIN = 0, 1, 2, 3
 
 #: one changelog row: (topic, partition, key bytes, value bytes or None for a tombstone)
 Row = tuple[str, int, bytes, "bytes | None"]
@@ -53,51 +66,68 @@ class Overlay:
         #: the others of the batch (a join's versions before its joins: a crash between two
         #: rows must not leave a join naming a version that is not in the log; app.joins.state)
         self.logged_first = logged_first
-        #: ordered tables write through to the store (module docstring)
+        #: an ordered table (bytes keys, range reads); else a keyed one (module docstring)
         self.through = io.bytes_keys
         #: (partition, key) -> value as the batch sees it (None: absent; DELETED: deleted)
         self._rows: dict[tuple[int, Any], Any] = {}
         #: keyed tables: (partition, key) -> True if its change goes to the changelog, False
         #: if local only; ordered tables: (partition, key) -> the value for the changelog
         self._dirty: dict[tuple[int, Any], Any] = {}
-        #: an ordered table in the memory store: its mapping's ``get`` (the store is the
-        #: batch's view; resolved on first use, when the store exists)
-        self._direct: Any = None
-        #: with it, (the memory store's mapping, its key -> partition map) to write to
-        self._direct_write: Any = None
-        #: with it, when the mapping is split (app.state.split_sorted.SplitSortedDict, a join's
-        #: rows): its own range scan and edge read, without StoreIO's checks of the store's
-        #: kind on every call (a key's versions are read two or three times per record)
-        self._direct_scan: Any = None
-        self._direct_edge: Any = None
+        #: an ordered table's way to its store, resolved on first use (when the store exists):
+        #: SPLIT (the memory store's SplitSortedDict, read and written directly), BUFFER
+        #: (RocksDB: the batch's rows in a WriteBuffer, written once at the flush) or PLAIN
+        #: (any other: written through, read through the StoreIO)
+        self._mode = _UNRESOLVED
+        self._split: Any = None  # SPLIT: the mapping
+        self._where: Any = None  # SPLIT: its key -> partition map
+        self._buffer: WriteBuffer | None = None  # BUFFER
 
-    def _resolve(self) -> None:
-        """An ordered table in the memory store: read and write its mapping directly."""
-        if self.through and self._direct is None:
-            data = getattr(self.io, "memory_data", lambda: None)()
-            if data is not None:
-                self._direct = data.get
-                self._direct_write = (
-                    data,
-                    cast(StoreIO, self.io).key_partitions(),
-                )  # a store has data
-                if isinstance(data, SplitSortedDict):
-                    self._direct_scan = data.items_range
-                    self._direct_edge = data.edge_item
+    def _resolve(self) -> int:
+        """An ordered table: how to reach its store (``_mode``)."""
+        io = self.io
+        data = getattr(io, "memory_data", lambda: None)()
+        if isinstance(data, SplitSortedDict):
+            self._split, self._where = data, cast(StoreIO, io).key_partitions()
+            self._mode = _SPLIT
+        elif isinstance(getattr(io, "store", None), RocksDBStore):
+            sio = cast(StoreIO, io)
+            table = sio.table
+            self._buffer = WriteBuffer(
+                sio.db_for,
+                orjson.loads,
+                DELETED,
+                skip=sio.store.offset_key,
+                point=getattr(table, "point_key", None),
+                group=getattr(table, "group_key", None),
+                by_first_byte=getattr(table, "kind_by_first_byte", False),
+            )
+            self._mode = _BUFFER
+        else:
+            self._mode = _PLAIN
+        return self._mode
 
     def get(self, partition: int, key: Any) -> Any:
         """The row's value (None: absent)."""
-        direct = self._direct
-        if direct is not None:
-            return direct(key)
-        self._resolve()
-        if self._direct is not None:
-            return self._direct(key)
+        mode = self._mode
+        if mode == _UNRESOLVED and self.through:
+            mode = self._resolve()
+        if mode == _SPLIT:
+            return self._split.get(key)
+        if mode == _BUFFER:
+            assert self._buffer is not None
+            value = self._buffer.get(partition, key, _UNREAD)
+            if value is not _UNREAD:
+                return None if value is DELETED else value
         k = (partition, key)
         value = self._rows.get(k, _UNREAD)  # a miss is the usual case (a key's first read in
         if value is _UNREAD:  # the batch): no KeyError raised and caught
             value = self._rows[k] = self.io.get(partition, key)
         return None if value is DELETED else value
+
+    def store_empty(self, partition: int) -> bool:
+        """Does the table's store hold no row of ``partition``? (a keyed table; asked once per
+        batch by a reader that would otherwise read every key it meets)"""
+        return self.io.is_empty(partition)
 
     def put(self, partition: int, key: Any, value: Any, *, local: bool = False) -> None:
         self._write(partition, key, value, local)
@@ -105,62 +135,152 @@ class Overlay:
     def delete(self, partition: int, key: Any, *, local: bool = False) -> None:
         self._write(partition, key, DELETED, local)
 
+    def get_point(self, partition: int, key: bytes) -> Any:
+        """:meth:`get` of an ordered table's row that its kinds look up by point only (a
+        join's id row: app.state.split_sorted)."""
+        if self._mode == _SPLIT:
+            return self._split.points.get(key)
+        return self.get(partition, key)
+
+    def put_point(self, partition: int, key: bytes, value: Any) -> None:
+        """:meth:`put` of a local row of an ordered table that its kinds look up by point
+        only (a join's id row)."""
+        if self._mode == _SPLIT:
+            self._split.set_point(key, value)
+            self._where[key] = partition
+        else:
+            self._write(partition, key, value, True)
+
+    def put_in(self, partition: int, group: bytes, key: bytes, value: Any) -> None:
+        """:meth:`put` of a logged row of an ordered table whose group (the prefix its kind
+        groups it by: app.state.split_sorted) the caller knows: no kind asked."""
+        mode = self._mode
+        if mode == _SPLIT:
+            self._dirty[(partition, key)] = value
+            self._split.set_in(group, key, value)
+            self._where[key] = partition
+        elif mode == _BUFFER:
+            assert self._buffer is not None
+            self._dirty[(partition, key)] = True
+            self._buffer.put(partition, key, value, group)
+        else:
+            self._write(partition, key, value, False)
+
     def _write(self, partition: int, key: Any, value: Any, local: bool) -> None:
         if self.through:
+            mode = self._mode
+            if mode == _UNRESOLVED:
+                mode = self._resolve()
+            if mode == _SPLIT:  # the memory store (StoreIO.write_one's row, called direct)
+                if not local:
+                    self._dirty[(partition, key)] = value
+                write_memory_row(self._split, self._where, partition, key, value)
+                return
+            if mode == _BUFFER:  # RocksDB: kept, written at the flush
+                assert self._buffer is not None
+                if not local:
+                    self._dirty[(partition, key)] = True
+                self._buffer.put(partition, key, value)
+                return
             if not local:
                 self._dirty[(partition, key)] = value
-            direct = self._direct_write
-            if direct is None:
-                self._resolve()
-                direct = self._direct_write
-            if direct is not None:  # the memory store (StoreIO.write_one's row, called direct)
-                data, where = direct
-                write_memory_row(data, where, partition, key, value)
-                return
-            if self._direct is None:
-                self._rows[(partition, key)] = value
-            if value is DELETED:
-                self.io.write_one(partition, key, None)
-                return
-            # RocksDB: encoded once, for the store and the changelog row alike (a JSON value
-            # is never bytes, so the dirty row's bytes say it is encoded: flush)
-            raw = orjson.dumps(value)
-            if not local:
-                self._dirty[(partition, key)] = raw
-            self.io.write_one(partition, key, value, raw)
+            self._rows[(partition, key)] = value
+            self.io.write_one(partition, key, None if value is DELETED else value)
             return
         k = (partition, key)
         self._rows[k] = value
         if not local or k not in self._dirty:
             self._dirty[k] = not local
 
+    # --- an ordered table's reads: the store as the batch left it ------------------------------
     def scan(self, partition: int, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
-        """(key, value) of ``lo <= key < hi``, in key order (an ordered table: the store has
-        every write of the batch)."""
-        scan = self._direct_scan
-        if scan is not None:
-            return iter(scan(lo, hi))
+        """(key, value) of ``lo <= key < hi``, in key order (an ordered table)."""
+        mode = self._mode
+        if mode == _UNRESOLVED:
+            mode = self._resolve()
+        if mode == _SPLIT:
+            return iter(self._split.items_range(lo, hi))
+        if mode == _BUFFER:
+            assert self._buffer is not None
+            return iter(self._buffer.scan(partition, lo, hi))
         return self.io.scan(partition, lo, hi)
 
     def edge(
         self, partition: int, lo: bytes, hi: bytes | None, last: bool = False
     ) -> tuple[bytes, Any] | None:
         """(key, value) of the first (``last``: the last) row ``lo <= key < hi`` of an ordered
-        table, or None (the store has every write of the batch)."""
-        edge = self._direct_edge
-        if edge is not None:
-            return edge(lo, hi, last)
+        table, or None."""
+        mode = self._mode
+        if mode == _UNRESOLVED:
+            mode = self._resolve()
+        if mode == _SPLIT:
+            return self._split.edge_item(lo, hi, last)
+        if mode == _BUFFER:
+            assert self._buffer is not None
+            return self._buffer.edge(partition, lo, hi, last)
         return self.io.edge(partition, lo, hi, last)
+
+    # ... within one group (``[lo, hi)`` inside the prefix ``group``: a key's versions, a key's
+    # joins), the reads the engine makes per record: no kind asked, one search each
+    def scan_in(
+        self, partition: int, group: bytes, lo: bytes, hi: bytes | None, limit: int | None = None
+    ) -> list[tuple[bytes, Any]]:
+        """:meth:`scan` within ``group``, at most ``limit`` rows (None: all)."""
+        mode = self._mode
+        if mode == _SPLIT:
+            return self._split.items_in(group, lo, hi, limit)
+        if mode == _BUFFER:
+            assert self._buffer is not None
+            return self._buffer.scan(partition, lo, hi, group, limit)
+        rows = list(self.scan(partition, lo, hi))
+        return rows if limit is None else rows[:limit]
+
+    def edge_in(
+        self, partition: int, group: bytes, lo: bytes, hi: bytes | None, last: bool = False
+    ) -> tuple[bytes, Any] | None:
+        """:meth:`edge` within ``group``."""
+        mode = self._mode
+        if mode == _SPLIT:
+            return self._split.edge_in(group, lo, hi, last)
+        if mode == _BUFFER:
+            assert self._buffer is not None
+            return self._buffer.edge(partition, lo, hi, last, group)
+        return self.edge(partition, lo, hi, last)
+
+    def run_in(
+        self, partition: int, group: bytes, lo: bytes, hi: bytes | None, last: bool, width: int
+    ) -> list[tuple[bytes, Any]]:
+        """The rows of ``group`` in ``[lo, hi)`` whose first ``width`` bytes are those of the
+        first (``last``: the last) row there, in key order: one search for what an edge read
+        and a range read found (a version time's tie group)."""
+        mode = self._mode
+        if mode == _SPLIT:
+            return self._split.run_in(group, lo, hi, last, width)
+        if mode == _BUFFER:
+            assert self._buffer is not None
+            return self._buffer.run(partition, lo, hi, last, width, group)
+        row = self.edge(partition, lo, hi, last)
+        if row is None:
+            return []
+        pre = row[0][:width]
+        if last:  # every row in [pre, the edge] starts with pre, and none is after the edge
+            return list(self.scan(partition, max(lo, pre), hi))
+        end = prefix_end(pre)
+        if hi is not None and (end is None or hi < end):
+            end = hi
+        return list(self.scan(partition, row[0], end))
 
     @property
     def pending(self) -> int:
         """Rows changed and not flushed yet."""
-        return len(self._dirty)
+        buffered = self._buffer
+        return len(self._dirty) + (0 if buffered is None else len(buffered.parts))
 
     def flush(self) -> list[Row]:
-        """Write the changed rows to the store (keyed tables); their changelog rows (in
-        first-write order, but an ordered table's ``logged_first`` rows before the others).
-        The overlay is empty afterwards (the next batch reads the store)."""
+        """Write the changed rows to the store (keyed tables, and an ordered table on RocksDB:
+        one write batch per partition); their changelog rows (in first-write order, but an
+        ordered table's ``logged_first`` rows before the others), each row encoded once for
+        both. The overlay is empty afterwards (the next batch reads the store)."""
         io = self.io
         topic = io.changelog
         out: list[Row] = []
@@ -168,18 +288,14 @@ class Overlay:
         if self.through:
             first = self.logged_first
             later: list[Row] = []
+            encoded = self._write_buffered() if self._buffer is not None else None
             for (partition, key), value in self._dirty.items():
+                if encoded is not None:
+                    raw = encoded[partition][key]
+                else:
+                    raw = None if value is DELETED else dumps(value)
                 (out if first is None or key[:1] == first else later).append(
-                    (
-                        topic,
-                        partition,
-                        key,
-                        None
-                        if value is DELETED
-                        else value
-                        if type(value) is bytes
-                        else dumps(value),
-                    )
+                    (topic, partition, key, raw)
                 )
             out += later
             self.clear()
@@ -206,10 +322,25 @@ class Overlay:
         self.clear()
         return out
 
+    def _write_buffered(self) -> dict[int, dict[bytes, bytes | None]]:
+        """RocksDB: the batch's rows of an ordered table to the store, one write batch per
+        partition; partition -> key -> its bytes (None: deleted), for the changelog rows."""
+        assert self._buffer is not None
+        dumps, deleted = orjson.dumps, DELETED
+        encoded: dict[int, dict[bytes, bytes | None]] = {}
+        for partition, rows in self._buffer.take().items():
+            raws = encoded[partition] = {
+                k: None if v is deleted else dumps(v) for k, v in rows.items()
+            }
+            cast(StoreIO, self.io).write_raw(partition, raws)
+        return encoded
+
     def clear(self) -> None:
         """Forget the batch (after a flush, or when its records are dropped)."""
         self._rows.clear()
         self._dirty.clear()
+        if self._buffer is not None:
+            self._buffer.clear()
 
 
 class MemoryIO:
@@ -229,6 +360,9 @@ class MemoryIO:
 
     def get(self, partition: int, key: Any) -> Any:
         return self.data.get((partition, key))
+
+    def is_empty(self, partition: int) -> bool:
+        return not any(p == partition for p, _ in self.data)
 
     def scan(self, partition: int, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, Any]]:
         keys = self._sorted.get(partition)

@@ -151,7 +151,8 @@ class SplitSortedDict(MutableMapping):
                 )
                 return iter(keys[i:j])
         inside = list(self.sorted.irange(lo, hi, inclusive=inclusive))
-        if self.grouped:  # a range across groups (not on a hot path): every grouped key in it
+        if self.grouped and not self._sorted_only(lo, hi):
+            # a range across groups (not on a hot path): every grouped key in it
             lo_ok = (
                 (lambda k: True)
                 if lo is None
@@ -164,6 +165,22 @@ class SplitSortedDict(MutableMapping):
             )
             inside = sorted(inside + [k for k in self.grouped if lo_ok(k) and hi_ok(k)])
         return iter(inside)
+
+    def _sorted_only(self, lo: Any, hi: Any) -> bool:
+        """Does ``[lo, hi]`` hold keys of the ``SortedDict`` only? Yes when its keys' kind
+        follows from their first byte, and every key in it has one first byte whose kind is
+        neither point nor grouped (a partition's expiry rows: a revisit's range read walked
+        every grouped key of the table before this)."""
+        by_first = self._by_first
+        if by_first is None or not isinstance(lo, bytes) or not lo or not isinstance(hi, bytes):
+            return False
+        first = lo[0]
+        if not (hi[:1] == lo[:1] or hi == bytes([first + 1])):
+            return False
+        kind = by_first.get(first)
+        if kind is None:
+            kind = by_first[first] = self._kind(lo)
+        return kind is self.sorted
 
     def items_range(self, lo: bytes, hi: bytes | None) -> list[tuple[bytes, Any]]:
         """(key, value) of ``lo <= key < hi``, in key order: :meth:`irange` with the values
@@ -203,3 +220,76 @@ class SplitSortedDict(MutableMapping):
             return None if i >= j else keys[j - 1 if last else i]
         inside = list(self.irange(lo, hi, inclusive=(True, False)))
         return (inside[-1] if last else inside[0]) if inside else None
+
+    # --- within one group, the group given (the engine knows it: no kind asked per call) --------
+    def set_point(self, key: bytes, value: Any) -> None:
+        """``self[key] = value`` for a key the table looks up by point only."""
+        self.points[key] = value
+
+    def set_in(self, group: bytes, key: bytes, value: Any) -> None:
+        """``self[key] = value`` for a grouped ``key`` of ``group``."""
+        m = self.grouped
+        if key not in m:
+            keys = self.groups.get(group)
+            if keys is None:
+                self.groups[group] = [key]
+            else:
+                insort(keys, key)
+        m[key] = value
+
+    def items_in(
+        self, group: bytes, lo: bytes, hi: bytes | None, limit: int | None = None
+    ) -> list[tuple[bytes, Any]]:
+        """(key, value) of ``lo <= key < hi`` within ``group`` (``[lo, hi)`` inside it), in key
+        order; at most ``limit`` of them (None: all)."""
+        keys = self.groups.get(group)
+        if not keys:
+            return []
+        i = bisect_left(keys, lo)
+        j = len(keys) if hi is None else bisect_left(keys, hi, i)
+        if limit is not None and j - i > limit:
+            j = i + limit
+        m = self.grouped
+        return [(k, m[k]) for k in keys[i:j]]
+
+    def edge_in(
+        self, group: bytes, lo: bytes, hi: bytes | None, last: bool
+    ) -> tuple[bytes, Any] | None:
+        """(key, value) of the first (``last``: the last) key ``lo <= key < hi`` of ``group``."""
+        keys = self.groups.get(group)
+        if not keys:
+            return None
+        i = bisect_left(keys, lo)
+        j = len(keys) if hi is None else bisect_left(keys, hi, i)
+        if i >= j:
+            return None
+        k = keys[j - 1 if last else i]
+        return k, self.grouped[k]
+
+    def run_in(
+        self, group: bytes, lo: bytes, hi: bytes | None, last: bool, width: int
+    ) -> list[tuple[bytes, Any]]:
+        """The rows of ``group`` in ``[lo, hi)`` whose first ``width`` bytes are those of the
+        first (``last``: the last) key there, in key order (a version time's tie group: one
+        bisect, where an edge read then a range read of the same rows took two)."""
+        keys = self.groups.get(group)
+        if not keys:
+            return []
+        i = bisect_left(keys, lo)
+        j = len(keys) if hi is None else bisect_left(keys, hi, i)
+        if i >= j:
+            return []
+        if last:
+            end = j
+            pre = keys[j - 1][:width]
+            start = j - 1
+            while start > i and keys[start - 1].startswith(pre):
+                start -= 1
+        else:
+            start = i
+            pre = keys[i][:width]
+            end = i + 1
+            while end < j and keys[end].startswith(pre):
+                end += 1
+        m = self.grouped
+        return [(k, m[k]) for k in keys[start:end]]

@@ -192,6 +192,23 @@ class StoreIO:
         directly (app.state.overlay)."""
         return key_partitions(self.store)
 
+    def db_for(self, partition: int) -> Any:
+        """RocksDB: the partition's rocksdict ``Rdict`` (opened on first use)."""
+        return db_for_partition(self.table.data)(partition)
+
+    def is_empty(self, partition: int) -> bool:
+        """Does the store hold no row of ``partition``? (the memory store, which keeps every
+        partition in one mapping: no row at all; RocksDB: one iterator step)"""
+        data = self._memory()
+        if data is not None:
+            return not data
+        it = self._db_for(partition).iter()
+        it.seek_to_first()
+        skip = self._store.offset_key
+        while it.valid() and it.key() == skip:
+            it.next()
+        return not it.valid()
+
     def get(self, partition: int, key: Any) -> Any:
         data = self._memory()
         if data is not None:
@@ -238,6 +255,17 @@ class StoreIO:
         data, where = store.data, key_partitions(store)
         for key, raw, value in rows:
             write_memory_row(data, where, partition, key, DELETED if raw is None else value)
+
+    def write_raw(self, partition: int, rows: dict[bytes, bytes | None]) -> None:
+        """RocksDB: an ordered table's encoded rows (None: delete), one write batch."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        put, delete = batch.put, batch.delete
+        for key, raw in rows.items():
+            if raw is None:
+                delete(key)
+            else:
+                put(key, raw)
+        self.db_for(partition).write(batch)
 
     def write_one(self, partition: int, key: Any, value: Any, raw: bytes | None = None) -> None:
         """Write one row at once (``value`` None: delete it): an ordered table's rows are
