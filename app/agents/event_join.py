@@ -131,6 +131,16 @@ class JoinEngine:
         #: the group generation ``_pending`` belongs to: a rebalance drops the batches in
         #: flight unacked (their partitions' records are read again), so it starts over
         self._generation: Any = None
+        #: what each record asks of the spec, read once here instead of per record
+        self._events_in = spec.events.input
+        self._time_attr = {
+            spec.events.input: spec.events.time,
+            spec.dimension.input: spec.dimension.time,
+        }
+        self._retention = spec.retention_ms
+        self._window = spec.window_ms
+        self._late_dimensions = spec.late_dimensions
+        self._to_wire = spec.to_wire
         #: lineage: the record being handled (topic, partition, offset; three attributes, no
         #: object per record)
         self._handling = ""
@@ -180,8 +190,9 @@ class JoinEngine:
         if rev.again:
             return self._out(rev, again=True)
         counts = self._counts
-        counts[rev.cause] = counts.get(rev.cause, 0) + 1  # counted once per batch (end_batch)
-        if self._inner and rev.revision == 1 and rev.cause != "arrival":
+        cause = rev.cause
+        counts[cause] = counts.get(cause, 0) + 1  # counted once per batch (end_batch)
+        if self._inner and rev.revision == 1 and cause != "arrival":
             counts["released"] = counts.get("released", 0) + 1
         return self._out(rev)
 
@@ -190,7 +201,7 @@ class JoinEngine:
         partition, offset; docs/concepts/revision-log.md#lineage) — the revision's own when it
         has one (a re-emit, a final revision), else the record being handled. Cost: one small
         dict per revision."""
-        wire = self.spec.to_wire(rev)
+        wire = self._to_wire(rev)
         src = rev.source
         wire["source"] = (
             {
@@ -352,7 +363,7 @@ class JoinEngine:
     ) -> list[Out]:
         """One event or dimension record: validate, route late ones, join, return the sends."""
         spec = self.spec
-        is_event = topic == spec.events.input
+        is_event = topic == self._events_in
         if parsed is None:
             try:
                 parsed, _ = self.parse(topic, key, value)
@@ -365,49 +376,37 @@ class JoinEngine:
                 )
             ]
         rec = parsed
-        event_time = getattr(rec, self._side(topic).time)
+        event_time = getattr(rec, self._time_attr[topic])
         src = [0 if is_event else 1, offset]
         self._handling, self._handling_p, self._handling_offset = topic, partition, offset
+        final = self._final_topic is not None
         promised = (
-            self._promise(partition, src)
-            if (self._final_topic is not None and partition not in self._promised_now)
-            else ()
+            self._promise(partition, src) if (final and partition not in self._promised_now) else ()
         )
-        clock = self.state.stream_time(partition)
-        limit = None if clock is None else self._limit(clock, is_event, partition)
-        if limit is not None and event_time < limit:
-            metrics.late_records.labels(spec.name, topic).inc()
-            assert clock is not None  # a limit is only made from a clock
-            # late now, perhaps not when a crashed worker handled it: what it made goes again
-            if is_event:
-                e = spec.event_of(rec)
-                again = self.state.on_late(partition, e.key, src, jid=e.id)
-            else:
-                again = self.state.on_late(
-                    partition, spec.key_of(rec, spec.dimension), src, v=spec.version_of(rec)
-                )
-            return [
-                *promised,
-                *self._outs(partition, again),
-                Out(
-                    self.late_topic,
-                    key,
-                    sinks.late_record(
-                        topic, partition, offset, as_dict(rec), event_time, clock, limit
+        state = self.state
+        clock = state.stream_time(partition)
+        if clock is not None:
+            limit = self._limit(clock, is_event, partition)
+            if limit is not None and event_time < limit:
+                return [
+                    *promised,
+                    *self._late(
+                        rec, topic, partition, offset, key, is_event, src, event_time, clock, limit
                     ),
-                ),
-            ]
-        if self._final_topic is not None and (clock is None or event_time > clock):
-            self._mover[partition] = src  # the record whose delivery makes its batch's promise
-        clock = self.state.advance(partition, event_time)
-        horizon = clock - spec.retention_ms
-        release_from = self._release_from(clock)
+                ]
+        if clock is None or event_time > clock:
+            if final:
+                self._mover[partition] = src  # the record whose delivery makes its batch's promise
+            clock = state.advance(partition, event_time)
+        horizon = clock - self._retention
+        window = self._window
+        release_from = horizon if window is None else max(horizon, clock - window)
         # holds this record's stream time ended answer first: what comes at or after the
         # bound does not join their first answer (app.joins.state.JoinState.release_holds)
-        ended = self.state.release_holds(partition, clock, src) if self._hold else ()
+        ended = state.release_holds(partition, clock, src) if self._hold else ()
         if is_event:
             try:
-                revisions, held = self.state.on_event(
+                revisions, held = state.on_event(
                     partition, spec.event_of(rec), horizon, release_from, src
                 )
             except FinalJoinError as exc:
@@ -420,7 +419,7 @@ class JoinEngine:
             if held:
                 self._held.inc()
         else:
-            revisions = self.state.on_version(
+            revisions = state.on_version(
                 partition,
                 spec.key_of(rec, spec.dimension),
                 spec.version_of(rec),
@@ -430,8 +429,44 @@ class JoinEngine:
             )
         if ended:
             revisions = [*ended, *revisions]
+        if not final:
+            out = self._revision_out
+            return [out(r) for r in revisions]
         outs = self._outs(partition, revisions)
         return [*promised, *outs] if promised else outs
+
+    def _late(
+        self,
+        rec: Any,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        is_event: bool,
+        src: Any,
+        event_time: int,
+        clock: int,
+        limit: int,
+    ) -> list[Out]:
+        """A record older than its limit: to the late topic; what it made when a crashed
+        worker handled it (not late then) goes again."""
+        spec = self.spec
+        metrics.late_records.labels(spec.name, topic).inc()
+        if is_event:
+            e = spec.event_of(rec)
+            again = self.state.on_late(partition, e.key, src, jid=e.id)
+        else:
+            again = self.state.on_late(
+                partition, spec.key_of(rec, spec.dimension), src, v=spec.version_of(rec)
+            )
+        return [
+            *self._outs(partition, again),
+            Out(
+                self.late_topic,
+                key,
+                sinks.late_record(topic, partition, offset, as_dict(rec), event_time, clock, limit),
+            ),
+        ]
 
     def on_tick(self, partition: int, offset: int | None = None) -> list[Out]:
         """Revisit partition ``partition``: purge state behind the horizon (and review)."""

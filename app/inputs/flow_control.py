@@ -31,6 +31,7 @@ delivered nothing since the last reset.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -197,15 +198,33 @@ class EventTimeMerge:
         out: list[Any] = []
         queues = [p.queues[t] for t in self.topics]  # rank order: ties go to the first
         n = len(queues)
-        while limit is None or len(out) < limit:
+        budget = sys.maxsize if limit is None else limit
+        while len(out) < budget:
             heads = [q for q in queues if q]
             if not heads:
                 break
             if len(heads) < n:
+                forced = self.forced
                 if self._must_wait(partition, p):
+                    break
+                if len(heads) == 1:  # the other inputs have nothing: the rest of this one
+                    # (asked once, not per record: within this call the answer cannot change,
+                    # the empty inputs stay empty and a wait only times out)
+                    q = heads[0]
+                    pop = q.popleft
+                    take = min(len(q), budget - len(out))
+                    out += [pop()[2] for _ in range(take)]
+                    if self.forced > forced:  # each record let go without its wait counts
+                        self.forced += take - 1
                     break
             elif p.waiting_since is not None:  # every input has a record: nothing to wait for
                 p.waiting_since, p.waiting_for = None, ()
+            if len(heads) == 2 == n:  # two inputs (a join's): merged until one runs out
+                a, b = heads
+                append, pop_a, pop_b = out.append, a.popleft, b.popleft
+                while a and b and len(out) < budget:
+                    append(pop_b()[2] if b[0][0] < a[0][0] else pop_a()[2])
+                continue
             best = heads[0]
             for q in heads[1:]:
                 if q[0][0] < best[0][0]:
