@@ -110,6 +110,26 @@ class JoinRows:
             for k, raw in self.joins.scan_in(p, jp, lo, hi)
         ]
 
+    def _joins_made_by(
+        self, p: int, key: str, src: Any, start: int | None, end: int | None
+    ) -> list[tuple[str, Join]]:
+        """:meth:`_joins_of`, only those with a revision made by ``src`` (current or
+        superseded: :meth:`app.logic.event_join.Join.made_by`), told from the stored row
+        before it is decoded."""
+        jp, jend = join_group(key)
+        lo = jp + (max(start, 0) if start else 0).to_bytes(8, "big")
+        hi = jend if end is None else jp + max(end, 0).to_bytes(8, "big")
+        at = len(jp) + 8
+        tail = 4 + self.np + 2 * self.nd  # a row's source, then its unsent revisions
+        out = []
+        for k, raw in self.joins.scan_in(p, jp, lo, hi):
+            n = len(raw)
+            if (n > tail and raw[tail] == src) or (
+                n > tail + 1 and any(u[0] == src for u in raw[tail + 1])
+            ):
+                out.append((k[at:].decode("utf-8"), self.load(raw)))
+        return out
+
     # --- the clock: read once per batch, written once at its end ---------------------------
     def stream_time(self, p: int) -> int | None:
         clocks = self._clocks
