@@ -35,6 +35,7 @@ SUITE = (
     "hot_key",
     "hot_dimension",
     "peer_quix",
+    "peer_pathway",
     "scale_workers",
     "correction_latency",
     "state_growth",
