@@ -63,10 +63,8 @@ from app.joins.keys import (
     id_key,
     join_group,
     join_key,
-    join_range,
     split_expiry_key,
     split_held_key,
-    split_join_key,
     version_group,
     version_key,
 )
@@ -224,6 +222,20 @@ class JoinState(JoinRows):
             return self._run(p, key, t, True)
         return self._run(p, key, t + 1, True) or self._run(p, key, 0, False)
 
+    def _history(self, p: int, key: str, first: int, last: int) -> list[Version]:
+        """The key's versions, sorted, that events at any time from ``first`` to ``last`` can
+        join (:func:`app.logic.histories.as_of` over them gives what it gives over the whole
+        history): the as-of group of ``first`` and every version after it up to ``last``."""
+        vp, _ = version_group(key)
+        bound = first if self.rules.asof == "before" else first + 1
+        rows = self.joins.scan_in(
+            p, vp, vp + max(bound, 0).to_bytes(8, "big"), vp + (last + 1).to_bytes(8, "big")
+        )
+        history = self._run(p, key, bound, True) + sorted(v for _, v in rows)
+        if not history and self.rules.asof != "before":  # before every version: the earliest
+            history = self._run(p, key, last + 1, False)
+        return history
+
     def on_version(
         self,
         p: int,
@@ -362,20 +374,28 @@ class JoinState(JoinRows):
         lo, hi = expiry_range(p, None, purge_before)
         purged = unmatched = 0
         aged: set[str] = set()
+        revision_at = 2 + self.np + self.nd  # a stored join's revision (Join.stored_revision)
         for xk, _ in list(joins.scan(p, lo, hi)):
             _, start, key = split_expiry_key(xk)
             end = start + BUCKET_MS
-            for jk, raw in list(joins.scan(p, *join_range(key, start, min(end, purge_before)))):
-                _, t, jid = split_join_key(jk)
-                never = Join.stored_revision(raw, self.np, self.nd) == 0
-                unmatched += never
+            jp, _ = join_group(key)
+            at = len(jp)
+            # the bucket's joins behind the horizon, deleted as one range of the key's rows
+            for jk, raw in joins.delete_in(
+                p,
+                jp,
+                jp + start.to_bytes(8, "big"),
+                jp + max(min(end, purge_before), 0).to_bytes(8, "big"),
+            ):
+                t, jid = int.from_bytes(jk[at : at + 8], "big"), jk[at + 8 :].decode("utf-8")
+                unmatched += raw[revision_at] == 0
                 purged += 1
-                joins.delete(p, jk)
                 if self.hold is not None:
                     for hk, _, _ in hold_rows(p, key, t, jid, None, self.np, self.nd):
                         joins.delete(p, hk, local=True)
-                if joins.get(p, id_key(key, jid)) == t:
-                    joins.delete(p, id_key(key, jid), local=True)
+                ik = id_key(key, jid)
+                if joins.get_point(p, ik) == t:
+                    joins.delete_point(p, ik)
             if end <= purge_before:  # the whole bucket is behind the horizon
                 joins.delete(p, xk, local=True)
                 self._x_seen.discard(xk)
@@ -391,12 +411,17 @@ class JoinState(JoinRows):
             lo, hi = expiry_range(p, bucket(review_from), None)
             for xk, _ in list(joins.scan(p, lo, hi)):
                 _, start, key = split_expiry_key(xk)
-                for jid, j in self._joins_of(p, key, max(start, review_from), start + BUCKET_MS):
+                found = self._joins_of(p, key, max(start, review_from), start + BUCKET_MS)
+                if not found:
+                    continue
+                # the key's versions these joins can answer with, read once (a read per join
+                # was a tick's cost with a hot key: thousands of joins in the review window)
+                self._convert(p, key, src)
+                history = self._history(p, key, found[0][1].event_time, found[-1][1].event_time)
+                for jid, j in found:
                     t = j.event_time
                     was_held = j.revision == 0
-                    rev = self.rules.rejoin(
-                        jid, key, j, self._answering(p, key, t, src), "revisit", release_from
-                    )
+                    rev = self.rules.rejoin(jid, key, j, history, "revisit", release_from)
                     if rev:
                         out += self._settle(p, jid, key, j, src)
                         self._put(p, key, jid, j, t, was_held)

@@ -151,6 +151,34 @@ class Overlay:
         else:
             self._write(partition, key, value, True)
 
+    def delete_point(self, partition: int, key: bytes) -> None:
+        """:meth:`delete` of a local point row (:meth:`put_point`)."""
+        if self._mode == _SPLIT:
+            self._split.points.pop(key, None)
+            self._where.pop(key, None)
+        else:
+            self._write(partition, key, DELETED, True)
+
+    def delete_in(
+        self, partition: int, group: bytes, lo: bytes, hi: bytes | None
+    ) -> list[tuple[bytes, Any]]:
+        """Delete the logged rows of ``group`` in ``[lo, hi)`` (tombstones in the changelog,
+        in key order); the rows as they were. The memory store deletes them as one slice."""
+        mode = self._mode
+        if mode == _UNRESOLVED:
+            mode = self._resolve()
+        if mode == _SPLIT:
+            rows = self._split.pop_in(group, lo, hi)
+            dirty, where = self._dirty, self._where
+            for k, _ in rows:
+                dirty[(partition, k)] = DELETED
+                where.pop(k, None)
+            return rows
+        rows = self.scan_in(partition, group, lo, hi)
+        for k, _ in rows:
+            self._write(partition, k, DELETED, False)
+        return rows
+
     def put_in(self, partition: int, group: bytes, key: bytes, value: Any) -> None:
         """:meth:`put` of a logged row of an ordered table whose group (the prefix its kind
         groups it by: app.state.split_sorted) the caller knows: no kind asked."""

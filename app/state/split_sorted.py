@@ -237,6 +237,25 @@ class SplitSortedDict(MutableMapping):
                 insort(keys, key)
         m[key] = value
 
+    def pop_in(self, group: bytes, lo: bytes, hi: bytes | None) -> list[tuple[bytes, Any]]:
+        """Delete the keys ``lo <= key < hi`` of ``group``; their (key, value), in key order:
+        one slice of the group's list deleted, where a key at a time moved the rest of the list
+        each time (a hot key's purge: quadratic in its joins)."""
+        keys = self.groups.get(group)
+        if not keys:
+            return []
+        i = bisect_left(keys, lo)
+        j = len(keys) if hi is None else bisect_left(keys, hi, i)
+        if i >= j:
+            return []
+        pop = self.grouped.pop
+        out = [(k, pop(k)) for k in keys[i:j]]
+        if i == 0 and j == len(keys):
+            del self.groups[group]
+        else:
+            del keys[i:j]
+        return out
+
     def items_in(
         self, group: bytes, lo: bytes, hi: bytes | None, limit: int | None = None
     ) -> list[tuple[bytes, Any]]:

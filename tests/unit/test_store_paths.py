@@ -161,3 +161,28 @@ def test_every_way_to_the_store_gives_the_same_revisions_and_changelog(
     assert split.log == plain.log
     assert buffered.log == plain.log
     assert split.rows() == plain.rows() == buffered.rows()
+
+
+@pytest.mark.unit
+@hsettings(max_examples=200, deadline=None)
+@given(
+    versions=st.lists(st.tuples(st.integers(0, 30), st.sampled_from("abc")), max_size=12),
+    times=st.lists(st.integers(0, 35), min_size=1, max_size=8),
+    rule=st.sampled_from([mood_spec, movie_spec]),
+)
+def test_a_review_reads_a_keys_versions_once_and_answers_as_a_read_per_join(
+    versions, times, rule
+):
+    """A revisit reads the versions a bucket's joins can answer with once
+    (``JoinState._history``); as_of over them answers every join as the per-join read
+    (``_answering``) does."""
+    spec = resolve({**rule(Settings()), "retention_ms": 10**9, "window_ms": None})
+    state = Run(spec, MemoryIO()).state
+    for t, value in versions:
+        state.on_version(P, "k", [t, value], None, None)
+    times = sorted(times)
+    history = state._history(P, "k", times[0], times[-1])
+    for t in times:
+        assert state.rules.answer(history, t) == state.rules.answer(
+            state._answering(P, "k", t, None), t
+        ), (t, history)
