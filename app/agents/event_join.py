@@ -339,10 +339,6 @@ class JoinEngine:
         horizon = clock - self.spec.retention_ms
         return horizon if self.spec.window_ms is None else max(horizon, clock - self.spec.window_ms)
 
-    def _side(self, topic: str) -> Any:
-        """The spec side (events or dimension) an input topic feeds."""
-        return self.spec.events if topic == self.spec.events.input else self.spec.dimension
-
     # --- the loop's callbacks ------------------------------------------------------------------
     def parse(
         self, topic: str, key: bytes | None, value: bytes | None, timestamp: int | None = None
@@ -350,7 +346,7 @@ class JoinEngine:
         """(the validated record, its event time); raises :class:`InvalidRecord`.
         ``timestamp``: the record's Kafka timestamp (epoch ms), for a ``$timestamp`` side."""
         rec = self._parsers[topic](key, value, timestamp)
-        return rec, getattr(rec, self._side(topic).time)
+        return rec, getattr(rec, self._time_attr[topic])
 
     def on_record(
         self,

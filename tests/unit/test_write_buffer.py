@@ -33,9 +33,13 @@ KEYS = (
 )
 
 
+def group_of(key: bytes) -> bytes | None:
+    return JoinsTable.group_key(key)
+
+
 def bounds() -> st.SearchStrategy[tuple[bytes, bytes | None, bytes | None]]:
     """(lo, hi, group) of a read: within one group (the engine's reads), or any range."""
-    groups = sorted({k[:6] if k[:1] == b"J" else k[:7] for k in KEYS if k[:1] in b"JV"})
+    groups = sorted({g for g in map(group_of, KEYS) if g is not None})
     inside = st.sampled_from(groups).flatmap(
         lambda g: st.tuples(
             st.sampled_from([g, g + b"\x01", g + b"\x03"]),
@@ -61,10 +65,6 @@ ops = st.lists(
     ),
     max_size=60,
 )
-
-
-def group_of(key: bytes) -> bytes | None:
-    return JoinsTable.group_key(key)
 
 
 @pytest.mark.unit
