@@ -68,7 +68,11 @@ class JoinsTable(KindedRangeTable):
 
     @staticmethod
     def group_key(key: bytes) -> bytes | None:
-        return key_group(key) if key[:1] in (JOIN, VERSION) else None
+        if key[:1] not in (JOIN, VERSION):
+            return None
+        group = key_group(key)
+        # a range's bound shorter than a key's prefix (b"V": every version) is in no group
+        return group if len(group) == 5 + int.from_bytes(key[1:5], "big") else None
 
     group_end = staticmethod(prefix_end)  # where a key's joins end
 

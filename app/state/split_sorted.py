@@ -177,10 +177,9 @@ class SplitSortedDict(MutableMapping):
         first = lo[0]
         if not (hi[:1] == lo[:1] or hi == bytes([first + 1])):
             return False
-        kind = by_first.get(first)
-        if kind is None:
-            kind = by_first[first] = self._kind(lo)
-        return kind is self.sorted
+        # the kind real keys of that first byte have (a bound is no key: it must not teach
+        # the kind; unknown: no)
+        return by_first.get(first) is self.sorted
 
     def items_range(self, lo: bytes, hi: bytes | None) -> list[tuple[bytes, Any]]:
         """(key, value) of ``lo <= key < hi``, in key order: :meth:`irange` with the values

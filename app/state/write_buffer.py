@@ -137,6 +137,14 @@ class WriteBuffer:
         self, part: _Part, lo: bytes, hi: bytes | None, group: bytes | None
     ) -> list[bytes]:
         """The batch's keys in ``[lo, hi)`` (deleted ones too), sorted."""
+        # the kind of the bound's first byte, as real keys taught it (a bound is no key: it
+        # must not teach it; unknown: every group is looked at)
+        by_first = self._by_first
+        kind = by_first.get(lo[0]) if by_first is not None and lo else None
+        if group is None and hi and kind == _GROUPED and self._group is not None:
+            g = self._group(lo)  # a range within one group (a zone's cars): that group only
+            if g is not None and lo.startswith(g) and (hi.startswith(g) or hi == prefix_end(g)):
+                group = g
         if group is not None:
             keys = part.groups.get(group)
             if not keys:
@@ -146,10 +154,7 @@ class WriteBuffer:
         out = list(part.rest.irange(lo, hi, inclusive=(True, False)))
         if part.groups:
             rest_only = (
-                bool(lo)
-                and bool(hi)
-                and (hi[:1] == lo[:1] or hi == bytes([lo[0] + 1]))  # type: ignore[index]  # hi: bool() said so
-                and self._kind(lo) == _REST
+                kind == _REST and bool(hi) and (hi[:1] == lo[:1] or hi == bytes([lo[0] + 1]))  # type: ignore[index]  # hi: bool() said so
             )
             if not rest_only:
                 # a range that may hold grouped keys: every group's keys in it (no hot path)

@@ -170,9 +170,7 @@ def test_every_way_to_the_store_gives_the_same_revisions_and_changelog(
     times=st.lists(st.integers(0, 35), min_size=1, max_size=8),
     rule=st.sampled_from([mood_spec, movie_spec]),
 )
-def test_a_review_reads_a_keys_versions_once_and_answers_as_a_read_per_join(
-    versions, times, rule
-):
+def test_a_review_reads_a_keys_versions_once_and_answers_as_a_read_per_join(versions, times, rule):
     """A revisit reads the versions a bucket's joins can answer with once
     (``JoinState._history``); as_of over them answers every join as the per-join read
     (``_answering``) does."""
@@ -186,3 +184,18 @@ def test_a_review_reads_a_keys_versions_once_and_answers_as_a_read_per_join(
         assert state.rules.answer(history, t) == state.rules.answer(
             state._answering(P, "k", t, None), t
         ), (t, history)
+
+
+@pytest.mark.unit
+def test_a_range_wider_than_a_key_is_read_whole_from_the_split_mapping():
+    """A bound shorter than a key's prefix (b"V": every version) is in no group: the range
+    reads every key's rows (it read none: b"V" was taken for a group of its own)."""
+    from app.joins.keys import version_key
+    from app.state.split_sorted import SplitSortedDict
+
+    data = SplitSortedDict(JoinsTable.point_key, JoinsTable.group_key, True, JoinsTable.group_end)
+    keys = sorted(version_key(k, t, ["x"]) for k in ("a", "ab", "b") for t in (1, 2))
+    for k in keys:
+        data[k] = [1]
+    assert [k for k, _ in data.items_range(b"V", b"W")] == keys
+    assert [k for k, _ in data.items_range(b"V\x00", b"W")] == keys
