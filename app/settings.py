@@ -147,7 +147,9 @@ class Settings(BaseSettings):
         None,
         description="The built-in joins this worker runs, comma-separated, of `moods`, "
         "`movies`, `cars` (`none`: none). Unset: all three without ETJ_JOINS_FILE, none with "
-        "it (a worker of your own joins creates no etj-* topic; `make run` asks for all).",
+        "it (a worker of your own joins then creates none of the built-in joins' topics; the "
+        "dead-letter and late topics, `etj-dead-letters` and `etj-late` by default, are every "
+        "worker's; `make run` asks for all).",
     )
     snapshot_url: str | None = Field(
         None,
