@@ -157,12 +157,17 @@ class JoinEngine:
         return self._out(rev)
 
     def _out(self, rev: Revision, again: bool = False) -> Out:
-        """Its send, with its lineage: ``source``, the input record that made it (topic,
-        partition, offset; docs/concepts/revision-log.md#lineage) — the revision's own when it
-        has one (a re-emit, a final revision), else the record being handled. Cost: one small
-        dict per revision."""
+        """Its send, with ``partition``, the input partition whose finality promise covers it
+        (docs/concepts/guarantees.md), and its lineage: ``source``, the input record that made
+        it (topic, partition, offset; docs/concepts/revision-log.md#lineage) — the revision's
+        own when it has one (a re-emit, a final revision), else the record being handled.
+        Cost: one small dict per revision."""
         wire = self.spec.to_wire(rev)
         src = rev.source
+        # the input partition whose finality promise covers it (the outputs are keyed by join
+        # id, so their own partition says nothing of it): the partition being handled, that of
+        # the join's key in the join's co-partitioned inputs
+        wire["partition"] = self._handling_p
         wire["source"] = (
             {
                 "topic": self._handling,

@@ -305,9 +305,12 @@ def backfill_source(archives: Sequence[str]) -> dict[str, list[str]]:
 
 
 def with_lineage(df: DataFrame, archives: Sequence[str]) -> DataFrame:
-    """The backfill's revisions with their ``source`` column (:func:`backfill_source`): one
-    DataFrame for what is written (``--out``) and what is published, so the two are equal."""
+    """The backfill's revisions with their ``partition`` (null: a backfill is outside every
+    finality promise, docs/concepts/guarantees.md) and ``source`` columns
+    (:func:`backfill_source`), as a stream revision carries them: one DataFrame for what is
+    written (``--out``) and what is published, so the two are equal."""
     names = backfill_source(archives)["backfill"]
+    df = df.withColumn("partition", F.lit(None).cast("int"))
     return df.withColumn("source", F.struct(F.array(*[F.lit(a) for a in names]).alias("backfill")))
 
 
