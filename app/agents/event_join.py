@@ -287,11 +287,16 @@ class JoinEngine:
 
     # --- the loop's callbacks ------------------------------------------------------------------
     def parse(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None = None,
+        headers: Any = None,
     ) -> tuple[Any, int]:
         """(the validated record, its event time); raises :class:`InvalidRecord`.
         ``timestamp``: the record's Kafka timestamp (epoch ms), for a ``$timestamp`` side."""
-        rec = self._parsers[topic](key, value, timestamp)
+        rec = self._parsers[topic](key, value, timestamp, headers)
         return rec, getattr(rec, self._side(topic).time)
 
     def on_record(

@@ -73,11 +73,16 @@ class RepartitionEngine:
         """Nothing kept aside: the hop has no state."""
 
     def parse(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None = None,
+        headers: Any = None,
     ) -> tuple[Any, int]:
         """(the join key's bytes, the event time); raises :class:`InvalidRecord` with the
         join's reason for a record it would refuse."""
-        return self._rekey(value, timestamp)
+        return self._rekey(value, timestamp, headers)
 
     def pass_on(self, topic: str, record: Any, parsed: Any) -> list[Out]:
         """The record to the repartition topic, keyed by its join key, as it came."""

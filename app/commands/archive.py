@@ -174,13 +174,15 @@ def archive_value(
     key: bytes | None,
     value: bytes | None,
     timestamp: int | None = None,
+    headers: Any = None,
 ) -> Any:
     """One record -> its archived JSON value, or None when it is left out. ``timestamp``: its
-    Kafka timestamp (the event time of a ``$timestamp`` side)."""
+    Kafka timestamp (the event time of a ``$timestamp`` side); ``headers``: its Kafka headers
+    (a side's ``$header.<name>`` fields)."""
     if model is not None:
         try:
             if isinstance(model, Side):
-                record = _side_parser(model)(key, value, timestamp)
+                record = _side_parser(model)(key, value, timestamp, headers)
             else:
                 record = parse(model, key, value)
         except InvalidRecord:
@@ -372,6 +374,7 @@ async def archive_topic(
                             kafka_timestamp(m.timestamp),
                             event_range,
                             roles or [],
+                            m.headers,
                         )
                         last = time.monotonic()
                 now = time.monotonic()
@@ -408,9 +411,10 @@ def _archive_one(
     timestamp: int | None = None,
     event_range: EventRange = EventRange(),
     roles: Sequence[tuple[Role, str | None]] = (),
+    headers: Any = None,
 ) -> None:
     stats.read += 1
-    data = archive_value(model, key, value, timestamp)
+    data = archive_value(model, key, value, timestamp, headers)
     if data is None:
         if model is not None:
             stats.invalid += 1

@@ -8,11 +8,12 @@ In the order a record meets them:
 - :mod:`app.inputs.records` — the wire records and their validation: raw bytes parsed
   (msgspec, :mod:`app.inputs.parsers`) and judged (pydantic); a record that fails becomes a
   dead letter with its reason; event times written otherwise: :mod:`app.inputs.time_formats`;
+  fields named otherwise (bracketed names, Kafka headers): :mod:`app.inputs.paths`;
 - :mod:`app.inputs.admission` — the door after parsing: a key in the partition Kafka's default
   partitioner gives it, no record from the future;
 - :mod:`app.inputs.flow_control` — a partition's inputs released in event-time order, a batch
   at a time.
 
 The loop that drives them is :mod:`app.loop.intake`. No Faust import in ``records``,
-``parsers`` and ``time_formats``: the batch twin and the tools parse with them too.
+``parsers``, ``time_formats`` and ``paths``: the batch twin and the tools parse with them too.
 """

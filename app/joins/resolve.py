@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from app.joins.sides import parse_start, repartition_of, resolve_side
+from app.joins.sides import is_json, parse_start, repartition_of, resolve_side
 from app.joins.spec import JoinConfig, JoinSpec, Side, SpecError, TableNames, validated
 
 __all__ = [
@@ -53,6 +53,30 @@ def resolve(
         parse_start(where, "dimension.start", cfg.dimension.start) or start,
         repartition_of(where, "dimension", cfg.dimension, app_id, cfg.name),
     )
+    if events.key_kinds != dimension.key_kinds:
+        kinds = [
+            "(" + ", ".join(k) + ")" if len(k) > 1 else k[0]
+            for k in (events.key_kinds, dimension.key_kinds)
+        ]
+        raise SpecError(
+            f"{where}: events.key is {kinds[0]} but dimension.key is {kinds[1]}: they "
+            "never match (a join key is compared as its text: a str '42' is not an int 42)"
+        )
+    for f in dimension.copy:
+        if is_json(dimension, f):
+            raise SpecError(
+                f"{where}: dimension.copy field {dimension.path_of(f)!r} is json: versions "
+                "at one time are ordered by their copied values, and an object has no "
+                "order; copy it from the events side, or declare it str"
+            )
+    if cfg.events.id is None:
+        for f in events.copy:
+            if is_json(events, f):
+                raise SpecError(
+                    f"{where}: events.copy field {events.path_of(f)!r} is json: a join "
+                    "id is derived from the copied fields' text, and an object's is not "
+                    "one; give events.id (the field holding the join id)"
+                )
     for f in dimension.copy:
         if not dimension.model.model_fields[f].is_required():
             raise SpecError(

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: an engine's parse: (topic, key, value, Kafka timestamp) -> (the record, its event time)
-Parse = Callable[[str, bytes | None, bytes | None, int | None], tuple[Any, int]]
+#: an engine's parse: (topic, key, value, Kafka timestamp, headers) -> (the record, its event
+#: time)
+Parse = Callable[[str, bytes | None, bytes | None, int | None, Any], tuple[Any, int]]
 
 
 class Intake:
@@ -193,7 +194,9 @@ def parse_batch(
     out = []
     for record in b.records:
         try:
-            parsed, event_time = parse(topic, record.key, record.value, record.timestamp)
+            parsed, event_time = parse(
+                topic, record.key, record.value, record.timestamp, record.headers
+            )
         except InvalidRecord as exc:
             parsed, event_time = exc, -1  # goes first, to the dead letters
         except Exception as exc:  # a bug must not kill the worker nor lose the record
