@@ -29,6 +29,7 @@ from faust.types import TP
 from app import metrics
 from app.compat.stores import StoreIO, committed_offset
 from app.faust_app import app, settings
+from app.inputs.admission import Early
 from app.inputs.parsers import as_dict
 from app.inputs.records import InvalidRecord
 from app.joins.joins_table import joins_overlay
@@ -73,6 +74,13 @@ class JoinEngine:
         self._parsers = {
             spec.events.input: spec.events.parser(),
             spec.dimension.input: spec.dimension.parser(),
+        }
+        #: input topic -> its side's own tolerance of records from the future (a side with
+        #: ``max_future_ms``: versions effective later; app.loop.intake judges by it)
+        self.max_future_ms = {
+            s.input: s.max_future_ms
+            for s in (spec.events, spec.dimension)
+            if s.max_future_ms is not None
         }
         #: cause -> its counter (a str key: ``_counts`` mixes the causes with "released")
         self._revisions: dict[str, Counter] = {
@@ -322,8 +330,12 @@ class JoinEngine:
                     spec.name, self.dead_letters, topic, partition, offset, key, value, str(parsed)
                 )
             ]
+        due = None
+        if type(parsed) is Early:  # effective later: joined at its time, due later
+            parsed, due = parsed
         rec = parsed
         event_time = getattr(rec, self._side(topic).time)
+        moves = event_time if due is None else due  # what it moves stream time to
         src = [0 if is_event else 1, offset]
         self._handling, self._handling_p, self._handling_offset = topic, partition, offset
         promised = (
@@ -355,9 +367,9 @@ class JoinEngine:
                     ),
                 ),
             ]
-        if self._final_topic is not None and (clock is None or event_time > clock):
+        if self._final_topic is not None and (clock is None or moves > clock):
             self._mover[partition] = src  # the record whose delivery makes its batch's promise
-        clock = self.state.advance(partition, event_time)
+        clock = self.state.advance(partition, moves)
         horizon = clock - spec.retention_ms
         release_from = self._release_from(clock)
         # holds this record's stream time ended answer first: what comes at or after the

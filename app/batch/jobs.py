@@ -99,10 +99,13 @@ def admit_input(
     time: str,
     scope: Scope,
     role: Role | None,
+    max_future_ms: int | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """One input read, split by the future rule, both parts cut to what the range needs
-    (``role`` None: no range applies)."""
-    a = admit(A.read_archive(spark, paths, kind), time, scope.now_ms, scope.max_future_ms)
+    (``role`` None: no range applies). ``max_future_ms``: the side's own tolerance (a spec
+    side's ``max_future_ms``), else the scope's (``ETJ_MAX_FUTURE_MS``)."""
+    tolerance = scope.max_future_ms if max_future_ms is None else max_future_ms
+    a = admit(A.read_archive(spark, paths, kind), time, scope.now_ms, tolerance)
     if role is None:
         return a.records, a.refused
     return (
@@ -118,9 +121,23 @@ def read_join_inputs(
     apart, and only what the range needs kept."""
     kinds = spec_kinds(spec)
     sides = {
-        "events": admit_input(spark, events, kinds.events, spec.events.time, scope, "events"),
+        "events": admit_input(
+            spark,
+            events,
+            kinds.events,
+            spec.events.time,
+            scope,
+            "events",
+            spec.events.max_future_ms,
+        ),
         "dimension": admit_input(
-            spark, dimension, kinds.dimension, spec.dimension.time, scope, dimension_role(spec)
+            spark,
+            dimension,
+            kinds.dimension,
+            spec.dimension.time,
+            scope,
+            dimension_role(spec),
+            spec.dimension.max_future_ms,
         ),
     }
     return Inputs({k: v[0] for k, v in sides.items()}, {k: v[1] for k, v in sides.items()})
