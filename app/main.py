@@ -20,8 +20,8 @@ stall_guard.install(app, app.etj.stall_check_s)  # timer: inputs read past, neve
 snapshot_service.install(app)  # ETJ_SNAPSHOT_URL: snapshots written on a timer, restored
 runtime.use_event_loop(app.etj)  # before `faust worker` makes its loop (Faust ignores its own -L)
 runtime.use_gc_thresholds()  # fewer collections: a table of a million rows is long-lived
-from app import topology
-from app.agents import (
+from app import topology  # noqa: E402  (declared after compat.install: the patches come first)
+from app.agents import (  # noqa: E402  (after the topology: agents read it)
     event_join,
     fk_join,  # noqa: F401  (agents: two per foreign-key spec)
     repartition,  # noqa: F401  (agents: a repartitioned side's hop)
@@ -29,16 +29,17 @@ from app.agents import (
 
 if topology.cars:  # ETJ_BUILTIN_JOINS
     from app.agents import car_join  # noqa: F401  (the car join's agents, in its words)
-from app import timers  # noqa: F401  (timers: revisit ticks for every agent)
-from app.commands import (
+from app import timers  # noqa: E402, F401  (timers: revisit ticks for every agent)
+from app.commands import (  # noqa: E402  (tools, after the agents they read)
     archive,  # noqa: F401  (tools: a topic -> JSON lines, for app.batch)
     join_latest,  # noqa: F401  (tools: join-latest NAME)
+    joins,  # noqa: F401  (tools: joins validate [FILE], offline)
     sample_traffic,  # noqa: F401  (tools)
     sink,  # noqa: F401  (tools: sink postgres --join NAME --dsn DSN)
     snapshots,  # noqa: F401  (tools: the table snapshots in a store)
-    topics,  # noqa: F401  (tools: topics create [--inputs] [--dry-run])
+    topics,  # noqa: F401  (tools: topics create [--inputs] [--dry-run], offline too)
 )
-from app.web import views  # noqa: F401  (views: state, health, metrics over HTTP; GET /joins/)
+from app.web import views  # noqa: E402, F401  (views: state, health, metrics over HTTP; GET /joins/)
 
 if event_join.engines:  # the timeline draws any event-time join (and the car join's zones)
     from app.web import timeline  # noqa: F401  (the live timeline page, /timeline/)
