@@ -37,6 +37,7 @@ RUN_BY = {
     ("docs/joins/declarative.md", "hold-spec"): "test_examples.py",
     ("docs/joins/declarative.md", "hold-scenario"): "test_examples.py",
     ("docs/concepts/event-time.md", "copartition-error"): "test_quoted_messages.py",
+    ("docs/joins/declarative.md", "shapes-messages"): "test_quoted_messages.py",
     ("docs/operating/postgres-sink.md", "sink-tables"): "test_postgres_sink_page.py",
     ("docs/operating/postgres-sink.md", "sink-upsert"): "test_postgres_sink_page.py",
     # on a Spark cluster of containers: the cluster is that module's
