@@ -30,6 +30,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
+from app.inputs.paths import HEADER
 from app.inputs.records import InvalidRecord, WireModel, join_key_text
 from app.inputs.time_formats import KAFKA_TIMESTAMP
 from app.logic.event_join import Event, JoinRules, Mode, Revision, derive_id
@@ -286,11 +287,17 @@ class Side:
                     return lenient(key, value, timestamp, headers)
 
             return parse_epoch_ms
+        # a header is text: a time read from one is converted, whatever the side says
+        converted = (
+            self.time_given
+            or self.time_format != "epoch_ms"
+            or self.path_of(self.time).startswith(HEADER)
+        )
         return compile_shaped_parser(
             self.model,
             dict(self.paths),
             self.time,
-            self.time_format if self.time_given or self.time_format != "epoch_ms" else None,
+            self.time_format if converted else None,
             self.from_timestamp,
             check_key,
         )

@@ -403,3 +403,17 @@ def test_epoch_ms_written_out_reads_floats_and_strings_and_left_out_stays_strict
     assert read(given, "events", b"u1", value)["at"] == T0
     assert not given.events.shaped  # a plain record still takes the fast path
     assert read(given, "events", b"u1", {**value, "at": T0})["at"] == T0
+
+
+def test_a_header_time_without_a_time_format_is_epoch_ms_as_text():
+    s = resolve(
+        spec(
+            events={
+                "time": "$header.ts",
+                "fields": {"id": "str", "user": "str", "$header.ts": "time"},
+                "copy": ["user", "$header.ts"],
+            }
+        )
+    )
+    got = read(s, "events", b"u1", {"id": "v1", "user": "u1"}, headers=[("ts", str(T0).encode())])
+    assert got["ts"] == T0
