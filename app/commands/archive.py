@@ -53,6 +53,7 @@ from aiokafka.structs import TopicPartition
 from faust.cli import argument, option
 
 from app.faust_app import app, settings
+from app.inputs.parsers import as_dict
 from app.inputs.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse
 from app.joins.catalog import batch_fk_specs, batch_specs, load_fk_specs, load_specs, topic_roles
 from app.joins.columns import fk_output_columns, model_columns, output_columns
@@ -87,7 +88,8 @@ def input_models() -> dict[str, type[WireModel] | Side]:
     }
     for spec in batch_specs(settings).values():
         for side in (spec.events, spec.dimension):
-            models[side.topic] = side if side.shaped or side.repartition else side.model
+            read_as_worker = side.shaped or side.repartition or side.time_given
+            models[side.topic] = side if read_as_worker else side.model
     for fk in batch_fk_specs(settings).values():  # foreign-key joins, the car join among them
         for side in (fk.left, fk.right):
             models[side.topic] = side if side.shaped else side.model
@@ -112,6 +114,14 @@ _CAR_OUT = [
     ("car_event_time", "int64"),
     ("zone_event_time", "int64"),
 ]
+
+
+def _as_text(value: Any) -> Any:
+    """A string column's value: a string as it is, anything else (a ``json`` field's object,
+    array or number) as its compact JSON text, None as None."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"))
 
 
 def parquet_columns(topic: str) -> list[tuple[str, str]] | None:
@@ -187,7 +197,8 @@ def archive_value(
                 record = parse(model, key, value)
         except InvalidRecord:
             return None
-        return record.model_dump(mode="json", exclude_none=True)
+        # a Struct (a flat side's fast parser) or a wire model: its fields, nulls left out
+        return {k: v for k, v in as_dict(record).items() if v is not None}
     if value is None:
         return None
     try:
@@ -269,7 +280,10 @@ class ParquetSink:
         if self.columns is None:
             row = {"value": json.dumps(value, separators=(",", ":"))}
         elif isinstance(value, dict):
-            row = {n: value.get(n) for n, _ in self.columns}
+            row = {
+                n: _as_text(value.get(n)) if t == "string" else value.get(n)
+                for n, t in self.columns
+            }
         else:  # not a record of this topic: nothing to type it as
             row = {n: None for n, _ in self.columns}
         row["_offset"] = offset
