@@ -288,7 +288,9 @@ class Settings(BaseSettings):
         "time-zone mistake (30 min or more), and small against the retention: an accepted "
         "record moves stream time at most this far ahead, so with the default 1 h retention "
         "records up to 55 min late still join (a 1 h tolerance would let one record push every "
-        "on-time record behind the horizon).",
+        "on-time record behind the horizon). A spec side's own `max_future_ms` replaces it for "
+        "that side (a dimension whose versions take effect later), and such a record moves "
+        "stream time only as far as this would let it.",
     )
 
     @property

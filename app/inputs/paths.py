@@ -30,6 +30,7 @@ from app.inputs.records import InvalidRecord, json_type
 __all__ = [
     "HEADER",
     "MISSING",
+    "PathError",
     "flat_name",
     "header_name",
     "read_header",
