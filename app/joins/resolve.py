@@ -14,11 +14,17 @@ from app.joins.sides import is_json, parse_start, repartition_of, resolve_side
 from app.joins.spec import JoinConfig, JoinSpec, Side, SpecError, TableNames, validated
 
 __all__ = [
+    "RESERVED_OUTPUT_FIELDS",
     "copartition_groups",
     "refuse_shared_inputs",
     "resolve",
     "resolve_all",
 ]
+
+
+#: the fields the agent adds to every revision (app.agents.event_join): a copied field of one of
+#: these names would be overwritten
+RESERVED_OUTPUT_FIELDS = ("partition", "source")
 
 
 def resolve(
@@ -129,6 +135,13 @@ def resolve(
     )
     _check_hold(where, cfg)
     out = spec.output_fields
+    taken = sorted(set(out) & set(RESERVED_OUTPUT_FIELDS))
+    if taken:
+        raise SpecError(
+            f"{where}: output field {taken[0]!r} is etj's own (each revision carries "
+            f"{' and '.join(RESERVED_OUTPUT_FIELDS)}: the partition whose promise covers it "
+            f'and its lineage); rename it in copy ({{"{taken[0]}": "name"}})'
+        )
     dupes = sorted({f for f in out if out.count(f) > 1})
     if dupes:
         raise SpecError(

@@ -417,3 +417,12 @@ def test_a_header_time_without_a_time_format_is_epoch_ms_as_text():
     )
     got = read(s, "events", b"u1", {"id": "v1", "user": "u1"}, headers=[("ts", str(T0).encode())])
     assert got["ts"] == T0
+
+
+def test_a_copied_field_named_as_a_field_etj_adds_to_every_revision_is_refused():
+    raw = spec(events={"fields": {"id": "str", "user": "str", "partition": "int", "at": "time"}})
+    raw["events"]["copy"] = ["user", "partition", "at"]
+    with pytest.raises(SpecError, match="output field 'partition' is etj's own"):
+        resolve(raw)
+    raw["events"]["copy"] = ["user", {"partition": "part"}, "at"]
+    assert "part" in resolve(raw).output_fields
