@@ -1,8 +1,9 @@
 """Agents: the repartition hop of a spec side with ``"repartition": true`` (any record key).
 
 user's topic (keyed by anything, or not at all) -> one agent per repartitioned side ->
-``<app id>-<join>-<side>-repartition`` (internal, the join's partition count, key = the key
-field's UTF-8 bytes, partitioned by murmur2 like every etj topic) -> the join's agent
+``<app id>-<join>-<side>-repartition`` (internal, the join's partition count, key = the join
+key's UTF-8 bytes: the key field's text, a composite key's JSON array; partitioned by murmur2
+like every etj topic) -> the join's agent
 (:mod:`app.agents.event_join`), which reads it instead of the user's topic.
 
 Why a topic and not a re-key in memory: the join's state of a key lives on the worker that
