@@ -426,3 +426,37 @@ def test_a_copied_field_named_as_a_field_etj_adds_to_every_revision_is_refused()
         resolve(raw)
     raw["events"]["copy"] = ["user", {"partition": "part"}, "at"]
     assert "part" in resolve(raw).output_fields
+
+
+def test_a_foreign_key_spec_takes_int_keys_declared_in_fields():
+    from app.joins.fk_spec import resolve_fk
+
+    fk = resolve_fk(
+        {
+            "kind": "foreign-key",
+            "name": "devices",
+            "left": {
+                "topic": "devices",
+                "key": "device_id",
+                "foreign_key": "site_id",
+                "time": "at",
+                "fields": {"device_id": "int", "site_id": "int", "at": "time"},
+                "copy": [],
+                "time_as": "device_time",
+            },
+            "right": {
+                "topic": "sites",
+                "key": "site_id",
+                "time": "at",
+                "fields": {"site_id": "int", "site": "str", "at": "time"},
+                "copy": ["site"],
+                "time_as": "site_time",
+            },
+            "output": "device-sites",
+            "moves": "device-moves",
+            "ticks": "device-ticks",
+        }
+    )
+    assert fk.int_keys  # the car join's 16-byte index keys
+    rec = fk.left.parser()(b"7", b'{"device_id": 7, "site_id": 3, "at": 1}')
+    assert fk.left_of(rec).key == 7
