@@ -42,7 +42,7 @@ lint: venv
 
 ## compat-check: try another faust-streaming/aiokafka release, e.g. VERSION="aiokafka==0.13.0"
 ## (a pip requirement list): installs etj with it in a scratch venv ($(COMPAT_VENV)), then checks
-## the upstream source each patch was written against (python -m app.compat.upstream) and runs
+## the upstream source each patch was written against (python -m app.compat.upstream_audit) and runs
 ## the unit and agent tiers (docs/contributing/patches.md)
 COMPAT_VENV ?= .venv-compat
 compat-check:

@@ -15,7 +15,6 @@ from app.kafka.security import aiokafka_auth, check_tls
 from app.kafka.timestamps import warn_of_log_append_time
 from app.settings import Settings, get_settings
 from app.state import crash_marker
-from app.web.auth import web_application_options
 
 
 class EtjApp(faust.App):
@@ -34,6 +33,9 @@ class EtjApp(faust.App):
     #: every agent loop (app.loop.durable.DurableLoop): each registers itself once; the app
     #: asks them to let go of what waits, waits for what they have in flight, describes them
     loops: list
+    #: what agents need done before the first record (the output schemas they register with
+    #: the Schema Registry, app.agents.event_join): awaited at start, a refusal stops it
+    start_steps: list
     #: the table snapshots' service (app.state.snapshot_service.install): etj's table manager
     #: restores a newly assigned partition through it first; None: snapshots are off
     table_snapshots: Any = None
@@ -109,6 +111,8 @@ class EtjApp(faust.App):
         )  # $timestamp inputs: CreateTime
         for topic in self.internal_topics:  # with its join's count, not the broker's default
             await topic.maybe_declare()
+        for step in self.start_steps:  # e.g. an Avro output's schema registered
+            await step()
 
     async def on_shutdown(self) -> None:
         """After every service stopped (agents, producer, consumer, tables)."""
@@ -154,7 +158,7 @@ def broker_credentials(s: Settings) -> CredentialsT | None:
 
 def create_app(settings: Settings) -> EtjApp:
     """Build the app from settings (tests build their own with other settings)."""
-    extra = {}
+    extra: dict[str, Any] = {}
     if settings.producer_max_batch_size is not None:
         extra["producer_max_batch_size"] = settings.producer_max_batch_size
     if settings.producer_max_request_bytes is not None:
@@ -162,9 +166,6 @@ def create_app(settings: Settings) -> EtjApp:
     credentials = broker_credentials(settings)  # TLS / SASL (app.kafka.security)
     if credentials is not None:
         extra["broker_credentials"] = credentials
-    web_options = web_application_options(settings)  # the views' bearer token (app.web.auth)
-    if web_options:
-        extra["web_application_options"] = web_options
     app = EtjApp(
         settings.app_id,
         broker=settings.broker_url,
@@ -189,6 +190,7 @@ def create_app(settings: Settings) -> EtjApp:
     )
     app.etj = settings
     app.loops = []
+    app.start_steps = []
     app.copartitioned = []
     app.produced_by_others = []
     app.internal_topics = []

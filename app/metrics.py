@@ -7,7 +7,12 @@ dashboard (helm/etj/files/grafana-dashboard.json, checked by tests/unit/test_das
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 # --- records in and where they went (per join) ---
 records_in = Counter("etj_records_in", "Input records consumed", ["join", "topic"])
@@ -82,6 +87,80 @@ retention_horizon = Gauge(
     "etj_retention_horizon_ms",
     "Stream time minus retention, per partition this worker owns",
     ["join", "partition"],
+)
+
+
+# --- lag and latency: "slow" told from "stuck" (refreshed by the views, observed by the loop) ---
+input_lag = Gauge(
+    "etj_input_lag_records",
+    "Records of an input partition this worker owns that its join has not handled yet: the "
+    "partition's high water at the last fetch minus the next offset to handle",
+    ["join", "topic", "partition"],
+)
+finality_lag = Gauge(
+    "etj_finality_lag_ms",
+    "A finality join's partition: its stream time minus the event time its latest promise "
+    "covers (retention plus how far the promise lags; grows while promises stand still)",
+    ["join", "partition"],
+)
+
+
+class WeightedHistogram(Collector):
+    """A histogram whose observation may count for many records at once.
+
+    Why not prometheus_client's Histogram: the answer latency is known per input batch (when
+    it reached the worker, when the broker took what it made), for every record of it; calling
+    ``observe`` once per record would cost ~1 µs each on the hot path, here one bisect per
+    batch and partition does. Exposed as a plain histogram (``_bucket``, ``_sum``,
+    ``_count``), so ``histogram_quantile`` reads it."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        buckets: Sequence[float],
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        self.name, self.documentation = name, documentation
+        self._labelnames = tuple(labelnames)  # (what tests/unit/test_dashboard.py reads)
+        self.buckets = tuple(buckets)
+        #: label values -> [count per bucket (the last: +Inf), sum]
+        self._series: dict[tuple[str, ...], list[float]] = {}
+        registry.register(self)
+
+    def observe(self, labels: tuple[str, ...], value: float, count: int = 1) -> None:
+        """``count`` observations of ``value``."""
+        series = self._series.get(labels)
+        if series is None:
+            series = self._series[labels] = [0.0] * (len(self.buckets) + 2)
+        series[bisect_left(self.buckets, value)] += count
+        series[-1] += value * count
+
+    def remove(self, labels: tuple[str, ...]) -> None:
+        self._series.pop(labels, None)
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation, labels=self._labelnames)
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self._labelnames)
+        edges = [repr(float(b)) for b in self.buckets] + ["+Inf"]
+        for labels, series in self._series.items():
+            cumulative, buckets = 0.0, []
+            for edge, n in zip(edges, series[:-1]):
+                cumulative += n
+                buckets.append((edge, cumulative))
+            family.add_metric(list(labels), buckets, series[-1])
+        yield family
+
+
+answer_latency = WeightedHistogram(
+    "etj_answer_latency_seconds",
+    "An input record's arrival at the worker (its fetch handed to the join) to the broker "
+    "taking everything it made (for an event answered at once, its first revision)",
+    ["join"],
+    (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
 )
 
 

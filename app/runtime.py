@@ -48,8 +48,13 @@ hands back instead: :mod:`app.outputs.delivery`. It is here, below both, because
 through Faust's topics (:mod:`app.compat.producer`) and the hot path's
 (:mod:`app.outputs.delivery`, which imports that module) end the process alike.
 
+**A refusal** (:func:`refuse`): a join whose partition's state was written by a spec the running
+one cannot read it as (:mod:`app.joins.fingerprint`) ends the process at once with
+:data:`REFUSED_CODE` and one line that says what changed and the ways forward, committing
+nothing more. Not fail-stop's code: a restart does not help, and the alerts tell them apart.
+
 **A start refused by its specs** (:func:`refuse_start`): a join spec that cannot run, found as
-the app is loaded (:mod:`app.topology`), is one line on stderr and exit :data:`REFUSED`, the
+the app is loaded (:mod:`app.topology`), is one line on stderr and exit :data:`START_REFUSED`, the
 same line ``joins validate`` prints (:mod:`app.commands.joins`, which is left to report it).
 """
 
@@ -70,11 +75,13 @@ from app.settings import Settings
 __all__ = [
     "EXIT_CODE",
     "GC_THRESHOLDS",
-    "REFUSED",
+    "REFUSED_CODE",
+    "START_REFUSED",
     "debugging",
     "fail_stop",
     "freeze_long_lived",
     "refusal_line",
+    "refuse",
     "refuse_start",
     "use_event_loop",
     "use_gc_thresholds",
@@ -132,10 +139,25 @@ def fail_stop(reason: str) -> None:
     _exit(EXIT_CODE)
 
 
+#: exit status of a worker that refuses to run a join's state as its spec stands (EX_CONFIG):
+#: it refuses again after every restart until the spec or ETJ_APP_ID changes
+REFUSED_CODE = 78
+
+
+def refuse(reason: str) -> None:
+    """End the worker now with ``reason`` (one line), committing nothing more."""
+    log.critical("%s; exiting (%d)", reason, REFUSED_CODE)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _exit(REFUSED_CODE)
+
+
 # --- a spec that cannot run: refused at start in one line -----------------------------------
 
 #: exit status of a process refused at start by its join specs (a usage error, as click's)
-REFUSED = 2
+START_REFUSED = 2
 
 
 def validating(argv: Sequence[str]) -> bool:
@@ -165,7 +187,7 @@ def refusal_line(exc: BaseException) -> str:
 
 def refuse_start(exc: BaseException, argv: Sequence[str] = sys.argv) -> None:
     """A join spec that cannot run, found as the app is loaded: one line on stderr (the
-    traceback too at debug level) and exit :data:`REFUSED`, before any broker is asked. Not
+    traceback too at debug level) and exit :data:`START_REFUSED`, before any broker is asked. Not
     for ``joins validate``, which reports it itself (:func:`validating`: this returns).
 
     Why: raised through Faust's command line, the refusal was the last line of a ~90-line
@@ -177,4 +199,4 @@ def refuse_start(exc: BaseException, argv: Sequence[str] = sys.argv) -> None:
 
         traceback.print_exception(exc, file=sys.stderr)
     print(refusal_line(exc), file=sys.stderr, flush=True)
-    raise SystemExit(REFUSED)
+    raise SystemExit(START_REFUSED)

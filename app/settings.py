@@ -261,6 +261,29 @@ class Settings(BaseSettings):
     kafka_sasl_password: SecretStr | None = Field(
         None, description="SASL password, when no file gives it."
     )
+    schema_registry_url: str | None = Field(
+        None,
+        description="Confluent Schema Registry (`http://host:8081` or `https://…`): needed by "
+        "a join spec side whose `format` is `avro`, `protobuf` or `json-sr` (or `key_format` "
+        "`avro`) and by an `output_format` other than `json`; over https, the CA and client "
+        "certificate of `ETJ_KAFKA_TLS_CA_FILE` / `ETJ_KAFKA_TLS_CERT_FILE` / "
+        "`ETJ_KAFKA_TLS_KEY_FILE` are used when set (docs/joins/declarative.md#schema-registry-formats).",
+    )
+    schema_registry_username: str | None = Field(
+        None, description="Schema Registry basic-auth user (unset: no authentication)."
+    )
+    schema_registry_password_file: Path | None = Field(
+        None, description="File holding the Schema Registry basic-auth password."
+    )
+    schema_registry_password: SecretStr | None = Field(
+        None, description="Schema Registry basic-auth password, when no file gives it."
+    )
+    schema_registry_cache: int = Field(
+        1_000,
+        ge=1,
+        description="Writer schemas kept per worker (the least recently used is dropped past "
+        "it; a record whose schema was dropped makes it fetched again).",
+    )
     views_token_file: Path | None = Field(
         None,
         description="File holding the bearer token the state views require "

@@ -40,6 +40,7 @@ from app.joins.catalog import load_all
 from app.joins.fk_spec import FkJoinSpec
 from app.joins.fk_state import INT_KEYS, JSON_KEYS, IndexKeys, index_table_class
 from app.joins.joins_table import JoinsTable
+from app.joins.resolve import refuse_without_registry
 from app.joins.spec import JoinSpec, Side, SpecError
 from app.state.range_scan import RangeTable, range_table
 
@@ -207,7 +208,8 @@ def _specs() -> tuple[list[JoinSpec], list[FkJoinSpec]]:
     start in one line (:func:`app.runtime.refuse_start`), but for ``joins validate``, which
     then loads with no join and reports it."""
     try:
-        return load_all(settings)
+        events, fks = load_all(settings)
+        return refuse_without_registry(events, settings.schema_registry_url), fks
     except SpecError as exc:
         runtime.refuse_start(exc)
         return [], []

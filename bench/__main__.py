@@ -31,6 +31,7 @@ SUITE = (
     "car_throughput",
     "movies_throughput",
     "repartition",
+    "avro_throughput",
     "hot_key",
     "hot_dimension",
     "peer_quix",

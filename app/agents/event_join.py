@@ -21,32 +21,39 @@ whose source record is not known delivered (acked by this process, or committed:
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from faust.types import TP
 
-from app import metrics
-from app.compat.stores import StoreIO, committed_offset
+from app import metrics, runtime
+from app.compat.stores import committed_offset
 from app.faust_app import app, settings
 from app.inputs.admission import Early
 from app.inputs.parsers import as_dict
 from app.inputs.records import InvalidRecord
+from app.joins.fingerprint import SpecGuard
 from app.joins.joins_table import joins_overlay
 from app.joins.state import FinalJoinError, JoinState
+from app.kafka.schema_registry import shared_registry, subject_of
 from app.logic.event_join import CAUSES, Revision
 from app.logic.finality import next_step, ready_now
-from app.loop.acks import dead_letter
+from app.loop.dead_letters import dead_letter
 from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
 from app.outputs import sinks
+from app.outputs.revision_formats import SCHEMA_TYPES, encoder, revision_schema
 from app.state.overlay import Overlay
+from app.state.store_io import StoreIO
 from app.topology import JoinTopology, joins
 
 if TYPE_CHECKING:
     from prometheus_client import Counter
 
 __all__ = ["JoinEngine", "engines"]
+
+log = logging.getLogger(__name__)
 
 
 class JoinEngine:
@@ -67,13 +74,21 @@ class JoinEngine:
             joins_overlay(StoreIO(t.joins)),
             Overlay(StoreIO(t.clock)),
         )
-        self.state = JoinState(spec, *self.overlays, self.delivered, self.emitted)
+        #: the spec's fingerprint against each partition's (app.joins.fingerprint): a state
+        #: written by a spec this one cannot read ends the worker (app.runtime.refuse)
+        self.guard = SpecGuard(
+            spec, spec.partitions or settings.partitions, runtime.refuse, log.warning
+        )
+        self.state = JoinState(spec, *self.overlays, self.delivered, self.emitted, guard=self.guard)
         #: (key, value, timestamp) -> the flat record: msgspec's fast path for a flat side
         #: with an epoch-ms time, the shaped parser for one with nested paths, another time
         #: format or the Kafka timestamp (docs/joins/declarative.md#records-shaped-otherwise)
+        #: (a side written otherwise than JSON text decodes it first: app.inputs.wire_formats,
+        #: its writer schemas fetched before each batch, :meth:`prepare`)
+        self.schemas = shared_registry(settings)
         self._parsers = {
-            spec.events.input: spec.events.parser(),
-            spec.dimension.input: spec.dimension.parser(),
+            spec.events.input: spec.events.parser(self.schemas),
+            spec.dimension.input: spec.dimension.parser(self.schemas),
         }
         #: input topic -> its side's own tolerance of records from the future (a side with
         #: ``max_future_ms``: versions effective later; app.loop.intake judges by it)
@@ -82,6 +97,20 @@ class JoinEngine:
             for s in (spec.events, spec.dimension)
             if s.max_future_ms is not None
         }
+        #: input topic -> (its keys' framed format, its values'), None where not framed
+        self._framed: dict[str, tuple[str | None, str | None]] = {
+            side.input: (
+                "avro" if side.framed[0] else None,
+                side.format if side.framed[1] else None,
+            )
+            for side in (spec.events, spec.dimension)
+            if any(side.framed)
+        }
+        #: a revision's bytes: JSON text, or with output_format avro/json-sr the registry's
+        #: framing, known once its schema is registered (:meth:`register_output`)
+        self._encode: Any = orjson.dumps if spec.output_format == "json" else None
+        if self._encode is None:
+            app.start_steps.append(self.register_output)
         #: cause -> its counter (a str key: ``_counts`` mixes the causes with "released")
         self._revisions: dict[str, Counter] = {
             c: metrics.revisions_out.labels(spec.name, c) for c in CAUSES
@@ -185,7 +214,7 @@ class JoinEngine:
             if src is None
             else {"topic": self.inputs[src[0]], "partition": self._handling_p, "offset": src[1]}
         )
-        return Out(self.output, rev.id.encode(), orjson.dumps(wire), again)
+        return Out(self.output, rev.id.encode(), self._encode(wire), again)
 
     def lineage(self, src: Any, partition: int) -> dict[str, Any] | None:
         """A stored source (``[input, offset]``) as the output names it (None: unknown)."""
@@ -254,6 +283,26 @@ class JoinEngine:
         outs.append(Out(topic, str(partition).encode(), orjson.dumps(value), True))
         return outs
 
+    # --- the Schema Registry -------------------------------------------------------------------
+    async def register_output(self) -> None:
+        """Register the output's schema under ``<output>-value`` (at start; waits while the
+        registry does not answer, a refusal stops the worker) and write revisions with it."""
+        if self._encode is not None:
+            return
+        assert self.schemas is not None  # refused at start without ETJ_SCHEMA_REGISTRY_URL
+        fmt = self.spec.output_format
+        text = revision_schema(self.spec)
+        schema_id = await self.schemas.register(subject_of(self.output), text, SCHEMA_TYPES[fmt])
+        self._encode = encoder(fmt, schema_id, text)
+
+    async def prepare(self, batches: list[Any]) -> None:
+        """Before a batch is parsed (:meth:`app.loop.intake.Intake.take`): the writer schemas
+        of its framed records fetched, the output's schema registered."""
+        if self._encode is None:
+            await self.register_output()
+        if self._framed and self.schemas is not None:
+            await self.schemas.prefetch_batches(self._framed, batches)
+
     # --- time ----------------------------------------------------------------------------------
     def end_batch(self) -> None:
         """The loop's batch is handled: stream times to the clock table and the gauges, the
@@ -275,9 +324,12 @@ class JoinEngine:
                 )
             gauge.set(t)
 
-    def _limit(self, clock: int, is_event: bool) -> int | None:
+    def _limit(self, clock: int, is_event: bool, partition: int) -> int | None:
         """Records before this event time are late (None: none is)."""
         horizon = clock - self.spec.retention_ms
+        floor = self.state.late_before.get(partition)  # a longer retention's (fingerprint)
+        if floor is not None and floor > horizon:
+            horizon = floor
         if not is_event:
             return horizon if self.spec.late_dimensions else None
         if self.spec.window_ms is None:
@@ -344,7 +396,7 @@ class JoinEngine:
             else ()
         )
         clock = self.state.stream_time(partition)
-        limit = None if clock is None else self._limit(clock, is_event)
+        limit = None if clock is None else self._limit(clock, is_event, partition)
         if limit is not None and event_time < limit:
             metrics.late_records.labels(spec.name, topic).inc()
             assert clock is not None  # a limit is only made from a clock

@@ -42,15 +42,15 @@ from typing import Any
 import orjson
 
 from app import metrics
-from app.compat.stores import StoreIO
 from app.faust_app import app, settings
 from app.inputs.records import InvalidRecord
 from app.joins.fk_state import IndexRows, LeftRows, RightRows
 from app.logic.fk_join import Joined, Move, apply_add, apply_del, apply_left, apply_right
-from app.loop.acks import dead_letter
+from app.loop.dead_letters import dead_letter
 from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
 from app.state.overlay import Overlay
+from app.state.store_io import StoreIO
 from app.topology import FkJoinTopology, fk_joins
 
 __all__ = ["FkJoin", "LeftSide", "RightSide", "engines"]

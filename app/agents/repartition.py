@@ -39,7 +39,8 @@ from app.faust_app import app, settings
 from app.inputs.records import InvalidRecord
 from app.joins.rekey import rekeyer
 from app.joins.spec import JoinSpec, Side
-from app.loop.acks import dead_letter
+from app.kafka.schema_registry import shared_registry
+from app.loop.dead_letters import dead_letter
 from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
 from app.topology import RepartitionHop, joins
@@ -62,7 +63,13 @@ class RepartitionEngine:
         self.source, self.target = side.topic, side.repartition
         self.dead_letters = settings.dead_letter_topic
         #: (value, timestamp) -> (the join key's bytes, the event time): the join's own rules
-        self._rekey = rekeyer(side)
+        #: (a side written otherwise than JSON text: its writer schemas fetched before each
+        #: batch, :meth:`prepare`)
+        self.schemas = shared_registry(settings)
+        self._rekey = rekeyer(side, self.schemas)
+        self._framed: dict[str, tuple[str | None, str | None]] = (
+            {self.source: (None, side.format)} if side.format != "json" else {}
+        )
         self.loop = DurableLoop(self, (self.source,), hop=True)
         body = agent_body(self.loop)
         body.__qualname__ = body.__name__ = f"{spec.name}_{hop.name}_repartition"
@@ -72,6 +79,11 @@ class RepartitionEngine:
 
     def end_batch(self) -> None:
         """Nothing kept aside: the hop has no state."""
+
+    async def prepare(self, batches: list[Any]) -> None:
+        """Before a batch is parsed: the writer schemas of its framed values fetched."""
+        if self._framed and self.schemas is not None:
+            await self.schemas.prefetch_batches(self._framed, batches)
 
     def parse(
         self,

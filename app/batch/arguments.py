@@ -251,7 +251,7 @@ def spark_conf(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def settings_of(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def settings_of(args: argparse.Namespace):
     from app.settings import get_settings
 
     s = get_settings()

@@ -10,6 +10,9 @@
   (inputs with ``--inputs``; ``--dry-run``: the plan, with no broker too);
 - :mod:`app.commands.joins` — ``joins validate [FILE]``: a joins file checked offline, one line
   per spec or the one line a worker's start would be refused with;
+- :mod:`app.commands.dead_letters` — ``dead-letters replay``: the dead letters whose cause is
+  gone sent back to their input topic, judged again by the worker's rules
+  (:mod:`app.commands.replay`);
 - :mod:`app.commands.sink` — ``sink postgres --join NAME --dsn DSN``: a join's answers landed
   in a PostgreSQL table by the consumer rule (:mod:`app.downstream.postgres_sink`).
 

@@ -24,7 +24,11 @@ Input topics of the joins — every join the worker runs: the built-in ones, the
 every spec of ``ETJ_JOINS_FILE`` — are validated exactly as the worker validates them (by the
 spec's wire model, key check included, which an archive cannot repeat later): records the worker
 dead-letters are left out and counted, so the batch answer is computed from what the stream
-accepted. Other topics (outputs, late, dead letters) are written as they are.
+accepted. Other topics (outputs, late, dead letters) are written as they are. A topic written
+otherwise than JSON text (a side's ``format`` ``avro``, ``protobuf``, ``json-sr`` or a binary
+``key_format``; a spec's ``output_format``) is decoded by the worker's own decoders
+(:mod:`app.inputs.wire_formats`, the writer schemas fetched before each fetch's records are
+read), so every archive holds JSON and the batch twin joins it as any spec's.
 
 ``--from``/``--to`` (an event-time range) keep what the joins of the events in the range need
 (:func:`app.logic.event_range.needs`): events and output revisions in the range, dimension
@@ -55,11 +59,14 @@ from faust.cli import argument, option
 from app.faust_app import app, settings
 from app.inputs.parsers import as_dict
 from app.inputs.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse
+from app.inputs.wire_formats import value_decoder
 from app.joins.catalog import batch_fk_specs, batch_specs, load_fk_specs, load_specs, topic_roles
 from app.joins.columns import fk_output_columns, model_columns, output_columns
 from app.joins.rekey import any_key_parser
+from app.joins.resolve import refuse_without_registry
 from app.joins.spec import Side
 from app.kafka.connection import bootstrap_servers
+from app.kafka.schema_registry import shared_registry
 from app.kafka.security import aiokafka_auth
 from app.logic.event_range import EventRange, Role, needs, parse_time
 from app.logic.future_records import kafka_timestamp
@@ -88,19 +95,54 @@ def input_models() -> dict[str, type[WireModel] | Side]:
     }
     for spec in batch_specs(settings).values():
         for side in (spec.events, spec.dimension):
+            written_otherwise = side.format != "json" or side.key_format != "str"
             read_as_worker = side.shaped or side.repartition or side.time_given
-            models[side.topic] = side if read_as_worker else side.model
+            models[side.topic] = side if read_as_worker or written_otherwise else side.model
     for fk in batch_fk_specs(settings).values():  # foreign-key joins, the car join among them
         for side in (fk.left, fk.right):
             models[side.topic] = side if side.shaped else side.model
     return models
 
 
-@functools.cache
 def _side_parser(side: Side) -> Any:
-    """A side's parser; a repartitioned side's topic is keyed by anything, and read as the hop
-    reads it (:func:`app.joins.rekey.any_key_parser`)."""
-    return any_key_parser(side) if side.repartition else side.parser()
+    return _parser_of(side, shared_registry(settings))
+
+
+@functools.cache
+def _parser_of(side: Side, schemas: Any) -> Any:
+    """A side's parser of its own topic (its keys as :attr:`Side.key_format` says); a
+    repartitioned side's topic is keyed by anything, and read as the hop reads it
+    (:func:`app.joins.rekey.any_key_parser`). A side written otherwise than JSON text is
+    decoded with its writer schemas (fetched before each fetch's records: :func:`framing`)."""
+    if side.repartition:
+        return any_key_parser(side, schemas)
+    return side.parser(schemas, key_format=side.key_format)
+
+
+def framing(topic: str) -> tuple[str | None, str | None]:
+    """(the keys' framed format, the values') of a topic of the joins (None: not framed): an
+    input side's, or an output whose ``output_format`` is Avro or JSON-SR; refused with the
+    worker's words when no registry is set."""
+    specs = list(batch_specs(settings).values())
+    for spec in specs:
+        framed: tuple[str | None, str | None] = (None, None)
+        for side in (spec.events, spec.dimension):
+            if side.topic == topic:
+                framed = (
+                    "avro" if side.key_format == "avro" else None,
+                    None if side.format == "json" else side.format,
+                )
+        if spec.output == topic and spec.output_format != "json":
+            framed = (None, spec.output_format)
+        if framed != (None, None):
+            refuse_without_registry([spec], settings.schema_registry_url)
+            return framed
+    return None, None
+
+
+@functools.cache
+def _output_decoder(fmt: str, schemas: Any) -> Any:
+    return value_decoder(fmt, schemas)
 
 
 #: Parquet columns of the car join's topics (field, arrow type), wire-contract order; the same
@@ -184,11 +226,18 @@ def archive_value(
     key: bytes | None,
     value: bytes | None,
     timestamp: int | None = None,
+    framed: str | None = None,
     headers: Any = None,
 ) -> Any:
     """One record -> its archived JSON value, or None when it is left out. ``timestamp``: its
-    Kafka timestamp (the event time of a ``$timestamp`` side); ``headers``: its Kafka headers
-    (a side's ``$header.<name>`` fields)."""
+    Kafka timestamp (the event time of a ``$timestamp`` side); ``framed``: the format of an
+    output topic written otherwise than JSON text (``avro``, ``json-sr``), archived as its JSON
+    twin; ``headers``: its Kafka headers (a side's ``$header.<name>`` fields)."""
+    if model is None and framed is not None:
+        try:
+            return _output_decoder(framed, shared_registry(settings))(value)
+        except InvalidRecord:
+            return None
     if model is not None:
         try:
             if isinstance(model, Side):
@@ -216,6 +265,15 @@ def archive_line(
     """One record -> its archive line, or None when it is left out."""
     data = archive_value(model, key, value)
     return None if data is None else json.dumps(data, separators=(",", ":"))
+
+
+@dataclass
+class _Fetched:
+    """A fetch's records of one partition, as :meth:`SchemaRegistry.prefetch_batches` reads
+    a batch."""
+
+    topic: str
+    records: list[Any]
 
 
 class Sink(Protocol):
@@ -352,6 +410,8 @@ async def archive_topic(
     ``progress_s``: a progress line on stderr this often. ``event_range`` and ``roles``
     (the topic's roles in the joins, :func:`range_roles`): keep only what the range needs.
     """
+    key_framed, value_framed = framing(topic)
+    schemas = shared_registry(settings) if (key_framed or value_framed) else None
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap_servers(broker_url),
         enable_auto_commit=False,
@@ -375,6 +435,11 @@ async def archive_topic(
             last = shown = time.monotonic()
             while True:
                 batch = await consumer.getmany(timeout_ms=200)
+                if schemas is not None:  # the writer schemas first, as the worker does
+                    await schemas.prefetch_batches(
+                        {topic: (key_framed, value_framed)},
+                        [_Fetched(topic, msgs) for msgs in batch.values()],
+                    )
                 for tp, msgs in batch.items():
                     for m in msgs:
                         _archive_one(
@@ -388,6 +453,7 @@ async def archive_topic(
                             kafka_timestamp(m.timestamp),
                             event_range,
                             roles or [],
+                            value_framed if model is None else None,
                             m.headers,
                         )
                         last = time.monotonic()
@@ -425,10 +491,11 @@ def _archive_one(
     timestamp: int | None = None,
     event_range: EventRange = EventRange(),
     roles: Sequence[tuple[Role, str | None]] = (),
+    framed: str | None = None,
     headers: Any = None,
 ) -> None:
     stats.read += 1
-    data = archive_value(model, key, value, timestamp, headers)
+    data = archive_value(model, key, value, timestamp, framed, headers)
     if data is None:
         if model is not None:
             stats.invalid += 1

@@ -25,7 +25,7 @@ from app.faust_app import app, settings
 from app.joins.catalog import load_all
 from app.joins.fk_spec import FkJoinSpec
 from app.joins.spec import JoinSpec, Side, SpecError
-from app.runtime import REFUSED, refusal_line
+from app.runtime import START_REFUSED, refusal_line
 
 __all__ = ["summary", "validate"]
 
@@ -57,7 +57,7 @@ def validate(path: Path | None) -> tuple[int, list[str]]:
     try:
         events, fks = load_all(s)
     except SpecError as exc:
-        return REFUSED, [refusal_line(exc)]
+        return START_REFUSED, [refusal_line(exc)]
     specs: list[JoinSpec | FkJoinSpec] = [*events, *fks]
     return 0, [summary(spec) for spec in specs]
 

@@ -20,12 +20,15 @@ In the order a record meets them: a fetch (:mod:`~app.compat.log_gaps`,
 offsets committed by range (:mod:`~app.compat.consumer`; changelog records stepped in place,
 :mod:`~app.compat.eager_delivery`) -> tables recovered from their changelogs
 (:mod:`~app.compat.table_manager`, :mod:`~app.compat.recovery`,
-:mod:`~app.compat.changelog_holes`) and read and written through their stores
-(:mod:`~app.compat.stores`, :mod:`~app.compat.rocksdb_memory`, :mod:`~app.compat.table_codec`)
+:mod:`~app.compat.changelog_holes`) and kept in their stores (:mod:`~app.compat.stores`,
+:mod:`~app.compat.rocksdb_memory`, :mod:`~app.compat.table_codec`; etj's reads and writes of
+them: :mod:`app.state.store_io`)
 -> produced (:mod:`~app.compat.producer`) -> the group left at a stop
 (:mod:`~app.compat.leave_group`). The machinery: :mod:`~app.compat.versions` (the tested
-releases), :mod:`~app.compat.upstream` (what each patch replaces, and its hash),
-:mod:`~app.compat.release_check` (``make compat-check``).
+releases), :mod:`~app.compat.upstream` (what each patch replaces, and its hash: the registry a
+worker imports), :mod:`~app.compat.upstream_audit` (the upgrade audit: each patch's docstring,
+the code that replaces upstream unregistered), :mod:`~app.compat.release_check`
+(``make compat-check``).
 
 Every patch's docstring has one form (upstream behaviour, symptom, the test that reproduces it,
 when to remove), and records a hash of the upstream source it was written against

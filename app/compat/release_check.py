@@ -8,10 +8,11 @@ ones given (pip cannot override an exact pin of the project it installs, so the 
 goes in with ``--no-deps``), then runs, with ``ETJ_UNTESTED_VERSIONS=1`` (the worker's refusal
 of untested versions becomes a warning):
 
-1. ``python -m app.compat.upstream``: every registered patch with the hash of the upstream source
-   it was written against and the hash now (:mod:`app.compat.upstream`); fails naming each patch
-   whose upstream changed or is gone, and each module of app.compat that no longer imports (each
-   imported on its own, not through ``app/compat/__init__.py``, so one does not hide the rest);
+1. ``python -m app.compat.upstream_audit``: every registered patch with the hash of the upstream
+   source it was written against and the hash now (:mod:`app.compat.upstream_audit`); fails
+   naming each patch whose upstream changed or is gone, and each module of app.compat that no
+   longer imports (each imported on its own, not through ``app/compat/__init__.py``, so one does
+   not hide the rest);
 2. the unit and agent tiers, ``pytest tests/unit tests/agent -m "unit or agent"``.
 
 It exits 1 when either failed (both always run), 2 when the release does not install.
@@ -34,15 +35,15 @@ ROOT = Path(__file__).resolve().parents[2]
 TIERS = "unit or agent"
 #: what the unit and agent tiers import (the batch extra: pyarrow, for the archive's tests)
 EXTRAS = ("test", "batch")
-#: ``python -m app.compat.upstream``, but without running ``app/compat/__init__.py`` first (it
-#: imports every patch module, so one that no longer imports would hide all the others): each
-#: module is imported on its own, and one that fails is reported by name with its error
+#: ``python -m app.compat.upstream_audit``, but without running ``app/compat/__init__.py`` first
+#: (it imports every patch module, so one that no longer imports would hide all the others):
+#: each module is imported on its own, and one that fails is reported by name with its error
 HASH_CHECK = """\
 import sys, types, pathlib, app
 package = types.ModuleType("app.compat")
 package.__path__ = [str(pathlib.Path(app.__file__).parent / "compat")]
 sys.modules["app.compat"] = package
-from app.compat.upstream import main
+from app.compat.upstream_audit import main
 sys.exit(main([]))
 """
 
@@ -98,7 +99,7 @@ def main(argv: list[str]) -> int:
         return 2
     env = {**os.environ, "ETJ_UNTESTED_VERSIONS": "1"}
     env.pop("PYTHONPATH", None)  # the scratch venv's packages, not another's
-    hashes = _run([python, "-c", HASH_CHECK], env, f"{python} -m app.compat.upstream")
+    hashes = _run([python, "-c", HASH_CHECK], env, f"{python} -m app.compat.upstream_audit")
     tiers = (
         None
         if args.no_tiers

@@ -26,25 +26,11 @@ already installed in the process does not hide it. :func:`changed` recomputes ev
 test (``tests/unit/test_upstream.py``) and ``make compat-check`` fail naming each patch whose
 upstream changed or is gone.
 
-Each registered patch's docstring has a fixed form (:func:`parse_doc`; the docs page
-``docs/contributing/patches.md`` is generated from it by :mod:`app.docgen.patches_doc`)::
-
-    What the patch does, in a sentence or a paragraph (free text).
-
-    Upstream: what the replaced code does (faust-streaming 0.15.3), one paragraph.
-    Symptom: what that did here, one paragraph.
-    Test: tests/unit/test_log_gaps.py::test_skipped_ranges (one or more path::function).
-    Remove when: the upstream change that makes the patch unneeded.
-
-The command line::
-
-    python -m app.compat.upstream                 # every patch: recorded and current hash; exit 1
-                                                  # if one changed (and the code that replaces
-                                                  # upstream but registers nothing)
-    python -m app.compat.upstream --hash TARGET…  # the current hash of each target, as a
-                                                  # decorator line to paste
-
-The registry is filled by importing every module of :mod:`app.compat` (:func:`load`).
+This module is the registry, what a worker imports at start (every patch module imports
+:func:`replaces`); the upgrade audit (each patch's docstring form, the code that replaces
+upstream but registers nothing, ``python -m app.compat.upstream_audit``) is
+:mod:`app.compat.upstream_audit`. The registry is filled by importing every module of
+:mod:`app.compat` (:func:`load`).
 """
 
 from __future__ import annotations
@@ -70,17 +56,17 @@ __all__ = [
     "upstream_source",
     "upstream_hash",
     "changed",
+    "versions",
     "Change",
     "Patch",
-    "parse_doc",
-    "doc_problems",
-    "unregistered",
     "load",
-    "imported_upstream_names",
+    "resolve_owner",
+    "function_of",
+    "definitions",
+    "holders",
     "upstream_module",
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
 #: the package of the patches (this module's), found from here and not imported: it imports the
 #: patch modules, which import this one (an import cycle, when this module imported it back)
 PACKAGE = __name__.rpartition(".")[0]
@@ -90,8 +76,6 @@ UPSTREAM = ("faust", "aiokafka", "mode")
 #: the distributions the compat check names in its report
 DISTRIBUTIONS = ("faust-streaming", "aiokafka", "mode-streaming")
 HASH_LEN = 12
-#: the docstring sections of a patch, in this order, each once and not empty
-SECTIONS = ("Upstream", "Symptom", "Test", "Remove when")
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _HASH = re.compile(rf"^[0-9a-f]{{{HASH_LEN}}}$")
@@ -142,12 +126,12 @@ def _pairs(targets: tuple[Any, ...]) -> list[tuple[str, str]]:
         if not isinstance(recorded, str) or not _HASH.match(recorded):
             raise ValueError(
                 f"replaces({target!r}): {recorded!r} is not {HASH_LEN} lowercase hex "
-                f"digits (python -m app.compat.upstream --hash {target})"
+                f"digits (python -m app.compat.upstream_audit --hash {target})"
             )
-    return pairs  # type: ignore[return-value]
+    return pairs
 
 
-def _function_of(obj: Any) -> Any:
+def function_of(obj: Any) -> Any:
     """The function (or class) behind a decorated object: property, ServiceTask, classmethod."""
     for _ in range(8):
         if isinstance(obj, property) and obj.fget is not None:
@@ -175,7 +159,7 @@ def replaces(*targets: Any) -> Callable[[T], T]:
     pairs = _pairs(targets)
 
     def decorate(obj: T) -> T:
-        fn = _function_of(obj)
+        fn = function_of(obj)
         module = getattr(fn, "__module__", None) or "?"
         qualname = getattr(fn, "__qualname__", None) or repr(fn)
         if "<locals>" in qualname and module.startswith("app."):
@@ -258,7 +242,7 @@ def _defined_names(node: ast.stmt) -> list[str]:
 
 
 @cache
-def _definitions(holder: Any) -> dict[str, str]:
+def definitions(holder: Any) -> dict[str, str]:
     """name -> its definition's source text, for every name ``holder``'s source (a module's or a
     class's) defines at its top level; {} when there is no source to read."""
     try:
@@ -279,20 +263,11 @@ def _definitions(holder: Any) -> dict[str, str]:
     return out
 
 
-def _holders(owner: Any) -> list[Any]:
+def holders(owner: Any) -> list[Any]:
     """Where ``owner``'s members are defined: the module, or the class and its bases."""
     if inspect.isclass(owner):
         return [c for c in owner.__mro__ if c.__module__ != "builtins"]
     return [owner]
-
-
-def _defined_upstream(owner: Any, name: str) -> bool:
-    """Does upstream's source define ``name`` in ``owner`` (or a base of it)?"""
-    return any(
-        name in _definitions(h)
-        for h in _holders(owner)
-        if upstream_module(h) or inspect.ismodule(h)
-    )
 
 
 def upstream_module(obj: Any) -> bool:
@@ -309,9 +284,9 @@ def upstream_source(target: str) -> str:
     (property, ServiceTask and wrappers unwrapped). Dedented, line ends normalised.
     """
     owner, name = resolve_owner(target)
-    text = next((_definitions(h)[name] for h in _holders(owner) if name in _definitions(h)), None)
+    text = next((definitions(h)[name] for h in holders(owner) if name in definitions(h)), None)
     if text is None:
-        obj = _function_of(getattr(owner, name))
+        obj = function_of(getattr(owner, name))
         if not upstream_module(obj):
             raise LookupError(
                 f"{target}: no upstream definition found (the object there comes "
@@ -346,269 +321,7 @@ def changed() -> list[Change]:
     return out
 
 
-# -- the docstring form ----------------------------------------------------------------------
-
-_HEADER = re.compile(r"^(" + "|".join(SECTIONS) + r"):(.*)$")
-#: a test a ``Test:`` section names: a file of the repository, ``::``, a function (``Class::f``)
-TEST_REF = re.compile(r"(?<![\w/.-])([\w./-]+\.py)::([A-Za-z_]\w*(?:::[A-Za-z_]\w*)*)")
-
-
-@dataclass(frozen=True)
-class PatchDoc:
-    """A patch's docstring: the free text, and the four sections (missing ones absent)."""
-
-    text: str
-    sections: dict[str, str]
-    problems: tuple[str, ...]  #: what breaks the form (missing, empty, twice, out of order)
-
-    @property
-    def tests(self) -> list[tuple[str, str]]:
-        """(file, function) of each test the ``Test:`` section names."""
-        return TEST_REF.findall(self.sections.get("Test", ""))
-
-
-def parse_doc(doc: str | None) -> PatchDoc:
-    """Split a patch's docstring into its free text and the sections ``Upstream:``,
-    ``Symptom:``, ``Test:``, ``Remove when:``.
-
-    A section starts with its name and a colon at the start of a line and runs to the next
-    section or the next blank line (one paragraph); every other line is free text. Each of the
-    four must be there once, in that order, not empty; ``Test:`` must name at least one test as
-    ``path/to/test_file.py::test_function``.
-    """
-    lines = inspect.cleandoc(doc or "").splitlines()
-    text: list[str] = []
-    sections: dict[str, list[str]] = {}
-    order: list[str] = []
-    problems: list[str] = []
-    current: str | None = None
-    for line in lines:
-        header = _HEADER.match(line)
-        if header:
-            current = header.group(1)
-            if current in sections:
-                problems.append(f"'{current}:' twice")
-            order.append(current)
-            sections[current] = [header.group(2).strip()]
-        elif not line.strip():
-            current = None
-            text.append("")
-        elif current is not None:
-            sections[current].append(line.strip())
-        else:
-            text.append(line)
-    joined = {name: " ".join(part for part in parts if part) for name, parts in sections.items()}
-    for name in SECTIONS:
-        if name not in joined:
-            problems.append(f"no '{name}:' section")
-        elif not joined[name]:
-            problems.append(f"'{name}:' is empty")
-    seen = list(dict.fromkeys(order))
-    if not problems and seen != list(SECTIONS):
-        problems.append(
-            f"sections out of order ({', '.join(seen)}; the form: {', '.join(SECTIONS)})"
-        )
-    if joined.get("Test") and not TEST_REF.search(joined["Test"]):
-        problems.append("'Test:' names no test as path/to/test_file.py::test_function")
-    free = re.sub(r"\n{3,}", "\n\n", "\n".join(text)).strip()
-    return PatchDoc(free, joined, tuple(problems))
-
-
-def doc_of(obj: Any) -> str | None:
-    """A patch's own docstring (never one inherited from the upstream method it overrides)."""
-    fn = _function_of(obj)
-    return fn.__dict__.get("__doc__") if inspect.isclass(fn) else getattr(fn, "__doc__", None)
-
-
-def missing_tests(parsed: PatchDoc, root: Path = ROOT) -> list[str]:
-    """The tests ``Test:`` names that are not there: no such file, or no such function in it."""
-    out = []
-    for path, qual in parsed.tests:
-        file = root / path
-        func = qual.split("::")[-1]
-        if not file.is_file():
-            out.append(f"{path}: no such file")
-        elif not re.search(rf"\bdef {re.escape(func)}\(", file.read_text(encoding="utf-8")):
-            out.append(f"{path}::{qual}: no function {func} in that file")
-    return out
-
-
-def doc_problems(obj: Any, root: Path = ROOT) -> list[str]:
-    """What is wrong with a patch's docstring: its form, and the tests it names."""
-    parsed = parse_doc(doc_of(obj))
-    return list(parsed.problems) + missing_tests(parsed, root)
-
-
-def patch_objects(patches: list[Patch] | None = None) -> dict[str, Any]:
-    """``module:qualname`` -> the patch object, once each, in registration order."""
-    return {p.name: p.obj for p in (registry() if patches is None else patches)}
-
-
-# -- what replaces upstream code but is not registered ---------------------------------------
-
-
-def imported_upstream_names(tree: ast.Module) -> set[str]:
-    """Names a module binds to something imported from faust, aiokafka or mode (what an
-    assignment onto such a name would patch)."""
-    names = set()
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.ImportFrom)
-            and (node.module or "").split(".")[0] in UPSTREAM
-            and not node.level
-        ):
-            names |= {a.asname or a.name for a in node.names}
-        elif isinstance(node, ast.Import):
-            names |= {
-                (a.asname or a.name).split(".")[0]
-                for a in node.names
-                if a.name.split(".")[0] in UPSTREAM
-            }
-    return names
-
-
-def _chain(node: ast.expr) -> list[str] | None:
-    """``a.b.c`` -> ["a", "b", "c"]; None for anything but names and attributes."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return [node.id, *reversed(parts)]
-
-
-def _same_place(a: tuple[Any, str], b: tuple[Any, str]) -> bool:
-    (owner_a, name_a), (owner_b, name_b) = a, b
-    if name_a != name_b:
-        return False
-    if owner_a is owner_b:
-        return True
-    return (
-        inspect.isclass(owner_a)
-        and inspect.isclass(owner_b)
-        and (owner_b in owner_a.__mro__ or owner_a in owner_b.__mro__)
-    )
-
-
-def _is_method_like(value: Any) -> bool:
-    return (
-        inspect.isfunction(value)
-        or isinstance(value, (property, classmethod, staticmethod))
-        or (not inspect.isclass(value) and callable(getattr(value, "fun", None)))
-    )
-
-
-def unregistered(exempt: dict[str, str] | None = None) -> list[str]:
-    """Code of app.compat that replaces upstream code and is registered with no :func:`replaces`.
-
-    - an assignment ``X.attr = value`` (anywhere in a module of app.compat) where ``X`` is, or is
-      reached from, a name imported from faust, aiokafka or mode and is an upstream class or
-      module: ``X.attr`` must be the target of a registered patch, and when ``value`` is (or
-      wraps, as ``ServiceTask(f)``, ``property(f)``) a module-level function, that function
-      must be registered;
-    - a method of a class of app.compat that subclasses an upstream class and overrides an
-      upstream method of the same name: the method must be registered, or its class with that
-      method among its targets.
-
-    ``exempt``: ``module:qualname`` of code that is not a patch -> why. Returns one line each.
-    """
-    patches = registry()
-    exempt = exempt or {}
-
-    places = []
-    for patch in patches:
-        try:
-            places.append((patch, resolve_owner(patch.target)))
-        except Exception:
-            continue
-    by_name = {p.name for p in patches}
-    out: list[str] = []
-    for info in pkgutil.iter_modules(PACKAGE_PATH, PACKAGE + "."):
-        module = sys.modules.get(info.name)
-        if module is None or info.name == __name__:
-            continue
-        path = Path(module.__file__ or "")
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        imported = imported_upstream_names(tree)
-        functions = {
-            n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-        }
-        where = f"app/compat/{path.name}"
-        for node in ast.walk(tree):
-            targets = (
-                node.targets
-                if isinstance(node, ast.Assign)
-                else [node.target]
-                if isinstance(node, ast.AnnAssign)
-                else []
-            )
-            for t in targets:
-                chain = _chain(t) if isinstance(t, ast.Attribute) else None
-                if not chain or chain[0] not in imported:
-                    continue
-                try:
-                    owner: Any = module
-                    for part in chain[:-1]:
-                        owner = getattr(owner, part)
-                except AttributeError:
-                    continue
-                if not (
-                    (inspect.isclass(owner) or inspect.ismodule(owner))
-                    and (
-                        getattr(owner, "__name__" if inspect.ismodule(owner) else "__module__", "")
-                        or ""
-                    ).split(".")[0]
-                    in UPSTREAM
-                ):
-                    continue
-                if not _defined_upstream(owner, chain[-1]):
-                    continue  # an attribute of etj's own, added: nothing upstream to replace
-                place = (owner, chain[-1])
-                label = f"{where}:{node.lineno} {'.'.join(chain)} = …"
-                if not any(_same_place(place, p) for _, p in places):
-                    out.append(f"{label}: no patch registers a target {'.'.join(chain[-2:])}")
-                    continue
-                value = getattr(node, "value", None)
-                if isinstance(value, ast.Call) and value.args:
-                    value = value.args[0]  # ServiceTask(f), property(f)
-                if isinstance(value, ast.Name) and value.id in functions:
-                    name = f"{info.name}:{value.id}"
-                    if name not in by_name and name not in exempt:
-                        out.append(f"{label}: {value.id} is not registered")
-        for cls in vars(module).values():
-            if not inspect.isclass(cls) or cls.__module__ != info.name:
-                continue
-            bases = [b for b in cls.__mro__[1:] if upstream_module(b)]
-            if not bases:
-                continue
-            class_targets = {
-                p.target.rpartition(".")[2]
-                for p in patches
-                if p.module == info.name and p.qualname == cls.__qualname__
-            }
-            for attr, value in vars(cls).items():
-                if not _is_method_like(value) or not any(attr in _definitions(b) for b in bases):
-                    continue
-                name = f"{info.name}:{cls.__qualname__}.{attr}"
-                if name in by_name or attr in class_targets or name in exempt:
-                    continue
-                wrapped = getattr(value, "fun", None) or getattr(value, "fget", None)
-                if (
-                    wrapped is not None
-                    and getattr(wrapped, "__module__", None) == info.name
-                    and f"{info.name}:{wrapped.__qualname__}" in by_name
-                ):
-                    continue  # ServiceTask(f) / property(f) of a registered module function
-                base = next(b for b in bases if attr in _definitions(b))
-                out.append(
-                    f"{where} {cls.__qualname__}.{attr} overrides "
-                    f"{base.__module__}:{base.__qualname__}.{attr}: not registered"
-                )
-    return out
-
-
-# -- the command line ------------------------------------------------------------------------
+# -- the installed releases ------------------------------------------------------------------
 
 
 def versions() -> dict[str, str]:
@@ -620,56 +333,3 @@ def versions() -> dict[str, str]:
         except PackageNotFoundError:
             out[dist] = "not installed"
     return out
-
-
-def main(argv: list[str]) -> int:
-    if argv[:1] == ["--hash"]:
-        status = 0
-        for target in argv[1:]:
-            try:
-                print(f'@replaces("{target}", "{upstream_hash(target)}")')
-            except Exception as exc:
-                print(f"{target}: missing: {type(exc).__name__}: {exc}", file=sys.stderr)
-                status = 1
-        return status
-    if argv:
-        print(
-            __doc__.split("The command line::", 1)[1].split("The registry", 1)[0].rstrip(),
-            file=sys.stderr,
-        )
-        return 2
-    print("installed: " + ", ".join(f"{d} {v}" for d, v in versions().items()))
-    bad = {(c.patch, c.target): c for c in changed()}
-    for module, error in sorted(_IMPORT_ERRORS.items()):
-        print(f"BROKEN   {module} does not import: {error}")
-    patches = registry()
-    for patch in patches:
-        change = bad.get((patch.name, patch.target))
-        state = "CHANGED " if change else "ok      "
-        now = change.now if change else patch.recorded
-        print(
-            f"{state} {patch.name}  replaces {patch.target}  recorded {patch.recorded}  now {now}"
-        )
-    loose = unregistered()
-    if loose:
-        print(
-            f"\n{len(loose)} places replace upstream code without @replaces "
-            "(their upstream is not checked):"
-        )
-        for line in loose:
-            print("  " + line)
-    print(f"\n{len(patches)} registered, {len(bad)} changed or missing")
-    if bad:
-        print(
-            "changed: "
-            + ", ".join(sorted({c.patch for c in bad.values()}))
-            + "\nre-read each against the new source (docs/contributing/patches.md)"
-        )
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    # the registry lives in app.compat.upstream, which the patches import: not in __main__
-    from app.compat.upstream import main as _main
-
-    sys.exit(_main(sys.argv[1:]))

@@ -49,6 +49,8 @@ CHART_MANAGED = {
     "kafka_sasl_password": "`extraEnv` (from a Secret)",
     "views_token_file": "`web.auth.secretName`",
     "views_token": "`extraEnv` (from a Secret)",
+    "schema_registry_password_file": "`extraVolumes`/`extraVolumeMounts` (a mounted Secret)",
+    "schema_registry_password": "`extraEnv` (from a Secret)",
     # a trial of another Faust or aiokafka release, never a deployment's
     "untested_versions": "not in the chart",
 }
@@ -163,6 +165,19 @@ GROUPS: list[tuple[str, str, list[str]]] = [
             "kafka_sasl_password",
             "views_token_file",
             "views_token",
+        ],
+    ),
+    (
+        "Schema Registry",
+        "Where a join spec's Avro, Protobuf and JSON-SR records find their writer schemas, "
+        "and where an `output_format` registers its own: "
+        "[Schema Registry formats](../joins/declarative.md#schema-registry-formats).",
+        [
+            "schema_registry_url",
+            "schema_registry_username",
+            "schema_registry_password_file",
+            "schema_registry_password",
+            "schema_registry_cache",
         ],
     ),
 ]

@@ -86,8 +86,8 @@ def door(
     ``now_ms``): ``door(record, event_time)`` -> (rule, reason) or None."""
     limit = now_ms + max_future_ms
     checked = check_partitioner and bool(partitions)
-    count = partitions or 0  # checked: a count
-    known = _PARTITIONS.setdefault(partitions or 0, {})
+    count = partitions or 0  # with `checked`, the count itself
+    known = _PARTITIONS.setdefault(count, {})
     if len(known) > _CACHED_KEYS:
         known.clear()
 

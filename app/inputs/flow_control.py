@@ -121,7 +121,7 @@ class EventTimeMerge:
         if p is None:
             return []
         if not self.enabled:
-            out = []
+            out: list[Any] = []
             for q in p.queues.values():
                 while q and (limit is None or len(out) < limit):
                     out.append(q.popleft()[2])

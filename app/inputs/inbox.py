@@ -21,9 +21,10 @@ acked, and are read again from the committed offsets.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Batch", "Inbox"]
@@ -38,15 +39,17 @@ class Batch:
     records: Sequence[Any]  # aiokafka ConsumerRecords (topic, partition, offset, key, value ...)
     highwater: int | None  # the partition's high water at the fetch (None: unknown)
     generation: int  # the consumer group generation it was fetched in
+    #: when it reached the worker (``time.monotonic()``): what an answer's latency counts from
+    arrived: float = field(default_factory=time.monotonic)
 
     @property
     def first(self) -> int:
-        return self.records[0].offset  # type: ignore[no-any-return]
+        return self.records[0].offset
 
     @property
     def end(self) -> int:
         """One past the last offset."""
-        return self.records[-1].offset + 1  # type: ignore[no-any-return]
+        return self.records[-1].offset + 1
 
 
 class Inbox:

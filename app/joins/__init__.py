@@ -11,6 +11,8 @@
   recovery;
 - :mod:`app.joins.keys` — the byte keys of those rows;
 - :mod:`app.joins.rekey` — the join key of a record keyed otherwise (a repartitioned side's hop);
+- :mod:`app.joins.fingerprint` — the keys of a spec that shape its state, kept with each
+  partition's clock: a worker refuses a change that cannot read the state there;
 - :mod:`app.joins.fk_spec` — foreign-key specs (``"kind": "foreign-key"``): a left table joined
   with a right table on a field of the left row; the built-in car join is one;
 - :mod:`app.joins.fk_state` — where a foreign-key join's state lives: the newest version per key

@@ -45,7 +45,7 @@ from app.logic.car_join import (
 from app.logic.fk_join import Position
 from app.state.ordered_keys import prefix_end, zone_prefix
 from app.state.overlay import Overlay
-from app.state.range_scan import RangeTable, scan
+from app.state.range_scan import KindedRangeTable, scan
 
 __all__ = [
     "CAR_POSITIONS",
@@ -92,9 +92,9 @@ def reading_of(zone_id: int, row: Sequence[Any]) -> ZoneReading:
 # --- zone-cars: a zone's cars, one key range -----------------------------------------------------
 
 
-class ZoneCarsTable(RangeTable):
+class ZoneCarsTable(KindedRangeTable):
     """zone-cars: a zone's cars are only ever scanned together, so the memory store keeps them
-    per zone (app.compat.stores.SplitSortedDict), a sorted list each."""
+    per zone (app.state.split_sorted.SplitSortedDict), a sorted list each."""
 
     kind_by_first_byte = True  # every row is grouped, whatever its first byte
 

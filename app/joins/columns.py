@@ -99,13 +99,13 @@ def model_columns(model: type[WireModel]) -> list[Column]:
             elif isinstance(m, MaxLen):
                 col = replace(col, max_length=m.max_length)
             elif isinstance(m, Ge):
-                col = replace(col, ge=int(m.ge))  # type: ignore[call-overload]
+                col = replace(col, ge=int(m.ge))  # type: ignore[call-overload]  # a protocol in annotated_types; an int here
             elif isinstance(m, Gt):
-                col = replace(col, ge=int(m.gt) + 1)  # type: ignore[call-overload]
+                col = replace(col, ge=int(m.gt) + 1)  # type: ignore[call-overload]  # a protocol in annotated_types; an int here
             elif isinstance(m, Lt):
-                col = replace(col, lt=int(m.lt))  # type: ignore[call-overload]
+                col = replace(col, lt=int(m.lt))  # type: ignore[call-overload]  # a protocol in annotated_types; an int here
             elif isinstance(m, Le):
-                col = replace(col, lt=int(m.le) + 1)  # type: ignore[call-overload]
+                col = replace(col, lt=int(m.le) + 1)  # type: ignore[call-overload]  # a protocol in annotated_types; an int here
             elif getattr(m, "allow_inf_nan", True) is False:
                 col = replace(col, finite=True)
         out.append(col)

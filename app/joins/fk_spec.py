@@ -295,6 +295,18 @@ def resolve_fk(raw: dict[str, Any] | FkJoinConfig, index: int | None = None) -> 
             )
     if not cfg.right.copy_fields:
         raise SpecError(f"{where}: right.copy is empty: a join must copy at least one field")
+    for name, side_cfg in (("left", cfg.left), ("right", cfg.right)):
+        for what, value, default in (
+            ("format", side_cfg.format, "json"),
+            ("key_format", side_cfg.key_format, "str"),
+        ):
+            if value != default:
+                raise SpecError(
+                    f"{where}: {name}.{what} {value!r}: a foreign-key join reads "
+                    f"{what} {default!r} only "
+                    "for now (Schema Registry formats and binary keys are for event-time "
+                    "joins)"
+                )
     start = parse_start(where, "start", cfg.start) or "earliest"
     fk_entry = cfg.left.foreign_key
     left = resolve_side(

@@ -35,7 +35,7 @@ import orjson
 from app.logic.fk_join import Left, Position, Right
 from app.state.ordered_keys import decode_zone_car, encode_zone_car, prefix_end, zone_prefix
 from app.state.overlay import Overlay
-from app.state.range_scan import RangeTable, scan
+from app.state.range_scan import KindedRangeTable, RangeTable, scan
 
 __all__ = [
     "IndexKeys",
@@ -122,9 +122,9 @@ INT_KEYS = IndexKeys(encode_zone_car, decode_zone_car, zone_prefix, lambda key: 
 JSON_KEYS = IndexKeys(_json_encode, _json_decode, _json_prefix, _json_group)
 
 
-class IndexTable(RangeTable):
+class IndexTable(KindedRangeTable):
     """An index table: a right key's rows are only ever scanned together, so the memory store
-    keeps them per right key (app.compat.stores.SplitSortedDict), a sorted list each."""
+    keeps them per right key (app.state.split_sorted.SplitSortedDict), a sorted list each."""
 
     kind_by_first_byte = True  # every row is grouped, whatever its first byte
     group_key = staticmethod(JSON_KEYS.group_key)

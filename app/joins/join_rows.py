@@ -2,8 +2,9 @@
 (:class:`JoinRows`, the base of :class:`app.joins.state.JoinState`): a join by its id and a
 key's joins by time; a key's versions, one ``V`` row each (one reverse or forward read), purged
 behind the horizon, and a key's row of the layout before converted to them; each partition's
-stream time and finality promise, read once per batch and written at its end. The layout and
-why: :mod:`app.joins.state`.
+stream time and finality promise, read once per batch and written at its end, and the
+fingerprint of the spec that wrote its state, checked at the first of those reads in a batch
+(:mod:`app.joins.fingerprint`). The layout and why: :mod:`app.joins.state`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from app.joins.fingerprint import SpecGuard, spec_row_key
 from app.joins.keys import id_key, join_key, join_range, split_join_key, version_key, version_range
 from app.joins.spec import JoinSpec
 from app.logic.event_join import Join
@@ -40,11 +42,13 @@ class JoinRows:
         clock: Overlay,
         delivered: Delivered | None = None,
         emitted: Delivered | None = None,
+        guard: SpecGuard | None = None,
     ) -> None:
         """``delivered(p, src)``: the outputs of input record ``src`` are in the log (a
         superseded revision it made may be dropped from state); ``emitted(p, src)``: they are
         in the log or on their way there from this process (a duplicate need not send them
-        again; default: ``delivered``)."""
+        again; default: ``delivered``); ``guard``: the spec's fingerprint, checked against
+        each partition's (None: not checked, not written)."""
         self.spec, self.rules = spec, spec.rules
         self.np, self.nd = len(spec.payload_fields), len(spec.dimension.copy)
         self.history, self.joins, self.clock = history, joins, clock
@@ -61,6 +65,11 @@ class JoinRows:
         self._next_hold: dict[int, int | None] = {}
         #: partition -> its finality promise (app.logic.finality), read once per batch
         self._promises: dict[int, Promise] = {}
+        self.guard = guard
+        self._guarded: set[int] = set()  # partitions whose fingerprint this batch checked
+        #: partition -> records before this event time are late (a longer retention's floor,
+        #: kept with the fingerprint: app.joins.fingerprint); absent: none
+        self.late_before: dict[int, int] = {}
 
     # --- rows --------------------------------------------------------------------------------
     def load(self, raw: Any) -> Join:
@@ -93,7 +102,24 @@ class JoinRows:
         clocks = self._clocks
         if p not in clocks:
             clocks[p] = self.clock.get(p, p)
+            if self.guard is not None and p not in self._guarded:
+                self._check_spec(p)
         return clocks[p]
+
+    def _check_spec(self, p: int) -> None:
+        """The spec that wrote ``p``'s state against this one (:class:`SpecGuard`), once per
+        batch, before anything of the batch is joined on ``p``: a refusal ends the worker;
+        a state without a fingerprint, or a compatible one, gets this spec's."""
+        assert self.guard is not None
+        self._guarded.add(p)
+        key = spec_row_key(p)
+        row, late_before = self.guard.check(p, self.clock.get(p, key), self.clock.get(p, p))
+        if row is not None:
+            self.clock.put(p, key, row)
+        if late_before is None:
+            self.late_before.pop(p, None)
+        else:
+            self.late_before[p] = late_before
 
     def advance(self, p: int, event_time: int) -> int:
         """The stream time of ``p`` once ``event_time`` is seen (it never goes back)."""
@@ -115,6 +141,7 @@ class JoinRows:
         self._converted_now.clear()
         self._next_hold.clear()
         self._promises.clear()
+        self._guarded.clear()
         for (p, key), src in list(self._converting.items()):
             if self.delivered(p, src):  # its V rows are in the log: the old row may go
                 self.history.delete(p, key)
@@ -132,12 +159,12 @@ class JoinRows:
     def _time_before(self, p: int, key: str, t: int) -> int | None:
         """The greatest version time before ``t`` (one reverse read), or None."""
         row = self.joins.edge(p, *version_range(key, None, t), last=True)
-        return None if row is None else row[1][0]  # type: ignore[no-any-return]
+        return None if row is None else row[1][0]
 
     def _time_from(self, p: int, key: str, t: int) -> int | None:
         """The least version time at or after ``t`` (one forward read), or None."""
         row = self.joins.edge(p, *version_range(key, t, None))
-        return None if row is None else row[1][0]  # type: ignore[no-any-return]
+        return None if row is None else row[1][0]
 
     def _purge(self, p: int, key: str, horizon: int) -> int:
         """Delete the key's versions before ``horizon`` but the last (the greatest of the last
@@ -187,6 +214,8 @@ class JoinRows:
         """Partition ``p``'s promise (its clock-table row), read once per batch."""
         promise = self._promises.get(p)
         if promise is None:
+            if self.guard is not None and p not in self._guarded:
+                self._check_spec(p)
             promise = self._promises[p] = Promise.from_json(self.clock.get(p, f"final:{p}"))
         return promise
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 
-from app.compat.stores import StoreIO, iter_range
 from app.joins.keys import (
     ID,
     JOIN,
@@ -31,7 +30,8 @@ from app.logic.event_join import Join
 from app.logic.histories import Version
 from app.state.ordered_keys import prefix_end
 from app.state.overlay import Overlay
-from app.state.range_scan import RangeTable
+from app.state.range_scan import KindedRangeTable
+from app.state.store_io import StoreIO, iter_range
 
 __all__ = [
     "JoinsTable",
@@ -46,7 +46,7 @@ class StateLayoutError(RuntimeError):
     """A changelog holds rows of a state layout this version cannot read."""
 
 
-class JoinsTable(RangeTable):
+class JoinsTable(KindedRangeTable):
     """A join's ordered table: its ``J`` rows come from the changelog, and their ``I`` and
     ``X`` index rows are derived from them as they are applied (recovery, standbys)."""
 
@@ -54,7 +54,7 @@ class JoinsTable(RangeTable):
     join_name: str = "?"
     #: in the snapshots' fingerprint: a snapshot of the layout before is never installed
     state_layout = "joins-and-versions-by-key-time"
-    #: the memory store's layout (app.compat.stores.SplitSortedDict): the id index is looked up
+    #: the memory store's layout (app.state.split_sorted.SplitSortedDict): the id index is looked up
     #: by point only (unsorted); a key's joins are scanned within the key only (per key); the
     #: kind of a row is its first byte
     kind_by_first_byte = True

@@ -96,7 +96,7 @@ def join_range(key: str, start: int | None, end: int | None) -> tuple[bytes, byt
     prefix = JOIN + _key(key)
     lo = prefix + max(start or 0, 0).to_bytes(_U64, "big")
     if end is None or end > _MAX_TIME:
-        return lo, prefix_end(prefix)  # type: ignore[return-value]  (never all 0xff: J...)
+        return lo, prefix_end(prefix)  # type: ignore[return-value]  # (never all 0xff: J...)
     return lo, prefix + max(end, 0).to_bytes(_U64, "big")
 
 
@@ -206,5 +206,5 @@ def version_range(key: str, start: int | None, end: int | None) -> tuple[bytes, 
     prefix = VERSION + _key(key)
     lo = prefix + max(start or 0, 0).to_bytes(_U64, "big")
     if end is None or end > _MAX_TIME:
-        return lo, prefix_end(prefix)  # type: ignore[return-value]  (never all 0xff: V...)
+        return lo, prefix_end(prefix)  # type: ignore[return-value]  # (never all 0xff: V...)
     return lo, prefix + max(end, 0).to_bytes(_U64, "big")

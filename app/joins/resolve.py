@@ -7,9 +7,11 @@ sides by :mod:`app.joins.sides`, then what only shows across them), then every s
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from app.inputs.wire_formats import FRAMED, REHOP_KEY_FORMATS
 from app.joins.sides import is_json, parse_start, repartition_of, resolve_side
 from app.joins.spec import JoinConfig, JoinSpec, Side, SpecError, TableNames, validated
 
@@ -17,6 +19,7 @@ __all__ = [
     "RESERVED_OUTPUT_FIELDS",
     "copartition_groups",
     "refuse_shared_inputs",
+    "refuse_without_registry",
     "resolve",
     "resolve_all",
 ]
@@ -83,6 +86,7 @@ def resolve(
                     "id is derived from the copied fields' text, and an object's is not "
                     "one; give events.id (the field holding the join id)"
                 )
+    events, dimension = _key_formats(where, events, dimension)
     for f in dimension.copy:
         if not dimension.model.model_fields[f].is_required():
             raise SpecError(
@@ -132,6 +136,7 @@ def resolve(
         hold_ms=cfg.hold_ms,
         finality=cfg.finality or cfg.emit == "final",
         emit=cfg.emit,
+        output_format=cfg.output_format,
     )
     _check_hold(where, cfg)
     out = spec.output_fields
@@ -156,6 +161,62 @@ def resolve(
             "their state already purged"
         )
     return spec
+
+
+def _key_formats(where: str, events: Side, dimension: Side) -> tuple[Side, Side]:
+    """The sides with the key format each repartition hop writes (``hop_key_format``).
+
+    Kafka puts a record in the partition of its key's **bytes**, so the two inputs a join reads
+    are co-partitioned only if their keys are written alike: the same ``key_format`` when it
+    reads both topics as they are; a hop writes the other side's (text, a long or an int, as
+    Kafka's serializers do), or text when both sides are repartitioned."""
+    sides = {"events": events, "dimension": dimension}
+    direct = {n: s for n, s in sides.items() if s.repartition is None}
+    if len(direct) == 2 and events.key_format != dimension.key_format:
+        raise SpecError(
+            f"{where}: events.key_format {events.key_format!r} and dimension.key_format "
+            f"{dimension.key_format!r} differ: Kafka partitions a record by its key's bytes, "
+            "so a key would be in one partition of the events and another of the dimension; "
+            'write both keys alike, or give one side "repartition": true'
+        )
+    out = dict(sides)
+    for name, side in sides.items():
+        if side.repartition is None:
+            continue
+        other_name = "dimension" if name == "events" else "events"
+        other = sides[other_name]
+        hop = other.key_format if other.repartition is None else "str"
+        if hop not in REHOP_KEY_FORMATS:
+            raise SpecError(
+                f"{where}: {name}.repartition: the hop would have to write keys as "
+                f"{other_name}.key_format {hop!r}, which it cannot write exactly (it writes "
+                f"{', '.join(REHOP_KEY_FORMATS)}); repartition both sides"
+            )
+        out[name] = dataclasses.replace(side, hop_key_format=hop)
+    return out["events"], out["dimension"]
+
+
+def refuse_without_registry(specs: list[JoinSpec], registry_url: str | None) -> list[JoinSpec]:
+    """``specs``, or a refusal of one that reads or writes a Schema Registry format when no
+    registry is set (``ETJ_SCHEMA_REGISTRY_URL``): what the worker and ``archive`` check
+    before they start."""
+    if registry_url:
+        return specs
+    for spec in specs:
+        needs = [
+            f"{name}.{what} {value!r}"
+            for name, side in (("events", spec.events), ("dimension", spec.dimension))
+            for what, value in (("format", side.format), ("key_format", side.key_format))
+            if value in FRAMED
+        ]
+        if spec.output_format in FRAMED:
+            needs.append(f"output_format {spec.output_format!r}")
+        if needs:
+            raise SpecError(
+                f"join spec {spec.name!r}: {needs[0]} needs a Schema Registry: set "
+                "ETJ_SCHEMA_REGISTRY_URL (docs/joins/declarative.md#schema-registry-formats)"
+            )
+    return specs
 
 
 def _check_hold(where: str, cfg: JoinConfig) -> None:

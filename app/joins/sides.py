@@ -336,6 +336,8 @@ def resolve_side(
         key_fields=key_fields if not isinstance(cfg.key, str) else (),
         time_given=cfg.fields is not None and "time_format" in cfg.model_fields_set,
         max_future_ms=cfg.max_future_ms,
+        format=cfg.format,
+        key_format=cfg.key_format,
     )
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
@@ -92,6 +92,17 @@ class SideConfig(BaseModel):
     id: str | None = Field(None, description="events only: field holding the join id")
     time_as: str | None = Field(
         None, description="dimension only: output field of the joined version's event time"
+    )
+    format: Literal["json", "json-sr", "avro", "protobuf"] = Field(
+        "json",
+        description="how values are written: JSON text, or Confluent Schema Registry framed "
+        "JSON, Avro or Protobuf (needs ETJ_SCHEMA_REGISTRY_URL)",
+    )
+    key_format: Literal["str", "json", "long", "int", "avro"] = Field(
+        "str",
+        description="how record keys are written: UTF-8 text, JSON, a big-endian long (8 "
+        "bytes) or int (4 bytes), or Schema Registry framed Avro; the key's canonical text "
+        "must equal the key field's",
     )
     repartition: StrictBool = Field(
         False,
@@ -173,6 +184,11 @@ class JoinConfig(BaseModel):
         description="all: every revision, as soon as it is known; final: one revision "
         "per join, when it becomes final (implies finality)",
     )
+    output_format: Literal["json", "json-sr", "avro"] = Field(
+        "json",
+        description="how revisions are written: JSON text, or Schema Registry framed Avro or "
+        "JSON with a schema registered under <output>-value (needs ETJ_SCHEMA_REGISTRY_URL)",
+    )
 
 
 @dataclass(frozen=True)
@@ -237,11 +253,30 @@ class Side:
             return get_one
         return lambda r: str(get_one(r))
 
+    #: how its values are written (app.inputs.wire_formats.FORMATS)
+    format: str = "json"
+    #: how the keys of :attr:`topic` are written (app.inputs.wire_formats.KEY_FORMATS)
+    key_format: str = "str"
+    #: how the repartition hop writes the keys of :attr:`repartition` (the other side's
+    #: key format when the join reads that side's own topic, so both co-partition by bytes)
+    hop_key_format: str = "str"
+
     @property
     def input(self) -> str:
         """The topic the join's agent reads for this side: the repartition topic, or the
         user's topic itself."""
         return self.repartition or self.topic
+
+    @property
+    def input_key_format(self) -> str:
+        """How the keys of :attr:`input` (what the join reads) are written."""
+        return self.hop_key_format if self.repartition else self.key_format
+
+    @property
+    def framed(self) -> tuple[bool, bool]:
+        """(keys, values) of :attr:`input` framed by the Schema Registry: the ids the loop
+        fetches before it parses a batch (:mod:`app.kafka.schema_registry`)."""
+        return self.input_key_format == "avro", self.format != "json"
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -263,44 +298,70 @@ class Side:
             return KAFKA_TIMESTAMP
         return dict(self.paths).get(flat, flat)
 
-    def parser(self, check_key: bool = True) -> Any:
-        """(key, value, timestamp=None, headers=None) -> the flat record, or InvalidRecord;
-        ``check_key`` False: whatever its record key (a repartitioned side's own topic)."""
+    def parser(
+        self, schemas: Any = None, check_key: bool = True, key_format: str | None = None
+    ) -> Any:
+        """(key, value, timestamp=None, headers=None) -> the flat record, or InvalidRecord.
+        ``schemas``: where writer schemas are found
+        (:class:`app.kafka.schema_registry.SchemaRegistry`), for a framed format;
+        ``check_key`` False: the record key is not compared (a repartition hop's read);
+        ``key_format``: the keys' (default: :attr:`input_key_format`)."""
         from app.inputs.parsers import compile_parser, compile_shaped_parser
+        from app.inputs.wire_formats import key_decoder, value_decoder
 
-        if not self.shaped:
-            fast = compile_parser(self.model, check_key)
-            if not self.time_given:
-                return fast  # the fast path itself, no wrapper
-            # "time_format": "epoch_ms" written out: a float or a string of one too; a record
-            # the fast path refuses is read again, converting its time
-            lenient = compile_shaped_parser(
-                self.model, dict(self.paths), self.time, "epoch_ms", False, check_key
-            )
-
-            def parse_epoch_ms(
-                key: bytes | None, value: bytes | None, timestamp: Any = None, headers: Any = None
-            ) -> Any:
-                try:
-                    return fast(key, value)
-                except InvalidRecord:
-                    return lenient(key, value, timestamp, headers)
-
-            return parse_epoch_ms
         # a header is text: a time read from one is converted, whatever the side says
         converted = (
             self.time_given
             or self.time_format != "epoch_ms"
             or self.path_of(self.time).startswith(HEADER)
         )
-        return compile_shaped_parser(
-            self.model,
-            dict(self.paths),
-            self.time,
-            self.time_format if converted else None,
-            self.from_timestamp,
-            check_key,
+        paths = dict(self.paths) or {f: f for f in self.field_names}
+        parse: Callable[..., Any]
+        if self.format == "json" and not self.shaped and check_key:
+            # the fast path itself, no wrapper (it takes the timestamp too, and ignores it)
+            parse = cast(Callable[..., Any], compile_parser(self.model))
+            if self.time_given:
+                # "time_format": "epoch_ms" written out: a float or a string of one too; a
+                # record the fast path refuses is read again, converting its time
+                fast = parse
+                lenient = compile_shaped_parser(
+                    self.model, paths, self.time, "epoch_ms", False, None, check_key
+                )
+
+                def parse_epoch_ms(
+                    key: bytes | None,
+                    value: bytes | None,
+                    timestamp: Any = None,
+                    headers: Any = None,
+                ) -> Any:
+                    try:
+                        return fast(key, value)
+                    except InvalidRecord:
+                        return lenient(key, value, timestamp, headers)
+
+                parse = parse_epoch_ms
+        else:
+            parse = compile_shaped_parser(
+                self.model,
+                paths,
+                self.time,
+                self.time_format if converted else None,
+                self.from_timestamp,
+                None if self.format == "json" else value_decoder(self.format, schemas),
+                check_key,
+            )
+        decode_key = (
+            key_decoder(key_format or self.input_key_format, schemas) if check_key else None
         )
+        if decode_key is None:
+            return parse
+
+        def parse_keyed(
+            key: bytes | None, value: bytes | None, timestamp: Any = None, headers: Any = None
+        ) -> Any:
+            return parse(decode_key(key), value, timestamp, headers)
+
+        return parse_keyed
 
 
 @dataclass(frozen=True)
@@ -330,6 +391,9 @@ class JoinSpec:
     finality: bool = False
     #: "all" revisions, or only each join's "final" one
     emit: Literal["all", "final"] = "all"
+    #: how revisions are written: json, or Schema Registry framed avro or json-sr
+    #: (app.outputs.revision_formats)
+    output_format: str = "json"
 
     @property
     def final_topic(self) -> str | None:
@@ -459,6 +523,8 @@ class JoinSpec:
                 "start": s.start,
                 **({"paths": dict(s.paths)} if s.shaped else {}),
                 **({"repartition": s.repartition} if s.repartition else {}),
+                "format": s.format,
+                "key_format": s.key_format,
             }
 
         return {
@@ -481,6 +547,7 @@ class JoinSpec:
             "finality": self.final_topic is not None,
             "final_topic": self.final_topic,
             "emit": self.emit,
+            "output_format": self.output_format,
         }
 
 

@@ -188,6 +188,7 @@ class JoinState(JoinRows):
         if j is None:  # a duplicate: perhaps re-delivered after a crash lost its output
             if existing is None:
                 return [], False
+            assert old_time is not None  # a row found has its time
             self.joins.put(p, join_key(e.key, old_time, e.id), raw)  # its row again
             return self.unsent(p, e.id, e.key, existing), False
         out = [*self._settle(p, e.id, e.key, j, src), rev] if rev else []

@@ -8,7 +8,9 @@ In the order a worker needs them:
   arguments of every aiokafka client (Faust's credentials are made from them);
 - :mod:`app.kafka.partitioner` — Kafka's default partitioner (murmur2): where a key goes;
 - :mod:`app.kafka.copartition` — checked at start: joined topics co-partitioned, and a sample of
-  each input where the default partitioner puts its keys.
+  each input where the default partitioner puts its keys;
+- :mod:`app.kafka.schema_registry` — the Schema Registry: writer schemas fetched by id before a
+  batch is parsed, output schemas registered, a registry that does not answer waited for.
 
 No Faust import in this package: the batch twin's executors run the partitioner and connect
 with the same settings (tests/unit/test_import_direction.py holds that).

@@ -138,7 +138,7 @@ class Join:
     @staticmethod
     def stored_revision(raw: Sequence[Any], n_payload: int, n_dim: int) -> int:
         """The revision of a stored join without decoding it (0: held)."""
-        return raw[2 + n_payload + n_dim]  # type: ignore[no-any-return]
+        return raw[2 + n_payload + n_dim]
 
     @classmethod
     def from_json(cls, raw: Sequence[Any], n_payload: int, n_dim: int) -> Join:

@@ -70,7 +70,7 @@ def affected_from(history: Sequence[Version], version: Version, rule: AsOf) -> i
         return version[0] + 1
     if version[0] <= history[0][0]:  # the new earliest: events before every version join it
         return None
-    return version[0]  # type: ignore[no-any-return]
+    return version[0]
 
 
 def affected_until(history: Sequence[Version], version: Version, rule: AsOf) -> int | None:

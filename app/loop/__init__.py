@@ -9,8 +9,9 @@ In the order a batch meets it:
   rules (:mod:`app.agents`);
 - :mod:`app.loop.pipeline` — its way out: a handled batch's changelog rows, then its outputs, to
   the broker (:mod:`app.outputs`), then each input partition's handled range acked;
-- :mod:`app.loop.acks` — what a loop knows delivered, and poison pills: an output the broker
-  refuses for good dead-letters its input;
+- :mod:`app.loop.acks` — what a loop knows delivered;
+- :mod:`app.loop.dead_letters` — dead letters: an input that cannot be joined, with its reason,
+  and poison pills: an output the broker refuses for good dead-letters its input;
 - :mod:`app.loop.stall_guard` — a timer: an input partition whose fetched records never reached
   its loop is read again; it says where each loop waits with :mod:`app.loop.awaiting`.
 

@@ -44,8 +44,10 @@ from typing import TYPE_CHECKING, Any, cast
 from app.faust_app import app
 from app.inputs.inbox import Batch
 from app.loop import awaiting
-from app.loop.acks import AckedRuns, dead_letter
+from app.loop.acks import AckedRuns
+from app.loop.dead_letters import dead_letter, handling
 from app.loop.intake import Intake
+from app.loop.latency import ArrivalTimes
 from app.loop.pipeline import DEAD_LETTERS, DeliveryPipeline
 from app.loop.types import Engine, Hop, Unit
 
@@ -90,7 +92,10 @@ class DurableLoop:
         #: the input records this loop handled since the last rebalance (their outputs are in
         #: the log or on their way: a failed send fails stop)
         self.handled = AckedRuns()
-        self.pipeline = DeliveryPipeline(engine, self.acked)
+        #: when each batch arrived, to time its records' answers (not a hop's: it answers
+        #: nothing, the join it feeds does)
+        self.arrivals = None if hop else ArrivalTimes(engine.join, ticks)
+        self.pipeline = DeliveryPipeline(engine, self.acked, self.arrivals)
         loops.append(self)
         app.loops.append(self)
 
@@ -102,7 +107,7 @@ class DurableLoop:
     async def run(self) -> None:
         """The agent's body: batches in, durable outputs out, offsets acked (module doc)."""
         intake, pipeline = self.intake, self.pipeline
-        idle = pipeline.idle
+        idle, arrivals = pipeline.idle, self.arrivals
         # the app's transport makes etj's consumer (app.compat.consumer)
         cast("EtjConsumer", app.consumer).route(intake.inbox)
         deliver = pipeline.start()
@@ -111,6 +116,8 @@ class DurableLoop:
                 idle.set()
                 batches = await intake.take()
                 idle.clear()
+                if arrivals is not None:
+                    arrivals.took(batches)
                 unit = self.handle(batches)
                 if unit is not None:
                     await pipeline.hand_over(unit)
@@ -148,6 +155,7 @@ class DurableLoop:
     def _handle_one(self, unit: Unit, topic: str, record: Any, parsed: Any) -> None:
         """One record -> its outputs; a bug must not kill the worker nor lose the record."""
         partition, offset = record.partition, record.offset
+        handling(record)  # a dead letter made for it keeps its timestamp and headers
         try:
             if topic == self.ticks:
                 outs = self.engine.on_tick(partition, offset)
@@ -169,6 +177,7 @@ class DurableLoop:
                     record.key,
                     record.value,
                     f"internal error: {exc!r}",
+                    record,
                 )
             ]
         unit.outs += outs
@@ -188,6 +197,8 @@ class DurableLoop:
         dropped = self.intake.drop()
         self.acked.clear()  # another worker may handle these partitions next
         self.handled.clear()
+        if self.arrivals is not None:
+            self.arrivals.clear()
         return dropped
 
     def settled(self) -> bool:

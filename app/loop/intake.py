@@ -89,8 +89,16 @@ class Intake:
         go now, and then at most until its next held wait times out. Flow control's timed-out
         waits are let go when the inbox wait times out (no wake-up records)."""
         if self._ready:  # flow control has records to let go: no waiting for more
-            return self.inbox.take_nowait()
-        return await self.inbox.take(self.merge.next_wait_s())
+            batches = self.inbox.take_nowait()
+        else:
+            batches = await self.inbox.take(self.merge.next_wait_s())
+        prepare = getattr(self.engine, "prepare", None)
+        if prepare is not None and batches:
+            # what parsing them needs from outside, fetched before (the writer schemas of
+            # their framed records, app.kafka.schema_registry): parsing stays synchronous, and
+            # a registry that does not answer holds the batch here, whole (back pressure)
+            await prepare(batches)
+        return batches
 
     def release(self, batches: Sequence[Batch], generation: int) -> tuple[list[Any], list[Batch]]:
         """Parse ``batches`` into flow control; what it lets go in event-time order, up to

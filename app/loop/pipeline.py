@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 from faust.types import TP
 
-from app.compat.stores import StoreIO
 from app.faust_app import app, settings
-from app.loop.acks import AckedRuns, dead_letter_refused
+from app.loop.acks import AckedRuns
+from app.loop.dead_letters import dead_letter_refused
 from app.outputs.producer_batches import send_records
+from app.state.store_io import StoreIO
 
 if TYPE_CHECKING:
     from app.compat.consumer import EtjConsumer
+    from app.loop.latency import ArrivalTimes
     from app.loop.types import Engine, Unit
     from app.state.overlay import MemoryIO
 
@@ -36,11 +38,15 @@ class DeliveryPipeline:
     #: waits for the broker
     max_in_flight = 4
 
-    def __init__(self, engine: Engine, acked: AckedRuns) -> None:
-        """``acked``: where the input records whose outputs the broker has are recorded."""
+    def __init__(
+        self, engine: Engine, acked: AckedRuns, arrivals: ArrivalTimes | None = None
+    ) -> None:
+        """``acked``: where the input records whose outputs the broker has are recorded;
+        ``arrivals``: what times their answers (None: not timed)."""
         self.engine = engine
         self.join = engine.join
         self.acked = acked
+        self.arrivals = arrivals
         self.in_flight = 0  # batches handed over, not yet delivered (tests wait for 0)
         #: clear while the loop handles a batch and hands it over
         #: (:meth:`app.loop.durable.DurableLoop.run`)
@@ -141,4 +147,6 @@ class DeliveryPipeline:
                 for (topic, partition), (first, end) in unit.acks.items():
                     consumer.ack_range(TP(topic, partition), first, end)
                     self.acked.acked(topic, partition, first, end)
+                if self.arrivals is not None:
+                    self.arrivals.answered(unit.acks)
             self.in_flight -= 1

@@ -27,17 +27,17 @@ not be changed afterwards — the engines build new lists.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from faust.stores.rocksdb import Store as RocksDBStore
 from sortedcontainers import SortedList
 
-from app.compat.stores import SplitSortedDict, StoreIO
+from app.state.split_sorted import SplitSortedDict
+from app.state.store_io import DELETED, StoreIO, write_memory_row
 
 __all__ = ["MemoryIO", "Overlay", "Row"]
 
-_DELETED = object()
 _UNREAD = object()
 
 #: one changelog row: (topic, partition, key bytes, value bytes or None for a tombstone)
@@ -55,7 +55,7 @@ class Overlay:
         self.logged_first = logged_first
         #: ordered tables write through to the store (module docstring)
         self.through = io.bytes_keys
-        #: (partition, key) -> value as the batch sees it (None: absent; _DELETED: deleted)
+        #: (partition, key) -> value as the batch sees it (None: absent; DELETED: deleted)
         self._rows: dict[tuple[int, Any], Any] = {}
         #: keyed tables: (partition, key) -> True if its change goes to the changelog, False
         #: if local only; ordered tables: (partition, key) -> the value for the changelog
@@ -65,7 +65,7 @@ class Overlay:
         self._direct: Any = None
         #: with it, (the memory store's mapping, its key -> partition map) to write to
         self._direct_write: Any = None
-        #: with it, when the mapping is split (app.compat.stores.SplitSortedDict, a join's
+        #: with it, when the mapping is split (app.state.split_sorted.SplitSortedDict, a join's
         #: rows): its own range scan and edge read, without StoreIO's checks of the store's
         #: kind on every call (a key's versions are read two or three times per record)
         self._direct_scan: Any = None
@@ -77,7 +77,10 @@ class Overlay:
             data = getattr(self.io, "memory_data", lambda: None)()
             if data is not None:
                 self._direct = data.get
-                self._direct_write = (data, self.io.key_partitions())
+                self._direct_write = (
+                    data,
+                    cast(StoreIO, self.io).key_partitions(),
+                )  # a store has data
                 if isinstance(data, SplitSortedDict):
                     self._direct_scan = data.items_range
                     self._direct_edge = data.edge_item
@@ -94,13 +97,13 @@ class Overlay:
         value = self._rows.get(k, _UNREAD)  # a miss is the usual case (a key's first read in
         if value is _UNREAD:  # the batch): no KeyError raised and caught
             value = self._rows[k] = self.io.get(partition, key)
-        return None if value is _DELETED else value
+        return None if value is DELETED else value
 
     def put(self, partition: int, key: Any, value: Any, *, local: bool = False) -> None:
         self._write(partition, key, value, local)
 
     def delete(self, partition: int, key: Any, *, local: bool = False) -> None:
-        self._write(partition, key, _DELETED, local)
+        self._write(partition, key, DELETED, local)
 
     def _write(self, partition: int, key: Any, value: Any, local: bool) -> None:
         if self.through:
@@ -110,18 +113,13 @@ class Overlay:
             if direct is None:
                 self._resolve()
                 direct = self._direct_write
-            if direct is not None:  # the memory store (StoreIO.write_one, without the call)
+            if direct is not None:  # the memory store (StoreIO.write_one's row, called direct)
                 data, where = direct
-                if value is _DELETED:
-                    data.pop(key, None)
-                    where.pop(key, None)
-                else:
-                    data[key] = value
-                    where[key] = partition
+                write_memory_row(data, where, partition, key, value)
                 return
             if self._direct is None:
                 self._rows[(partition, key)] = value
-            if value is _DELETED:
+            if value is DELETED:
                 self.io.write_one(partition, key, None)
                 return
             # RocksDB: encoded once, for the store and the changelog row alike (a JSON value
@@ -151,7 +149,7 @@ class Overlay:
         table, or None (the store has every write of the batch)."""
         edge = self._direct_edge
         if edge is not None:
-            return edge(lo, hi, last)  # type: ignore[no-any-return]
+            return edge(lo, hi, last)
         return self.io.edge(partition, lo, hi, last)
 
     @property
@@ -177,7 +175,7 @@ class Overlay:
                         partition,
                         key,
                         None
-                        if value is _DELETED
+                        if value is DELETED
                         else value
                         if type(value) is bytes
                         else dumps(value),
@@ -191,7 +189,7 @@ class Overlay:
         per_partition: dict[int, list[tuple[Any, bytes | None, Any]]] = {}
         for (partition, key), logged in self._dirty.items():
             value = rows[(partition, key)]
-            if value is _DELETED:
+            if value is DELETED:
                 raw = None
             elif logged or encode_all:
                 raw = dumps(value)
@@ -215,7 +213,7 @@ class Overlay:
 
 
 class MemoryIO:
-    """A store of plain dicts with :class:`~app.compat.stores.StoreIO`'s interface: the engine's
+    """A store of plain dicts with :class:`~app.state.store_io.StoreIO`'s interface: the engine's
     rules and layout run over it with no Faust and no broker (tests/replay.py, benchmarks)."""
 
     changelog = "memory"

@@ -1,22 +1,50 @@
 """Ordered range scans over a table: what the car join's zone index and the per-join layout use.
 
-Faust has no public range-scan API; the store access lives in :mod:`app.compat.stores`. Keys
-are ``bytes`` whose byte order is the order to scan by (:mod:`app.state.ordered_keys`).
+Faust has no public range-scan API; the reads live in :mod:`app.state.store_io`, the stores
+that can answer them in :mod:`app.compat.stores`. Keys are ``bytes`` whose byte order is the
+order to scan by (:mod:`app.state.ordered_keys`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, MutableMapping
+from typing import Any, cast
 
 import faust
 from faust.exceptions import ImproperlyConfigured
 from faust.types import AppT
 
-from app.compat.stores import RangeTable, SortedMemoryStore, iter_range
+from app.compat.stores import RangeTable, SortedMemoryStore
 from app.state.ordered_keys import prefix_end
+from app.state.split_sorted import SplitSortedDict
+from app.state.store_io import iter_range
 
-__all__ = ["RangeTable", "SortedMemoryStore", "range_table", "scan", "scan_prefix"]
+__all__ = [
+    "KindedRangeTable",
+    "RangeTable",
+    "SortedMemoryStore",
+    "range_table",
+    "scan",
+    "scan_prefix",
+]
+
+
+class KindedRangeTable(RangeTable):
+    """A range table whose keys come in kinds (a join's rows, a zone's cars, a foreign-key
+    index): its memory store keeps them in a :class:`~app.state.split_sorted.SplitSortedDict`,
+    split as the table's ``point_key``, ``group_key``, ``kind_by_first_byte`` and ``group_end``
+    say (neither of the first two: the ``SortedDict`` of any range table)."""
+
+    def memory_mapping(self) -> MutableMapping[Any, Any] | None:
+        point, group = getattr(self, "point_key", None), getattr(self, "group_key", None)
+        if not (point or group):
+            return None
+        return SplitSortedDict(
+            point,
+            group,
+            getattr(self, "kind_by_first_byte", False),
+            getattr(self, "group_end", None),
+        )
 
 
 def range_table(app: AppT, name: str, **kwargs: Any) -> RangeTable:
@@ -29,7 +57,7 @@ def range_table(app: AppT, name: str, **kwargs: Any) -> RangeTable:
         raise ImproperlyConfigured(f"range table {name!r} has bytes keys, not {kwargs['key_type']}")
     cls = kwargs.pop("table_class", RangeTable)
     table = cls(app, name=name, beacon=app.tables.beacon, **kwargs)
-    return app.tables.add(table)  # type: ignore[no-any-return]
+    return cast(RangeTable, app.tables.add(table))  # the table just made, as Faust adds it
 
 
 def scan(

@@ -23,6 +23,7 @@ file with its size and SHA-256; a download that does not match it is refused.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import logging
@@ -356,7 +357,9 @@ class Snapshots:
         self.store.put_bytes(m.prefix + MANIFEST, m.to_json())
         return m
 
-    def list(self, table: str | None = None, partition: int | None = None) -> list[Manifest]:
+    def list(
+        self, table: str | None = None, partition: int | None = None
+    ) -> builtins.list[Manifest]:
         """Every complete snapshot (those with a readable manifest), oldest first."""
         prefix = (
             ""
@@ -373,7 +376,7 @@ class Snapshots:
                 log.warning("snapshot manifest %s is unreadable, ignored: %s", key, exc)
         return sorted(out, key=lambda m: (m.table, m.partition, m.offset, m.created_ms))
 
-    def prune(self, table: str, partition: int, keep: int) -> list[str]:
+    def prune(self, table: str, partition: int, keep: int) -> builtins.list[str]:
         """Delete all but the newest ``keep`` snapshots of (table, partition), and anything
         older than them without a manifest (cut-short uploads); the deleted ids."""
         prefix = partition_prefix(table, partition)

@@ -3,7 +3,7 @@
 In the order a request meets it:
 
 - :mod:`app.web.auth` — who may read the state: an optional bearer token (an aiohttp middleware,
-  before any routing or table read);
+  before any routing or table read; installed by :mod:`app.main`);
 - :mod:`app.web.views` — the JSON views (``/joins/``, ``/moods/…``, cars and zones), each
   answered by the worker that owns the key (forwarded there), health, readiness, metrics;
 - :mod:`app.web.timeline` — the live timeline page (``/timeline/``), drawn from those views

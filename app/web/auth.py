@@ -7,7 +7,8 @@ load need: ``/health/``, ``/ready/``, ``/metrics`` and the timeline page's shell
 paths included, is a JSON 401 without it, before any routing or table read.
 
 It is an aiohttp middleware, given to Faust through its ``web_application_options`` setting
-(no patch). A worker that forwards a request to the key's owner (:func:`app.web.views.forward`,
+(no patch) by :func:`install`, which :mod:`app.main` calls before the first route makes the web
+server (``app.web``). A worker that forwards a request to the key's owner (:func:`app.web.views.forward`,
 the timeline's peers) adds :func:`peer_headers`: the workers share the token.
 """
 
@@ -77,6 +78,17 @@ def web_application_options(s: Settings) -> dict[str, Any]:
     global _token
     _token = views_token(s)
     return {"middlewares": [middleware(_token)]} if _token is not None else {}
+
+
+def install(app: Any) -> None:
+    """Read the token (an empty one is refused) and give ``app``'s web server the middleware,
+    if a token is set: before the web server's application is made (the first route makes
+    it), which reads Faust's ``web_application_options`` once."""
+    options = web_application_options(app.etj)
+    if "web" in vars(app):  # made already: it would never see the middleware
+        raise RuntimeError("app.web.auth.install(app) must run before the first route")
+    if options:
+        app.conf.web_application_options = options
 
 
 def peer_headers() -> dict[str, str]:

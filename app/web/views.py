@@ -35,8 +35,6 @@ from yarl import URL
 
 from app import metrics, topology
 from app.agents.event_join import engines
-from app.compat import rocksdb_memory
-from app.compat.stores import estimated_keys
 from app.compat.table_manager import EtjTableManager
 from app.faust_app import app, settings
 from app.joins import car_state
@@ -44,8 +42,8 @@ from app.joins.joins_table import stored_versions
 from app.kafka.partitioner import partition_for
 from app.logic.car_join import ZoneReading, join
 from app.state.snapshot_service import restoring
-from app.topology import owned_partitions
 from app.web.auth import peer_headers
+from app.web.gauges import refresh_gauges
 from app.web.join_readers import EventTimeReader, JoinReader, parse_id, readers
 
 #: the mood join's engine: /moods/ and /joins/{consultant}/ read its tables (when this worker
@@ -481,67 +479,10 @@ async def car(view: View, request: Request, car_id: int, partition: int) -> Resp
 # ---- this worker: stats, health, readiness, metrics ---------------------------------------
 
 
-def partition_clocks(engine: Any) -> dict[str, dict[str, int | None]]:
-    """Stream time and retention horizon of each partition of one join this worker owns."""
-    out: dict[str, dict[str, int | None]] = {}
-    spec, tables = engine.spec, engine.tables
-    for p in owned_partitions(spec.ticks):
-        clock = tables.clock.get(p)
-        row: dict[str, int | None] = {
-            "stream_time": clock,
-            "retention_horizon": None if clock is None else clock - spec.retention_ms,
-        }
-        out[str(p)] = row
-    return out
-
-
-def table_sizes() -> dict[str, int]:
-    """Keys per table in the local store.
-
-    memory: every partition held here (actives and standbys); rocksdb: the actives, from
-    RocksDB's own estimate (``rocksdb.estimate-num-keys``), since counting would read every key
-    on each scrape.
-    """
-    return {name: estimated_keys(table) for name, table in sorted(app.tables.items())}
-
-
-def refresh_gauges() -> dict[str, Any]:
-    """Bring the state gauges up to date; return what they were set from."""
-    state = recovery_state()
-    clocks = {name: partition_clocks(engine) for name, engine in engines.items()}
-    sizes = table_sizes()
-    metrics.ready.set(1 if state["ready"] else 0)
-    metrics.recovery_remaining.set(state["active_remaining"])
-    for name, n in sizes.items():
-        metrics.table_keys.labels(name).set(n)
-    rocksdb = rocksdb_memory.usage()
-    for part, n in rocksdb.items():
-        metrics.rocksdb_memory.labels(part).set(n)
-    for spec_name, by_partition in clocks.items():
-        # partitions that moved to another worker must not keep reporting a clock from here
-        for gauge in (metrics.stream_time, metrics.retention_horizon):
-            gone = set(metrics.totals(gauge, "partition", join=spec_name)) - set(by_partition)
-            for label in gone:
-                gauge.remove(spec_name, label)
-        for p, c in by_partition.items():
-            stream_time, horizon = c["stream_time"], c["retention_horizon"]
-            if stream_time is not None:
-                assert horizon is not None  # made from the stream time (partition_clocks)
-                metrics.stream_time.labels(spec_name, p).set(stream_time)
-                metrics.retention_horizon.labels(spec_name, p).set(horizon)
-    return {
-        "recovery": state,
-        "partitions": clocks.get("moods", {}),
-        "joins": clocks,
-        "tables": sizes,
-        "rocksdb_memory": rocksdb,
-    }
-
-
 @app.page("/stats/")
 async def stats(view: View, request: Request) -> Response:
     """This worker's counters, per-partition clocks and state sizes (not routed: per worker)."""
-    current = refresh_gauges()
+    current = refresh_gauges(recovery_state())
     revisions = metrics.totals(metrics.revisions_out, "cause")
     return view.json(
         {
@@ -562,6 +503,7 @@ async def stats(view: View, request: Request) -> Response:
             "join_partitions": current["joins"],
             "tables": current["tables"],
             "rocksdb_memory": current["rocksdb_memory"],
+            "input_lag": current["input_lag"],
         }
     )
 
@@ -569,7 +511,8 @@ async def stats(view: View, request: Request) -> Response:
 # -> {"records_in": {topic: n}, "joins", "corrections", "late", "dead_letters", "car_moves",
 #     "car_outputs",
 #     "partitions": {p: {"stream_time", "retention_horizon"}}, "tables": {name: n},
-#     "rocksdb_memory": {"memtables", "memtables_budget", "block_cache", "block_cache_budget"}}
+#     "rocksdb_memory": {"memtables", "memtables_budget", "block_cache", "block_cache_budget"},
+#     "input_lag": {"<join>/<topic>/<partition>": records not handled yet}}
 
 
 @app.page("/health/")
@@ -590,7 +533,7 @@ async def ready(view: View, request: Request) -> Response:
 @app.page("/metrics")
 async def prometheus_metrics(view: View, request: Request) -> Response:
     """Prometheus text exposition of this worker's registry."""
-    refresh_gauges()
+    refresh_gauges(recovery_state())
     # text format 0.0.4 (every Prometheus reads it); aiohttp refuses a type carrying a charset
     ctype = CONTENT_TYPE_PLAIN_0_0_4.replace("; charset=utf-8", "")
     return view.bytes(generate_latest(), content_type=ctype)

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tomllib
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ import yaml
 
 from app.docgen.settings_doc import config_schema
 from app.settings import Settings
+from tests.docs.pages import README, block
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "etj"
@@ -51,17 +53,50 @@ WORKER_COMMAND = ["faust", "-A", "app.main", "worker", "-l", "info"]
 # ---- helpers -------------------------------------------------------------------------------
 
 
-def render(values: dict[str, Any] | None = None, name: str = "etj") -> list[dict[str, Any]]:
-    """The chart's manifests (NOTES and empty documents left out), as ``helm template`` does."""
+def render(
+    values: dict[str, Any] | None = None,
+    name: str = "etj",
+    api_versions: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """The chart's manifests (NOTES and empty documents left out), as ``helm template`` does;
+    ``api_versions`` as its ``--api-versions`` (what a cluster with those CRDs tells ``helm
+    install``, e.g. ``monitoring.coreos.com/v1/PodMonitor``)."""
     with helm.Chart.load(CHART) as chart:
         chart.validate_schema(values)  # what `helm install` does before rendering
-        out = chart.render(values=values, name=name, namespace=NAMESPACE, is_install=True)
+        if api_versions:
+            out = render_with_api_versions(chart, values, name, api_versions)
+        else:
+            out = chart.render(values=values, name=name, namespace=NAMESPACE, is_install=True)
     docs = []
     for path, text in sorted(out.items()):
         if path.endswith("NOTES.txt"):
             continue
         docs.extend(d for d in yaml.safe_load_all(text) if d)
     return docs
+
+
+def render_with_api_versions(
+    chart: helm.Chart, values: dict[str, Any] | None, name: str, api_versions: Sequence[str]
+) -> dict[str, str]:
+    """``Chart.render`` with ``api_versions``: the SDK's render takes them (``helm template
+    --api-versions``), helm-python 0.2.2's ``Chart.render`` does not pass them on, so this
+    calls the same native function with them."""
+    from helm_python import _native
+
+    opts = {
+        "name": name,
+        "namespace": NAMESPACE,
+        "is_install": True,
+        "api_versions": list(api_versions),
+    }
+    rendered = _native.call_string(
+        "helm_render",
+        chart._raw(),
+        None if values is None else json.dumps(values),
+        json.dumps(opts),
+    )
+    out: dict[str, str] = json.loads(rendered)
+    return out
 
 
 def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -225,6 +260,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
         },
         "snapshots": {"credentialsSecret": "etj-s3", "region": "eu-west-1"},
     },
+    # the Prometheus Operator's objects forced on (tests/deploy/test_monitoring_chart.py checks
+    # them), the README's join as a value and the topics Job (tests/deploy/test_joins_chart.py)
+    "monitoring-joins-topics": {
+        "metrics": {
+            "podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+            "prometheusRule": {"enabled": True, "alertLabels": {"team": "streams"}},
+        },
+        "joins": json.loads(block(README, "minimal-spec")),
+        "topicsJob": {"enabled": True},
+    },
     "tuned": {
         "replicaCount": 4,
         "image": {"digest": "sha256:" + "ab" * 32},
@@ -250,6 +295,8 @@ def test_every_manifest_is_valid_kubernetes(variant):
     kinds = sorted(d["kind"] for d in docs)
     assert {"StatefulSet", "Service", "ConfigMap"} <= set(kinds)
     for doc in docs:
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # CRDs it does not know: tests/deploy/test_monitoring_chart.py checks them
         kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
 
 

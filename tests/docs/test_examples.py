@@ -38,8 +38,13 @@ RUN_BY = {
     ("docs/joins/declarative.md", "hold-scenario"): "test_examples.py",
     ("docs/concepts/event-time.md", "copartition-error"): "test_quoted_messages.py",
     ("docs/joins/declarative.md", "shapes-messages"): "test_quoted_messages.py",
+    ("docs/operating/runbook.md", "spec-refusal"): "test_quoted_messages.py",
+    ("docs/operating/runbook.md", "replay-summary"): "test_quoted_messages.py",
+    ("docs/joins/declarative.md", "registry-spec"): "test_quoted_messages.py",
+    ("docs/joins/declarative.md", "registry-messages"): "test_quoted_messages.py",
     ("docs/operating/postgres-sink.md", "sink-tables"): "test_postgres_sink_page.py",
     ("docs/operating/postgres-sink.md", "sink-upsert"): "test_postgres_sink_page.py",
+    ("docs/operating/helm.md", "helm-joins"): "tests/deploy/test_joins_chart.py",
     # on a Spark cluster of containers: the cluster is that module's
     ("docs/batch/cluster.md", "bootstrap-on-a-cluster"): "tests/spark/test_cluster.py",
 }

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.compat import versions
-from app.compat.upstream import imported_upstream_names
+from app.compat.upstream_audit import imported_upstream_names
 from app.compat.versions import TESTED, UntestedVersion, check_versions
 
 APP = Path(__file__).resolve().parents[2] / "app"

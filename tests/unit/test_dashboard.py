@@ -207,6 +207,13 @@ def test_dashboard_covers_what_an_operator_watches(dashboard):
     assert re.search(r"rate\(etj_dead_letters_total", text)
     assert re.search(r"time\(\) - max by \(join, partition\) \(etj_stream_time_ms", text)
     assert re.search(r"etj_table_keys", text)
+    # how far behind in records, how fast an answer, how far behind the finality promises are
+    assert re.search(r"sum by \(join, topic\) \(etj_input_lag_records", text)
+    assert re.search(
+        r"histogram_quantile\(0\.99, sum by \(le, join\) \(rate\(etj_answer_latency_seconds_bucket",
+        text,
+    )
+    assert re.search(r"max by \(join, partition\) \(etj_finality_lag_ms", text)
 
 
 def test_dashboard_is_importable(dashboard):

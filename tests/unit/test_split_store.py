@@ -1,4 +1,4 @@
-"""app.compat.stores.SplitSortedDict: a join table's rows in the memory store (id rows by point,
+"""app.state.split_sorted.SplitSortedDict: a join table's rows in the memory store (id rows by point,
 a key's joins per key, the expiry index sorted) answer every write, read and range scan as one
 sorted mapping would (id rows aside: they are never scanned)."""
 
@@ -10,9 +10,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.compat.stores import SplitSortedDict
 from app.joins.joins_table import JoinsTable
 from app.joins.keys import expiry_key, id_key, join_key, join_range, version_key, version_range
+from app.state.split_sorted import SplitSortedDict
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,6 +1,6 @@
-"""app.compat.upstream: each patch names the upstream code it replaces and the hash of the source
-it was written against, describes itself in a fixed docstring form, and the patches page is made
-from those docstrings.
+"""app.compat.upstream and app.compat.upstream_audit: each patch names the upstream code it
+replaces and the hash of the source it was written against, describes itself in a fixed
+docstring form, and the patches page is made from those docstrings.
 
 The last four tests are the checks an upgrade relies on (``make compat-check`` runs them with
 another release): every upstream unchanged, every docstring in the form, the page fresh, every
@@ -17,18 +17,15 @@ import textwrap
 import pytest
 from aiokafka.consumer.fetcher import FetchResult
 
-from app.compat import release_check, upstream
+from app.compat import release_check, upstream, upstream_audit
 from app.compat.upstream import (
     Change,
     changed,
-    doc_problems,
-    missing_tests,
-    parse_doc,
     replaces,
-    unregistered,
     upstream_hash,
     upstream_source,
 )
+from app.compat.upstream_audit import doc_problems, missing_tests, parse_doc, unregistered
 from app.docgen import patches_doc
 
 GETALL = "aiokafka.consumer.fetcher:FetchResult.getall"
@@ -192,11 +189,11 @@ def test_the_command_names_a_changed_patch_and_fails(scratch_registry, capsys):
     def stale_getall(self, max_records=None):
         """A throwaway patch with a wrong hash."""
 
-    assert upstream.main([]) == 1
+    assert upstream_audit.main([]) == 1
     out = capsys.readouterr().out
     assert f"CHANGED  {__name__}:{stale_getall.__qualname__}  replaces {GETALL}" in out
     assert "installed: faust-streaming " in out
-    assert upstream.main(["--hash", GETALL]) == 0
+    assert upstream_audit.main(["--hash", GETALL]) == 0
     assert capsys.readouterr().out == f'@replaces("{GETALL}", "{upstream_hash(GETALL)}")\n'
 
 
@@ -207,7 +204,7 @@ def test_a_docstring_in_the_form_parses_into_its_sections():
     doc = parse_doc(COMPLETE)
     assert doc.problems == ()
     assert doc.text == "Note the offsets aiokafka moved past."
-    assert list(doc.sections) == list(upstream.SECTIONS)
+    assert list(doc.sections) == list(upstream_audit.SECTIONS)
     assert doc.sections["Symptom"] == (
         "a jump between two records was taken for a gap, and "
         "records never handed over were committed."
@@ -218,7 +215,7 @@ def test_a_docstring_in_the_form_parses_into_its_sections():
     assert missing_tests(doc) == []
 
 
-@pytest.mark.parametrize("section", upstream.SECTIONS)
+@pytest.mark.parametrize("section", upstream_audit.SECTIONS)
 def test_the_form_rejects_a_docstring_missing_a_section(section):
     doc = "\n".join(
         line
@@ -324,7 +321,7 @@ def test_compat_check_replaces_only_the_pins_it_is_given():
 
 def test_every_patch_upstream_is_unchanged():
     """Fails with another faust-streaming or aiokafka: each line names a patch to re-read against
-    the new source, then give the new hash (python -m app.compat.upstream --hash TARGET)."""
+    the new source, then give the new hash (python -m app.compat.upstream_audit --hash TARGET)."""
     changes = changed()
     assert changes == [], "upstream changed under these patches:\n" + "\n".join(
         f"  {c.patch} replaces {c.target}: written against {c.recorded or '-'}, now {c.now}"
@@ -335,7 +332,7 @@ def test_every_patch_upstream_is_unchanged():
 def test_every_patch_docstring_has_the_four_sections():
     bad = {
         name: doc_problems(obj)
-        for name, obj in upstream.patch_objects().items()
+        for name, obj in upstream_audit.patch_objects().items()
         if name.startswith("app.compat.")
     }
     bad = {name: problems for name, problems in bad.items() if problems}

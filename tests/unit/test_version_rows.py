@@ -20,7 +20,6 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from app.compat.stores import StoreIO
 from app.joins.catalog import mood_spec, movie_spec
 from app.joins.joins_table import JoinsTable, joins_overlay
 from app.joins.keys import JOIN, VERSION, join_range, split_join_key, version_key, version_range
@@ -31,6 +30,7 @@ from app.logic.histories import insert_version, purgeable
 from app.settings import Settings
 from app.state.overlay import MemoryIO, Overlay
 from app.state.range_scan import range_table
+from app.state.store_io import StoreIO
 from tests.unit.test_range_scan import event_of
 
 P = 0

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -87,3 +91,24 @@ def test_the_token_comes_from_its_file_first_and_an_empty_one_is_refused(tmp_pat
     f.write_text("\n")
     with pytest.raises(ValueError, match="empty"):
         web_auth.views_token(s)
+
+
+@pytest.mark.parametrize("token", [None, "s3cret"])
+def test_the_worker_module_gives_its_web_server_the_middleware(token):
+    """app.main installs it (app.web.auth.install) before the first route makes the server."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ETJ_VIEWS_TOKEN")}
+    if token is not None:
+        env["ETJ_VIEWS_TOKEN"] = token
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import app.main; from app.faust_app import app; "
+            "print([m.__name__ for m in app.web.web_app.middlewares])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    assert out.stdout.strip() == ("['require_token']" if token else "[]")
