@@ -24,6 +24,7 @@ from faust.cli import argument
 from app.faust_app import app, settings
 from app.joins.catalog import load_all
 from app.joins.fk_spec import FkJoinSpec
+from app.joins.resolve import refuse_without_registry
 from app.joins.spec import JoinSpec, Side, SpecError
 from app.runtime import START_REFUSED, refusal_line
 
@@ -56,6 +57,7 @@ def validate(path: Path | None) -> tuple[int, list[str]]:
     s = settings if path is None else settings.model_copy(update={"joins_file": path})
     try:
         events, fks = load_all(s)
+        refuse_without_registry(events, s.schema_registry_url)  # as the worker does at start
     except SpecError as exc:
         return START_REFUSED, [refusal_line(exc)]
     specs: list[JoinSpec | FkJoinSpec] = [*events, *fks]
