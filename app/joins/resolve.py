@@ -78,6 +78,14 @@ def resolve(
                 "at one time are ordered by their copied values, and an object has no "
                 "order; copy it from the events side, or declare it str"
             )
+    if cfg.output_format == "avro":
+        for f in events.copy:
+            if is_json(events, f):
+                raise SpecError(
+                    f"{where}: events.copy field {events.path_of(f)!r} is json: an Avro "
+                    "revision has no type for any JSON value; copy it into a JSON or JSON-SR "
+                    "output (output_format json, json-sr)"
+                )
     if cfg.events.id is None:
         for f in events.copy:
             if is_json(events, f):
