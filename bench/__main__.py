@@ -46,6 +46,7 @@ SUITE = (
     "snapshot_restore",
     "bootstrap",
     "image_start",
+    "rolling_restart",
     "spark_cluster",
     "chaos",
 )
