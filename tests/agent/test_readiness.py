@@ -7,11 +7,13 @@ from __future__ import annotations
 from typing import cast
 
 from app.compat.table_manager import EtjTableManager
-from app.faust_app import app
-from app.web import views
 
 
 async def test_a_worker_stays_ready_through_a_later_recovery_and_its_keys_do_not(monkeypatch):
+    # the worker's app, its views registered as app.main does it (the bearer token first)
+    from app.main import app
+    from app.web import views
+
     recovery = cast(EtjTableManager, app.tables).recovery
     monkeypatch.setattr(app, "in_recovery", False)
     monkeypatch.setattr(recovery.completed, "is_set", lambda: False)
