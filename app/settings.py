@@ -216,6 +216,17 @@ class Settings(BaseSettings):
         "patches of app/compat were tested with, logging a warning instead of refusing: for "
         "trying a release (`make compat-check` sets it), never in production.",
     )
+    group_instance_id: str | None = Field(
+        None,
+        min_length=1,
+        description="Static membership: this worker's stable identity in the consumer group "
+        "(Kafka's `group.instance.id`, Faust's `consumer_group_instance_id`); unique per "
+        "worker, the same across its restarts. A worker stopped with one does not leave the "
+        "group: its partitions wait for it (no rebalance) until `ETJ_SESSION_TIMEOUT_S` "
+        "passes, and it gets them back when it returns within it. Unset = dynamic "
+        "membership: every stop and start rebalances the group. The chart sets it to the "
+        "pod's name (docs/operating/scaling.md#rolling-restarts).",
+    )
     session_timeout_s: float = Field(10.0, gt=0, description="Consumer group session timeout.")
     heartbeat_interval_s: float = Field(1.0, gt=0, description="Consumer heartbeat interval.")
     rebalance_timeout_s: float = Field(10.0, gt=0, description="Consumer rebalance timeout.")

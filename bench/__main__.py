@@ -47,6 +47,7 @@ SUITE = (
     "snapshot_restore",
     "bootstrap",
     "image_start",
+    "rolling_restart",
     "spark_cluster",
     "chaos",
 )

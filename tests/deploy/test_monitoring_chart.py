@@ -256,6 +256,7 @@ def test_the_unit_tests_make_every_alert_fire_and_not_fire():
         "EtjDeadLetters",
         "EtjLateRecords",
         "EtjFailStopRestarts",
+        "EtjSpecRefused",
         "EtjFinalityStalled",
     }
     tests = yaml.safe_load(UNIT_TESTS.read_text())
@@ -309,6 +310,7 @@ def test_thresholds_severities_and_labels_come_from_the_values(promtool, tmp_pat
                     "inputLagGrowing": {"records": 250000, "window": "30m", "for": "1h"},
                     "deadLetters": {"perSecond": 5},
                     "failStopRestarts": {"window": "1h"},
+                    "specRefused": {"window": "2h", "severity": "page"},
                     "finalityStalled": {"beyondRetentionMs": 3600000, "window": "20m"},
                 },
             }
@@ -316,7 +318,7 @@ def test_thresholds_severities_and_labels_come_from_the_values(promtool, tmp_pat
     }
     spec = rules_spec(values)
     rules = alerts(spec)
-    assert "EtjLateRecords" not in rules and len(rules) == 5
+    assert "EtjLateRecords" not in rules and len(rules) == 6
     assert rules["EtjWorkerNotReady"]["for"] == "30m"
     assert rules["EtjWorkerNotReady"]["labels"] == {"severity": "critical", "team": "streams"}
     assert rules["EtjDeadLetters"]["labels"] == {"severity": "warning", "team": "streams"}
@@ -324,6 +326,8 @@ def test_thresholds_severities_and_labels_come_from_the_values(promtool, tmp_pat
     assert "> 250000" in lag and "[30m]" in lag and rules["EtjInputLagGrowing"]["for"] == "1h"
     assert "> 5\n" in rules["EtjDeadLetters"]["expr"] + "\n"
     assert "[1h]" in rules["EtjFailStopRestarts"]["expr"]
+    assert "[2h]" in rules["EtjSpecRefused"]["expr"] and "== 78" in rules["EtjSpecRefused"]["expr"]
+    assert rules["EtjSpecRefused"]["labels"] == {"severity": "page", "team": "streams"}
     finality = rules["EtjFinalityStalled"]["expr"]
     assert "> 3600000" in finality and finality.count("[20m]") == 2
     assert "over 250000" in rules["EtjInputLagGrowing"]["annotations"]["description"]
