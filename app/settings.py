@@ -147,7 +147,9 @@ class Settings(BaseSettings):
         None,
         description="The built-in joins this worker runs, comma-separated, of `moods`, "
         "`movies`, `cars` (`none`: none). Unset: all three without ETJ_JOINS_FILE, none with "
-        "it (a worker of your own joins creates no etj-* topic; `make run` asks for all).",
+        "it (a worker of your own joins then creates none of the built-in joins' topics; the "
+        "dead-letter and late topics, `etj-dead-letters` and `etj-late` by default, are every "
+        "worker's; `make run` asks for all).",
     )
     snapshot_url: str | None = Field(
         None,
@@ -320,7 +322,9 @@ class Settings(BaseSettings):
         "time-zone mistake (30 min or more), and small against the retention: an accepted "
         "record moves stream time at most this far ahead, so with the default 1 h retention "
         "records up to 55 min late still join (a 1 h tolerance would let one record push every "
-        "on-time record behind the horizon).",
+        "on-time record behind the horizon). A spec side's own `max_future_ms` replaces it for "
+        "that side (a dimension whose versions take effect later), and such a record moves "
+        "stream time only as far as this would let it.",
     )
 
     @property

@@ -293,7 +293,7 @@ def test_avro_events_join_a_protobuf_dimension_into_avro_revisions_exactly_acros
     assert any(r["revision"] > 1 for r in revs), "the scenario must contain corrections"
     v1 = latest_by_id(revs)["v1"]
     assert (v1["user_id"], v1["viewed_at"]) == (views[1][1]["user"]["id"], views[1][2])
-    assert list(v1) == [*spec.output_fields, "source"]
+    assert list(v1) == [*spec.output_fields, "partition", "source"]
     assert worker_metrics(second)["etj_schema_registry_waits_total"][""] > 0
 
     dead = [v for _, v in asyncio.run(read_all(names, names.dead_letter_topic, idle_s=0.5))]
