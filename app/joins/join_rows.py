@@ -97,6 +97,13 @@ class JoinRows:
         lo, hi = join_range(key, start, end)
         return [(split_join_key(k)[2], self.load(raw)) for k, raw in self.joins.scan(p, lo, hi)]
 
+    def _joins_made_by(
+        self, p: int, key: str, src: Any, start: int | None, end: int | None
+    ) -> list[tuple[str, Join]]:
+        """:meth:`_joins_of`, only those with a revision made by ``src`` (current or
+        superseded: :meth:`app.logic.event_join.Join.made_by`)."""
+        return [(jid, j) for jid, j in self._joins_of(p, key, start, end) if j.made_by(src)]
+
     # --- the clock: read once per batch, written once at its end ---------------------------
     def stream_time(self, p: int) -> int | None:
         clocks = self._clocks
