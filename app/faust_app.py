@@ -161,6 +161,8 @@ def create_app(settings: Settings) -> EtjApp:
     extra: dict[str, Any] = {}
     if settings.producer_max_batch_size is not None:
         extra["producer_max_batch_size"] = settings.producer_max_batch_size
+    if settings.group_instance_id is not None:  # static membership (docs/operating/scaling.md)
+        extra["consumer_group_instance_id"] = settings.group_instance_id
     if settings.producer_max_request_bytes is not None:
         extra["producer_max_request_size"] = settings.producer_max_request_bytes
     credentials = broker_credentials(settings)  # TLS / SASL (app.kafka.security)

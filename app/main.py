@@ -37,10 +37,11 @@ from app.commands import (
     archive,  # noqa: F401  (tools: a topic -> JSON lines, for app.batch)
     dead_letters,  # noqa: F401  (tools: dead-letters replay [--join NAME] [--since T] [--dry-run])
     join_latest,  # noqa: F401  (tools: join-latest NAME)
+    joins,  # noqa: F401  (tools: joins validate [FILE], offline)
     sample_traffic,  # noqa: F401  (tools)
     sink,  # noqa: F401  (tools: sink postgres --join NAME --dsn DSN)
     snapshots,  # noqa: F401  (tools: the table snapshots in a store)
-    topics,  # noqa: F401  (tools: topics create [--inputs] [--dry-run])
+    topics,  # noqa: F401  (tools: topics create [--inputs] [--dry-run], offline too)
 )
 from app.web import views  # noqa: F401  (views: state, health, metrics over HTTP; GET /joins/)
 

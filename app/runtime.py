@@ -52,6 +52,10 @@ through Faust's topics (:mod:`app.compat.producer`) and the hot path's
 one cannot read it as (:mod:`app.joins.fingerprint`) ends the process at once with
 :data:`REFUSED_CODE` and one line that says what changed and the ways forward, committing
 nothing more. Not fail-stop's code: a restart does not help, and the alerts tell them apart.
+
+**A start refused by its specs** (:func:`refuse_start`): a join spec that cannot run, found as
+the app is loaded (:mod:`app.topology`), is one line on stderr and exit :data:`START_REFUSED`, the
+same line ``joins validate`` prints (:mod:`app.commands.joins`, which is left to report it).
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ import gc
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import uvloop
@@ -72,11 +76,16 @@ __all__ = [
     "EXIT_CODE",
     "GC_THRESHOLDS",
     "REFUSED_CODE",
+    "START_REFUSED",
+    "debugging",
     "fail_stop",
     "freeze_long_lived",
+    "refusal_line",
     "refuse",
+    "refuse_start",
     "use_event_loop",
     "use_gc_thresholds",
+    "validating",
 ]
 
 log = logging.getLogger(__name__)
@@ -143,3 +152,51 @@ def refuse(reason: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     _exit(REFUSED_CODE)
+
+
+# --- a spec that cannot run: refused at start in one line -----------------------------------
+
+#: exit status of a process refused at start by its join specs (a usage error, as click's)
+START_REFUSED = 2
+
+
+def validating(argv: Sequence[str]) -> bool:
+    """Is this process ``faust -A app.main joins validate …``? Then a spec error at import is
+    left for the command to report, and the app loads without joins."""
+    args = list(argv)
+    return any(a == "joins" and args[i + 1 : i + 2] == ["validate"] for i, a in enumerate(args))
+
+
+def debugging(argv: Sequence[str]) -> bool:
+    """Was the process asked to log at debug level (``-l debug``, ``--loglevel=debug``,
+    ``--debug``)?"""
+    args = [a.lower() for a in argv]
+    if "--debug" in args or "--loglevel=debug" in args:
+        return True
+    return any(
+        a in ("-l", "--loglevel") and args[i + 1 : i + 2] == ["debug"] for i, a in enumerate(args)
+    )
+
+
+def refusal_line(exc: BaseException) -> str:
+    """The one line a spec error is refused with, by the worker at start and by ``joins
+    validate`` alike: ``app.joins.spec.SpecError: join spec #1 'x': events.key: missing``."""
+    kind = type(exc)
+    return f"{kind.__module__}.{kind.__qualname__}: {exc}"
+
+
+def refuse_start(exc: BaseException, argv: Sequence[str] = sys.argv) -> None:
+    """A join spec that cannot run, found as the app is loaded: one line on stderr (the
+    traceback too at debug level) and exit :data:`START_REFUSED`, before any broker is asked. Not
+    for ``joins validate``, which reports it itself (:func:`validating`: this returns).
+
+    Why: raised through Faust's command line, the refusal was the last line of a ~90-line
+    traceback."""
+    if validating(argv):
+        return
+    if debugging(argv):
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    print(refusal_line(exc), file=sys.stderr, flush=True)
+    raise SystemExit(START_REFUSED)

@@ -147,7 +147,9 @@ class Settings(BaseSettings):
         None,
         description="The built-in joins this worker runs, comma-separated, of `moods`, "
         "`movies`, `cars` (`none`: none). Unset: all three without ETJ_JOINS_FILE, none with "
-        "it (a worker of your own joins creates no etj-* topic; `make run` asks for all).",
+        "it (a worker of your own joins then creates none of the built-in joins' topics; the "
+        "dead-letter and late topics, `etj-dead-letters` and `etj-late` by default, are every "
+        "worker's; `make run` asks for all).",
     )
     snapshot_url: str | None = Field(
         None,
@@ -213,6 +215,17 @@ class Settings(BaseSettings):
         description="Start with a faust-streaming or aiokafka other than the ones the "
         "patches of app/compat were tested with, logging a warning instead of refusing: for "
         "trying a release (`make compat-check` sets it), never in production.",
+    )
+    group_instance_id: str | None = Field(
+        None,
+        min_length=1,
+        description="Static membership: this worker's stable identity in the consumer group "
+        "(Kafka's `group.instance.id`, Faust's `consumer_group_instance_id`); unique per "
+        "worker, the same across its restarts. A worker stopped with one does not leave the "
+        "group: its partitions wait for it (no rebalance) until `ETJ_SESSION_TIMEOUT_S` "
+        "passes, and it gets them back when it returns within it. Unset = dynamic "
+        "membership: every stop and start rebalances the group. The chart sets it to the "
+        "pod's name (docs/operating/scaling.md#rolling-restarts).",
     )
     session_timeout_s: float = Field(10.0, gt=0, description="Consumer group session timeout.")
     heartbeat_interval_s: float = Field(1.0, gt=0, description="Consumer heartbeat interval.")
@@ -309,7 +322,9 @@ class Settings(BaseSettings):
         "time-zone mistake (30 min or more), and small against the retention: an accepted "
         "record moves stream time at most this far ahead, so with the default 1 h retention "
         "records up to 55 min late still join (a 1 h tolerance would let one record push every "
-        "on-time record behind the horizon).",
+        "on-time record behind the horizon). A spec side's own `max_future_ms` replaces it for "
+        "that side (a dimension whose versions take effect later), and such a record moves "
+        "stream time only as far as this would let it.",
     )
 
     @property

@@ -32,15 +32,16 @@ from typing import Any, Protocol, TypedDict, cast
 import faust
 from faust.types import TopicT
 
+from app import runtime
 from app.compat.table_codec import TableSchema
 from app.faust_app import app, settings
 from app.joins.car_state import ZoneCarsTable
-from app.joins.catalog import load_fk_specs, load_specs
+from app.joins.catalog import load_all
 from app.joins.fk_spec import FkJoinSpec
 from app.joins.fk_state import INT_KEYS, JSON_KEYS, IndexKeys, index_table_class
 from app.joins.joins_table import JoinsTable
 from app.joins.resolve import refuse_without_registry
-from app.joins.spec import JoinSpec, Side
+from app.joins.spec import JoinSpec, Side, SpecError
 from app.state.range_scan import RangeTable, range_table
 
 #: (name, topics, partition count) of topics that must be co-partitioned (app.kafka.copartition)
@@ -202,11 +203,22 @@ def declare_join(spec: JoinSpec) -> JoinTopology:
     )
 
 
+def _specs() -> tuple[list[JoinSpec], list[FkJoinSpec]]:
+    """Every spec this worker runs, validated together; a spec that cannot run refuses the
+    start in one line (:func:`app.runtime.refuse_start`), but for ``joins validate``, which
+    then loads with no join and reports it."""
+    try:
+        events, fks = load_all(settings)
+        return refuse_without_registry(events, settings.schema_registry_url), fks
+    except SpecError as exc:
+        runtime.refuse_start(exc)
+        return [], []
+
+
+_event_specs, _fk_specs = _specs()
+
 #: spec name -> its topics and tables, for every join this worker runs
-joins: dict[str, JoinTopology] = {
-    spec.name: declare_join(spec)
-    for spec in refuse_without_registry(load_specs(settings), settings.schema_registry_url)
-}
+joins: dict[str, JoinTopology] = {spec.name: declare_join(spec) for spec in _event_specs}
 
 
 # --- every foreign-key join (one-to-many), the car join among them --------------------------------
@@ -288,9 +300,7 @@ def declare_fk_join(spec: FkJoinSpec) -> FkJoinTopology:
 
 
 #: spec name -> its topics and tables, for every foreign-key join this worker runs
-fk_joins: dict[str, FkJoinTopology] = {
-    spec.name: declare_fk_join(spec) for spec in load_fk_specs(settings)
-}
+fk_joins: dict[str, FkJoinTopology] = {spec.name: declare_fk_join(spec) for spec in _fk_specs}
 
 #: the car join's topics and tables if this worker runs it (ETJ_BUILTIN_JOINS), else None:
 #: the one place that says whether it runs

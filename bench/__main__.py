@@ -48,6 +48,7 @@ SUITE = (
     "snapshot_restore",
     "bootstrap",
     "image_start",
+    "rolling_restart",
     "spark_cluster",
     "chaos",
 )

@@ -40,7 +40,7 @@ from typing import Any
 from unittest import mock
 
 #: what the consumer hands a loop: aiokafka's ConsumerRecord, the fields the loop reads
-Record = namedtuple("Record", "topic partition offset key value timestamp")
+Record = namedtuple("Record", "topic partition offset key value timestamp headers", defaults=((),))
 
 START_MS = 1_790_000_000_000
 

@@ -195,6 +195,12 @@ class Worker:
             f"worker {self.name}: /ready/ not 200 in {timeout_s}s:\n" + self.log()[-4000:]
         )
 
+    def recovered(self) -> bool:
+        """Whether its tables are recovered and none is recovering now (``/ready/``'s
+        ``ready``: its 200 stays through a later rebalance's recovery, app.web.views.ready)."""
+        status, body = self.get("/ready/", timeout_s=2.0)
+        return status == 200 and isinstance(body, dict) and body.get("ready") is True
+
     def assigned(self, topic: str) -> str:
         """Partitions of ``topic`` in this worker's latest assignment, as Faust logs them."""
         log = self.log()

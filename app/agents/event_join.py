@@ -30,6 +30,7 @@ from faust.types import TP
 from app import metrics, runtime
 from app.compat.stores import committed_offset
 from app.faust_app import app, settings
+from app.inputs.admission import Early
 from app.inputs.parsers import as_dict
 from app.inputs.records import InvalidRecord
 from app.joins.fingerprint import SpecGuard
@@ -88,6 +89,13 @@ class JoinEngine:
         self._parsers = {
             spec.events.input: spec.events.parser(self.schemas),
             spec.dimension.input: spec.dimension.parser(self.schemas),
+        }
+        #: input topic -> its side's own tolerance of records from the future (a side with
+        #: ``max_future_ms``: versions effective later; app.loop.intake judges by it)
+        self.max_future_ms = {
+            s.input: s.max_future_ms
+            for s in (spec.events, spec.dimension)
+            if s.max_future_ms is not None
         }
         #: input topic -> (its keys' framed format, its values'), None where not framed
         self._framed: dict[str, tuple[str | None, str | None]] = {
@@ -197,12 +205,17 @@ class JoinEngine:
         return self._out(rev)
 
     def _out(self, rev: Revision, again: bool = False) -> Out:
-        """Its send, with its lineage: ``source``, the input record that made it (topic,
-        partition, offset; docs/concepts/revision-log.md#lineage) — the revision's own when it
-        has one (a re-emit, a final revision), else the record being handled. Cost: one small
-        dict per revision."""
+        """Its send, with ``partition``, the input partition whose finality promise covers it
+        (docs/concepts/guarantees.md), and its lineage: ``source``, the input record that made
+        it (topic, partition, offset; docs/concepts/revision-log.md#lineage) — the revision's
+        own when it has one (a re-emit, a final revision), else the record being handled.
+        Cost: one small dict per revision."""
         wire = self._to_wire(rev)
         src = rev.source
+        # the input partition whose finality promise covers it (the outputs are keyed by join
+        # id, so their own partition says nothing of it): the partition being handled, that of
+        # the join's key in the join's co-partitioned inputs
+        wire["partition"] = self._handling_p
         wire["source"] = (
             {
                 "topic": self._handling,
@@ -341,11 +354,16 @@ class JoinEngine:
 
     # --- the loop's callbacks ------------------------------------------------------------------
     def parse(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None = None,
+        headers: Any = None,
     ) -> tuple[Any, int]:
         """(the validated record, its event time); raises :class:`InvalidRecord`.
         ``timestamp``: the record's Kafka timestamp (epoch ms), for a ``$timestamp`` side."""
-        rec = self._parsers[topic](key, value, timestamp)
+        rec = self._parsers[topic](key, value, timestamp, headers)
         return rec, getattr(rec, self._time_attr[topic])
 
     def on_record(
@@ -371,8 +389,12 @@ class JoinEngine:
                     spec.name, self.dead_letters, topic, partition, offset, key, value, str(parsed)
                 )
             ]
+        due = None
+        if type(parsed) is Early:  # effective later: joined at its time, due later
+            parsed, due = parsed
         rec = parsed
         event_time = getattr(rec, self._time_attr[topic])
+        moves = event_time if due is None else due  # what it moves stream time to
         src = [0 if is_event else 1, offset]
         self._handling, self._handling_p, self._handling_offset = topic, partition, offset
         final = self._final_topic is not None
@@ -390,10 +412,10 @@ class JoinEngine:
                         rec, topic, partition, offset, key, is_event, src, event_time, clock, limit
                     ),
                 ]
-        if clock is None or event_time > clock:
+        if clock is None or moves > clock:
             if final:
                 self._mover[partition] = src  # the record whose delivery makes its batch's promise
-            clock = state.advance(partition, event_time)
+            clock = state.advance(partition, moves)
         horizon = clock - self._retention
         window = self._window
         release_from = horizon if window is None else max(horizon, clock - window)

@@ -97,13 +97,18 @@ class FkJoin:
         self._times = {spec.left.topic: spec.left.time, spec.right.topic: spec.right.time}
 
     def parse(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None = None,
+        headers: Any = None,
     ) -> tuple[Any, int]:
         """(the validated record, its event time); raises :class:`InvalidRecord`."""
         if topic == self.spec.moves:
             move = self.spec.move_of(_json(value))
             return move, move.left.event_time
-        rec = self._parsers[topic](key, value, timestamp)
+        rec = self._parsers[topic](key, value, timestamp, headers)
         return rec, getattr(rec, self._times[topic])
 
     def dead(

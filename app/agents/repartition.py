@@ -1,8 +1,9 @@
 """Agents: the repartition hop of a spec side with ``"repartition": true`` (any record key).
 
 user's topic (keyed by anything, or not at all) -> one agent per repartitioned side ->
-``<app id>-<join>-<side>-repartition`` (internal, the join's partition count, key = the key
-field's UTF-8 bytes, partitioned by murmur2 like every etj topic) -> the join's agent
+``<app id>-<join>-<side>-repartition`` (internal, the join's partition count, key = the join
+key's UTF-8 bytes: the key field's text, a composite key's JSON array; partitioned by murmur2
+like every etj topic) -> the join's agent
 (:mod:`app.agents.event_join`), which reads it instead of the user's topic.
 
 Why a topic and not a re-key in memory: the join's state of a key lives on the worker that
@@ -85,11 +86,16 @@ class RepartitionEngine:
             await self.schemas.prefetch_batches(self._framed, batches)
 
     def parse(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None = None,
+        headers: Any = None,
     ) -> tuple[Any, int]:
         """(the join key's bytes, the event time); raises :class:`InvalidRecord` with the
         join's reason for a record it would refuse."""
-        return self._rekey(value, timestamp)
+        return self._rekey(value, timestamp, headers)
 
     def pass_on(self, topic: str, record: Any, parsed: Any) -> list[Out]:
         """The record to the repartition topic, keyed by its join key, as it came."""

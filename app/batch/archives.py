@@ -78,7 +78,7 @@ class ArchiveKind:
 
 
 _TYPES = {"string": StringType, "bigint": LongType, "double": DoubleType, "boolean": BooleanType}
-_DDL = {"str": "string", "int": "bigint", "float": "double", "bool": "boolean"}
+_DDL = {"str": "string", "int": "bigint", "float": "double", "bool": "boolean", "json": "string"}
 
 
 def kind_of(name: str, columns: Sequence[WireColumn], unwrap: bool = True) -> ArchiveKind:

@@ -310,16 +310,20 @@ def build(
     """(one result row per partition written, the records refused as from the future): lazy.
     One shuffle: the records go to their partition's group as they are; each group's executor
     gathers a key's versions (:func:`app.batch.state_files.arrow_rows`)."""
+    from app.batch.spec_joins import key_column
     from app.joins.columns import model_columns
 
     records, refused = admit_input(
         spark, paths, spec_kinds(spec).dimension, spec.dimension.time, scope, None
     )
     d = spec.dimension
-    columns = [d.key, d.time, *d.copy]
+    # the join key as the workers key their state: an int's text, a composite key's JSON array
+    columns = ["_key", d.time, *d.copy]
     kind_of = {c.name: c.kind for c in model_columns(d.model)}
     kinds = ["int", *(kind_of[f] for f in d.copy)]
-    keyed = records.select(*columns).withColumn("_p", _partition_of(target.partitions)(d.key))
+    keyed = records.select(key_column(d).alias("_key"), d.time, *d.copy).withColumn(
+        "_p", _partition_of(target.partitions)("_key")
+    )
 
     def write(table: Any) -> Any:  # a function, not a partial: Spark reads its type hints
         return _write_group(target, columns, kinds, workdir, table)

@@ -99,10 +99,13 @@ def admit_input(
     time: str,
     scope: Scope,
     role: Role | None,
+    max_future_ms: int | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """One input read, split by the future rule, both parts cut to what the range needs
-    (``role`` None: no range applies)."""
-    a = admit(A.read_archive(spark, paths, kind), time, scope.now_ms, scope.max_future_ms)
+    (``role`` None: no range applies). ``max_future_ms``: the side's own tolerance (a spec
+    side's ``max_future_ms``), else the scope's (``ETJ_MAX_FUTURE_MS``)."""
+    tolerance = scope.max_future_ms if max_future_ms is None else max_future_ms
+    a = admit(A.read_archive(spark, paths, kind), time, scope.now_ms, tolerance)
     if role is None:
         return a.records, a.refused
     return (
@@ -118,9 +121,23 @@ def read_join_inputs(
     apart, and only what the range needs kept."""
     kinds = spec_kinds(spec)
     sides = {
-        "events": admit_input(spark, events, kinds.events, spec.events.time, scope, "events"),
+        "events": admit_input(
+            spark,
+            events,
+            kinds.events,
+            spec.events.time,
+            scope,
+            "events",
+            spec.events.max_future_ms,
+        ),
         "dimension": admit_input(
-            spark, dimension, kinds.dimension, spec.dimension.time, scope, dimension_role(spec)
+            spark,
+            dimension,
+            kinds.dimension,
+            spec.dimension.time,
+            scope,
+            dimension_role(spec),
+            spec.dimension.max_future_ms,
         ),
     }
     return Inputs({k: v[0] for k, v in sides.items()}, {k: v[1] for k, v in sides.items()})
@@ -305,9 +322,12 @@ def backfill_source(archives: Sequence[str]) -> dict[str, list[str]]:
 
 
 def with_lineage(df: DataFrame, archives: Sequence[str]) -> DataFrame:
-    """The backfill's revisions with their ``source`` column (:func:`backfill_source`): one
-    DataFrame for what is written (``--out``) and what is published, so the two are equal."""
+    """The backfill's revisions with their ``partition`` (null: a backfill is outside every
+    finality promise, docs/concepts/guarantees.md) and ``source`` columns
+    (:func:`backfill_source`), as a stream revision carries them: one DataFrame for what is
+    written (``--out``) and what is published, so the two are equal."""
     names = backfill_source(archives)["backfill"]
+    df = df.withColumn("partition", F.lit(None).cast("int"))
     return df.withColumn("source", F.struct(F.array(*[F.lit(a) for a in names]).alias("backfill")))
 
 

@@ -57,13 +57,14 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from app.joins.columns import model_columns
-from app.joins.spec import JoinSpec
+from app.joins.spec import JoinSpec, Side
 
 __all__ = [
     "METHODS",
     "answer_columns",
     "revision_columns",
     "join_id",
+    "key_column",
     "spec_joins",
     "latest_revisions",
     "compare_joins",
@@ -126,6 +127,24 @@ def join_id(spec: JoinSpec) -> Column:
 # --- the join -------------------------------------------------------------------------------
 
 
+def key_column(side: Side) -> Column:
+    """A side's join key as the stream keys its state (:attr:`app.joins.spec.Side.join_key`):
+    a str key field as it is, an int's decimal text, a composite key's compact JSON array
+    (``["acme",42]``: each str part as Spark's ``to_json`` writes it, an int in decimal)."""
+    if not side.key_fields:
+        c = F.col(side.key)
+        return c if side.key_is_text else c.cast("string")
+    parts = []
+    for f, kind in zip(side.key_fields, side.key_kinds):
+        c = F.col(f)
+        if kind == "int":
+            parts.append(c.cast("string"))
+        else:  # '["x"]' -> '"x"': the string as JSON writes it
+            text = F.to_json(F.array(c))
+            parts.append(F.regexp_replace(text, r"^\[|\]$", ""))
+    return F.concat(F.lit("["), F.concat_ws(",", *parts), F.lit("]"))
+
+
 def _sides(
     spec: JoinSpec,
     events: DataFrame,
@@ -134,13 +153,13 @@ def _sides(
     """(events as (_k, _t, _id, _ev), versions as (_k, _t, _v0.., _found), value columns)."""
     values = [f"_v{i}" for i in range(len(spec.dimension.copy))]
     ev = events.select(
-        F.col(spec.events.key).alias("_k"),
+        key_column(spec.events).alias("_k"),
         F.col(spec.events.time).alias("_t"),
         join_id(spec).alias("_id"),
         F.struct(*[F.col(f) for f in spec.events.copy]).alias("_ev"),
     )  # (_k, _t, _id, (copied event fields))
     versions = dimension.select(
-        F.col(spec.dimension.key).alias("_k"),
+        key_column(spec.dimension).alias("_k"),
         F.col(spec.dimension.time).alias("_t"),
         *[F.col(f).alias(v) for f, v in zip(spec.dimension.copy, values)],
         F.struct(

@@ -7,7 +7,9 @@
 - :mod:`app.commands.join_latest` — ``join-latest NAME``: a join's answer so far;
 - :mod:`app.commands.snapshots` — ``snapshots``: the table snapshots in a store;
 - :mod:`app.commands.topics` — ``topics create``: every topic a worker needs that is missing
-  (inputs with ``--inputs``; ``--dry-run``: the plan);
+  (inputs with ``--inputs``; ``--dry-run``: the plan, with no broker too);
+- :mod:`app.commands.joins` — ``joins validate [FILE]``: a joins file checked offline, one line
+  per spec or the one line a worker's start would be refused with;
 - :mod:`app.commands.dead_letters` — ``dead-letters replay``: the dead letters whose cause is
   gone sent back to their input topic, judged again by the worker's rules
   (:mod:`app.commands.replay`);

@@ -96,9 +96,8 @@ def input_models() -> dict[str, type[WireModel] | Side]:
     for spec in batch_specs(settings).values():
         for side in (spec.events, spec.dimension):
             written_otherwise = side.format != "json" or side.key_format != "str"
-            models[side.topic] = (
-                side if side.shaped or side.repartition or written_otherwise else side.model
-            )
+            read_as_worker = side.shaped or side.repartition or side.time_given
+            models[side.topic] = side if read_as_worker or written_otherwise else side.model
     for fk in batch_fk_specs(settings).values():  # foreign-key joins, the car join among them
         for side in (fk.left, fk.right):
             models[side.topic] = side if side.shaped else side.model
@@ -157,6 +156,14 @@ _CAR_OUT = [
     ("car_event_time", "int64"),
     ("zone_event_time", "int64"),
 ]
+
+
+def _as_text(value: Any) -> Any:
+    """A string column's value: a string as it is, anything else (a ``json`` field's object,
+    array or number) as its compact JSON text, None as None."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"))
 
 
 def parquet_columns(topic: str) -> list[tuple[str, str]] | None:
@@ -220,11 +227,12 @@ def archive_value(
     value: bytes | None,
     timestamp: int | None = None,
     framed: str | None = None,
+    headers: Any = None,
 ) -> Any:
     """One record -> its archived JSON value, or None when it is left out. ``timestamp``: its
     Kafka timestamp (the event time of a ``$timestamp`` side); ``framed``: the format of an
     output topic written otherwise than JSON text (``avro``, ``json-sr``), archived as its JSON
-    twin."""
+    twin; ``headers``: its Kafka headers (a side's ``$header.<name>`` fields)."""
     if model is None and framed is not None:
         try:
             return _output_decoder(framed, shared_registry(settings))(value)
@@ -233,11 +241,12 @@ def archive_value(
     if model is not None:
         try:
             if isinstance(model, Side):
-                record = _side_parser(model)(key, value, timestamp)
+                record = _side_parser(model)(key, value, timestamp, headers)
             else:
                 record = parse(model, key, value)
         except InvalidRecord:
             return None
+        # a Struct (a flat side's fast parser) or a wire model: its fields, nulls left out
         return {k: v for k, v in as_dict(record).items() if v is not None}
     if value is None:
         return None
@@ -329,7 +338,10 @@ class ParquetSink:
         if self.columns is None:
             row = {"value": json.dumps(value, separators=(",", ":"))}
         elif isinstance(value, dict):
-            row = {n: value.get(n) for n, _ in self.columns}
+            row = {
+                n: _as_text(value.get(n)) if t == "string" else value.get(n)
+                for n, t in self.columns
+            }
         else:  # not a record of this topic: nothing to type it as
             row = {n: None for n, _ in self.columns}
         row["_offset"] = offset
@@ -442,6 +454,7 @@ async def archive_topic(
                             event_range,
                             roles or [],
                             value_framed if model is None else None,
+                            m.headers,
                         )
                         last = time.monotonic()
                 now = time.monotonic()
@@ -479,9 +492,10 @@ def _archive_one(
     event_range: EventRange = EventRange(),
     roles: Sequence[tuple[Role, str | None]] = (),
     framed: str | None = None,
+    headers: Any = None,
 ) -> None:
     stats.read += 1
-    data = archive_value(model, key, value, timestamp, framed)
+    data = archive_value(model, key, value, timestamp, framed, headers)
     if data is None:
         if model is not None:
             stats.invalid += 1

@@ -7,7 +7,9 @@ a join needs" (the same list docs/operating/topics.md and ``--print`` show): out
 topics (dead letters, late records), the internal ones (ticks, changelogs, car moves, Faust's
 leader topic), each with its join's partition count and a changelog compacted; inputs only
 with ``--inputs`` (they are usually someone else's). ``--dry-run`` prints the plan and changes
-nothing. Topics that exist are left as they are, and listed with their partition count when it
+nothing, and works with no broker too (then every topic the specs name is in the plan, as
+if none existed; with one, what exists is said and what it would create counted). Topics that
+exist are left as they are, and listed with their partition count when it
 differs (co-partitioning then refuses the worker's start, and says why).
 
 A ``$timestamp`` input (its event time is the Kafka timestamp) that exists is checked for
@@ -17,8 +19,11 @@ in a ``warning`` line.
 
 from __future__ import annotations
 
+import asyncio
+
 import click
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 from faust.cli import argument, option
 
 from app.docgen.topics_doc import TopicUse, inventory
@@ -27,6 +32,9 @@ from app.joins.catalog import load_specs
 from app.kafka.connection import bootstrap_servers
 from app.kafka.security import aiokafka_auth
 from app.kafka.timestamps import reason, timestamp_types
+
+#: how long ``topics create`` waits for the broker to answer before it says there is none
+CONNECT_TIMEOUT_S = 15.0
 
 
 def plan(
@@ -74,7 +82,19 @@ async def topics(self: object, action: str, inputs: bool, dry_run: bool) -> None
     admin = AIOKafkaAdminClient(
         bootstrap_servers=bootstrap_servers(settings.broker_url), **aiokafka_auth(settings)
     )
-    await admin.start()
+    try:
+        await asyncio.wait_for(admin.start(), CONNECT_TIMEOUT_S)
+    except (KafkaError, OSError, TimeoutError) as exc:
+        await admin.close()
+        where = f"no broker at {settings.broker_url} ({type(exc).__name__}: {exc})"
+        if not dry_run:
+            raise SystemExit(f"topics create: {where}: nothing created") from None
+        print(f"{where}: the plan from the specs alone", flush=True)
+        todo, lines = plan(uses, {}, inputs)
+        for line in lines:
+            print(("would " if line.startswith("create") else "") + line, flush=True)
+        print(f"would create {len(todo)} topic{'s' if len(todo) != 1 else ''}", flush=True)
+        return
     try:
         names = await admin.list_topics()
         described = await admin.describe_topics(list(names)) if names else []
@@ -86,7 +106,10 @@ async def topics(self: object, action: str, inputs: bool, dry_run: bool) -> None
         for topic, kind in (await timestamp_types(admin, stamped)).items():
             if kind != "CreateTime":
                 print(f"warning  {reason(topic, kind)}", flush=True)
-        if dry_run or not todo:
+        if dry_run:
+            print(f"would create {len(todo)} topic{'s' if len(todo) != 1 else ''}", flush=True)
+            return
+        if not todo:
             return
         await admin.create_topics(
             [

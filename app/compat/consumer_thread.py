@@ -64,8 +64,8 @@ async def seek_to_start(consumer: Any, tp: Any, start: Any) -> None:
     the first offset whose timestamp is at or after it, by the broker's offsets-for-times; none:
     the end) and commit that offset, so that a restart resumes there instead of starting
     again from a later end (records produced while the worker was down would be skipped)."""
-    if start == "latest":
-        offset = (await consumer.end_offsets([tp]))[tp]
+    if start == "latest":  # the end a Fetch reports too: tansu's ListOffsets under-reports
+        offset = (await fetched_ends(consumer._client, await consumer.end_offsets([tp])))[tp]
     else:
         found = (await consumer.offsets_for_times({tp: int(start)})).get(tp)
         offset = found.offset if found is not None else (await consumer.end_offsets([tp]))[tp]

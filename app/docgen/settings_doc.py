@@ -39,6 +39,8 @@ CHART_MANAGED = {
     "web_port": "`web.port`",
     "web_bind": "set by the chart",
     "web_host": "the pod's DNS name",
+    # one per pod, never shared: two workers with the same id fence each other out of the group
+    "group_instance_id": "the pod's name (`staticMembership.enabled`)",
     # secrets: files from a mounted Secret, never in the ConfigMap
     "kafka_tls_ca_file": "`kafka.tls.secretName`",
     "kafka_tls_cert_file": "`kafka.tls.secretName`",
@@ -133,6 +135,7 @@ GROUPS: list[tuple[str, str, list[str]]] = [
             "end_offsets_by_fetch",
             "consumer_fetch_max_wait_ms",
             "stall_check_s",
+            "group_instance_id",
             "session_timeout_s",
             "heartbeat_interval_s",
             "rebalance_timeout_s",

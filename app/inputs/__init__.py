@@ -8,6 +8,7 @@ In the order a record meets them:
 - :mod:`app.inputs.records` — the wire records and their validation: raw bytes parsed
   (msgspec, :mod:`app.inputs.parsers`) and judged (pydantic); a record that fails becomes a
   dead letter with its reason; event times written otherwise: :mod:`app.inputs.time_formats`;
+  fields named otherwise (bracketed names, Kafka headers): :mod:`app.inputs.paths`;
   values framed by a Schema Registry (Avro, Protobuf, JSON-SR) and binary keys, decoded into
   what a JSON record would be first: :mod:`app.inputs.wire_formats`;
 - :mod:`app.inputs.admission` — the door after parsing: a key in the partition Kafka's default
@@ -16,5 +17,6 @@ In the order a record meets them:
   at a time.
 
 The loop that drives them is :mod:`app.loop.intake`. No Faust import in ``records``,
-``parsers``, ``time_formats`` and ``wire_formats``: the batch twin and the tools parse with them too.
+``parsers``, ``time_formats``, ``paths`` and ``wire_formats``: the batch twin and the tools
+parse with them too.
 """

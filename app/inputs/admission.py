@@ -15,7 +15,10 @@ time: it was partitioned as the join needs, and it is not from the future.
   an event time more than ``ETJ_MAX_FUTURE_MS`` ahead of min(the record's Kafka timestamp, the
   wall clock) is refused: a dead letter naming the skew, counted
   (``etj_refused_records{rule="future"}``), and it never moves stream time. Records of the past
-  (backfills, replays of old topics) are not affected.
+  (backfills, replays of old topics) are not affected. A spec side with its own
+  ``max_future_ms`` is judged by it instead, and a record it admits further ahead than
+  ``ETJ_MAX_FUTURE_MS`` is handed on as :class:`Early`: it moves stream time only as far as it
+  is due.
 
 Pure but for the wall clock and the partition counts, which the caller passes in (once per
 batch). :func:`door` is the same rules as :func:`check_record`, made once per batch (one
@@ -28,13 +31,23 @@ per record.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.kafka.copartition import check_partition
 from app.kafka.partitioner import partition_for
 from app.logic.future_records import from_the_future, kafka_timestamp, refusal_reason
 
-__all__ = ["check_record", "door"]
+__all__ = ["Early", "check_record", "door"]
+
+
+class Early(NamedTuple):
+    """A record admitted ahead of ``ETJ_MAX_FUTURE_MS`` by its side's own ``max_future_ms``
+    (a version effective later) and not due yet (:func:`app.logic.future_records.due_time`):
+    the engine joins ``record`` at its own event time and moves stream time to ``due`` only.
+    Flow control orders it by ``due`` too."""
+
+    record: Any
+    due: int
 
 
 def check_record(

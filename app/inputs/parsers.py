@@ -15,16 +15,18 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgspec
+import orjson
 from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 from pydantic import ValidationError
 from pydantic.types import AllowInfNan
 
+from app.inputs.paths import MISSING, header_name, read_header, read_parts, split_path
 from app.inputs.records import (
     InvalidRecord,
     M,
     WireModel,
+    check_record_key,
     json_object,
-    json_type,
     parse,
     validation_reason,
 )
@@ -137,20 +139,24 @@ def _struct_for(
     return struct, tuple(finite), tuple(negzero)
 
 
-def compile_parser(model: type[M]) -> Parser:
+def compile_parser(model: type[M], check_key: bool = True) -> Parser:
     """``parse(model, ·, ·)`` at C speed: (key, value) -> the record as a Struct, or
     :class:`InvalidRecord` raised with :func:`parse`'s reason. A model the fast path cannot
-    express exactly is parsed by :func:`parse` alone."""
+    express exactly is parsed by :func:`parse` alone. ``check_key`` False: whatever its key
+    (a repartitioned side's own topic)."""
     try:
         struct, finite, negzero = _struct_for(model)
     except _Unsupported:
 
-        def judged(key: bytes | None, value: bytes | None, timestamp: int | None = None) -> Any:
-            return parse(model, key, value)
+        def parse_slow(
+            key: bytes | None, value: bytes | None, timestamp: Any = None, headers: Any = None
+        ) -> Any:
+            return parse(model, key, value, check_key)
 
-        return judged
+        return parse_slow
     decode = msgspec.json.Decoder(struct).decode
     key_field = model.key_field
+    key_fields = model.key_fields
     check = getattr(model, "fast_check", None)
     fix = msgspec.structs.replace
     count = _KEY_END.findall
@@ -159,13 +165,15 @@ def compile_parser(model: type[M]) -> Parser:
     optional = tuple(n for n, info in model.model_fields.items() if not info.is_required())
 
     def slow(key: bytes | None, value: bytes | None) -> Any:
-        rec = parse(model, key, value)  # raises with the reason, or accepts
+        rec = parse(model, key, value, check_key)  # raises with the reason, or accepts
         return struct(**rec.model_dump())
 
-    def parse_fast(key: bytes | None, value: bytes | None, timestamp: Any = None) -> Any:
-        # (timestamp: unused, taken so that every side's parser has one signature and a flat
-        # side's is this function itself, with no wrapper call per record)
-        if not value or key is None:
+    def parse_fast(
+        key: bytes | None, value: bytes | None, timestamp: Any = None, headers: Any = None
+    ) -> Any:
+        # (timestamp, headers: unused, taken so that every side's parser has one signature and
+        # a flat side's is this function itself, with no wrapper call per record)
+        if not value or (key is None and check_key):
             return slow(key, value)
         try:
             rec = decode(value)
@@ -196,7 +204,12 @@ def compile_parser(model: type[M]) -> Parser:
                 rec = fix(rec, **zeros)
         if check is not None and not check(rec):
             return slow(key, value)
-        if key != str(getattr(rec, key_field)).encode():  # equal bytes: equal text; else
+        if not check_key:
+            return rec
+        if key_fields:  # a composite key: the JSON array of its parts
+            if key != orjson.dumps([getattr(rec, f) for f in key_fields]):
+                return slow(key, value)
+        elif key != str(getattr(rec, key_field)).encode():  # equal bytes: equal text; else
             return slow(key, value)  # parse compares it as text
         return rec
 
@@ -258,45 +271,33 @@ def _fast_object(value: bytes | None) -> dict[str, Any] | None:
     return data
 
 
-_MISSING = object()
-
-
-def read_path(data: dict[str, Any], path: str) -> Any:
-    """The value at a dotted path, :data:`_MISSING` when a part is absent; a parent that is
-    there but not an object raises :class:`InvalidRecord` naming it."""
-    node: Any = data
-    parts = path.split(".")
-    for i, part in enumerate(parts):
-        if not isinstance(node, dict):
-            parent = ".".join(parts[:i])
-            raise InvalidRecord(f"{path}: {parent} is {json_type(node)}, not an object")
-        node = node.get(part, _MISSING)
-        if node is _MISSING:
-            return _MISSING
-    return node
-
-
 def compile_shaped_parser(
     model: type[M],
     paths: dict[str, str],
     time_field: str,
-    time_format: str,
+    time_format: str | None,
     from_timestamp: bool,
     decode: Callable[[bytes | None], dict[str, Any]] | None = None,
     check_key: bool = True,
 ) -> Callable[..., Any]:
-    """A parser for a side shaped otherwise (see above): (key, value, timestamp) -> the flat
-    record (the ``model`` instance), or :class:`InvalidRecord` whose reason names the spec's
-    path. ``paths``: flat field -> dotted path (the time field absent when ``from_timestamp``);
-    ``timestamp``: the record's Kafka timestamp in epoch ms (None: it has none). ``decode``:
+    """A parser for a side shaped otherwise (see above): (key, value, timestamp, headers) ->
+    the flat record, or :class:`InvalidRecord` whose reason names the spec's path. ``paths``:
+    flat field -> its path (:mod:`app.inputs.paths`: names, ``$header.<name>``; the time field
+    absent when ``from_timestamp``); ``time_format``: how the time field is converted (None:
+    not at all, an integer of epoch ms); ``timestamp``: the record's Kafka timestamp in epoch
+    ms (None: it has none); ``headers``: its Kafka headers, (name, bytes) pairs. ``decode``:
     the value's bytes -> its JSON object, for a value written otherwise than JSON text
     (:func:`app.inputs.wire_formats.value_decoder`); ``check_key`` False: the record key is
     not compared (a repartition hop's read, :mod:`app.joins.rekey`)."""
-    items = tuple(paths.items())
-    to_path = dict(items)
+    # (flat field, path, the names of a value path, or () and the header's name)
+    items: list[tuple[str, str, tuple[str, ...], str]] = []
+    for f, path in paths.items():
+        header = header_name(path)
+        items.append((f, path, () if header is not None else split_path(path), header or ""))
+    to_path = dict(paths)
     if from_timestamp:
         to_path[time_field] = KAFKA_TIMESTAMP
-    key_field = model.key_field
+    key_name = model.key_name or to_path.get(model.key_field, model.key_field)
     name = model.__name__
     # a decoded value (Avro, Protobuf: app.inputs.wire_formats) is validated by msgspec's
     # convert at C speed (~0.7 µs, where pydantic took ~5 µs a record), which only ever
@@ -315,8 +316,8 @@ def compile_shaped_parser(
     as_is = (
         fast is not None
         and not from_timestamp
-        and time_format == "epoch_ms"
-        and all(f == p for f, p in items)
+        and time_format is None
+        and all(f == p and not h for f, p, _, h in items)
     )
 
     def converted(flat: dict[str, Any]) -> Any:
@@ -343,6 +344,7 @@ def compile_shaped_parser(
         key: bytes | None,
         value: bytes | None,
         timestamp: int | None = None,
+        headers: Any = None,
     ) -> Any:
         data = decode(value) if decode is not None else _fast_object(value)
         if data is None:
@@ -350,15 +352,20 @@ def compile_shaped_parser(
         if as_is:
             return keyed(key, data)
         flat: dict[str, Any] = {}
-        for f, path in items:
-            got = read_path(data, path) if "." in path else data.get(path, _MISSING)
-            if got is not _MISSING:
+        for f, path, parts, header in items:
+            if header:
+                got = read_header(headers, header)
+            elif len(parts) == 1:
+                got = data.get(parts[0], MISSING)
+            else:
+                got = read_parts(data, parts, path)
+            if got is not MISSING:
                 flat[f] = got
         if from_timestamp:
             if timestamp is None or timestamp < 0:
                 raise InvalidRecord(f"{KAFKA_TIMESTAMP}: the record has no Kafka timestamp")
             flat[time_field] = timestamp
-        elif time_format != "epoch_ms" and time_field in flat:
+        elif time_format is not None and time_field in flat:
             try:
                 flat[time_field] = convert_time(flat[time_field], time_format)
             except InvalidRecord as exc:
@@ -379,14 +386,7 @@ def compile_shaped_parser(
                 record = fast[0](**record.model_dump())
         if not check_key:
             return record
-        expected = getattr(record, key_field)
-        if key is None:
-            raise InvalidRecord(f"record has no key; it must be keyed by {to_path[key_field]}")
-        key_text = key.decode("utf-8", errors="replace")
-        if key_text != str(expected):
-            raise InvalidRecord(
-                f"key {key_text[:60]!r} disagrees with {to_path[key_field]} {str(expected)[:60]!r}"
-            )
+        check_record_key(key, record, model, key_name)
         return record
 
     return parse_shaped

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
+import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 #: 2100-01-01T00:00:00Z in epoch ms: anything later is an absurd event time (a seconds/µs mix-up)
@@ -34,8 +35,29 @@ class InvalidRecord(ValueError):
 class WireModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
 
-    #: name of the field the record key must equal
+    #: name of the field the record key must equal (its text: ``b"42"`` equals ``42``)
     key_field: ClassVar[str] = ""
+    #: a composite key's fields, in order: the record key must equal their values as a JSON
+    #: array (:func:`join_key_text`); empty: the key is :attr:`key_field`
+    key_fields: ClassVar[tuple[str, ...]] = ()
+    #: how a message names a composite key (the spec's paths)
+    key_name: ClassVar[str] = ""
+
+
+def join_key_text(values: Any) -> str:
+    """A composite key's join key: its parts' values as a compact JSON array, strings as JSON
+    writes them and integers in decimal (``["acme","u1"]``, ``["acme",42]``), as orjson,
+    Jackson and ``JSON.stringify`` write it. A record of such a side is keyed by exactly these
+    bytes (UTF-8): equal parts, equal bytes, equal partition."""
+    return orjson.dumps(list(values)).decode()
+
+
+def record_key_text(record: Any, model: type[WireModel]) -> str:
+    """The text a record's key must equal: its key field's (``str()`` of an int), or a
+    composite key's :func:`join_key_text`."""
+    if model.key_fields:
+        return join_key_text(getattr(record, f) for f in model.key_fields)
+    return str(getattr(record, model.key_field))
 
 
 class MoodIn(WireModel):
@@ -121,22 +143,28 @@ def json_object(value: bytes | None) -> dict[str, Any]:
     return data
 
 
-def parse(model: type[M], key: bytes | None, value: bytes | None) -> M:
-    """Decode and validate one record, or raise :class:`InvalidRecord` saying why."""
+def parse(model: type[M], key: bytes | None, value: bytes | None, check_key: bool = True) -> M:
+    """Decode and validate one record, or raise :class:`InvalidRecord` saying why;
+    ``check_key`` False: whatever its key."""
     data = json_object(value)
     try:
         record = model.model_validate(data)
     except ValidationError as exc:
         raise InvalidRecord(f"invalid {model.__name__}: {validation_reason(exc)}") from exc
-    expected = getattr(record, record.key_field)
-    if key is None:
-        raise InvalidRecord(f"record has no key; it must be keyed by {record.key_field}")
-    key_text = key.decode("utf-8", errors="replace")
-    if key_text != str(expected):
-        raise InvalidRecord(
-            f"key {key_text[:60]!r} disagrees with {record.key_field} {str(expected)[:60]!r}"
-        )
+    if check_key:
+        check_record_key(key, record, model, model.key_name or model.key_field)
     return record
+
+
+def check_record_key(key: bytes | None, record: Any, model: type[WireModel], name: str) -> None:
+    """Raise :class:`InvalidRecord` when ``key`` is not the record's key text
+    (:func:`record_key_text`); ``name``: how the message names the key field(s)."""
+    if key is None:
+        raise InvalidRecord(f"record has no key; it must be keyed by {name}")
+    expected = record_key_text(record, model)
+    key_text = key.decode("utf-8", errors="replace")
+    if key_text != expected:
+        raise InvalidRecord(f"key {key_text[:60]!r} disagrees with {name} {expected[:60]!r}")
 
 
 # --- car join (docs/joins/topics.md: etj-car-arrivals, etj-zones, internal car moves) ---------------------

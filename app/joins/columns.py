@@ -25,10 +25,19 @@ from app.joins.spec import JoinSpec
 
 __all__ = ["Column", "Kind", "fk_output_columns", "model_columns", "output_columns", "ARROW_TYPES"]
 
-Kind = Literal["str", "int", "float", "bool"]
-_KINDS: dict[Any, Kind] = {str: "str", int: "int", float: "float", bool: "bool"}
+#: ``json``: a spec's ``json`` field (any JSON value), a string column holding its JSON text (an
+#: object's or an array's, compact; a string's own text), as Spark's JSON reader reads such a
+#: value into a string column
+Kind = Literal["str", "int", "float", "bool", "json"]
+_KINDS: dict[Any, Kind] = {str: "str", int: "int", float: "float", bool: "bool", Any: "json"}
 #: Parquet (pyarrow) type alias of each kind
-ARROW_TYPES: dict[Kind, str] = {"str": "string", "int": "int64", "float": "double", "bool": "bool"}
+ARROW_TYPES: dict[Kind, str] = {
+    "str": "string",
+    "int": "int64",
+    "float": "double",
+    "bool": "bool",
+    "json": "string",
+}
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,7 @@ def _kind(annotation: Any) -> tuple[Kind, bool, list[Any]]:
         return _KINDS[base], optional, constraints
     raise TypeError(
         f"a wire field of type {annotation!r} has no column type (str, int, float, "
-        "bool, optionally None)"
+        "bool, json, optionally None)"
     )
 
 

@@ -11,7 +11,8 @@ spec had written them: answers shifted by a column, or joined by another rule, s
 **What is kept** (:func:`fingerprint`): per side, the topic the join reads (its offsets are the
 sources kept in the rows: :attr:`app.logic.event_join.Join.source`), the key path and the
 format of the record keys it reads (the partition a key's rows are in is Kafka's partitioner's
-over those bytes), the value format, the time path and format (the rows' event times), the
+over those bytes) and the key's kinds (``str``, ``int``, a composite key's parts: an ``int`` or
+composite key's copies sit in the join rows' payload), the value format, the time path and format (the rows' event times), the
 copied paths in order with their types
 (the rows' columns: two types in one column break the tie rule's comparisons); the events'
 ``id`` (the join ids in the rows' keys: without one, the id is a digest of the copied values);
@@ -102,6 +103,8 @@ def _side(side: Side) -> dict[str, Any]:
     return {
         "input": side.input,
         "key": side.path_of(side.key),
+        # str, int, or a composite key's parts: an int or composite key is in the payload
+        "key_kinds": list(side.key_kinds),
         "key_format": side.input_key_format,
         "format": side.format,
         "time": side.path_of(side.time),
@@ -141,9 +144,11 @@ def fingerprint(spec: JoinSpec, partitions: int) -> dict[str, Any]:
 
 
 def _payload(fp: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The event payload slots of a join row: the copied paths but the key and the time, in
-    order, with their types."""
-    skip = (fp.get("events.key"), fp.get("events.time"))
+    """The event payload slots of a join row: the copied paths but the key (a ``str`` key; an
+    ``int`` or composite key's copies are in the payload) and the time, in order, with their
+    types."""
+    text_key = fp.get("events.key_kinds") in (None, ["str"])  # None: before int keys
+    skip = (fp.get("events.key") if text_key else None, fp.get("events.time"))
     types = fp.get("events.copy_types") or {}
     return [(p, types.get(p, "?")) for p in fp.get("events.copy") or () if p not in skip]
 

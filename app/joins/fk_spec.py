@@ -277,6 +277,17 @@ def resolve_fk(raw: dict[str, Any] | FkJoinConfig, index: int | None = None) -> 
                 f"keyed by their key field; re-key the topic first (an event-time "
                 f"spec's side can repartition)"
             )
+        if not isinstance(side.key, str):
+            raise SpecError(
+                f"{where}: {name}.key: a foreign-key join's key is one field (its tables are "
+                "keyed by it); a composite key is for an event-time spec's side"
+            )
+        if side.max_future_ms is not None:
+            raise SpecError(
+                f"{where}: {name}.max_future_ms: a foreign-key join keeps each key's newest "
+                "version, so a version effective later would answer at once; versions "
+                "effective later are for an event-time spec's side"
+            )
         if not side.time_as:
             raise SpecError(
                 f"{where}: {name}.time_as: missing (the output field carrying the "

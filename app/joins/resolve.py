@@ -12,16 +12,22 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from app.inputs.wire_formats import FRAMED, REHOP_KEY_FORMATS
-from app.joins.sides import parse_start, repartition_of, resolve_side
+from app.joins.sides import is_json, parse_start, repartition_of, resolve_side
 from app.joins.spec import JoinConfig, JoinSpec, Side, SpecError, TableNames, validated
 
 __all__ = [
+    "RESERVED_OUTPUT_FIELDS",
     "copartition_groups",
     "refuse_shared_inputs",
     "refuse_without_registry",
     "resolve",
     "resolve_all",
 ]
+
+
+#: the fields the agent adds to every revision (app.agents.event_join): a copied field of one of
+#: these names would be overwritten
+RESERVED_OUTPUT_FIELDS = ("partition", "source")
 
 
 def resolve(
@@ -56,6 +62,38 @@ def resolve(
         parse_start(where, "dimension.start", cfg.dimension.start) or start,
         repartition_of(where, "dimension", cfg.dimension, app_id, cfg.name),
     )
+    if events.key_kinds != dimension.key_kinds:
+        kinds = [
+            "(" + ", ".join(k) + ")" if len(k) > 1 else k[0]
+            for k in (events.key_kinds, dimension.key_kinds)
+        ]
+        raise SpecError(
+            f"{where}: events.key is {kinds[0]} but dimension.key is {kinds[1]}: they "
+            "never match (a join key is compared as its text: a str '42' is not an int 42)"
+        )
+    for f in dimension.copy:
+        if is_json(dimension, f):
+            raise SpecError(
+                f"{where}: dimension.copy field {dimension.path_of(f)!r} is json: versions "
+                "at one time are ordered by their copied values, and an object has no "
+                "order; copy it from the events side, or declare it str"
+            )
+    if cfg.output_format == "avro":
+        for f in events.copy:
+            if is_json(events, f):
+                raise SpecError(
+                    f"{where}: events.copy field {events.path_of(f)!r} is json: an Avro "
+                    "revision has no type for any JSON value; copy it into a JSON or JSON-SR "
+                    "output (output_format json, json-sr)"
+                )
+    if cfg.events.id is None:
+        for f in events.copy:
+            if is_json(events, f):
+                raise SpecError(
+                    f"{where}: events.copy field {events.path_of(f)!r} is json: a join "
+                    "id is derived from the copied fields' text, and an object's is not "
+                    "one; give events.id (the field holding the join id)"
+                )
     events, dimension = _key_formats(where, events, dimension)
     for f in dimension.copy:
         if not dimension.model.model_fields[f].is_required():
@@ -110,6 +148,13 @@ def resolve(
     )
     _check_hold(where, cfg)
     out = spec.output_fields
+    taken = sorted(set(out) & set(RESERVED_OUTPUT_FIELDS))
+    if taken:
+        raise SpecError(
+            f"{where}: output field {taken[0]!r} is etj's own (each revision carries "
+            f"{' and '.join(RESERVED_OUTPUT_FIELDS)}: the partition whose promise covers it "
+            f'and its lineage); rename it in copy ({{"{taken[0]}": "name"}})'
+        )
     dupes = sorted({f for f in out if out.count(f) > 1})
     if dupes:
         raise SpecError(

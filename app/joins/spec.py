@@ -30,7 +30,8 @@ from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from app.inputs.records import WireModel
+from app.inputs.paths import HEADER
+from app.inputs.records import InvalidRecord, WireModel, join_key_text
 from app.inputs.time_formats import KAFKA_TIMESTAMP
 from app.logic.event_join import Event, JoinRules, Mode, Revision, derive_id
 from app.logic.histories import AsOf, Version
@@ -56,16 +57,25 @@ class SideConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
     topic: str = Field(min_length=1)
-    key: str = Field(
+    key: str | list[str] = Field(
         min_length=1,
-        description="field (a dotted path: 'user.id') the record key equals (co-partitioning)",
+        description="field (a dotted path: 'user.id') the record key equals (co-partitioning), "
+        "or a composite key's fields in order (['tenant', 'user.id']): the record key is then "
+        'their values as a JSON array, \'["acme","u1"]\'',
     )
     time: str = Field(
         min_length=1,
         description="event-time field (a path), or '$timestamp': the Kafka record timestamp",
     )
-    time_format: Literal["epoch_ms", "epoch_s", "epoch_us", "iso8601"] = Field(
+    time_format: Literal["epoch_ms", "epoch_s", "epoch_us", "epoch_ns", "iso8601"] = Field(
         "epoch_ms", description="how the time field writes the event time"
+    )
+    max_future_ms: int | None = Field(
+        None,
+        description="how far ahead of min(its Kafka timestamp, the wall clock) this side's "
+        "event times may be (default ETJ_MAX_FUTURE_MS): versions effective later, such as "
+        "a price list for next week; a record moves stream time only as far as "
+        "ETJ_MAX_FUTURE_MS would let it",
     )
     start: str | None = Field(
         None,
@@ -202,6 +212,47 @@ class Side:
     #: the internal topic its records are re-keyed through (``"repartition": true``), which
     #: the join reads instead of :attr:`topic`; None: the join reads :attr:`topic` itself
     repartition: str | None = None
+    #: a composite key's flat fields, in order (:attr:`key` is then the key as the spec writes
+    #: it, not a field): the join key is their values as a JSON array (:func:`join_key_text`);
+    #: empty: the key is the field :attr:`key`
+    key_fields: tuple[str, ...] = ()
+    #: its ``time_format`` is written out: an epoch time may then be a float or a string too
+    time_given: bool = False
+    #: this side's tolerance for records from the future (None: ``ETJ_MAX_FUTURE_MS``)
+    max_future_ms: int | None = None
+
+    @property
+    def key_parts(self) -> tuple[str, ...]:
+        """The flat fields the join key is made of: one, or a composite key's."""
+        return self.key_fields or (self.key,)
+
+    @property
+    def key_is_text(self) -> bool:
+        """Is the join key the key field itself (one field, a ``str``)? Else it is the text
+        of an ``int`` key, or a composite key's JSON array (:func:`join_key_text`)."""
+        return not self.key_fields and self.model.model_fields[self.key].annotation is not int
+
+    @property
+    def key_kinds(self) -> tuple[str, ...]:
+        """The type of each key part (``str``, ``int``): two sides whose kinds differ never
+        join."""
+        return tuple(
+            "int" if self.model.model_fields[f].annotation is int else "str" for f in self.key_parts
+        )
+
+    @cached_property
+    def join_key(self) -> Callable[[Any], str]:
+        """record -> its join key (the text its record key must equal, and the key of the
+        join's state): the key field itself, an int's decimal text, or a composite key's JSON
+        array (:func:`join_key_text`)."""
+        if self.key_fields:
+            get = attrgetter(*self.key_fields)
+            return lambda r: join_key_text(get(r))
+        get_one = attrgetter(self.key)
+        if self.key_is_text:
+            return get_one
+        return lambda r: str(get_one(r))
+
     #: how its values are written (app.inputs.wire_formats.FORMATS)
     format: str = "json"
     #: how the keys of :attr:`topic` are written (app.inputs.wire_formats.KEY_FORMATS)
@@ -250,23 +301,51 @@ class Side:
     def parser(
         self, schemas: Any = None, check_key: bool = True, key_format: str | None = None
     ) -> Any:
-        """(key, value, timestamp=None) -> the flat record, or InvalidRecord. ``schemas``:
-        where writer schemas are found (:class:`app.kafka.schema_registry.SchemaRegistry`), for
-        a framed format; ``check_key`` False: the record key is not compared (a repartition
-        hop's read); ``key_format``: the keys' (default: :attr:`input_key_format`)."""
+        """(key, value, timestamp=None, headers=None) -> the flat record, or InvalidRecord.
+        ``schemas``: where writer schemas are found
+        (:class:`app.kafka.schema_registry.SchemaRegistry`), for a framed format;
+        ``check_key`` False: the record key is not compared (a repartition hop's read);
+        ``key_format``: the keys' (default: :attr:`input_key_format`)."""
         from app.inputs.parsers import compile_parser, compile_shaped_parser
         from app.inputs.wire_formats import key_decoder, value_decoder
 
+        # a header is text: a time read from one is converted, whatever the side says
+        converted = (
+            self.time_given
+            or self.time_format != "epoch_ms"
+            or self.path_of(self.time).startswith(HEADER)
+        )
+        paths = dict(self.paths) or {f: f for f in self.field_names}
         parse: Callable[..., Any]
         if self.format == "json" and not self.shaped and check_key:
             # the fast path itself, no wrapper (it takes the timestamp too, and ignores it)
             parse = cast(Callable[..., Any], compile_parser(self.model))
+            if self.time_given:
+                # "time_format": "epoch_ms" written out: a float or a string of one too; a
+                # record the fast path refuses is read again, converting its time
+                fast = parse
+                lenient = compile_shaped_parser(
+                    self.model, paths, self.time, "epoch_ms", False, None, check_key
+                )
+
+                def parse_epoch_ms(
+                    key: bytes | None,
+                    value: bytes | None,
+                    timestamp: Any = None,
+                    headers: Any = None,
+                ) -> Any:
+                    try:
+                        return fast(key, value)
+                    except InvalidRecord:
+                        return lenient(key, value, timestamp, headers)
+
+                parse = parse_epoch_ms
         else:
             parse = compile_shaped_parser(
                 self.model,
-                dict(self.paths) or {f: f for f in self.field_names},
+                paths,
                 self.time,
-                self.time_format,
+                self.time_format if converted else None,
                 self.from_timestamp,
                 None if self.format == "json" else value_decoder(self.format, schemas),
                 check_key,
@@ -277,8 +356,10 @@ class Side:
         if decode_key is None:
             return parse
 
-        def parse_keyed(key: bytes | None, value: bytes | None, timestamp: Any = None) -> Any:
-            return parse(decode_key(key), value, timestamp)
+        def parse_keyed(
+            key: bytes | None, value: bytes | None, timestamp: Any = None, headers: Any = None
+        ) -> Any:
+            return parse(decode_key(key), value, timestamp, headers)
 
         return parse_keyed
 
@@ -326,7 +407,8 @@ class JoinSpec:
     @cached_property
     def payload_fields(self) -> tuple[str, ...]:
         """Event fields kept in state besides the key, the join id and the event time."""
-        return tuple(f for f in self.events.copy if f not in (self.events.key, self.events.time))
+        ev = self.events
+        return tuple(f for f in ev.copy if f != ev.time and not (ev.key_is_text and f == ev.key))
 
     @cached_property
     def output_fields(self) -> tuple[str, ...]:
@@ -364,7 +446,7 @@ class JoinSpec:
 
     @cached_property
     def _key_of(self) -> Callable[[Any], Any]:
-        return attrgetter(self.events.key)
+        return self.events.join_key
 
     @cached_property
     def _time_of(self) -> Callable[[Any], Any]:
@@ -378,7 +460,8 @@ class JoinSpec:
         if len(fields) == 1:
             get = attrgetter(fields[0])
             return lambda r: (get(r),)
-        return attrgetter(*fields)
+        get_all: Callable[[Any], tuple[Any, ...]] = attrgetter(*fields)  # a tuple: two or more
+        return get_all
 
     def version_of(self, record: WireModel) -> Version:
         """``[event_time, *copied values]`` of a validated dimension record."""
@@ -388,7 +471,8 @@ class JoinSpec:
         ]
 
     def key_of(self, record: WireModel, side: Side) -> str:
-        return getattr(record, side.key)
+        """The join key of a validated record of ``side`` (:attr:`Side.join_key`)."""
+        return side.join_key(record)
 
     def to_wire(self, rev: Revision) -> dict[str, Any]:
         """One revision as the output topic carries it (field order of :attr:`output_fields`)."""
@@ -404,7 +488,7 @@ class JoinSpec:
         for f in self.events.copy:
             src = (
                 "r.key"
-                if f == self.events.key
+                if f == self.events.key and self.events.key_is_text
                 else "r.event_time"
                 if f == self.events.time
                 else f"p[{payload.index(f)}]"
@@ -422,7 +506,8 @@ class JoinSpec:
         )
         scope: dict[str, Any] = {"NONE": (None,) * len(dim)}
         exec(compile(source, f"<to_wire of join {self.name}>", "exec"), scope)
-        return scope["to_wire"]
+        made: Callable[[Revision], dict[str, Any]] = scope["to_wire"]
+        return made
 
     def describe(self) -> dict[str, Any]:
         """What ``GET /joins/`` lists for this spec."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 __all__ = [
     "NO_TIMESTAMP",
+    "due_time",
     "kafka_timestamp",
     "timestamp_from_seconds",
     "reference_time",
@@ -80,3 +81,15 @@ def refusal_reason(
         f"event time {event_time} is {event_time - reference} ms ahead of {against} "
         f"({reference}); at most {tolerance_ms} ms ahead is accepted (ETJ_MAX_FUTURE_MS)"
     )
+
+
+def due_time(event_time: int, timestamp_ms: int | None, now_ms: int, tolerance_ms: int) -> int:
+    """The stream time a record accepted ahead of the rule may move its partition to (a spec
+    side with its own ``max_future_ms``: versions effective later, a price list for next
+    week): its event time once it is **due**, that is at most ``tolerance_ms`` (the global
+    ``ETJ_MAX_FUTURE_MS``) ahead of its reference time; before, that bound. So such a version
+    is stored at its own time, answers the events at or after it, and moves stream time no
+    further than any record accepted by the global rule could: the on-time records behind it
+    are not made late, state is not purged early. Against its Kafka timestamp (when that is
+    not ahead of the clock), so a replay moves stream time the same way."""
+    return min(event_time, reference_time(timestamp_ms, now_ms) + tolerance_ms)

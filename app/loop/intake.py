@@ -20,10 +20,11 @@ from faust.types import TP
 from app import metrics
 from app.compat.stores import committed_offset
 from app.faust_app import app, settings
-from app.inputs.admission import door
+from app.inputs.admission import Early, door
 from app.inputs.flow_control import EventTimeMerge
 from app.inputs.inbox import Batch, Inbox
 from app.inputs.records import InvalidRecord
+from app.logic.future_records import due_time, kafka_timestamp
 
 if TYPE_CHECKING:
     from app.compat.consumer import EtjConsumer
@@ -31,8 +32,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: an engine's parse: (topic, key, value, Kafka timestamp) -> (the record, its event time)
-Parse = Callable[[str, bytes | None, bytes | None, int | None], tuple[Any, int]]
+#: an engine's parse: (topic, key, value, Kafka timestamp, headers) -> (the record, its event
+#: time)
+Parse = Callable[[str, bytes | None, bytes | None, int | None, Any], tuple[Any, int]]
 
 
 class Intake:
@@ -78,6 +80,9 @@ class Intake:
             t: metrics.records_in.labels(self.join, t) for t in topics if t != ticks
         }
         self._flow_waiting = metrics.flow_waiting.labels(self.join)
+        #: input topic -> its side's own tolerance of records from the future (a spec side's
+        #: ``max_future_ms``; not listed: ETJ_MAX_FUTURE_MS)
+        self.tolerance: dict[str, int] = dict(getattr(engine, "max_future_ms", {}))
 
     async def take(self) -> list[Batch]:
         """Every batch waiting; waits for one only when flow control has nothing more to let
@@ -112,7 +117,9 @@ class Intake:
             merge.offer_batch(
                 b.topic,
                 b.partition,
-                parse_batch(self.join, self.engine.parse, b, self.door),
+                parse_batch(
+                    self.join, self.engine.parse, b, self.door, self.tolerance.get(b.topic)
+                ),
                 b.highwater,
             )
             ready.add(b.partition)
@@ -178,30 +185,33 @@ def lag(topic: str, partition: int, next_offset: int | None) -> bool:
 
 
 def parse_batch(
-    join: str, parse: Parse, b: Batch, judged: bool = True
+    join: str, parse: Parse, b: Batch, judged: bool = True, tolerance: int | None = None
 ) -> list[tuple[int, int, Any]]:
     """``(event_time, offset, (topic, record, parsed))`` of a batch, for flow control:
     parsed, then through the door (:mod:`app.inputs.admission`: Kafka's partitioner, records from
     the future) unless not ``judged``; a record refused goes first, to the dead letters, and
-    never moves stream time."""
+    never moves stream time. ``tolerance``: the side's own ``max_future_ms`` (None:
+    ETJ_MAX_FUTURE_MS); a record it admits that is not due yet is handed on as
+    :class:`~app.inputs.admission.Early`, ordered by the time it is due."""
     topic = b.topic
     judge: Any = None
+    now_ms = int(time.time() * 1000)
+    max_future = settings.max_future_ms
+    if tolerance is None:
+        tolerance = max_future
+    early = tolerance > max_future
     if judged:
         try:
             partitions = app.consumer.topic_partitions(topic)
         except Exception:
             partitions = None  # no metadata yet: the partitioner is not checked
-        judge = door(
-            b.partition,
-            partitions,
-            int(time.time() * 1000),
-            settings.max_future_ms,
-            settings.check_partitioner,
-        )
+        judge = door(b.partition, partitions, now_ms, tolerance, settings.check_partitioner)
     out = []
     for record in b.records:
         try:
-            parsed, event_time = parse(topic, record.key, record.value, record.timestamp)
+            parsed, event_time = parse(
+                topic, record.key, record.value, record.timestamp, record.headers
+            )
         except InvalidRecord as exc:
             parsed, event_time = exc, -1  # goes first, to the dead letters
         except Exception as exc:  # a bug must not kill the worker nor lose the record
@@ -215,5 +225,9 @@ def parse_batch(
                 rule, reason = refused
                 metrics.refused.labels(join, topic, rule).inc()
                 parsed, event_time = InvalidRecord(reason), -1
+            elif early:
+                due = due_time(event_time, kafka_timestamp(record.timestamp), now_ms, max_future)
+                if due < event_time:
+                    parsed, event_time = Early(parsed, due), due
         out.append((event_time, record.offset, (topic, record, parsed)))
     return out

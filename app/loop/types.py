@@ -73,10 +73,16 @@ class Engine(Protocol):
         """The batch is handled: write what it kept aside for its end (before the flush)."""
 
     def parse(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None = None,
+        headers: Any = None,
     ) -> tuple[Any, int]:
         """(the record, its event time); raises :class:`InvalidRecord`. ``timestamp``: the
-        record's Kafka timestamp (epoch ms), for a spec side timed by it."""
+        record's Kafka timestamp (epoch ms), for a spec side timed by it; ``headers``: its
+        Kafka headers ((name, bytes) pairs), for a spec side that reads one."""
 
     def on_record(
         self,

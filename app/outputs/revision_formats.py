@@ -57,6 +57,8 @@ def revision_schema(spec: JoinSpec) -> str:
                 if c.required
                 else {"name": c.name, "type": ["null", t], "default": None}
             )
+        # the input partition whose finality promise covers it (null: a backfill's)
+        fields.append({"name": "partition", "type": ["null", "int"], "default": None})
         source = {
             "type": "record",
             "name": "Source",
@@ -79,9 +81,14 @@ def revision_schema(spec: JoinSpec) -> str:
         )
     if spec.output_format == "json-sr":
         props: dict[str, Any] = {
-            c.name: {"type": _JSON[c.kind] if c.required else [_JSON[c.kind], "null"]}
+            c.name: (
+                {}  # a json field: any JSON value
+                if c.kind == "json"
+                else {"type": _JSON[c.kind] if c.required else [_JSON[c.kind], "null"]}
+            )
             for c in columns
         }
+        props["partition"] = {"type": ["integer", "null"]}
         props["source"] = {
             "type": ["object", "null"],
             "properties": {

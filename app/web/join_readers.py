@@ -131,7 +131,13 @@ class EventTimeReader(JoinReader):
         for jid, j in found:
             rev = spec.rules.current(jid, key, j)
             if rev is not None:
-                rows.append({**spec.to_wire(rev), "source": engine.lineage(rev.source, partition)})
+                rows.append(
+                    {
+                        **spec.to_wire(rev),
+                        "partition": partition,
+                        "source": engine.lineage(rev.source, partition),
+                    }
+                )
         return rows
 
     def read(self, key: Any, partition: int) -> dict[str, Any] | None:

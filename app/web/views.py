@@ -14,8 +14,8 @@ Car and zone ids route the same way (records are keyed by the id's decimal text)
 needs two owners: its position is kept with the car id, its zone's reading with the zone id, so
 the car's owner asks the zone's owner in turn.
 
-Every answer is JSON; an unknown key is a 404 with a JSON body; a worker that is still
-recovering its tables answers 503 (it would otherwise report a half-recovered table as truth).
+Every answer is JSON; an unknown key is a 404 with a JSON body; a worker that is recovering its
+tables answers 503 for its keys (it would otherwise report a half-recovered table as truth).
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ Handler = Callable[..., Awaitable[Response]]
 
 def recovery_state() -> dict[str, Any]:
     """Whether this worker's tables are recovered (first assignment done, none in progress;
-    snapshots being installed count as recovering: app.state.snapshot_service)."""
+    snapshots being installed count as recovering: app.state.snapshot_service): ``ready``,
+    for the keyed views (:func:`at_owner`) and ``etj_ready``; ``serving``, for ``/ready/``."""
     # the app's TableManager setting (app.faust_app): Faust's TableManagerT has no recovery
     recovery = cast(EtjTableManager, app.tables).recovery
     recovered_once = recovery.completed.is_set()
@@ -87,6 +88,7 @@ def recovery_state() -> dict[str, Any]:
     remaining = recovery.active_remaining_total() if recovering else 0
     return {
         "ready": recovered_once and not recovering,
+        "serving": recovered_once and not app.crashed,
         "recovering": recovering,
         "recovered_once": recovered_once,
         "active_remaining": remaining,
@@ -525,9 +527,11 @@ async def health(view: View, request: Request) -> Response:
 
 @app.page("/ready/")
 async def ready(view: View, request: Request) -> Response:
-    """Readiness: 503 until the tables are recovered (and again while a rebalance recovers)."""
+    """Readiness (the chart's probe): 503 until the tables are recovered the first time, then
+    200 through later rebalances: a recovering pod forwards a key to its owner and answers 503
+    for its own keys (:func:`at_owner`), so it stays an endpoint (docs/operating/scaling.md)."""
     state = recovery_state()
-    return view.json({**state, "served_by": served_by()}, status=200 if state["ready"] else 503)
+    return view.json({**state, "served_by": served_by()}, status=200 if state["serving"] else 503)
 
 
 @app.page("/metrics")

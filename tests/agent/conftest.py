@@ -32,7 +32,7 @@ from app.outputs.producer_batches import Sent as Delivery
 from app.state.range_scan import scan
 
 #: what the consumer hands a loop: aiokafka's ConsumerRecord, the fields the loop reads
-Record = namedtuple("Record", "topic partition offset key value timestamp")
+Record = namedtuple("Record", "topic partition offset key value timestamp headers", defaults=((),))
 
 
 class Sent(list):

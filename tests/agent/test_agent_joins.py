@@ -63,6 +63,7 @@ async def test_a_rating_is_held_until_its_movie_arrives_then_released(join_harne
                 "revision": 1,
                 "previous_title": None,
                 "cause": "late-dimension",  # lineage: the movie record released it
+                "partition": 0,  # the input partition whose finality promise covers it
                 "source": {"topic": h.spec.dimension.topic, "partition": 0, "offset": 7},
             }
         ]

@@ -113,8 +113,8 @@ def test_a_user_spec_is_looked_at_by_key_on_its_owner_and_watched(names, worker_
             and bool(pb)
             and not pa & pb
             and len(pa | pb) == PARTITIONS
-            and a.get("/ready/")[0] == 200
-            and b.get("/ready/")[0] == 200
+            and a.recovered()
+            and b.recovered()
         )
 
     assert asyncio.run(wait_for(split, timeout_s=90, every_s=0.5)), "no split"

@@ -159,6 +159,12 @@ async def test_no_revision_after_a_promise_through_a_kill_and_a_rebalance(
     assert not changed, f"{len(changed)} joins with two final revisions: {list(changed)[:3]}"
     got = {jid: mood_answer(json.loads(next(iter(vs)))) for jid, vs in finals.items()}
     assert got == expected
+    # each final revision names the partition whose promise made it final
+    assert all(
+        json.loads(v)["partition"] == partition_of(expected[jid][1].encode(), PARTITIONS)
+        for jid, vs in finals.items()
+        for v in vs
+    )
 
     # fin: promises per partition only go forward, and no revision comes after one covering it
     promises = await read_timed(names, f"{fin['output']}-final")
@@ -189,6 +195,8 @@ async def test_no_revision_after_a_promise_through_a_kill_and_a_rebalance(
         r["source"]["topic"] in inputs
         and r["source"]["offset"] >= 0
         and r["source"]["partition"] == partition_of(r["consultant"].encode(), PARTITIONS)
+        # the partition whose promise covers it, on every revision (emit=final ones too)
+        and r["partition"] == r["source"]["partition"]
         for _, r in revisions
     )
     latest = latest_by_id(r for _, r in revisions)

@@ -1,14 +1,17 @@
 """Schema Registry formats on the real broker (issue 56, item 1): events written by
 confluent-kafka's own ``AvroSerializer`` (nested, timed by an Avro ``timestamp-millis``, keyed
-by a Long as Kafka's LongSerializer writes it) join a dimension written by its
-``ProtobufSerializer`` (a message other than its file's first, timed by a
-``google.protobuf.Timestamp``, keyed by a string and repartitioned: the hop writes its keys as
-longs, so both inputs co-partition by bytes); the revisions are Avro that confluent-kafka's
+by a Long as Kafka's LongSerializer writes it, repartitioned: the hop re-keys them by their
+composite key (``tenant``, ``user.id``) as the compact JSON array text the dimension is keyed by)
+join a dimension written by its ``ProtobufSerializer`` (a message other than its file's first,
+timed by a ``google.protobuf.Timestamp``, keyed by the composite key (``org``, ``user``) as
+``["acme","40"]``, read as it is), one of whose versions is effective three days after it is
+published (the dimension's own ``max_future_ms``): it answers the views after its time and moves
+its partition's stream time only to its due time. The revisions are Avro that confluent-kafka's
 ``AvroDeserializer`` reads back, exactly the oracle's answer across a kill -9 of the worker.
 A record whose schema id the registry does not know is a dead letter naming the id, and the
-registry stopped while records with a schema id new to the worker flow loses nothing: the
-batch waits (``etj_schema_registry_waits``, a log line), then every answer is exact and none is
-a dead letter.
+registry stopped while records with a schema id new to the worker flow (through the hop) loses
+nothing: the batch waits (``etj_schema_registry_waits``, a log line), then every answer is exact
+and none is a dead letter.
 
 The registry is :mod:`tests.schema_registry` (no registry server can be installed here): the
 REST calls confluent-kafka's client makes, which etj's client makes too."""
@@ -30,20 +33,31 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.joins.resolve import resolve
+from app.settings import Settings
 from tests.faults import worker_metrics
 from tests.harness import Names, bootstrap, create_topic, latest_by_id, read_all, wait_for
 from tests.oracle import Event, exact_answer
 from tests.schema_registry import RegistryServer, proto_class
 
 BASE = 1_790_000_000_000
+DAY = 86_400_000
 USERS = list(range(40, 48))  # user ids: the events' Long keys
+TENANTS = ["acme", "globex"]  # each with every user id: the composite key tells them apart
+LATER = BASE + 3 * DAY  # the effective-dated plan's time, published at BASE + 45 s
+
+
+def composite(*parts: Any) -> str:
+    """The oracle's own writing of a composite key (the standard library's JSON, compact)."""
+    return json.dumps(list(parts), separators=(",", ":"))
 
 
 def view_schema(version: int) -> str:
     fields: list[dict[str, Any]] = [
         {"name": "id", "type": "string"},
+        {"name": "tenant", "type": "string"},
         {
             "name": "user",
             "type": {
@@ -87,6 +101,7 @@ def plans_file() -> descriptor_pb2.FileDescriptorProto:
     )
     plan = f.message_type.add(name="Plan")
     plan.field.add(name="user", number=1, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
+    plan.field.add(name="org", number=4, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
     plan.field.add(name="plan", number=2, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
     plan.field.add(
         name="at",
@@ -103,27 +118,30 @@ def sr_spec(prefix: str) -> dict[str, Any]:
         "name": "sr",
         "events": {
             "topic": f"{prefix}-views",
-            "key": "user.id",
+            "key": ["tenant", "user.id"],
             "time": "meta.at",
             "id": "id",
             "format": "avro",
             "key_format": "long",
+            "repartition": True,
             "fields": {
                 "id": "str",
+                "tenant": "str",
                 "user.id": "str",
                 "user.tier": "str?",
                 "page": "str",
                 "meta.at": "time",
             },
-            "copy": ["user.id", "user.tier", "page", {"meta.at": "viewed_at"}],
+            "copy": ["tenant", "user.id", "user.tier", "page", {"meta.at": "viewed_at"}],
         },
         "dimension": {
             "topic": f"{prefix}-plans",
-            "key": "user",
+            "key": ["org", "user"],
             "time": "at",
             "format": "protobuf",
-            "repartition": True,
-            "fields": {"user": "str", "plan": "str", "at": "time"},
+            "key_format": "str",
+            "max_future_ms": 7 * DAY,  # versions effective later: a plan from next week
+            "fields": {"org": "str", "user": "str", "plan": "str", "at": "time"},
             "copy": ["plan"],
             "time_as": "plan_time",
         },
@@ -134,30 +152,52 @@ def sr_spec(prefix: str) -> dict[str, Any]:
     }
 
 
-#: (Kafka key, value as a dict, event time)
-Record = tuple[Any, dict[str, Any], int]
+#: (Kafka key, value as a dict, event time, Kafka timestamp)
+Record = tuple[Any, dict[str, Any], int, int]
 
 
 def traffic(seed: int) -> tuple[list[Record], list[Record]]:
-    """Views keyed by their user id (a long) and plan versions keyed by an account string,
-    event times out of order across users."""
+    """Views keyed by their user id (a long: not their join key, so repartitioned) and plan
+    versions keyed by the composite key (org, user) as compact JSON text, event times out of
+    order across keys; one plan (acme, 40) effective three days after it is published, and the
+    last views of the run at, just before and after its time."""
     rnd = random.Random(seed)
-    plans = [
+    plans: list[Record] = []
+    for o in TENANTS:
+        for u in USERS:
+            for _ in range(2):
+                at = BASE + rnd.randrange(0, 60_000)
+                value = {"org": o, "user": str(u), "plan": rnd.choice(["free", "pro", "team"])}
+                plans.append((composite(o, str(u)), value, at, at))
+    rnd.shuffle(plans)
+    # read by the second worker (plans[12:18]): ahead of its Kafka timestamp by three days
+    plans.insert(
+        14,
         (
-            f"acct-{u}",
-            {"user": str(u), "plan": rnd.choice(["free", "pro", "team"])},
-            BASE + rnd.randrange(0, 60_000),
-        )
-        for u in USERS
-        for _ in range(3)
-    ]
-    views = []
-    for i in range(150):
-        u, at = rnd.choice(USERS), BASE + rnd.randrange(0, 60_000)
+            composite("acme", "40"),
+            {"org": "acme", "user": "40", "plan": "next"},
+            LATER,
+            BASE + 45_000,
+        ),
+    )
+    views: list[Record] = []
+
+    def view(i: int, tenant: str, u: int, at: int) -> Record:
         tier = rnd.choice([None, "gold"])
-        views.append(
-            (u, {"id": f"v{i}", "user": {"id": str(u), "tier": tier}, "page": f"/p{i % 5}"}, at)
-        )
+        value = {
+            "id": f"v{i}",
+            "tenant": tenant,
+            "user": {"id": str(u), "tier": tier},
+            "page": f"/p{i % 5}",
+        }
+        return (u, value, at, at)
+
+    for i in range(150):
+        views.append(view(i, rnd.choice(TENANTS), rnd.choice(USERS), BASE + rnd.randrange(60_000)))
+    for i, (tenant, at) in enumerate(
+        [("acme", LATER - 1), ("acme", LATER), ("acme", LATER + 7), ("globex", LATER + 7)], 150
+    ):
+        views.append(view(i, tenant, 40, at))
     return views, plans
 
 
@@ -172,17 +212,17 @@ class Producers:
         self.spec = spec
 
     def view(self, record: Record, version: int = 1) -> tuple[bytes, bytes, int]:
-        key, value, at = record
+        key, value, at, ts = record
         wire = {**value, "meta": {"at": dt.datetime.fromtimestamp(at / 1000, tz=dt.UTC)}}
         ctx = SerializationContext(self.spec.events.topic, MessageField.VALUE)
-        return struct.pack(">q", key), self.views[version](wire, ctx), at  # LongSerializer
+        return struct.pack(">q", key), self.views[version](wire, ctx), ts  # LongSerializer
 
     def plan(self, record: Record) -> tuple[bytes, bytes, int]:
-        key, value, at = record
-        msg = self.plan_cls(user=value["user"], plan=value["plan"])
+        key, value, at, ts = record
+        msg = self.plan_cls(org=value["org"], user=value["user"], plan=value["plan"])
         msg.at.FromMilliseconds(at)
         ctx = SerializationContext(self.spec.dimension.topic, MessageField.VALUE)
-        return key.encode(), self.plans(msg, ctx), at
+        return key.encode(), self.plans(msg, ctx), ts
 
 
 async def send(
@@ -206,6 +246,19 @@ async def revisions(names: Names, topic: str, registry: RegistryServer) -> list[
     return [read(v, ctx) for _, v in await read_all(names, topic, idle_s=0.5)]
 
 
+def stream_times(worker: Any, join: str) -> dict[str, float]:
+    """``etj_stream_time_ms`` of one join, per partition."""
+    status, body = worker.get("/metrics")
+    assert status == 200, body
+    text = body.decode() if isinstance(body, bytes) else str(body)
+    return {
+        s.labels["partition"]: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "etj_stream_time_ms" and s.labels.get("join") == join
+    }
+
+
 @pytest.fixture
 def registry():
     with RegistryServer() as server:
@@ -217,8 +270,8 @@ def test_avro_events_join_a_protobuf_dimension_into_avro_revisions_exactly_acros
 ):
     raw = sr_spec(names.prefix)
     spec = resolve(raw, app_id=names.app_id)
-    asyncio.run(create_topic(names, spec.events.topic, 4))  # read as it is: the join's count
-    asyncio.run(create_topic(names, spec.dimension.topic, 1))  # repartitioned: any count
+    asyncio.run(create_topic(names, spec.events.topic, 3))  # repartitioned: any count
+    asyncio.run(create_topic(names, spec.dimension.topic, 4))  # read as it is: the join's count
     path = tmp_path / "joins.json"
     path.write_text(json.dumps([raw]))
     env = {"joins_file": path, "schema_registry_url": registry.url}
@@ -256,6 +309,15 @@ def test_avro_events_join_a_protobuf_dimension_into_avro_revisions_exactly_acros
         return len(got) >= 110 - len(bad)
 
     assert asyncio.run(wait_for(caught_up, timeout_s=120, every_s=2))
+    # the plan effective three days later is in, and moved its partition's stream time only to
+    # its due time: its Kafka timestamp + ETJ_MAX_FUTURE_MS
+    due = BASE + 45_000 + Settings().max_future_ms
+
+    async def due_reached() -> bool:
+        return max(stream_times(second, "sr").values(), default=0) >= due
+
+    assert asyncio.run(wait_for(due_reached, timeout_s=30, every_s=0.5))
+    assert max(stream_times(second, "sr").values()) == due, stream_times(second, "sr")
 
     # the registry stops while records of a writer schema new to the worker flow: the batch
     # holding them waits, whole, and nothing is dead-lettered
@@ -274,9 +336,12 @@ def test_avro_events_join_a_protobuf_dimension_into_avro_revisions_exactly_acros
 
     expected = exact_answer(
         spec.rules,
-        [(v["user"], [at, v["plan"]]) for _, v, at in plans],
-        [Event(v["user"]["id"], v["id"], at, (v["user"]["tier"], v["page"])) for _, v, at in views],
+        [(composite(v["org"], v["user"]), [at, v["plan"]]) for _, v, at, _ in plans],
+        [Event(composite(v["tenant"], v["user"]["id"]), v["id"], at, ()) for _, v, at, _ in views],
     )
+    # the plan effective later answers the views after its time (asof "before"), only those
+    assert expected["v152"][4:] == (("next",), LATER), expected["v152"]
+    assert all(expected[i][4] not in (None, ("next",)) for i in ("v150", "v151", "v153"))
 
     async def exact() -> bool:
         latest = latest_by_id(await revisions(names, spec.output, registry))
@@ -292,8 +357,12 @@ def test_avro_events_join_a_protobuf_dimension_into_avro_revisions_exactly_acros
     assert all(len(a) == 1 for a in answers.values()), answers
     assert any(r["revision"] > 1 for r in revs), "the scenario must contain corrections"
     v1 = latest_by_id(revs)["v1"]
-    assert (v1["user_id"], v1["viewed_at"]) == (views[1][1]["user"]["id"], views[1][2])
-    assert list(v1) == [*spec.output_fields, "source"]
+    assert (v1["tenant"], v1["user_id"], v1["viewed_at"]) == (
+        views[1][1]["tenant"],
+        views[1][1]["user"]["id"],
+        views[1][2],
+    )
+    assert list(v1) == [*spec.output_fields, "partition", "source"]
     assert worker_metrics(second)["etj_schema_registry_waits_total"][""] > 0
 
     dead = [v for _, v in asyncio.run(read_all(names, names.dead_letter_topic, idle_s=0.5))]

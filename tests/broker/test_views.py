@@ -121,8 +121,8 @@ async def two_workers(
             and bool(pb)
             and not pa & pb
             and pa | pb == everything
-            and a.get("/ready/")[0] == 200
-            and b.get("/ready/")[0] == 200
+            and a.recovered()
+            and b.recovered()
         )
 
     assert await wait_for(split, timeout_s=60, every_s=0.5), "the workers never split the work"

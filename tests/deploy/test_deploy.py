@@ -530,3 +530,16 @@ def test_the_worker_runs_with_two_malloc_arenas_in_the_image_and_the_chart():
     assert worker_env["MALLOC_ARENA_MAX"] == "2"
     unset = {e["name"] for e in worker_container(render({"mallocArenaMax": None}))["env"]}
     assert "MALLOC_ARENA_MAX" not in unset
+
+
+def test_static_membership_is_opt_in_and_names_each_pod_after_itself():
+    """Off by default (not verified against Apache Kafka here: docs/operating/scaling.md); on,
+    each pod's group.instance.id is its own name, which a StatefulSet keeps across restarts."""
+    off = {e["name"]: e for e in worker_container(render()).get("env", [])}
+    assert "ETJ_GROUP_INSTANCE_ID" not in off
+    on = {
+        e["name"]: e
+        for e in worker_container(render({"staticMembership": {"enabled": True}}))["env"]
+    }
+    assert on["ETJ_GROUP_INSTANCE_ID"]["value"] == "$(POD_NAME)"
+    assert on["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"

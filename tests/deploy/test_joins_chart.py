@@ -151,7 +151,8 @@ def test_the_topics_job_runs_like_a_worker_with_the_same_settings_env_and_secret
 
     data, env = job_env(docs)
     assert data == config_map_env(docs)
-    per_pod = {"POD_NAME", "ETJ_WEB_HOST"}  # the worker's own name, meaningless to a Job
+    # the worker's own name and group identity, meaningless to a Job (not a group member)
+    per_pod = {"POD_NAME", "ETJ_WEB_HOST", "ETJ_GROUP_INSTANCE_ID"}
     assert env == [e for e in worker["env"] if e["name"] not in per_pod]
     assert c["envFrom"][1:] == worker["envFrom"][1:]  # extraEnvFrom
 

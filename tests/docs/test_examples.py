@@ -37,6 +37,7 @@ RUN_BY = {
     ("docs/joins/declarative.md", "hold-spec"): "test_examples.py",
     ("docs/joins/declarative.md", "hold-scenario"): "test_examples.py",
     ("docs/concepts/event-time.md", "copartition-error"): "test_quoted_messages.py",
+    ("docs/joins/declarative.md", "shapes-messages"): "test_quoted_messages.py",
     ("docs/operating/runbook.md", "spec-refusal"): "test_quoted_messages.py",
     ("docs/operating/runbook.md", "replay-summary"): "test_quoted_messages.py",
     ("docs/joins/declarative.md", "registry-spec"): "test_quoted_messages.py",

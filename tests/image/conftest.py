@@ -79,11 +79,14 @@ def containers(
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> Iterator[Callable[..., Container]]:
-    """Start worker containers: ``start(names, pod, volume=None, s3=None, **settings)``.
+    """Start worker containers: ``start(names, pod, volume=None, s3=None, web_port=None,
+    values=None, **settings)``.
 
     ``pod`` names the StatefulSet pod played (its DNS name); ``volume`` reuses a volume (a
-    restart on the same claim), else a new one is made. The test's names and ``settings``
-    (``session_timeout_s=4`` -> ``ETJ_SESSION_TIMEOUT_S``) reach the container as chart values.
+    restart on the same claim), else a new one is made; ``web_port`` reuses a port (a pod keeps
+    its own), else a free one is taken. The test's names and ``settings``
+    (``session_timeout_s=4`` -> ``ETJ_SESSION_TIMEOUT_S``) reach the container as chart values,
+    ``values`` as other chart values (tests.image.containers.TANSU_VALUES by default).
     Containers and volumes are removed at the end, their logs printed when the test failed.
     """
     started: list[Container] = []
@@ -94,13 +97,17 @@ def containers(
         pod: str,
         volume: str | None = None,
         s3: dict[str, str] | None = None,
+        web_port: int | None = None,
+        values: dict[str, Any] | None = None,
         **settings: Any,
     ) -> Container:
         if volume is None:
             volume = new_volume(engine, f"{names.prefix}-{pod}-{len(volumes)}")
             volumes.append(volume)
         n = sum(1 for c in started if c.pod == pod)
-        c = start_container(engine, image.tag, names, pod, tmp_path, volume, s3, n, **settings)
+        c = start_container(
+            engine, image.tag, names, pod, tmp_path, volume, s3, n, web_port, values, **settings
+        )
         started.append(c)
         return c
 

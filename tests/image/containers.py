@@ -36,6 +36,20 @@ def docker_memory(quantity: str) -> str:
     return m.group(1) + m.group(2).lower()
 
 
+#: how many pods of the StatefulSet a container can reach by their DNS names
+PODS = 4
+
+
+def pod_hosts(web_host: str) -> list[str]:
+    """The stable DNS names of the StatefulSet's pods (``etj-0.etj-headless.ns.svc...``, from
+    the pod's own): each container maps them to 127.0.0.1, where every pod's web server
+    listens (host network), so a view forwards to the key's owner as the headless Service
+    lets it in a cluster."""
+    pod, _, domain = web_host.partition(".")
+    base = pod.rsplit("-", 1)[0]
+    return [f"{base}-{i}.{domain}" for i in range(PODS)]
+
+
 def run_args(
     spec: PodSpec, image: str, name: str, volume: str, web_port: int, env: dict[str, str]
 ) -> list[str]:
@@ -49,8 +63,7 @@ def run_args(
         f"{LABEL}=1",
         "--network",
         "host",
-        "--add-host",
-        f"{spec.web_host}:127.0.0.1",
+        *[f"--add-host={host}:127.0.0.1" for host in pod_hosts(spec.web_host)],
         "--tmpfs",
         f"{spec.tmp}:rw,size={docker_memory(spec.tmp_size)}",
         "--memory",
@@ -244,6 +257,16 @@ def spec_for(
     return pod_spec(chart_values(env, **extra), pod_name=pod, secrets=secrets)
 
 
+#: the chart's static membership is for Kafka: tansu never answers a static member that comes
+#: back with other JoinGroup metadata, and a Faust worker's is never the same after a restart
+#: (its last assignment is in it), so a restarted pod waited for its partitions for good
+#: (docs/contributing/tests.md#the-test-broker): the tier's pods are dynamic members, with
+#: the session timeout the chart had before static membership (tansu holds every JoinGroup
+#: for half of it)
+TANSU_VALUES: dict[str, Any] = {"staticMembership": {"enabled": False}}
+TANSU_SETTINGS: dict[str, Any] = {"session_timeout_s": 10}
+
+
 def start_container(
     engine: Engine,
     image: str,
@@ -253,14 +276,19 @@ def start_container(
     volume: str,
     s3: dict[str, str] | None = None,
     n: int = 0,
+    web_port: int | None = None,
+    values: dict[str, Any] | None = None,
     **settings: Any,
 ) -> Container:
     """Start the ``n``-th container playing ``pod`` (the tier's ``containers`` fixture and
     ``bench.image_start``): the test's names and ``settings`` (``session_timeout_s=4`` ->
-    ``ETJ_SESSION_TIMEOUT_S``) reach it as chart values."""
+    ``ETJ_SESSION_TIMEOUT_S``) reach it as chart values, and ``values``, other chart values.
+    ``web_port``: the port of an earlier container of the pod (a pod keeps its port), else a
+    free one."""
     # the bundled broker holds a fetch for its whole wait (docs/operating/settings.md): its
     # documented local value, as on Kafka, which answers a fetch as soon as it can
-    settings = {"consumer_fetch_max_wait_ms": 100, **settings}
+    settings = {"consumer_fetch_max_wait_ms": 100, **TANSU_SETTINGS, **settings}
+    values = {**TANSU_VALUES, **(values or {})}
     env = {**names.env, **{"ETJ_" + k.upper(): str(v) for k, v in settings.items()}}
     c = Container(
         env={},
@@ -268,8 +296,9 @@ def start_container(
         name=f"{names.prefix}-{pod}-{n}",
         engine=engine,
         image=image,
-        spec=spec_for(env, s3, pod),
+        spec=spec_for(env, s3, pod, **values),
         volume=volume,
         pod=pod,
+        **({} if web_port is None else {"web_port": web_port}),
     )
     return c.start()

@@ -11,8 +11,8 @@ healthcheck), :func:`drift` says where they do not, and a test fails on it.
 
 Two deliberate differences from a cluster, both of networking: the containers share the host's
 network (the test broker listens on 127.0.0.1), so each gets its own ``ETJ_WEB_PORT``; and the
-pod's stable DNS name (``ETJ_WEB_HOST``, what it announces to the other workers) is mapped to
-127.0.0.1 in the container's ``/etc/hosts``.
+pods' stable DNS names (``ETJ_WEB_HOST``, what each announces to the other workers) are mapped
+to 127.0.0.1 in every container's ``/etc/hosts``.
 """
 
 from __future__ import annotations

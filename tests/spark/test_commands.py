@@ -330,4 +330,5 @@ def test_backfill_dry_run_continues_revision_numbers(spark, mood_archives, tmp_p
         assert tuple(f[c] for c in ANSWER) == exact[jid]
         assert f["revision"] == latest[jid]["revision"] + 1 and f["cause"] == "backfill"
         assert f["previous_mood"] == latest[jid]["mood"]
+        assert f["partition"] is None  # outside every finality promise
     assert "dry run" in capsys.readouterr().out

@@ -105,6 +105,7 @@ FAUST_FREE = (
     "app/inputs/records.py",
     "app/inputs/parsers.py",
     "app/inputs/time_formats.py",
+    "app/inputs/paths.py",
     "app/inputs/wire_formats.py",
     "app/kafka/",
     "app/state/snapshot_store.py",

@@ -78,6 +78,7 @@ def test_the_fingerprint_holds_the_keys_that_shape_the_state_rows():
         "version": 1,
         "events.input": "etj-page-views",
         "events.key": "user_id",
+        "events.key_kinds": ["str"],
         "events.key_format": "str",
         "events.format": "json",
         "events.time": "event_time",
@@ -87,6 +88,7 @@ def test_the_fingerprint_holds_the_keys_that_shape_the_state_rows():
         "events.id": "id",
         "dimension.input": "etj-user-tiers",
         "dimension.key": "user_id",
+        "dimension.key_kinds": ["str"],
         "dimension.key_format": "str",
         "dimension.format": "json",
         "dimension.time": "event_time",
@@ -271,3 +273,15 @@ def test_a_longer_retention_keeps_what_the_old_one_let_go_late():
     again = state(tiers(retention_ms=3 * 86_400_000), clock)
     again.stream_time(0)
     assert again.late_before == {0: 9 * 86_400_000}  # kept with the fingerprint
+
+
+def test_a_key_that_becomes_an_int_or_composite_is_refused_its_copies_are_in_the_payload():
+    """An int or composite key's copies sit in the join rows' payload (a str key's do not): a
+    key changed to one moves the payload's columns, and its kinds are kept."""
+    as_int = {"id": "str", "user_id": "int", "page": "str", "event_time": "time"}
+    dim_int = {"user_id": "int", "tier": "str", "event_time": "time"}
+    got = dict(judged(events__fields=as_int, dimension__fields=dim_int))
+    assert got["events.key_kinds"] is False and got["dimension.key_kinds"] is False
+    assert got["events.copy_types"] is False  # the key's column changed type
+    both = tiers(events__fields=as_int, dimension__fields=dim_int)
+    assert [c.key for c in changes(fp(both), fp(both))] == []
