@@ -139,6 +139,15 @@ class JoinEngine:
         #: the group generation ``_pending`` belongs to: a rebalance drops the batches in
         #: flight unacked (their partitions' records are read again), so it starts over
         self._generation: Any = None
+        #: per partition, the last offset of each input (its index) this batch handled,
+        #: written with the batch (:meth:`app.joins.join_rows.JoinRows.save_handled`); and
+        #: per partition, what the process that handled it last had handled and this one has
+        #: not delivered again yet (read once per group generation): no new promise until it
+        #: is (:meth:`_promise`)
+        self._handled_now: dict[int, dict[int, int]] = {}
+        self._replaying: dict[int, list[list[int]]] = {}
+        self._replay_seen: set[int] = set()
+        self._replay_generation: Any = None
         #: what each record asks of the spec, read once here instead of per record
         self._events_in = spec.events.input
         self._time_attr = {
@@ -254,6 +263,7 @@ class JoinEngine:
         self._promised_now.add(partition)
         state = self.state
         promise = state.promise(partition)
+        replaying = self._replay_left(partition)
         ready = ready_now(
             self._pending.get(partition) or [],
             lambda s: self.delivered(partition, s),
@@ -263,7 +273,7 @@ class JoinEngine:
         source = promise.source
         step, lo, hi = next_step(
             promise,
-            ready,
+            ready if replaying is None else None,
             source is not None and self.delivered(partition, source),
             source is not None and self.emitted(partition, source),
         )
@@ -293,6 +303,43 @@ class JoinEngine:
         assert topic is not None  # on_record calls _promise only for a spec with promises
         outs.append(Out(topic, str(partition).encode(), orjson.dumps(value), True))
         return outs
+
+    def _replay_left(self, partition: int) -> list[list[int]] | None:
+        """What of partition ``partition`` the process that handled it last (a killed worker, a
+        rebalance's previous owner) handled and this one has not delivered again yet
+        (``[[input, offset], ...]``), or None.
+
+        Why: that process may have made revisions and lost their sends (a kill -9 between a
+        batch's changelog and its outputs); its records come again and re-send them, but a
+        promise made before they do would cover those joins, and a re-send of a covered join is
+        dropped (:meth:`_outs`: the log is assumed to have it). Flow control hands a lagging
+        input's re-delivered records after the others' once its wait times out, so a fresh
+        process can move the stream time and deliver a batch first: a fresh clone's
+        ``test_finality_broker.py`` lost a correction so (findings.md). No promise is made
+        until every input is delivered again past what the last process handled."""
+        generation = app.consumer_generation_id
+        if self._replay_generation != generation:
+            self._replay_generation = generation
+            self._replaying.clear()
+            self._replay_seen.clear()
+        if partition not in self._replay_seen:
+            self._replay_seen.add(partition)
+            stored = self.state.handled_to(partition)
+            if stored:
+                self._replaying[partition] = stored
+        left = self._replaying.get(partition)
+        if left is not None and all(self.delivered(partition, s) for s in left):
+            del self._replaying[partition]
+            return None
+        return left
+
+    def _handled(self, partition: int, index: int, offset: int) -> None:
+        """Input ``index``'s record at ``offset`` of ``partition`` is handled in this batch
+        (a spec with promises: :meth:`_replay_left`)."""
+        seen = self._handled_now.get(partition)
+        if seen is None:
+            seen = self._handled_now[partition] = {}
+        seen[index] = offset
 
     # --- the Schema Registry -------------------------------------------------------------------
     async def register_output(self) -> None:
@@ -325,6 +372,13 @@ class JoinEngine:
         if self._final_topic is not None and app.consumer_generation_id != self._generation:
             self._pending.clear()
             self._generation = app.consumer_generation_id
+        if self._handled_now:
+            state = self.state
+            for partition, seen in self._handled_now.items():
+                frontier = {pair[0]: pair[1] for pair in state.handled_to(partition)}
+                frontier.update(seen)
+                state.save_handled(partition, sorted([i, o] for i, o in frontier.items()))
+            self._handled_now.clear()
         for partition, t in self.state.end_batch().items():
             if self._final_topic is not None:
                 self._pending.setdefault(partition, []).append((t, self._mover[partition]))
@@ -398,9 +452,11 @@ class JoinEngine:
         src = [0 if is_event else 1, offset]
         self._handling, self._handling_p, self._handling_offset = topic, partition, offset
         final = self._final_topic is not None
-        promised = (
-            self._promise(partition, src) if (final and partition not in self._promised_now) else ()
-        )
+        promised: Any = ()
+        if final:
+            self._handled(partition, src[0], offset)
+            if partition not in self._promised_now:
+                promised = self._promise(partition, src)
         state = self.state
         clock = state.stream_time(partition)
         if clock is not None:
@@ -494,15 +550,11 @@ class JoinEngine:
             partition,
             offset,
         )
-        promised = (
-            self._promise(partition, src)
-            if (
-                self._final_topic is not None
-                and src is not None
-                and partition not in self._promised_now
-            )
-            else []
-        )
+        promised: list[Out] = []
+        if self._final_topic is not None and offset is not None:
+            self._handled(partition, 2, offset)
+            if partition not in self._promised_now:
+                promised = self._promise(partition, src)
         clock = self.state.stream_time(partition)
         if clock is None:
             return promised

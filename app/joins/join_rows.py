@@ -286,3 +286,12 @@ class JoinRows:
         """With the batch's changelog: durable before the batch's outputs carry it."""
         self._promises[p] = promise
         self.clock.put(p, f"final:{p}", promise.to_json())
+
+    def handled_to(self, p: int) -> list[list[int]]:
+        """Partition ``p``'s last handled offset per input (``[[input, offset], ...]``), as
+        the batches of whichever process handled it last left it in the clock table."""
+        return self.clock.get(p, f"handled:{p}") or []
+
+    def save_handled(self, p: int, frontier: list[list[int]]) -> None:
+        """With the batch's changelog (its rows and this one are durable together)."""
+        self.clock.put(p, f"handled:{p}", frontier)
