@@ -1,7 +1,7 @@
-"""Joins that feed joins (issue AA item 3): a join whose events are another join's revision
-log. The spec resolves with the upstream's ``revision`` read as the order of an id's events;
-an older revision coming after a newer one changes nothing; a loop, and what a downstream
-cannot read of the revisions, are refused naming the spec and why."""
+"""Joins that feed joins (issue AA item 3, app/joins/chains.py): a join whose events are
+another join's revision log. The spec resolves with the upstream's ``revision`` read as the
+order of an id's events; an older revision coming after a newer one changes nothing; a loop,
+and what a downstream cannot read of the revisions, are refused naming the spec and why."""
 
 from __future__ import annotations
 
