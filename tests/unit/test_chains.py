@@ -226,3 +226,27 @@ def test_the_order_is_in_the_fingerprint_of_a_fed_join_only():
     tiers, priced = resolve_all(chain())
     assert fingerprint(priced, 4)["events.order"] == "revision"
     assert "events.order" not in fingerprint(tiers, 4)  # every other spec's is as it was
+
+
+def test_the_join_state_ends_on_the_newest_upstream_revision_whatever_their_order():
+    """Through the engine's state (app.joins.state), as a worker runs it: the revisions of
+    tiers' o1 in the order a re-send after a crash can give them."""
+    import orjson
+
+    from tests.unit.test_crash_gaps import Process
+
+    _, priced = resolve_all(chain())
+    proc = Process(priced)
+    parse = priced.events.parser(check_key=False)
+    assert proc.state.on_version(0, "p1", [0, 10], None, None, [1, 0]) == []
+    made = []
+    for offset, (number, tier) in enumerate(
+        [(1, None), (2, "gold"), (1, None), (3, "gold"), (2, "gold"), (1, None)]
+    ):
+        wire = {"id": "o1", "customer": "c1", "product": "p1", "at": 5, "tier": tier}
+        rec = parse(b"p1", orjson.dumps({**wire, "revision": number}))
+        revs, _ = proc.state.on_event(0, priced.event_of(rec), None, None, [0, offset])
+        made += [(r.revision, r.payload[1]) for r in revs if not r.again]
+    assert made == [(1, None), (2, "gold")]
+    _, raw = proc.state._find(0, "p1", "o1")
+    assert proc.state.load(raw).payload == ["c1", "gold", 3]
