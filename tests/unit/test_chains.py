@@ -250,3 +250,23 @@ def test_the_join_state_ends_on_the_newest_upstream_revision_whatever_their_orde
     assert made == [(1, None), (2, "gold")]
     _, raw = proc.state._find(0, "p1", "o1")
     assert proc.state.load(raw).payload == ["c1", "gold", 3]
+
+
+def test_a_worker_loads_the_chain_from_its_joins_file(tmp_path):
+    """What a worker starts with (app.joins.catalog.load_all: every kind of spec together),
+    not only the event-time specs: the chain loads; an event-time join's output read by a
+    foreign-key join, or a foreign-key join's output read as events, is still refused."""
+    import json
+
+    from app.joins.catalog import car_spec, load_all
+    from app.settings import Settings
+
+    path = tmp_path / "joins.json"
+    path.write_text(json.dumps(chain()))
+    events, _ = load_all(Settings(joins_file=path, builtin_joins=""))
+    assert [s.name for s in events] == ["tiers", "priced"]
+    fk = {**car_spec(Settings()), "name": "fk", "output": "c-orders-tiered"}
+    fk.update(moves="fk-moves", ticks="fk-ticks", tables=None)
+    path.write_text(json.dumps([chain()[1], fk]))
+    with pytest.raises(SpecError, match="writes c-orders-tiered, which join 'priced' reads"):
+        load_all(Settings(joins_file=path, builtin_joins=""))
