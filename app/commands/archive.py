@@ -94,13 +94,9 @@ def input_models() -> dict[str, type[WireModel] | Side]:
         settings.zones_topic: ZoneIn,
     }
     specs = batch_specs(settings).values()
-    # a join's output read as another's events (app.joins.chains) is archived whole, as a
-    # revision log: reconcile reads all of it, the fed join its events' fields
-    outputs = {spec.output for spec in specs}
+    outputs = {spec.output for spec in specs}  # another's events (app.joins.chains): kept whole
     for spec in specs:
-        for side in (spec.events, spec.dimension):
-            if side.topic in outputs:
-                continue
+        for side in (s for s in (spec.events, spec.dimension) if s.topic not in outputs):
             written_otherwise = side.format != "json" or side.key_format != "str"
             read_as_worker = side.shaped or side.repartition or side.time_given
             models[side.topic] = side if read_as_worker or written_otherwise else side.model
