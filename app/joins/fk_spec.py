@@ -448,12 +448,15 @@ def check_together(event_specs: Sequence[JoinSpec], fk_specs: Sequence[FkJoinSpe
             ),
         ]
     )
+    # an event-time join's output read as another's events: a chain (app.joins.chains)
+    fed = {s.events.topic for s in event_specs}
     for name, written in [
         *((s.name, (s.output, s.ticks)) for s in event_specs),
         *((f.name, (f.output, f.moves, f.ticks)) for f in fk_specs),
     ]:
         for t in written:
-            if t in reads and reads[t][0] != name:
+            chained = t in fed and any(s.output == t for s in event_specs)
+            if t in reads and reads[t][0] != name and not chained:
                 raise SpecError(
                     f"join spec {name!r} writes {t}, which join "
                     f"{reads[t][0]!r} reads: a join must not feed another's "

@@ -202,7 +202,8 @@ def test_conflicts_between_specs_are_refused():
         events__topic="etj-rated-movies",
         dimension__topic="etj-films-dimension",
     )
-    assert "writes etj-rated-movies, which join 'films' reads" in refused([movies(), loop])
+    looped = movies(events__topic="etj-films")  # each reads the other's output
+    assert "join specs 'movies' -> 'films' -> 'movies' form a loop" in refused([looped, loop])
     shared = movies(
         name="films", ticks="etj-film-ticks", output="etj-films", events__topic="etj-film-ratings"
     )  # the same dimension topic as movies
