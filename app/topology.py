@@ -158,7 +158,8 @@ class JoinTopology:
 
     @property
     def internal_topics(self) -> list[TopicT]:
-        return [self.ticks, *(h.target for h in self.hops)]
+        link = [self.output] if self.spec.internal_output else []
+        return [self.ticks, *(h.target for h in self.hops), *link]
 
 
 def declare_join(spec: JoinSpec) -> JoinTopology:
@@ -196,7 +197,10 @@ def declare_join(spec: JoinSpec) -> JoinTopology:
         spec,
         app.topic(*spec.inputs, allow_empty=True, **raw),
         app.topic(spec.ticks, internal=True, **raw),
-        app.topic(spec.output, **_out),
+        # a link between dimensions (app.joins.dimensions) is created with the join's count
+        app.topic(spec.output, internal=True, **raw)
+        if spec.internal_output
+        else app.topic(spec.output, **_out),
         tables,
         hops,
         app.topic(spec.final_topic, **_out) if spec.final_topic else None,

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from app.inputs.wire_formats import FRAMED, REHOP_KEY_FORMATS
-from app.joins import chains
+from app.joins import chains, dimensions
 from app.joins.sides import is_json, parse_start, repartition_of, resolve_side
 from app.joins.spec import JoinConfig, JoinSpec, Side, SpecError, TableNames, validated
 
@@ -297,7 +297,9 @@ def refuse_shared_inputs(sides: Iterable[tuple[str, str, Side]]) -> dict[str, tu
 def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj") -> list[JoinSpec]:
     """Resolve every spec, then refuse what only shows across specs (shared names, loops). A
     spec whose events are another's output reads that join's revisions in order
-    (:mod:`app.joins.chains`)."""
+    (:mod:`app.joins.chains`); a spec with several dimensions is first expanded into a chain
+    of one-dimension links (:mod:`app.joins.dimensions`)."""
+    raws, links = dimensions.expand_all(raws, app_id)
     cfgs = [validated(JoinConfig, raw, i)[0] for i, raw in enumerate(raws)]
     fed = chains.fed_by(cfgs)
     specs = [
@@ -306,6 +308,7 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj"
         else resolve(c, i, app_id)
         for i, c in enumerate(cfgs)
     ]
+    specs = [dataclasses.replace(s, internal_output=s.output in links) for s in specs]
     for what, of in (
         ("name", lambda s: [s.name]),
         ("ticks topic", lambda s: [s.ticks]),

@@ -398,6 +398,8 @@ class JoinSpec:
     #: fed by another join: the upstream revision's ``revision``, :mod:`app.joins.chains`);
     #: None: an id's last event wins
     order_field: str | None = None
+    #: its output is an internal link between dimensions (:mod:`app.joins.dimensions`)
+    internal_output: bool = False
 
     @property
     def final_topic(self) -> str | None:
