@@ -1,0 +1,224 @@
+"""Several dimensions per spec (issue AA item 1, app/joins/dimensions.py): ``"dimensions"``
+expanded into a chain of one-dimension links, each an ordinary spec reading the one before
+through an internal link topic; what cannot work yet is refused naming the spec and why."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+import pytest
+
+from app.joins.dimensions import expand, link_topic
+from app.joins.resolve import resolve_all
+from app.joins.spec import SpecError
+
+pytestmark = pytest.mark.unit
+
+
+def dim(name: str, on: str | list[str], answer: str, mode: str = "left") -> dict[str, Any]:
+    keys = on if isinstance(on, list) else [on]
+    return {
+        "name": name,
+        "on": on,
+        "topic": f"m-{name}s",
+        "key": on,
+        "time": "at",
+        "fields": {**dict.fromkeys(keys, "str"), answer: "str", "at": "time"},
+        "copy": [answer],
+        "time_as": f"{answer}_time",
+        "mode": mode,
+    }
+
+
+def orders(key: str = "id") -> dict[str, Any]:
+    """Orders × customer tier × product price × currency rate, each keyed by its own field."""
+    return {
+        "name": "enriched",
+        "events": {
+            "topic": "m-orders",
+            "key": key,
+            "time": "at",
+            "id": "id",
+            "fields": {
+                "id": "str",
+                "customer": "str",
+                "product": "str",
+                "currency": "str",
+                "amount": "int",
+                "at": "time",
+            },
+            "copy": ["amount"],
+        },
+        "dimensions": [
+            dim("customer", "customer", "tier"),
+            dim("product", "product", "price", "inner"),
+            dim("currency", "currency", "rate"),
+        ],
+        "output": "m-enriched",
+        "retention_ms": 10**12,
+    }
+
+
+def refused(raw: dict[str, Any]) -> str:
+    with pytest.raises(SpecError) as exc:
+        resolve_all([raw])
+    return str(exc.value)
+
+
+def test_three_dimensions_become_a_chain_of_links_through_internal_topics():
+    c, p, r = resolve_all([orders()])
+    assert [s.name for s in (c, p, r)] == [
+        "enriched-customer",
+        "enriched-product",
+        "enriched-currency",
+    ]
+    # the first link reads the user's events, re-keyed by its 'on' (the record key is the id)
+    assert c.events.topic == "m-orders" and c.events.key == "customer"
+    assert c.events.repartition == "etj-enriched-customer-events-repartition"
+    # each later link reads the one before by join id, re-keyed by its own 'on', in order
+    assert c.output == link_topic("etj", "enriched", "customer") == "etj-enriched-customer-link"
+    assert (p.events.topic, p.events.key, r.events.topic, r.events.key) == (
+        c.output,
+        "product",
+        p.output,
+        "currency",
+    )
+    assert p.events.repartition and r.events.repartition
+    assert (p.order_field, r.order_field, c.order_field) == ("revision", "revision", None)
+    assert c.internal_output and p.internal_output and not r.internal_output
+    assert r.output == "m-enriched"
+    assert [s.mode for s in (c, p, r)] == ["left", "inner", "left"]
+    assert len({s.ticks for s in (c, p, r)}) == 3
+    # the output: the user's copy and every dimension's answer, with why each last changed
+    assert r.output_fields == (
+        "id",
+        "amount",
+        *("tier", "previous_tier", "tier_time"),
+        *("price", "previous_price", "price_time"),
+        *("customer_cause", "product_cause"),
+        "rate",
+        "rate_time",
+        "revision",
+        "previous_rate",
+        "cause",
+    )
+
+
+def test_a_link_reads_the_revision_the_link_before_it_writes():
+    c, p, _ = resolve_all([orders()])
+    # a revision of the first link as its output carries it
+    wire = {
+        "id": "o1",
+        "amount": 3,
+        "product": "p1",
+        "currency": "eur",
+        "at": 5,
+        "tier": None,
+        "tier_time": None,
+        "revision": 2,
+        "previous_tier": "gold",
+        "cause": "late-dimension",
+        "partition": 0,
+        "source": {"topic": "m-orders", "partition": 0, "offset": 3},
+    }
+    assert set(wire) == {*c.output_fields, "partition", "source"}
+    rec = p.events.parser(check_key=False)(b"p1", orjson.dumps(wire))
+    e = p.event_of(rec)
+    assert (e.key, e.id, e.event_time) == ("p1", "o1", 5)
+    out = p.to_wire(p.rules.arrive([[1, "9.5"]], e, None)[1])  # type: ignore[arg-type]
+    assert (out["tier"], out["previous_tier"], out["customer_cause"]) == (
+        None,
+        "gold",
+        "late-dimension",
+    )
+    assert (out["price"], out["revision"], out["currency"]) == ("9.5", 1, "eur")
+
+
+def test_events_keyed_by_the_first_dimension_are_read_as_they_are():
+    c, _, _ = resolve_all([orders(key="customer")])
+    assert c.events.repartition is None and c.events.key == "customer"
+
+
+def test_a_composite_on_key_keys_its_link():
+    raw = orders()
+    raw["events"]["fields"]["region"] = "str"
+    raw["dimensions"][1] = dim("product", ["region", "product"], "price")
+    _, p, r = resolve_all([raw])
+    assert p.events.key_parts == ("region", "product")
+    assert "region" not in r.output_fields
+
+
+def test_a_single_dimension_list_is_one_link_writing_the_output():
+    raw = orders()
+    raw["dimensions"] = raw["dimensions"][:1]
+    (only,) = resolve_all([raw])
+    assert (only.name, only.output, only.internal_output) == (
+        "enriched-customer",
+        "m-enriched",
+        False,
+    )
+
+
+def test_other_specs_resolve_beside_a_multi_dimension_one():
+    from tests.unit.test_chains import chain
+
+    specs = resolve_all([*chain(), orders()])
+    assert [s.name for s in specs][:2] == ["tiers", "priced"] and len(specs) == 5
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"finality": True}, "'finality' with 'dimensions' is refused: the last link's promise"),
+        ({"emit": "final"}, "'emit' with 'dimensions' is refused"),
+        ({"hold_ms": 10}, "'hold_ms' with 'dimensions' is refused"),
+        ({"ticks": "t"}, "'ticks' with 'dimensions' is refused"),
+        ({"tables": {"dimension": "a", "joins": "b", "clock": "c"}}, "'tables'"),
+        ({"dimension": {}}, "give either 'dimension' (one) or 'dimensions'"),
+        ({"dimensions": []}, "dimensions: a list of one or more"),
+        ({"colour": 1}, "unknown field 'colour'"),
+        ({"name": "x" * 35}, "is over 40 characters"),
+    ],
+)
+def test_what_a_multi_dimension_spec_cannot_do_is_refused_naming_it(change, says):
+    raw = {**orders(), **change}
+    msg = refused(raw)
+    assert says in msg and msg.startswith("join spec ")
+
+
+def test_refusals_of_the_events_and_the_dimensions():
+    raw = orders()
+    del raw["events"]["id"]
+    assert "'enriched': events.id is required with 'dimensions'" in refused(raw)
+    raw = orders()
+    raw["events"]["model"] = "x:Y"
+    del raw["events"]["fields"]
+    assert "events: give 'fields' (not 'model')" in refused(raw)
+    raw = orders()
+    del raw["dimensions"][1]["on"]
+    assert "dimension 'product': 'on' is missing" in refused(raw)
+    raw = orders()
+    raw["dimensions"][2]["name"] = "customer"
+    assert "dimensions[2].name: a unique name" in refused(raw)
+    raw = orders()
+    raw["dimensions"][0]["model"] = "x:Y"
+    del raw["dimensions"][0]["fields"]
+    assert "dimension 'customer': give 'fields' (not 'model')" in refused(raw)
+    raw = orders()
+    raw["dimensions"][1]["on"] = "colour"
+    assert "'colour' is not one of its fields" in refused(raw)
+    # a link refused as any spec would be names the link
+    raw = orders()
+    raw["dimensions"][1]["copy"] = ["tier"]
+    raw["dimensions"][1]["fields"]["tier"] = "str"
+    assert "'enriched-product'" in refused(raw)
+
+
+def test_expand_leaves_the_spec_as_written_alone():
+    raw = orders()
+    before = copy.deepcopy(raw)
+    links = expand(raw)
+    assert raw == before and len(links) == 3
+    assert links[0]["events"]["copy"] == ["amount", "product", "currency", "at"]
