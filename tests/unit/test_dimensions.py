@@ -17,12 +17,14 @@ from app.joins.spec import SpecError
 pytestmark = pytest.mark.unit
 
 
-def dim(name: str, on: str | list[str], answer: str, mode: str = "left") -> dict[str, Any]:
+def dim(
+    name: str, on: str | list[str], answer: str, mode: str = "left", prefix: str = "m"
+) -> dict[str, Any]:
     keys = on if isinstance(on, list) else [on]
     return {
         "name": name,
         "on": on,
-        "topic": f"m-{name}s",
+        "topic": f"{prefix}-{name}s",
         "key": on,
         "time": "at",
         "fields": {**dict.fromkeys(keys, "str"), answer: "str", "at": "time"},
@@ -32,12 +34,13 @@ def dim(name: str, on: str | list[str], answer: str, mode: str = "left") -> dict
     }
 
 
-def orders(key: str = "id") -> dict[str, Any]:
-    """Orders × customer tier × product price × currency rate, each keyed by its own field."""
+def orders(key: str = "id", prefix: str = "m") -> dict[str, Any]:
+    """Orders × customer tier × product price (inner) × currency rate, each keyed by its own
+    field of the order."""
     return {
         "name": "enriched",
         "events": {
-            "topic": "m-orders",
+            "topic": f"{prefix}-orders",
             "key": key,
             "time": "at",
             "id": "id",
@@ -52,11 +55,11 @@ def orders(key: str = "id") -> dict[str, Any]:
             "copy": ["amount"],
         },
         "dimensions": [
-            dim("customer", "customer", "tier"),
-            dim("product", "product", "price", "inner"),
-            dim("currency", "currency", "rate"),
+            dim("customer", "customer", "tier", prefix=prefix),
+            dim("product", "product", "price", "inner", prefix=prefix),
+            dim("currency", "currency", "rate", prefix=prefix),
         ],
-        "output": "m-enriched",
+        "output": f"{prefix}-enriched",
         "retention_ms": 10**12,
     }
 
