@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,12 +86,23 @@ def _keyed(side: Any) -> str:
     return " (any key, any partition count: repartitioned)" if side.repartition else ""
 
 
-def join_topics(s: Settings, spec: JoinSpec) -> list[TopicUse]:
+def join_topics(s: Settings, spec: JoinSpec, links: Collection[str] = ()) -> list[TopicUse]:
+    """A join's topics; ``links``: the internal links between dimensions of the specs run
+    with it (:mod:`app.joins.dimensions`), which the worker creates, not you."""
     n = spec.name
     t = spec.tables
     p = spec.partitions or s.partitions
     out = [
         TopicUse(
+            spec.events.topic,
+            n,
+            "internal: the link from the dimension before, read by join id (repartitioned)",
+            "the worker",
+            OWN,
+            p,
+        )
+        if spec.events.topic in links
+        else TopicUse(
             spec.events.topic,
             n,
             "input: events" + _keyed(spec.events),
@@ -109,7 +120,16 @@ def join_topics(s: Settings, spec: JoinSpec) -> list[TopicUse]:
             None if spec.dimension.repartition else p,
             timed_by_timestamp=spec.dimension.from_timestamp,
         ),
-        TopicUse(spec.output, n, "output: the revision log", "you", WRITE, s.partitions),
+        TopicUse(
+            spec.output,
+            n,
+            "internal: the link to the next dimension, keyed by join id (its revisions)",
+            "the worker",
+            OWN,
+            p,
+        )
+        if spec.internal_output
+        else TopicUse(spec.output, n, "output: the revision log", "you", WRITE, s.partitions),
         TopicUse(
             spec.ticks,
             n,
@@ -260,8 +280,10 @@ def shared_topics(s: Settings) -> list[TopicUse]:
 def inventory(s: Settings, specs: Iterable[JoinSpec]) -> list[TopicUse]:
     """Every topic the worker with these settings and specs uses, per join."""
     out: list[TopicUse] = []
+    specs = list(specs)
+    links = {spec.output for spec in specs if spec.internal_output}
     for spec in specs:
-        out += join_topics(s, spec)
+        out += join_topics(s, spec, links)
     for fk in load_fk_specs(s):
         out += fk_topics(s, fk)
     return out + shared_topics(s)
@@ -278,6 +300,14 @@ def _example_spec(repartition: str | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = json.loads(block.split("```", 1)[0])[0]
     if repartition is not None:
         spec[repartition] = {**spec[repartition], "repartition": True}
+    return spec
+
+
+def _dimensions_example() -> dict[str, Any]:
+    """The example spec of several dimensions (``enriched``, docs/joins/declarative.md)."""
+    text = (ROOT / "docs" / "joins" / "declarative.md").read_text(encoding="utf-8")
+    block = text.split("<!-- example: dimensions-spec -->", 1)[1].split("```json", 1)[1]
+    spec: dict[str, Any] = json.loads(block.split("```", 1)[0])
     return spec
 
 
@@ -394,6 +424,21 @@ def page() -> str:
                 for spec in resolve_all([_example_spec(repartition="events")], s.app_id)
                 for u in join_topics(s, spec)
                 if u.topic in (spec.events.topic, spec.events.repartition)
+            ]
+        )
+        + "\nWith [several dimensions](../joins/declarative.md#several-dimensions), each "
+        "dimension is a join of its own (`<name>-<dim>`, with its ticks topic, tables and hops "
+        "as above), and the worker creates a link topic between each two, keyed by join id, "
+        "with the spec's partition count (covered by the prefixed ACL); for the page's "
+        "`enriched` (orders × customers × products × rates), the topics besides the tables' "
+        "changelogs:\n\n"
+        + _table(
+            [
+                u
+                for u in inventory(s, resolve_all([_dimensions_example()], s.app_id))
+                if u.join.startswith("enriched-")
+                and not u.topic.endswith("-changelog")
+                and "from the dimension before" not in u.what  # the link's writer lists it
             ]
         )
     )

@@ -39,6 +39,8 @@ RUN_BY = {
     ("docs/joins/declarative.md", "chain-spec"): "test_examples.py",
     ("docs/joins/declarative.md", "chain-scenario"): "test_examples.py",
     ("docs/joins/declarative.md", "chain-messages"): "test_examples.py",
+    ("docs/joins/declarative.md", "dimensions-spec"): "test_examples.py",
+    ("docs/joins/declarative.md", "dimensions-messages"): "test_examples.py",
     ("docs/concepts/event-time.md", "copartition-error"): "test_quoted_messages.py",
     ("docs/joins/declarative.md", "shapes-messages"): "test_quoted_messages.py",
     ("docs/operating/runbook.md", "spec-refusal"): "test_quoted_messages.py",
@@ -274,3 +276,61 @@ def test_the_car_spec_on_the_page_is_the_built_in_one() -> None:
     from app.joins.catalog import car_spec
 
     assert json.loads(block(DOCS / "joins" / "car-zone.md", "car-spec")) == car_spec(Settings())
+
+
+def test_the_several_dimensions_example_resolves_and_its_mistakes_say_what_the_page_says():
+    """declarative.md#several-dimensions: the spec resolves into its three links, with the
+    output the page lists, and each mistake gives the message quoted there."""
+    import copy
+
+    from app.joins.spec import SpecError
+
+    raw = json.loads(block(DECLARATIVE, "dimensions-spec"))
+    c, p, r = resolve_all([raw])
+    assert [s.name for s in (c, p, r)] == [
+        "enriched-customer",
+        "enriched-product",
+        "enriched-currency",
+    ]
+    assert (c.output, p.events.topic, p.output, r.events.topic, r.output) == (
+        "etj-enriched-customer-link",
+        "etj-enriched-customer-link",
+        "etj-enriched-product-link",
+        "etj-enriched-product-link",
+        "etj-orders-enriched",
+    )
+    assert (c.events.key, p.events.key, r.events.key) == ("customer", "product", "currency")
+    assert (p.mode, r.asof) == ("inner", "at-or-before-else-earliest")
+    assert r.output_fields == (
+        "id",
+        "amount",
+        *("tier", "previous_tier", "tier_time", "price", "previous_price", "price_time"),
+        *("customer_cause", "product_cause", "rate", "rate_time"),
+        *("revision", "previous_rate", "cause"),
+    )
+
+    def mistake(**changes: object) -> str:
+        bad = copy.deepcopy(raw)
+        for path, value in changes.items():
+            *parents, leaf = path.split("__")
+            node = bad
+            for part in parents:
+                node = node[part]
+            if value is ...:
+                del node[leaf]
+            else:
+                node[leaf] = value
+        try:
+            resolve_all([bad])
+        except SpecError as exc:
+            return str(exc)
+        raise AssertionError(f"not refused: {changes}")
+
+    said = [
+        mistake(finality=True),
+        mistake(emit="final"),
+        mistake(hold_ms=1000),
+        mistake(events__id=...),
+        mistake(name="enriched-orders-of-every-customer"),
+    ]
+    assert said == block(DECLARATIVE, "dimensions-messages").strip().splitlines()
