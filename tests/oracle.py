@@ -13,6 +13,11 @@ The rules (docs: Concepts → event time; Joins):
 - ``at-or-before-else-earliest``: the greatest event time at or before ``t``; an event before
   every version takes the earliest one (ties: the greatest values).
 - mode ``inner``: an event no version applies to has no answer (absent).
+- an *end* (a tombstone on the dimension topic, at its Kafka timestamp), given as the version
+  ``[t]`` with no values, is a version like any other (the rules above pick it, and at one time a
+  version with values is greater), but an event that picks it has no answer: null (``left``),
+  absent (``inner``; a consumer reads an ``inner`` revision with a null answer as the id's
+  retraction: :func:`answered`).
 - the join id is the event's own id, else ``"r-" + sha1(key, event_time, recommendation)``
   (fields joined by U+001F, first 20 hex digits); for any spec, of the event's copied fields
   in ``events.copy`` order, each as Python's ``str()`` (``None``, ``True``, ``4.0``).
@@ -171,6 +176,8 @@ def exact_answer(
         else:
             raise ValueError(f"unknown as-of rule {rules.asof!r}")
         best = max(cands) if cands else None
+        if best is not None and len(best) == 1:  # an end: no value known from its time
+            best = None
         if best is None and rules.mode == "inner":
             out.pop(e.id, None)
             continue
@@ -183,6 +190,13 @@ def exact_answer(
             None if best is None else best[0],
         )
     return out
+
+
+def answered(latest: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]]:
+    """What a consumer of an ``inner`` join keeps of ``latest`` (join id -> the result of its
+    latest revision, in :func:`exact_answer`'s shape): the ids with an answer (a null answer
+    is a retraction: an end took it after it was emitted)."""
+    return {jid: r for jid, r in latest.items() if r[4] is not None}
 
 
 # --- the movies join (app/joins/catalog.py: a spec) --------------------------------------------
