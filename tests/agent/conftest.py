@@ -54,9 +54,11 @@ async def deliver(
     value: Any,
     partition: int = 0,
     offset: int | None = None,
+    timestamp: int | None = None,
 ) -> None:
     """Hand one record to ``loop`` (a batch of one) and wait until it is delivered.
-    ``offset``: the record's (a re-delivery: the offset it had); default, a new one."""
+    ``offset``: the record's (a re-delivery: the offset it had); default, a new one;
+    ``timestamp``: its Kafka timestamp (default: now; a tombstone's time)."""
     raw = value if isinstance(value, (bytes, type(None))) else json.dumps(value).encode()
     offset = next(_offsets) if offset is None else offset
     record = Record(
@@ -65,7 +67,7 @@ async def deliver(
         offset,
         key.encode() if isinstance(key, str) else key,
         raw,
-        int(time.time() * 1000),
+        int(time.time() * 1000) if timestamp is None else timestamp,
     )
     await handle(loop, [Batch(topic, partition, [record], None, app.consumer_generation_id)])
 
@@ -141,9 +143,21 @@ class JoinHarness:
         self.spec, self.tables = engine.spec, engine.tables
 
     async def put(
-        self, topic: str, key: str | None, value: Any, partition: int = 0, offset: int | None = None
+        self,
+        topic: str,
+        key: str | None,
+        value: Any,
+        partition: int = 0,
+        offset: int | None = None,
+        timestamp: int | None = None,
     ) -> None:
-        await deliver(self.loop, topic, key, value, partition, offset)
+        await deliver(self.loop, topic, key, value, partition, offset, timestamp)
+
+    async def tombstone(
+        self, key: str | bytes | None, timestamp: int, partition: int = 0, offset: int | None = None
+    ) -> None:
+        """A tombstone (null value) on the dimension topic, at Kafka timestamp ``timestamp``."""
+        await deliver(self.loop, self.spec.dimension.topic, key, None, partition, offset, timestamp)
 
     async def event(
         self, value: dict[str, Any], partition: int = 0, offset: int | None = None
