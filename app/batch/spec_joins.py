@@ -11,6 +11,12 @@ built-in ``moods`` and ``movies`` and every spec of ``ETJ_JOINS_FILE`` alike:
   code point, which is UTF-8 byte order, so Spark and Python agree);
 - mode ``left``: every event, with null copied fields while no version applies; ``inner``:
   only events a version applies to;
+- an *end* (a tombstone on the dimension topic, :func:`app.logic.histories.end`): a dimension
+  row whose ``_end`` column is true (its key and time set, the tombstone's Kafka timestamp; its
+  copied fields null), a version like the others (ordered first among its time's versions, as
+  nulls sort first: a version at the same time wins, as the stream's ``[t]`` sorts first), but
+  an event that joins it has no answer (``left``: null; ``inner``: absent). A frame without an
+  ``_end`` column has no ends;
 - join id: the event's ``id`` field when set (non-empty), else
   :func:`app.logic.event_join.derive_id` of the copied event fields — ``str()`` of each
   (``None``, ``True``, Python's float text) joined by U+001F, SHA-1, ``"r-"`` + 20 hex digits.
@@ -150,7 +156,8 @@ def _sides(
     events: DataFrame,
     dimension: DataFrame,
 ) -> tuple[DataFrame, DataFrame, list[str]]:
-    """(events as (_k, _t, _id, _ev), versions as (_k, _t, _v0.., _found), value columns)."""
+    """(events as (_k, _t, _id, _ev), versions as (_k, _t, _v0.., _found), value columns).
+    A dimension row with ``_end`` true is an end (module docstring)."""
     values = [f"_v{i}" for i in range(len(spec.dimension.copy))]
     ev = events.select(
         key_column(spec.events).alias("_k"),
@@ -158,14 +165,17 @@ def _sides(
         join_id(spec).alias("_id"),
         F.struct(*[F.col(f) for f in spec.events.copy]).alias("_ev"),
     )  # (_k, _t, _id, (copied event fields))
+    ended = (F.col("_end") == F.lit(True)) if "_end" in dimension.columns else F.lit(False)
     versions = dimension.select(
         key_column(spec.dimension).alias("_k"),
         F.col(spec.dimension.time).alias("_t"),
-        *[F.col(f).alias(v) for f, v in zip(spec.dimension.copy, values)],
+        *[F.when(~ended, F.col(f)).alias(v) for f, v in zip(spec.dimension.copy, values)],
         F.struct(
-            F.col(spec.dimension.time).alias("_at"), *[F.col(f) for f in spec.dimension.copy]
+            F.col(spec.dimension.time).alias("_at"),
+            *[F.when(~ended, F.col(f)).alias(f) for f in spec.dimension.copy],
+            ended.alias("_end"),
         ).alias("_found"),
-    )  # (_k, _t, _v0, ..., (_at, copied values))
+    )  # (_k, _t, _v0, ..., (_at, copied values, _end)); an end's values are null
     return ev, versions, values
 
 
@@ -184,7 +194,9 @@ def spec_joins(
         joined = _native_asof(spec, ev, versions, values)
     else:
         raise ValueError(f"unknown as-of method {method!r}; known: {', '.join(METHODS)}")
-    # (_k, _t, _id, _ev, _found | null), one row per event record
+    # (_k, _t, _id, _ev, _found | null), one row per event record; an end answers nothing
+    found = F.col("_found")
+    joined = joined.withColumn("_found", F.when(~found.getField("_end"), found))
     if spec.mode == "inner":
         joined = joined.where(F.col("_found").isNotNull())
     one = joined.groupBy("_k", "_id").agg(  # no shuffle: already clustered by key

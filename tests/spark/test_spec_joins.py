@@ -29,6 +29,8 @@ EVENT_DDL = (
     "cid string, user string, at bigint, score double, flag boolean, note string, _timestamp bigint"
 )
 LEVEL_DDL = "user string, at bigint, level bigint, label string, _timestamp bigint"
+#: ... with ends (tombstones: ``_end`` true, the copied fields null)
+ENDED_DDL = LEVEL_DDL + ", _end boolean"
 
 
 def click_spec(asof: str = "before", mode: str = "left") -> dict[str, Any]:
@@ -125,6 +127,7 @@ clicks = st.builds(
     st.sampled_from([None, "", "c1", "c2"]),
 )
 levels = st.tuples(users, times, st.integers(0, 2), st.sampled_from(["lo", "hi"]))
+ends = st.tuples(users, times)  # a tombstone: the user's level ends at that time
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -136,8 +139,9 @@ levels = st.tuples(users, times, st.integers(0, 2), st.sampled_from(["lo", "hi"]
     events=st.lists(clicks, max_size=10),
     versions=st.lists(levels, max_size=8),
     replays=st.integers(0, 3),
+    ended=st.lists(ends, max_size=3),
 )
-def test_any_spec_equals_the_oracle(spark, asof, mode, events, versions, replays):
+def test_any_spec_equals_the_oracle(spark, asof, mode, events, versions, replays, ended):
     spec = resolve(click_spec(asof, mode))
     # one id, one event: a given id is unique per content here (the stream keeps the last
     # arrival of two different records under one id, the batch the greatest: a producer bug)
@@ -146,10 +150,17 @@ def test_any_spec_equals_the_oracle(spark, asof, mode, events, versions, replays
         first.setdefault(e.id, e)
     events = [e for e in events if first[e.id] == e]
     events = [*events, *events[:replays]]  # a replay is one join
-    expected = exact_answer(spec.rules, [(u, [t, lv, lb]) for u, t, lv, lb in versions], events)
+    expected = exact_answer(
+        spec.rules,
+        [(u, [t, lv, lb]) for u, t, lv, lb in versions] + [(u, [t]) for u, t in ended],
+        events,
+    )
 
     ev = spark.createDataFrame([e.row() for e in events], EVENT_DDL)
-    dim = spark.createDataFrame([(*v, None) for v in versions], LEVEL_DDL)
+    dim = spark.createDataFrame(
+        [(*v, None, False) for v in versions] + [(u, t, None, None, None, True) for u, t in ended],
+        ENDED_DDL,
+    )
     for method in METHODS:
         got = answers(spec_joins(spec, ev, dim, method).collect())
         assert got == expected, (method, got, expected)
