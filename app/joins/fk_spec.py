@@ -178,7 +178,7 @@ class FkJoinSpec:
         left, right = out.left, out.right
         wire = {self.left.key: left.key, self.fk_as: left.fk}
         wire.update(zip(self.left.copy, left.values))
-        if right is None:
+        if right is None or not right.values:  # none, or an end (a tombstone): no values
             wire.update((f, None) for f in self.right.copy)
         else:
             wire.update(zip(self.right.copy, right.values))
@@ -195,13 +195,16 @@ class FkJoinSpec:
             wire[self.left_time_as],
         )
         t = wire[self.right_time_as]
-        right = None if t is None else Right(left.fk, tuple(wire[f] for f in self.right.copy), t)
+        values = tuple(wire[f] for f in self.right.copy)
+        if all(v is None for v in values):  # copies are required: null ones are an end's
+            values = ()
+        right = None if t is None else Right(left.fk, values, t)
         return Joined(left, right)
 
     def move_to_wire(self, move: Move) -> dict[str, Any]:
         left = move.left
         wire = {"op": move.op, self.fk_as: move.fk, self.left.key: left.key, self.move_fk: left.fk}
-        wire.update(zip(self.left.copy, left.values))
+        wire.update(zip(self.left.copy, left.values or [None] * len(self.left.copy)))  # an end
         wire[self.left.time] = left.event_time
         return wire
 
@@ -212,13 +215,14 @@ class FkJoinSpec:
             op = wire["op"]
             if op not in ("ADD", "DEL"):
                 raise InvalidRecord(f"move op {op!r} is neither ADD nor DEL")
+            fk = wire[self.move_fk]  # None: an end's DEL (a tombstone), with no values
             return Move(
                 op,
                 wire[self.fk_as],
                 Left(
                     wire[self.left.key],
-                    wire[self.move_fk],
-                    tuple(wire[f] for f in self.left.copy),
+                    fk,
+                    () if fk is None else tuple(wire[f] for f in self.left.copy),
                     wire[self.left.time],
                 ),
             )
