@@ -295,7 +295,7 @@ async def dead_letter_refused(
             src.key,
             src.value,
             f"output refused by the broker: {exc!r} (output to "
-            f"{out.topic}, key {_text(out.key)}, {len(out.value or b"")} bytes)",
+            f"{out.topic}, key {_text(out.key)}, {len(out.value or b'')} bytes)",
             record=src,
         )
         letters.append(await delivery.send_direct(app, dead_letters, letter.key, letter.value))

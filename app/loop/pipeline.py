@@ -108,7 +108,7 @@ class DeliveryPipeline:
                     app,
                     [
                         (o.topic, None, o.key, o.value)
-                        if o.timestamp is None
+                        if o.timestamp is None and o.headers is None
                         else (o.topic, None, o.key, o.value, o.timestamp, o.headers)
                         for o in unit.outs
                     ],

@@ -42,6 +42,7 @@ class Sent(list):
     def __init__(self) -> None:
         super().__init__()
         self.changelog: list[tuple[str, int | None, Any, Any]] = []  # (topic, partition, k, v)
+        self.headers: list[tuple[str, Any, Any]] = []  # (topic, key, headers) of those with any
 
 
 _offsets = itertools.count()
@@ -102,11 +103,13 @@ def captured() -> Iterator[Sent]:
         app_: Any, records: Any, *, refusable: bool = False, on_sent: Any = None
     ) -> Delivery:
         out = Delivery()
-        for i, (topic, partition, key, value, *_) in enumerate(records):  # *_: a hop's
-            if topic.endswith("-changelog"):  # timestamp, headers
+        for i, (topic, partition, key, value, *rest) in enumerate(records):  # rest: a
+            if topic.endswith("-changelog"):  # hop's timestamp and headers, or a delete's
                 sent.changelog.append((topic, partition, key, value))
             else:
                 sent.append((topic, key, value))
+                if rest and rest[1]:
+                    sent.headers.append((topic, key, rest[1]))
             done: asyncio.Future = asyncio.get_running_loop().create_future()
             done.set_result(None)
             out.futures.append((done, [i]))
@@ -132,7 +135,8 @@ def captured() -> Iterator[Sent]:
 
 
 def outputs(sent: Sent, topic: str) -> list[Any]:
-    return [json.loads(v) for t, _, v in sent if t == topic]
+    """The values sent to ``topic``, decoded (None: a tombstone)."""
+    return [None if v is None else json.loads(v) for t, _, v in sent if t == topic]
 
 
 class JoinHarness:
