@@ -6,6 +6,7 @@ a tombstone for the key on the output; the built-in car join dead-letters them.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -18,7 +19,8 @@ from tests.unit.test_fk_spec import orders
 
 T = 1_790_000_000_000
 
-#: declared once per test process, as the worker declares a joins file's spec at import
+#: the spec, declared in the test that needs it (once per process), as the worker declares a
+#: joins file's spec at import: collecting this module declares nothing
 _SPEC = resolve_fk(
     orders(name="orders-del", output="t-od-out", moves="t-od-moves", ticks="t-od-ticks")
     | {
@@ -27,7 +29,11 @@ _SPEC = resolve_fk(
     },
     0,
 )
-_AGENTS = FkAgents(declare_fk_join(_SPEC))
+
+
+@functools.cache
+def _agents() -> FkAgents:
+    return FkAgents(declare_fk_join(_SPEC))
 
 
 def order(oid: str, customer: str, amount: float, t: int) -> dict[str, Any]:
@@ -44,13 +50,13 @@ async def _forward(sent: Any, done: int) -> int:
     """Hand the moves sent since ``done`` to the right side, in order."""
     moves = [(k, v) for t, k, v in sent if t == _SPEC.moves]
     for key, value in moves[done:]:
-        await deliver(_AGENTS.right_loop, _SPEC.moves, key, value)
+        await deliver(_agents().right_loop, _SPEC.moves, key, value)
     return len(moves)
 
 
 async def test_a_right_tombstone_rejoins_as_null_a_left_one_deletes_the_key():
     with captured() as sent:
-        left, right = _AGENTS.left_loop, _AGENTS.right_loop
+        left, right = _agents().left_loop, _agents().right_loop
         # 1. customer c1 is in eu; order o1 points at it
         await deliver(
             right, "t-od-customers", "c1", {"customer_id": "c1", "region": "eu"}, timestamp=T
@@ -71,7 +77,7 @@ async def test_a_right_tombstone_rejoins_as_null_a_left_one_deletes_the_key():
         assert outputs(sent, _SPEC.output)[-1] is None
         assert (_SPEC.output, b"o1", [(DELETED_AT, str(T + 30).encode())]) in sent.headers
         await _forward(sent, done)
-        assert list(_AGENTS.right_side.index.pointing_at(0, "c1")) == []
+        assert list(_agents().right_side.index.pointing_at(0, "c1")) == []
         # 4. a new customer version re-joins nobody: the row is gone
         n = len(outputs(sent, _SPEC.output))
         await deliver(
