@@ -67,9 +67,20 @@ class SpecKinds:
 def spec_kinds(spec: JoinSpec) -> SpecKinds:
     return SpecKinds(
         A.kind_of(spec.events.topic, model_columns(spec.events.model)),
-        A.kind_of(spec.dimension.topic, model_columns(spec.dimension.model)),
+        A.kind_of(
+            spec.dimension.topic,
+            model_columns(spec.dimension.model),
+            ends=end_fields(spec),
+        ),
         A.kind_of(spec.output, output_columns(spec), unwrap=False),
     )
+
+
+def end_fields(spec: JoinSpec) -> tuple[str, ...]:
+    """The fields of an end in the spec's dimension archive (a tombstone: its key fields and
+    its time, app.commands.archive); none for a repartitioned dimension (it takes no ends)."""
+    d = spec.dimension
+    return () if d.repartition else (*d.key_parts, d.time)
 
 
 def dimension_role(spec: JoinSpec) -> Role:
