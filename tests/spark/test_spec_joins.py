@@ -260,3 +260,39 @@ def test_reconcile_knows_a_held_join_is_not_missing(spark):
     assert status == {"c1": "matched", "c2": "missing", "c3": "held"}
     without = {r["id"]: r["status"] for r in compare_joins(spec, exact, latest).collect()}
     assert without["c3"] == "missing"
+
+
+def test_an_archive_s_ends_reach_the_exact_answer_and_a_bad_end_is_dropped(spark, tmp_path):
+    """A dimension archive with tombstones as the ``archive`` command writes them (end rows:
+    the key and time, ``_end`` true): read and checked like the worker's, joined as ends."""
+    import json
+
+    from app.batch.archives import read_archive
+    from app.batch.jobs import spec_kinds
+
+    spec = resolve(click_spec())
+    kinds = spec_kinds(spec)
+    assert kinds.dimension.ends == ("user", "at")
+    levels = tmp_path / "levels.jsonl"
+    rows = [
+        {"user": "ann", "at": 1, "level": 1, "label": "lo", "_timestamp": 1},
+        {"user": "ann", "at": 5, "_end": True, "_timestamp": 5},  # ann's level ends at 5
+        {"user": "ann", "at": 8, "level": 2, "label": "hi", "_timestamp": 8},
+        {"at": 3, "_end": True},  # no key: dropped, as the worker dead-letters it
+        {"user": "bob", "at": 2, "level": 1, "_timestamp": 2},  # no label: dropped
+    ]
+    levels.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dim = read_archive(spark, str(levels), kinds.dimension)
+    assert sorted((r["user"], r["at"], r["_end"]) for r in dim.collect()) == [
+        ("ann", 1, False),
+        ("ann", 5, True),
+        ("ann", 8, False),
+    ]
+    clicks = [Click("ann", t, 1.0, True, None, f"c{t}") for t in (3, 6, 9)]
+    ev = spark.createDataFrame([c.row() for c in clicks], EVENT_DDL)
+    expected = exact_answer(
+        spec.rules, [("ann", [1, 1, "lo"]), ("ann", [5]), ("ann", [8, 2, "hi"])], clicks
+    )
+    assert [expected[f"c{t}"][4] for t in (3, 6, 9)] == [(1, "lo"), None, (2, "hi")]
+    for method in METHODS:
+        assert answers(spec_joins(spec, ev, dim, method).collect()) == expected, method
