@@ -110,24 +110,31 @@ def mood_answer(revision: dict[str, Any]) -> tuple[Any, ...]:
 def exact_mood_joins(
     moods: Iterable[Mood],
     recs: Iterable[Recommendation],
+    ends: Iterable[tuple[str, int]] = (),
 ) -> dict[str, tuple[Any, ...]]:
     """join id -> (id, consultant, event_time, recommendation, mood, mood_event_time).
 
     Whatever the arrival order: only the set of records counts (a duplicate changes nothing).
+    ``ends``: (consultant, time) of tombstones: the consultant's mood ends then (a mood at the
+    same time is greater; a recommendation that picks an end has none).
     """
-    by_name: dict[str, set[tuple[int, str]]] = {}
+    by_name: dict[str, set[tuple[int, int, str]]] = {}
     for m in moods:
-        by_name.setdefault(m.name, set()).add((m.event_time, m.mood))
+        by_name.setdefault(m.name, set()).add((m.event_time, 1, m.mood))
+    for name, t in ends:
+        by_name.setdefault(name, set()).add((t, 0, ""))
     out: dict[str, tuple[Any, ...]] = {}
     for r in recs:
         before = [p for p in by_name.get(r.consultant, ()) if p[0] < r.event_time]
-        best = max(before) if before else (None, None)
-        out[r.join_id] = (r.join_id, r.consultant, r.event_time, r.recommendation, best[1], best[0])
+        best = max(before) if before else None
+        mood, at = (None, None) if best is None or not best[1] else (best[2], best[0])
+        out[r.join_id] = (r.join_id, r.consultant, r.event_time, r.recommendation, mood, at)
     return out
 
 
 def exact_mood_answer(records: Iterable[Record]) -> dict[str, tuple[Any, ...]]:
-    """The mood join over records as sent (kinds ``mood`` and ``event``, valid ones):
+    """The mood join over records as sent (kinds ``mood`` and ``event``, valid ones; and
+    ``tombstone``, a consultant's tombstone on the moods topic, its value its Kafka timestamp):
     :func:`exact_mood_joins`."""
     records = list(records)
     moods = [Mood(v["name"], v["mood"], v["event_time"]) for k, _, v in records if k == "mood"]
@@ -136,7 +143,8 @@ def exact_mood_answer(records: Iterable[Record]) -> dict[str, tuple[Any, ...]]:
         for k, _, v in records
         if k == "event"
     ]
-    return exact_mood_joins(moods, recs)
+    ends = [(key, v) for k, key, v in records if k == "tombstone"]
+    return exact_mood_joins(moods, recs, ends)
 
 
 @dataclass(frozen=True, slots=True)
