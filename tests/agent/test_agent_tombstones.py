@@ -13,6 +13,7 @@ from app import metrics as jm
 from app.faust_app import settings
 from app.inputs.tombstones import NOT_A_DELETE
 from app.joins.keys import version_key
+from app.web.join_readers import EventTimeReader
 from tests.agent.test_agent_joins import (
     T,
     as_results,
@@ -59,9 +60,14 @@ async def test_a_tombstone_ends_the_version_corrects_what_it_ends_and_later_even
         # 3. an event after the tombstone answers null at once
         await h.event(rec("ann", "pie", T + 40, "j3"))
         assert (h.outputs()[-1]["id"], h.outputs()[-1]["mood"]) == ("j3", None)
-        # 4. the end is a version row of its own (its time, no values), counted
+        # 4. the end is a version row of its own (its time, no values), counted, and the key's
+        #    view shows it as an end
         assert h.tables.joins[version_key("ann", T + 20, [])] == [T + 20]
         assert count(jm.tombstones, "moods", settings.moods_topic) == ended0 + 1
+        assert EventTimeReader(h.engine).read("ann", 0)["versions"] == [
+            {"event_time": T, "mood": "happy"},
+            {"event_time": T + 20, "mood": None, "ended": True},
+        ]
         # 5. a new mood after the end answers the events after it again
         n = len(h.outputs())
         await h.dimension(mood("ann", "calm", T + 35))
