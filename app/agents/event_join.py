@@ -507,6 +507,8 @@ class JoinEngine:
                 self._held.inc()
         else:
             dim_key, version = self._version(rec)
+            if len(version) == 1:  # a tombstone's end, applied (a late one is not)
+                self._tombstones.inc()
             revisions = state.on_version(partition, dim_key, version, horizon, release_from, src)
         if ended:
             revisions = [*ended, *revisions]
@@ -552,7 +554,6 @@ class JoinEngine:
     def _version(self, rec: Any) -> tuple[str, Version]:
         """(join key, version) of a dimension record: a tombstone's is an end at its time."""
         if type(rec) is End:
-            self._tombstones.inc()
             return rec.key, end(rec.event_time)
         spec = self.spec
         return spec.key_of(rec, spec.dimension), spec.version_of(rec)
