@@ -316,9 +316,12 @@ def compare_joins(
     ``holding`` (a bounded hold still waiting at the archive's end: :func:`holding_ids`).
 
     Columns: id, status, ``expected`` (struct of :func:`answer_columns` or null), ``actual``
-    (the latest revision as a struct of :func:`revision_columns` or null).
+    (the latest revision as a struct of :func:`revision_columns` or null). In ``inner`` mode a
+    latest revision with a null answer is no join (a retraction: an end took its answer).
     """
     e = exact.select("id", F.struct(*answer_columns(spec)).alias("expected"))
+    if spec.mode == "inner":  # a null answer is a retraction (an end took it): no join
+        latest = latest.where(F.col(spec.time_as).isNotNull())
     a = latest.select("id", F.struct(*revision_columns(spec)).alias("actual"))
     missing = F.when(F.col("actual").isNull(), "missing")
     if holding is not None:

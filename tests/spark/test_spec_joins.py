@@ -296,3 +296,44 @@ def test_an_archive_s_ends_reach_the_exact_answer_and_a_bad_end_is_dropped(spark
     assert [expected[f"c{t}"][4] for t in (3, 6, 9)] == [(1, "lo"), None, (2, "hi")]
     for method in METHODS:
         assert answers(spec_joins(spec, ev, dim, method).collect()) == expected, method
+
+
+def test_reconcile_of_an_inner_spec_reads_a_null_answer_as_a_retraction(spark):
+    """An end took the answer of an emitted ``inner`` join: the log's latest revision is null,
+    the exact answer has no join: the same (matched by absence), not an ``extra``."""
+    from pyspark.sql import functions as F
+
+    from app.batch.spec_joins import compare_joins, revision_columns
+
+    spec = resolve(click_spec(mode="inner"))
+    ev = spark.createDataFrame([Click("ann", 6, 1.0, True, None, "c6").row()], EVENT_DDL)
+    dim = spark.createDataFrame(
+        [("ann", 1, 1, "lo", None, False), ("ann", 5, None, None, None, True)], ENDED_DDL
+    )
+    exact = spec_joins(spec, ev, dim)
+    assert exact.count() == 0  # ann's level ended at 5: no answer, no join
+    retracted = spark.createDataFrame(
+        [("c6", "ann", 6, 1.0, True, None, None, None, None, 2, 1, "lo", "late-dimension")],
+        ", ".join(
+            f"{c} {t}"
+            for c, t in zip(
+                revision_columns(spec),
+                [
+                    "string",
+                    "string",
+                    "bigint",
+                    "double",
+                    "boolean",
+                    "string",
+                    "bigint",
+                    "string",
+                    "bigint",
+                    "bigint",
+                    "bigint",
+                    "string",
+                    "string",
+                ],
+            )
+        ),
+    )
+    assert compare_joins(spec, exact, retracted).where(F.col("status") != "matched").count() == 0
