@@ -50,7 +50,7 @@ import orjson
 from app import metrics
 from app.faust_app import app, settings
 from app.inputs.records import InvalidRecord
-from app.inputs.tombstones import End, side_end_reader
+from app.inputs.tombstones import CARS_TAKE_NO_DELETES, End, side_end_reader
 from app.joins.fk_state import IndexRows, LeftRows, RightRows
 from app.logic.fk_join import (
     Joined,
@@ -74,11 +74,6 @@ __all__ = ["DELETED_AT", "FkJoin", "LeftSide", "RightSide", "engines"]
 
 #: the header of a left key's delete on the output: the end's time (epoch ms, decimal text)
 DELETED_AT = "etj-deleted-at"
-#: a tombstone on the car join's topics (module docstring)
-_CARS_TAKE_NO_DELETES = (
-    "a tombstone on the car join's topics deletes nothing: its consumer rule has no delete "
-    "(a foreign-key spec of your own takes them)"
-)
 
 
 class _Counts:
@@ -148,7 +143,7 @@ class FkJoin:
             return move, move.left.event_time
         if value is None:
             if self.join == "cars":
-                raise InvalidRecord(_CARS_TAKE_NO_DELETES)
+                raise InvalidRecord(CARS_TAKE_NO_DELETES)
             ended = self._ends[topic][0](key, timestamp)
             return ended, ended.event_time
         rec = self._parsers[topic](key, value, timestamp, headers)

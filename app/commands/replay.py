@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from app.inputs.admission import check_record
 from app.inputs.records import InvalidRecord
+from app.inputs.tombstones import CARS_TAKE_NO_DELETES, NOT_A_DELETE, REKEYED, side_end_reader
 from app.joins.fk_spec import FkJoinSpec
 from app.joins.rekey import rekeyer
 from app.joins.spec import JoinSpec, Side
@@ -62,10 +63,20 @@ class Input:
     framed: tuple[str | None, str | None] = (None, None)
 
 
-def _side_parse(side: Side, schemas: Any) -> Parse:
+def _side_parse(side: Side, schemas: Any, tombstone: str | None = None) -> Parse:
+    """A side's records as the worker reads them; a tombstone (null value): an end read as the
+    worker reads one (``tombstone`` None: a side that takes deletes), else refused with that
+    reason (app.inputs.tombstones). A tombstone an older worker dead-lettered ("empty value")
+    is so sent again once its side takes deletes."""
     parse, time = side.parser(schemas), side.time
+    read_end = side_end_reader(side, schemas) if tombstone is None else None
 
     def read(key: bytes | None, value: bytes | None, timestamp: int | None) -> tuple[Any, int]:
+        if value is None:
+            if read_end is None:
+                raise InvalidRecord(tombstone or "")
+            ended = read_end(key, timestamp)
+            return ended, ended.event_time
         record = parse(key, value, timestamp)
         return record, getattr(record, time)
 
@@ -100,12 +111,20 @@ def inputs_of(
                 out[side.topic] = Input(
                     spec.name, side.topic, _hop_parse(side, schemas), False, hop
                 )
+            tombstone = (
+                NOT_A_DELETE
+                if side is spec.events
+                else REKEYED
+                if side.repartition
+                else None  # a dimension: an end
+            )
             out[side.input] = Input(
-                spec.name, side.input, _side_parse(side, schemas), True, _framed(side)
+                spec.name, side.input, _side_parse(side, schemas, tombstone), True, _framed(side)
             )
     for fk in fk_joins:
+        refused = CARS_TAKE_NO_DELETES if fk.name == "cars" else None
         for side in (fk.left, fk.right):
-            out[side.topic] = Input(fk.name, side.topic, _side_parse(side, None))
+            out[side.topic] = Input(fk.name, side.topic, _side_parse(side, None, refused))
     return out
 
 

@@ -25,7 +25,14 @@ from pydantic import TypeAdapter, ValidationError
 from app.inputs.records import MAX_EVENT_TIME, InvalidRecord, join_key_text
 from app.inputs.wire_formats import key_decoder
 
-__all__ = ["NOT_A_DELETE", "REKEYED", "End", "end_reader", "side_end_reader"]
+__all__ = [
+    "CARS_TAKE_NO_DELETES",
+    "NOT_A_DELETE",
+    "REKEYED",
+    "End",
+    "end_reader",
+    "side_end_reader",
+]
 
 #: the dead letter's reason of a tombstone on an events topic
 NOT_A_DELETE = (
@@ -38,6 +45,13 @@ NOT_A_DELETE = (
 REKEYED = (
     "a tombstone on a repartitioned side: its record key is not the join key and it has no "
     "value to read one from, so it deletes nothing"
+)
+
+#: ... and on the built-in car join's topics (its consumer rule, docs/joins/car-zone.md, has no
+#: delete; a foreign-key spec of the user's takes them)
+CARS_TAKE_NO_DELETES = (
+    "a tombstone on the car join's topics deletes nothing: its consumer rule has no delete "
+    "(a foreign-key spec of your own takes them)"
 )
 
 

@@ -199,3 +199,21 @@ def test_the_summary_counts_what_was_sent_what_still_fails_and_what_was_skipped(
     ]
     s.dry_run = True
     assert s.lines()[0].endswith("(dry run: nothing is sent)") and s.lines()[2] == "would send 1"
+
+
+def test_a_dimension_tombstone_an_older_worker_dead_lettered_is_sent_an_event_s_is_not():
+    """A tombstone is a delete on a dimension now (app.inputs.tombstones): the one an older
+    worker dead-lettered ("empty value") is replayed, with its key and timestamp; one on the
+    events topic still fails, saying it deletes nothing."""
+    old = "empty value (tombstone or null): nothing to join"
+    j = judge()
+    ended = j(letter(None, old, key=b"u1", topic="etj-user-tiers", offset=3), None)
+    assert (ended.action, ended.topic, ended.partition) == (
+        "send",
+        "etj-user-tiers",
+        partition_for(b"u1", 4),
+    )
+    assert ended.record == Original(b"u1", None, NOW - 60_000, HEADERS)
+    event = j(letter(None, old, key=b"u1", offset=4), None)
+    assert (event.action, event.reason) == ("fails", "invalid")
+    assert "on an events topic is not a delete" in event.detail
