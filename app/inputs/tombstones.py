@@ -124,7 +124,10 @@ def end_reader(
             raise InvalidRecord("a tombstone without a Kafka timestamp: no time to delete at")
         if timestamp >= MAX_EVENT_TIME:
             raise InvalidRecord(f"a tombstone's Kafka timestamp {timestamp} is after 2100")
-        text = key.decode("utf-8", errors="replace")
+        try:
+            text = key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidRecord("tombstone key is not UTF-8 text") from None
         if not composite:
             value = part(0, text)
             return End(text if kinds[0] == "str" else str(value), timestamp)

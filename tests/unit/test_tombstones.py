@@ -36,6 +36,7 @@ def test_a_str_key_is_the_join_key_and_the_timestamp_its_time():
         (b"ann", 4_102_444_800_000, "after 2100"),
         (b"", 5, "value.name: String should have at least 1 character"),
         (b"x" * 201, 5, "value.name: String should have at most 200 characters"),
+        (b"\xffann", 5, "tombstone key is not UTF-8 text"),
     ],
 )
 def test_what_a_value_s_key_check_refuses_a_tombstone_s_refuses(key, timestamp, reason):
