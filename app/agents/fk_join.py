@@ -53,6 +53,7 @@ from app.inputs.records import InvalidRecord
 from app.inputs.tombstones import CARS_TAKE_NO_DELETES, End, side_end_reader
 from app.joins.fk_state import IndexRows, LeftRows, RightRows
 from app.logic.fk_join import (
+    DELETED_AT,
     Joined,
     Left,
     Move,
@@ -71,9 +72,6 @@ from app.state.store_io import StoreIO
 from app.topology import FkJoinTopology, fk_joins
 
 __all__ = ["DELETED_AT", "FkJoin", "LeftSide", "RightSide", "engines"]
-
-#: the header of a left key's delete on the output: the end's time (epoch ms, decimal text)
-DELETED_AT = "etj-deleted-at"
 
 
 class _Counts:

@@ -68,6 +68,9 @@ class ArchiveKind:
     #: a dimension's: the fields of an *end* (a tombstone: a row whose ``_end`` is true, with
     #: its key fields and its time, the last of these, and nothing else); empty: no ends
     ends: tuple[str, ...] = ()
+    #: a foreign-key join's output: its deletes (a tombstone: ``_key``, the left key's text,
+    #: and ``_deleted_at``, the end's time; app.commands.archive) are kept
+    deletes: bool = False
 
     @property
     def schema(self) -> StructType:
@@ -85,11 +88,16 @@ _DDL = {"str": "string", "int": "bigint", "float": "double", "bool": "boolean", 
 
 
 def kind_of(
-    name: str, columns: Sequence[WireColumn], unwrap: bool = True, ends: tuple[str, ...] = ()
+    name: str,
+    columns: Sequence[WireColumn],
+    unwrap: bool = True,
+    ends: tuple[str, ...] = (),
+    deletes: bool = False,
 ) -> ArchiveKind:
     """The archive kind of a topic whose records have ``columns`` (:mod:`app.joins.columns`:
     a join spec's events, dimension or output): the same checks as its wire model; ``ends``:
-    a dimension's end fields (:attr:`ArchiveKind.ends`)."""
+    a dimension's end fields (:attr:`ArchiveKind.ends`); ``deletes``: a foreign-key output's
+    (:attr:`ArchiveKind.deletes`)."""
     return ArchiveKind(
         name,
         ", ".join(f"{c.name} {_DDL[c.kind]}" for c in columns),
@@ -108,6 +116,7 @@ def kind_of(
             if c.ge is not None or _within_bigint(c.lt) is not None
         ),
         ends=ends,
+        deletes=deletes,
     )
 
 
@@ -191,7 +200,7 @@ def _read_parquet(spark: SparkSession, path: str, kind: ArchiveKind) -> DataFram
         schema = kind.schema
         if kind.unwrap:
             schema = schema.add("record", kind.schema)
-        meta = [c for c in (*META, "_end") if c in df.columns]
+        meta = [c for c in (*META, "_end", "_key", "_deleted_at") if c in df.columns]
         df = df.select(F.from_json("value", schema).alias("v"), *meta).select("v.*", *meta)
         if kind.unwrap:
             df = _unwrap(df, kind, keep=meta)
@@ -226,6 +235,9 @@ def conform(df: DataFrame, kind: ArchiveKind) -> DataFrame:
     if kind.ends:  # a tombstone's end: its key and time only (app.batch.spec_joins)
         ended = F.col("_end") if "_end" in present else F.lit(None)
         cols.append(F.coalesce(ended.cast("boolean"), F.lit(False)).alias("_end"))
+    if kind.deletes:  # a foreign-key output's delete: the left key's text and its time
+        for name, kind_ in (("_key", "string"), ("_deleted_at", "bigint")):
+            cols.append((F.col(name) if name in present else F.lit(None)).cast(kind_).alias(name))
     out = df.select(*cols)
     valid: Column = F.lit(True)
     for name in kind.required:
@@ -257,6 +269,8 @@ def conform(df: DataFrame, kind: ArchiveKind) -> DataFrame:
         valid = valid & (F.col(name).isNull() | ok)
     if kind.ends:
         valid = F.when(F.col("_end"), _end_valid(kind)).otherwise(valid)
+    if kind.deletes:
+        valid = F.when(F.col("_deleted_at").isNotNull(), F.col("_key").isNotNull()).otherwise(valid)
     return out.where(valid)
 
 
@@ -304,6 +318,8 @@ def read_archive(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveK
             schema = schema.add("_timestamp", LongType())
             if kind.ends:
                 schema = schema.add("_end", BooleanType())
+            if kind.deletes:
+                schema = schema.add("_key", StringType()).add("_deleted_at", LongType())
             df = spark.read.schema(schema).option("mode", "PERMISSIVE").json(path)
             if kind.unwrap:
                 df = _unwrap(df, kind, keep=["_timestamp", *(["_end"] if kind.ends else [])])

@@ -71,6 +71,7 @@ from app.kafka.connection import bootstrap_servers
 from app.kafka.schema_registry import shared_registry
 from app.kafka.security import aiokafka_auth
 from app.logic.event_range import EventRange, Role, needs, parse_time
+from app.logic.fk_join import DELETED_AT
 from app.logic.future_records import kafka_timestamp
 
 
@@ -102,8 +103,8 @@ def input_models() -> dict[str, type[WireModel] | Side]:
             ends = side is spec.dimension and not side.repartition  # tombstones: its ends
             models[side.topic] = side if read_as_worker or written_otherwise or ends else side.model
     for fk in batch_fk_specs(settings).values():  # foreign-key joins, the car join among them
-        for side in (fk.left, fk.right):
-            models[side.topic] = side if side.shaped else side.model
+        for side in (fk.left, fk.right):  # a user's: its tombstones are archived as ends
+            models[side.topic] = side if side.shaped or fk.name != "cars" else side.model
     return models
 
 
@@ -113,9 +114,19 @@ def _ended_topics() -> frozenset[str]:
     batch twin's end rows (app.batch.spec_joins). Asked per tombstone, not cached: they are
     rare, and the settings are the command's (a test's)."""
     return frozenset(
-        spec.dimension.topic
-        for spec in batch_specs(settings).values()
-        if not spec.dimension.repartition
+        [
+            *(
+                spec.dimension.topic
+                for spec in batch_specs(settings).values()
+                if not spec.dimension.repartition
+            ),
+            *(
+                side.topic
+                for fk in batch_fk_specs(settings).values()
+                if fk.name != "cars"  # the car join takes no deletes
+                for side in (fk.left, fk.right)
+            ),
+        ]
     )
 
 
@@ -134,6 +145,16 @@ def _end_value(side: Side, key: bytes | None, timestamp: int | None) -> dict[str
     row[side.time] = end.event_time
     row["_end"] = True
     return row
+
+
+def _deleted_value(key: bytes | None, headers: Any) -> dict[str, Any] | None:
+    """A foreign-key join's delete on its output (a tombstone with header ``etj-deleted-at``,
+    app.agents.fk_join) as its archive row: ``{"_key": the left key's text, "_deleted_at":
+    the end's time}``; None: any other null value (nothing to keep)."""
+    at = next((v for k, v in headers or () if k == DELETED_AT), None)
+    if key is None or at is None:
+        return None
+    return {"_key": key.decode("utf-8", errors="replace"), "_deleted_at": int(at)}
 
 
 def _side_parser(side: Side) -> Any:
@@ -214,6 +235,9 @@ def parquet_columns(topic: str) -> list[tuple[str, str]] | None:
                 (fk.output, fk_output_columns(fk)),
             ):
                 known[t] = [(c.name, c.arrow) for c in cols]
+            known[fk.left.topic].append(("_end", "bool"))  # tombstones: ends and deletes
+            known[fk.right.topic].append(("_end", "bool"))
+            known[fk.output] += [("_key", "string"), ("_deleted_at", "int64")]
     for spec in load_specs(settings):
         for t, cols in (
             (spec.events.topic, model_columns(spec.events.model)),
@@ -266,6 +290,8 @@ def archive_value(
             return None
     if value is None and isinstance(model, Side) and model.topic in _ended_topics():
         return _end_value(model, key, timestamp)
+    if value is None and model is None:  # a foreign-key join's delete of a left key?
+        return _deleted_value(key, headers)
     if model is not None:
         try:
             if isinstance(model, Side):

@@ -109,6 +109,11 @@ class Joined:
     right: Right | None
 
 
+#: the header of a left key's delete on the output (a tombstone has no value to carry it): the
+#: end's time, epoch ms as decimal text, which orders the delete for the consumer rule
+DELETED_AT = "etj-deleted-at"
+
+
 @dataclass(frozen=True, slots=True)
 class Deleted:
     """A delete of left key ``left.key`` on the output (a tombstone), ``left`` the end."""

@@ -192,4 +192,25 @@ def test_a_foreign_key_spec_s_inputs_are_archived_flat_as_the_worker_reads_them(
         ("region", "string"),
         ("order_time", "int64"),
         ("region_time", "int64"),
+        ("_key", "string"),  # a delete (a tombstone with its time in a header)
+        ("_deleted_at", "int64"),
     ]
+    # tombstones: either side's as an end row, the output's delete with its time
+    assert A.archive_value(left, b"o1", None, timestamp=9) == {
+        "order_id": "o1",
+        "at": 9,
+        "_end": True,
+    }
+    right = A.input_models()["c"]
+    assert A.archive_value(right, b"c1", None, timestamp=8) == {
+        "customer_id": "c1",
+        right.time: 8,  # its time is the Kafka timestamp ($timestamp), a flat field
+        "_end": True,
+    }
+    deleted = [("etj-deleted-at", b"30")]
+    assert A.archive_value(None, b"o1", None, headers=deleted) == {
+        "_key": "o1",
+        "_deleted_at": 30,
+    }
+    assert A.archive_value(None, b"o1", None) is None  # a null value with no such header
+    assert A.parquet_columns("o")[-1] == A.parquet_columns("c")[-1] == ("_end", "bool")
