@@ -24,7 +24,11 @@ Input topics of the joins — every join the worker runs: the built-in ones, the
 every spec of ``ETJ_JOINS_FILE`` — are validated exactly as the worker validates them (by the
 spec's wire model, key check included, which an archive cannot repeat later): records the worker
 dead-letters are left out and counted, so the batch answer is computed from what the stream
-accepted. Other topics (outputs, late, dead letters) are written as they are. A topic written
+accepted. A tombstone (null value) the worker reads as a delete is kept as what it means: on a
+dimension or a foreign-key side an *end row* (``{<key fields>, <time>: its Kafka timestamp,
+"_end": true}``), on a foreign-key output a delete (``{"_key": ..., "_deleted_at": ...}``, from
+its ``etj-deleted-at`` header). Other topics (outputs, late, dead letters) are written as they
+are. A topic written
 otherwise than JSON text (a side's ``format`` ``avro``, ``protobuf``, ``json-sr`` or a binary
 ``key_format``; a spec's ``output_format``) is decoded by the worker's own decoders
 (:mod:`app.inputs.wire_formats`, the writer schemas fetched before each fetch's records are
