@@ -310,7 +310,10 @@ def backfill(
         spark, spec, [*events, *late_events], [*dimension, *late_dimension], scope, method
     )
     log = read_output(spark, spec, revisions, scope, inputs)
-    out = S.backfill_revisions(spec, S.compare_joins(spec, exact, S.latest_revisions(spec, log)))
+    comparison = S.compare_joins(spec, exact, S.latest_revisions(spec, log))
+    out = S.backfill_revisions(spec, comparison)
+    if spec.mode == "inner":  # a join an end took: its retraction (a null answer)
+        out = out.unionByName(S.retractions(spec, comparison, inputs["events"]))
     if before is not None:
         if spec.events.time not in spec.events.copy:
             raise ValueError(

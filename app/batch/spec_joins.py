@@ -61,6 +61,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from app.joins.columns import model_columns
 from app.joins.spec import JoinSpec, Side
@@ -75,6 +76,7 @@ __all__ = [
     "latest_revisions",
     "compare_joins",
     "backfill_revisions",
+    "retractions",
 ]
 
 #: the as-of methods of :func:`spec_joins`; the first is the default
@@ -376,6 +378,27 @@ def backfill_revisions(spec: JoinSpec, comparison: DataFrame) -> DataFrame:
     return todo.select(
         *[expected.getField(c).alias(c) for c in answer_columns(spec)],
         (F.coalesce(actual.getField("revision"), F.lit(0)) + 1).cast("bigint").alias("revision"),
+        *[actual.getField(f).alias(f"previous_{f}") for f in spec.dimension.copy],
+        F.lit("backfill").alias("cause"),
+    )
+
+
+def retractions(spec: JoinSpec, comparison: DataFrame, events: DataFrame) -> DataFrame:
+    """``inner`` mode: the revisions that retract the log's answer of a join no version answers
+    now (an end took it: ``extra``, and its event is in ``events``), a null answer numbered
+    after the log's latest (a null answer is an ``inner`` join's retraction). Columns:
+    :func:`revision_columns`. Joins whose event the archives lack stay ``extra``, untouched."""
+    ids = events.select(join_id(spec).alias("id")).distinct()
+    actual = F.col("actual")
+    latest = comparison.schema["actual"].dataType
+    assert isinstance(latest, StructType)
+    todo = comparison.where(F.col("status") == "extra").join(ids, "id", "left_semi")
+    return todo.select(
+        "id",
+        *[actual.getField(f).alias(f) for f in spec.events.copy],
+        *[F.lit(None).cast(latest[f].dataType).alias(f) for f in spec.dimension.copy],
+        F.lit(None).cast("bigint").alias(spec.time_as),
+        (actual.getField("revision") + 1).cast("bigint").alias("revision"),
         *[actual.getField(f).alias(f"previous_{f}") for f in spec.dimension.copy],
         F.lit("backfill").alias("cause"),
     )

@@ -337,3 +337,45 @@ def test_reconcile_of_an_inner_spec_reads_a_null_answer_as_a_retraction(spark):
         ),
     )
     assert compare_joins(spec, exact, retracted).where(F.col("status") != "matched").count() == 0
+
+
+def test_backfill_of_an_inner_spec_retracts_a_join_an_end_took(spark):
+    """The log still says ann's click joined level 1 (the stream never saw the end at 5): the
+    exact answer has no join, so backfill sends the retraction, a null answer numbered 2; a
+    join whose event the archive lacks is left alone."""
+    from app.batch.spec_joins import compare_joins, retractions, revision_columns
+
+    spec = resolve(click_spec(mode="inner"))
+    ev = spark.createDataFrame([Click("ann", 6, 1.0, True, None, "c6").row()], EVENT_DDL)
+    dim = spark.createDataFrame(
+        [("ann", 1, 1, "lo", None, False), ("ann", 5, None, None, None, True)], ENDED_DDL
+    )
+    kinds = [
+        "string", "string", "bigint", "double", "boolean", "string",
+        "bigint", "string", "bigint", "bigint", "bigint", "string", "string",
+    ]  # fmt: skip
+    ddl = ", ".join(f"{c} {t}" for c, t in zip(revision_columns(spec), kinds))
+    log = spark.createDataFrame(
+        [
+            ("c6", "ann", 6, 1.0, True, None, 1, "lo", 1, 1, None, None, "arrival"),
+            ("gone", "bob", 6, 1.0, True, None, 1, "lo", 1, 1, None, None, "arrival"),
+        ],
+        ddl,
+    )
+    comparison = compare_joins(spec, spec_joins(spec, ev, dim), log)
+    [row] = retractions(spec, comparison, ev).collect()
+    assert row.asDict() == {
+        "id": "c6",
+        "user": "ann",
+        "at": 6,
+        "score": 1.0,
+        "flag": True,
+        "note": None,
+        "level": None,
+        "label": None,
+        "level_at": None,
+        "revision": 2,
+        "previous_level": 1,
+        "previous_label": "lo",
+        "cause": "backfill",
+    }
