@@ -370,7 +370,7 @@ def backfill_revisions(spec: JoinSpec, comparison: DataFrame) -> DataFrame:
 
     Only joins whose answer changes (``wrong``) or that the log never had (``missing``, e.g. an
     event the stream found too late). ``extra`` joins are left alone: a revision log cannot
-    retract a join. Numbers continue from the archive's latest per id; ``previous_<field>`` is
+    retract a join (but an ``inner`` one's null answer can: :func:`retractions`). Numbers continue from the archive's latest per id; ``previous_<field>`` is
     what that latest said. Columns: :func:`revision_columns`.
     """
     todo = comparison.where(F.col("status").isin("wrong", "missing"))
