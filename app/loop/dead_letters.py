@@ -71,9 +71,12 @@ def dead_letter_value(
     error: str,
     timestamp: int | None = None,
     headers: Sequence[tuple[str, bytes | None]] | None = None,
+    join: str | None = None,
 ) -> bytes:
     """The dead-letter value: original bytes, where they came from and why they were refused;
-    the original's Kafka ``timestamp`` (epoch ms) and ``headers`` (None: unknown)."""
+    the original's Kafka ``timestamp`` (epoch ms) and ``headers`` (None: unknown); ``join``:
+    the join that refused it (a topic several joins read may be refused by each of them, for
+    reasons of its own: one dead letter per join, each naming it)."""
     encoding, text = _as_text(value)
     kept = value if value is None or len(value) <= MAX_KEPT_BYTES else value[:MAX_KEPT_BYTES]
     if kept is not value and kept is not None:  # a cut inside a UTF-8 character drops it
@@ -90,6 +93,7 @@ def dead_letter_value(
         "value": text,
         "value_encoding": encoding,
         "error": error,
+        "join": join,
         "timestamp": timestamp,
         "headers": None if headers is None else _headers(headers),
     }
@@ -229,7 +233,7 @@ def dead_letter(
     return Out(
         dead_letters,
         key,
-        dead_letter_value(topic, partition, offset, key, value, error, timestamp, headers),
+        dead_letter_value(topic, partition, offset, key, value, error, timestamp, headers, join),
     )
 
 

@@ -94,6 +94,7 @@ def test_the_loop_names_the_record_whose_dead_letter_takes_its_timestamp_and_hea
     handling(record)
     out = json.loads(dead_letter("tiers", "dl", VIEWS, 2, 9, b"u1", b"{", "bad").value)
     assert (out["timestamp"], len(out["headers"])) == (555, 3)
+    assert out["join"] == "tiers"  # a topic several joins read: each dead letter names its own
     other = json.loads(dead_letter("tiers", "dl", VIEWS, 2, 10, b"u1", b"{", "bad").value)
     assert (other["timestamp"], other["headers"]) == (None, None)  # not the record handed over
     handling(None)
