@@ -108,8 +108,12 @@ class DurableLoop:
         """The agent's body: batches in, durable outputs out, offsets acked (module doc)."""
         intake, pipeline = self.intake, self.pipeline
         idle, arrivals = pipeline.idle, self.arrivals
-        # the app's transport makes etj's consumer (app.compat.consumer)
-        cast("EtjConsumer", app.consumer).route(intake.inbox)
+        # the app's transport makes etj's consumer (app.compat.consumer); every loop's inbox,
+        # not only this one's: a topic several loops read is handed to all of them from its
+        # first batch on, whichever agent starts first (again: nothing changes)
+        consumer = cast("EtjConsumer", app.consumer)
+        for reader in app.loops:
+            consumer.route(reader.intake.inbox)
         deliver = pipeline.start()
         try:
             while True:
