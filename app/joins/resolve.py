@@ -266,17 +266,13 @@ def shared_inputs(
     """Topic -> (the joins that read it, in order, and its start); ``sides``: (join name,
     side name, side). Several joins may read one topic: the worker hands each of them every
     record and commits an offset once all of them are done with it
-    (:mod:`app.compat.consumer`). Refused: one join reading a topic through two sides, and two
-    joins reading it from different ``start``s (the worker reads a topic once, from one
-    offset: where neither start would be honoured for both, it names both)."""
+    (:mod:`app.compat.consumer`). Refused: two joins reading it from different ``start``s
+    (the worker reads a topic once, from one offset, so one of them would not be honoured: the
+    refusal names both). One spec's sides read topics of their own (refused by each spec)."""
     seen: dict[str, list[tuple[str, str, Any]]] = {}
     for name, side_name, side in sides:
         readers = seen.setdefault(side.topic, [])
         for other, other_side, start in readers:
-            if other == name:
-                raise SpecError(
-                    f"join spec {name!r} reads {side.topic} twice ({other_side} and {side_name})"
-                )
             if start != side.start:
                 raise SpecError(
                     f"join specs {other!r} ({other_side}) and {name!r} ({side_name}) both "
