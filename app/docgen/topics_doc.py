@@ -417,7 +417,31 @@ def page() -> str:
                 if u.topic in (spec.events.topic, spec.events.repartition)
             ]
         )
+        + "\nSeveral joins may read one input ([one topic, several joins]"
+        "(../joins/declarative.md#one-topic-several-joins)): it is listed under each, naming "
+        "the others, and needs the same ACLs once; `tiers`' inputs, when a second join "
+        "`clicks` reads them too:\n\n"
+        + _table(
+            [
+                u
+                for u in _shared_inputs(
+                    [
+                        u
+                        for spec in resolve_all(
+                            [_example_spec(), _second_join(_example_spec())], s.app_id
+                        )
+                        for u in join_topics(s, spec)
+                    ]
+                )
+                if u.kind == "input" and u.join == "tiers"
+            ]
+        )
     )
+
+
+def _second_join(spec: dict[str, Any]) -> dict[str, Any]:
+    """Another join on ``spec``'s topics (its own name, output and ticks)."""
+    return {**spec, "name": "clicks", "output": "etj-clicks", "ticks": "etj-clicks-ticks"}
 
 
 def main(argv: list[str]) -> int:
