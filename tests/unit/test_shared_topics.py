@@ -162,3 +162,37 @@ def test_flow_control_holds_are_per_reader(consumer):
     assert SHARED not in active  # b's flow control still holds too many of its records
     consumer.let_go(SHARED, "flow b")
     assert SHARED in active and not consumer.held_back(SHARED)
+
+
+# --- at start: each join's co-partitioning ------------------------------------------------------
+
+
+def test_a_shared_topic_is_held_to_each_of_its_joins_partition_count():
+    """A topic several joins read is in each join's co-partitioned group: a join whose count
+    it does not have is refused at start, by name."""
+    from app.joins.catalog import movie_spec
+    from app.joins.resolve import copartition_groups, resolve_all
+    from app.kafka.copartition import CopartitionError, check_groups
+    from app.settings import Settings
+
+    movies = movie_spec(Settings())
+    films = {
+        **movies,
+        "name": "films",
+        "output": "etj-films",
+        "ticks": "etj-film-ticks",
+        "tables": None,
+        "partitions": 8,
+    }  # on the same ratings and movies
+    specs = resolve_all([movies, films])
+    groups = [
+        (f"join {s.name!r}", g, s.partitions or 4) for s, g in zip(specs, copartition_groups(specs))
+    ]
+    counts = {"etj-ratings": 4, "etj-movies": 4, "etj-movie-ticks": 4, "etj-film-ticks": 8}
+    with pytest.raises(CopartitionError) as exc:
+        check_groups(counts, groups)
+    assert (
+        "join 'films': co-partitioned topics etj-ratings, etj-movies, etj-film-ticks must have 8"
+        in str(exc.value)
+    )
+    assert "join 'movies'" not in str(exc.value)
