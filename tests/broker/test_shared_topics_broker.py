@@ -10,7 +10,8 @@ answered beyond the other is read again as re-deliveries.
 
 Read back from the topics: each output's latest answers are its oracle's (the mood join's exact
 answer; for ``inner`` the events some mood applies to), no revision number of either carries two
-answers or leaves a gap, and the bad record is one dead letter per join, each naming it.
+answers or leaves a gap, the bad record is one dead letter per join, each naming it, and every
+shared partition is committed to its end once both joins are done with it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from app.commands.sample_traffic import sample_moods_and_events
 from app.joins.catalog import mood_spec
 from app.settings import Settings
-from tests.faults import check_revision_log, diff, send, wait_processed
+from tests.faults import check_revision_log, diff, send, uncommitted, wait_processed
 from tests.harness import Names, create_topic, latest_by_id, read_all, wait_for
 from tests.oracle import exact_mood_answer, mood_answer
 
@@ -115,3 +116,5 @@ async def test_two_joins_on_one_event_topic_and_one_dimension_topic_are_exact_th
         ("share-left", recs, bad.offset),
         ("share-inner", recs, bad.offset),
     }
+    # and both joins done with everything, every shared partition is committed to its end
+    assert await uncommitted(names, sent) == {}
