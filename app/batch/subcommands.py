@@ -200,6 +200,21 @@ def run_reconcile(
     return 0 if converged else 1
 
 
+def refuse_framed_output(spec: JoinSpec, args: argparse.Namespace) -> None:
+    """Refuse to publish into a spec's output written as Avro or JSON-SR (``output_format``):
+    the backfill writes JSON text, which that topic's readers (a Schema Registry deserializer)
+    would take for a malformed record. Checked before any Spark work. ``--out`` (files),
+    ``--dry-run`` or a JSON ``--topic`` of one's own still work."""
+    topic = args.topic or spec.output
+    if not args.dry_run and topic == spec.output and spec.output_format != "json":
+        raise SystemExit(
+            f"backfill: join {spec.name!r} writes {topic} as {spec.output_format} "
+            "(output_format); the backfill writes JSON revisions, which that topic's readers "
+            "cannot read: use --dry-run with --out to keep them in files, or --topic for a "
+            "JSON topic"
+        )
+
+
 def run_backfill(
     spark: SparkSession, args: argparse.Namespace, spec: JoinSpec | None, scope: jobs.Scope
 ) -> int:
@@ -209,6 +224,7 @@ def run_backfill(
         raise SystemExit(
             "backfill: give --events, --dimension (moods: --moods) and --revisions [--join NAME]"
         )
+    refuse_framed_output(spec, args)
     steps = _steps(spark, args)
     revisions = list(args.revisions)
     if args.ledger and os.path.exists(args.ledger) and os.path.getsize(args.ledger):

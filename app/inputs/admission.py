@@ -57,15 +57,17 @@ def check_record(
     now_ms: int,
     max_future_ms: int,
     check_partitioner: bool = True,
+    bound: str = "ETJ_MAX_FUTURE_MS",
 ) -> tuple[str, str] | None:
-    """(rule, reason) of a parsed input record refused at the door; None: it may pass."""
+    """(rule, reason) of a parsed input record refused at the door; None: it may pass
+    (``bound``: the setting ``max_future_ms`` comes from, for the reason)."""
     if check_partitioner:
         wrong = check_partition(record.key, record.partition, partitions)
         if wrong is not None:
             return "partitioner", wrong
     timestamp = kafka_timestamp(record.timestamp)
     if from_the_future(event_time, timestamp, now_ms, max_future_ms):
-        return "future", refusal_reason(event_time, timestamp, now_ms, max_future_ms)
+        return "future", refusal_reason(event_time, timestamp, now_ms, max_future_ms, bound)
     return None
 
 
@@ -81,6 +83,7 @@ def door(
     now_ms: int,
     max_future_ms: int,
     check_partitioner: bool = True,
+    bound: str = "ETJ_MAX_FUTURE_MS",
 ) -> Callable[[Any, int], tuple[str, str] | None]:
     """:func:`check_record` for the records of one batch (one ``partition``, judged at
     ``now_ms``): ``door(record, event_time)`` -> (rule, reason) or None."""
@@ -99,11 +102,13 @@ def door(
                 if expected is None:
                     expected = known[key] = partition_for(key, count)
                 if expected != partition:
-                    return check_record(record, event_time, partitions, now_ms, max_future_ms)
+                    return check_record(
+                        record, event_time, partitions, now_ms, max_future_ms, True, bound
+                    )
         ts = record.timestamp
         if event_time > limit or (ts is not None and event_time > ts + max_future_ms):
             return check_record(
-                record, event_time, partitions, now_ms, max_future_ms, check_partitioner
+                record, event_time, partitions, now_ms, max_future_ms, check_partitioner, bound
             )
         return None
 

@@ -67,10 +67,15 @@ def from_the_future(
 
 
 def refusal_reason(
-    event_time: int, timestamp_ms: int | None, now_ms: int, tolerance_ms: int
+    event_time: int,
+    timestamp_ms: int | None,
+    now_ms: int,
+    tolerance_ms: int,
+    bound: str = "ETJ_MAX_FUTURE_MS",
 ) -> str:
-    """The dead letter's ``error`` for a refused record: what it was held against, and by how
-    much it is ahead."""
+    """The dead letter's ``error`` for a refused record: what it was held against, by how
+    much it is ahead, and the setting that says how far is accepted (``bound``: a spec side's
+    own ``max_future_ms`` names its spec and side)."""
     reference = reference_time(timestamp_ms, now_ms)
     against = (
         "its Kafka timestamp"
@@ -79,7 +84,7 @@ def refusal_reason(
     )
     return (
         f"event time {event_time} is {event_time - reference} ms ahead of {against} "
-        f"({reference}); at most {tolerance_ms} ms ahead is accepted (ETJ_MAX_FUTURE_MS)"
+        f"({reference}); at most {tolerance_ms} ms ahead is accepted ({bound})"
     )
 
 

@@ -78,6 +78,9 @@ def dead_letter_value(
     the join that refused it (a topic several joins read may be refused by each of them, for
     reasons of its own: one dead letter per join, each naming it)."""
     encoding, text = _as_text(value)
+    # a key as the value is: text, or base64 when not UTF-8 (a Long key's 8 bytes, an Avro
+    # key's framing): a replay sends it back exact
+    key_encoding, key_text = _as_text(None if key is None else key[:MAX_KEPT_BYTES])
     kept = value if value is None or len(value) <= MAX_KEPT_BYTES else value[:MAX_KEPT_BYTES]
     if kept is not value and kept is not None:  # a cut inside a UTF-8 character drops it
         text = (
@@ -89,7 +92,8 @@ def dead_letter_value(
         "topic": topic,
         "partition": partition,
         "offset": offset,
-        "key": None if key is None else key[:MAX_KEPT_BYTES].decode("utf-8", errors="replace"),
+        "key": key_text,
+        "key_encoding": key_encoding,
         "value": text,
         "value_encoding": encoding,
         "error": error,
@@ -103,6 +107,8 @@ def dead_letter_value(
             value_size=len(value),
             value_sha256=hashlib.sha256(value).hexdigest(),
         )
+    if key is not None and len(key) > MAX_KEPT_BYTES:
+        out["key_truncated"] = True
     if headers is not None and sum(len(k) + len(v or b"") for k, v in headers) > MAX_KEPT_BYTES:
         out.update(headers=None, headers_truncated=True)
     return json.dumps(out).encode()
@@ -162,14 +168,16 @@ def read_dead_letter(raw: bytes) -> DeadLetter:
         else "its headers are unknown"
         if headers is None
         else "its key is not UTF-8 (kept with replacement characters)"
-        if key is not None and "\ufffd" in key
+        if key is not None and "key_encoding" not in d and "\ufffd" in key
+        else "its key was cut at 64 KiB"
+        if d.get("key_truncated")
         else ""
     )
     return DeadLetter(
         d["topic"],
         d["partition"],
         d["offset"],
-        None if key is None else key.encode("utf-8"),
+        None if key is None else _bytes(key, d.get("key_encoding", "text")),
         _bytes(d.get("value"), d.get("value_encoding", "text")),
         d["error"],
         d.get("timestamp"),

@@ -198,15 +198,18 @@ def parse_batch(
     judge: Any = None
     now_ms = int(time.time() * 1000)
     max_future = settings.max_future_ms
+    bound = "ETJ_MAX_FUTURE_MS"
     if tolerance is None:
         tolerance = max_future
+    else:
+        bound = f"the max_future_ms of {join}'s side on {topic}"
     early = tolerance > max_future
     if judged:
         try:
             partitions = app.consumer.topic_partitions(topic)
         except Exception:
             partitions = None  # no metadata yet: the partitioner is not checked
-        judge = door(b.partition, partitions, now_ms, tolerance, settings.check_partitioner)
+        judge = door(b.partition, partitions, now_ms, tolerance, settings.check_partitioner, bound)
     out = []
     for record in b.records:
         try:

@@ -208,6 +208,13 @@ async def forward(view: View, request: Request, owner: URL) -> Response:
             return view.bytes(body, content_type=resp.content_type, status=resp.status)
     except (TimeoutError, aiohttp.ClientError) as exc:
         return view.error(502, f"owner {owner} did not answer: {exc!r}", owner=str(owner))
+    except RuntimeError as exc:
+        # aiohttp's "Session is closed": this worker is stopping (Faust closes its HTTP client
+        # before its web server), so a request forwarded now failed as an HTML 500 during a
+        # pod's stop (seen in a rolling restart). A 503 says what a client does: ask again.
+        if "Session is closed" not in str(exc):
+            raise
+        return view.error(503, "this worker is stopping; retry", owner=str(owner))
 
 
 async def ask(owner: URL, path_qs: str) -> tuple[int, Any]:

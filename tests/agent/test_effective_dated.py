@@ -110,6 +110,7 @@ def test_a_side_with_its_own_tolerance_admits_versions_effective_later_due_at_th
     early, too_far, soon, past = outcome(prices(7 * DAY), 7 * DAY, b)
     assert early == (now + tol, "Early", now + tol, None)  # next week's price: in, due in 5 min
     assert too_far[:2] == (-1, "InvalidRecord") and "ms ahead of its Kafka timestamp" in too_far[3]
+    assert "max_future_ms of" in too_far[3] and "ETJ_MAX_FUTURE_MS" not in too_far[3]
     assert "Early" not in (soon[1], past[1]) and "InvalidRecord" not in (soon[1], past[1])
     assert (soon[0], past[0]) == (now + 1000, now - DAY)  # within the global rule: as ever
 
@@ -118,7 +119,7 @@ def test_without_its_own_tolerance_a_version_effective_later_is_refused_as_befor
     now = int(time.time() * 1000)
     [got] = outcome(prices(None), None, batch((now + 3 * DAY, now)))
     assert got[:2] == (-1, "InvalidRecord")
-    assert "ms ahead of its Kafka timestamp" in got[3]
+    assert "ms ahead of its Kafka timestamp" in got[3] and "(ETJ_MAX_FUTURE_MS)" in got[3]
 
 
 async def test_a_version_effective_later_answers_events_at_or_after_it_and_moves_no_stream_time(

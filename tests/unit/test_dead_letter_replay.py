@@ -78,12 +78,28 @@ def test_a_dead_letter_keeps_the_originals_timestamp_and_headers_and_reads_back_
     ]
 
 
+def test_a_key_that_is_not_utf8_is_kept_exact_in_base64():
+    # a Long key's 8 bytes, an Avro key's framing: replayed as they were
+    for key in (b"\x00\x00\x00\x00\x00\x00\x01\xf4", b"\x00\x00\x00\x00\x01\x02\xff"):
+        d = letter(view(), "bad", key=key)
+        assert (d.key, d.exact) == (key, True)
+    raw = json.loads(dead_letter_value(VIEWS, 0, 7, b"\xffk", b"{}", "bad", 1, HEADERS))
+    assert (raw["key"], raw["key_encoding"]) == ("/2s=", "base64")
+    raw = json.loads(dead_letter_value(VIEWS, 0, 7, None, b"{}", "bad", 1, HEADERS))
+    assert (raw["key"], raw["key_encoding"]) == (None, "null")
+
+
 def test_a_dead_letter_that_cannot_stand_for_its_original_says_why():
     big = b"x" * (MAX_KEPT_BYTES + 1)
     assert "cut at 64 KiB" in letter(big, "bad").inexact
     assert "no timestamp" in letter(view(), "bad", timestamp=None).inexact
     assert "headers are unknown" in letter(view(), "bad", headers=None).inexact
-    assert "not UTF-8" in letter(view(), "bad", key=b"\xffk").inexact
+    # a dead letter written before keys had an encoding: replacement characters
+    old = json.loads(dead_letter_value(VIEWS, 0, 7, None, view(), "bad", 1, HEADERS))
+    old["key"] = b"\xffk".decode("utf-8", errors="replace")
+    del old["key_encoding"]
+    assert "not UTF-8" in read_dead_letter(json.dumps(old).encode()).inexact
+    assert "key was cut" in letter(view(), "bad", key=b"k" * (MAX_KEPT_BYTES + 1)).inexact
     huge = [("h", b"y" * (MAX_KEPT_BYTES + 1))]
     raw = json.loads(dead_letter_value(VIEWS, 0, 7, b"k", b"{}", "bad", 1, huge))
     assert raw["headers"] is None and raw["headers_truncated"] is True

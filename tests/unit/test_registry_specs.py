@@ -227,3 +227,22 @@ def test_archive_writes_framed_inputs_and_outputs_as_their_json_twins(monkeypatc
         monkeypatch.setattr(A, "settings", Settings(joins_file=path))
         with pytest.raises(SpecError, match="needs a Schema Registry"):
             A.framing("views")
+
+
+def test_a_backfill_refuses_to_publish_json_into_an_avro_output_before_any_spark_work():
+    from argparse import Namespace
+
+    from app.batch.subcommands import run_backfill
+
+    spec = resolve_all([{**avro_spec(), "output_format": "avro"}])[0]
+    args = Namespace(events=["e"], dimension=["d"], revisions=["r"], topic=None, dry_run=False)
+    with pytest.raises(SystemExit) as exc:
+        run_backfill(None, args, spec, None)  # type: ignore[arg-type]
+    assert f"writes {spec.output} as avro" in str(exc.value)
+    # its own JSON topic, or a dry run, passes the check (and reaches Spark: none here)
+    for ok in (
+        Namespace(**{**vars(args), "topic": "mine"}),
+        Namespace(**{**vars(args), "dry_run": True}),
+    ):
+        with pytest.raises(AttributeError):  # spark is None: the check let it through
+            run_backfill(None, ok, spec, None)  # type: ignore[arg-type]
