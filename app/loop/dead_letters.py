@@ -142,6 +142,8 @@ class DeadLetter:
     inexact: str = ""
     #: the whole original value's SHA-256 (hex), when the dead letter keeps it cut
     value_sha256: str | None = None
+    #: the join that refused it (None: a dead letter written before it was kept)
+    join: str | None = None
 
 
 def _bytes(text: str | None, encoding: str) -> bytes | None:
@@ -187,6 +189,7 @@ def read_dead_letter(raw: bytes) -> DeadLetter:
         not why,
         why,
         d.get("value_sha256"),
+        d.get("join"),
     )
 
 
