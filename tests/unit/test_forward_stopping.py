@@ -9,6 +9,7 @@ from unittest import mock
 import pytest
 from yarl import URL
 
+import app.main  # noqa: F401  (the worker's order: the views' auth installed before any route)
 from app.web import views
 
 pytestmark = pytest.mark.unit
