@@ -538,7 +538,9 @@ class JoinEngine:
             Out(
                 self.late_topic,
                 key,
-                sinks.late_record(topic, partition, offset, as_dict(rec), event_time, clock, limit),
+                sinks.late_record(
+                    topic, partition, offset, as_dict(rec), event_time, clock, limit, self.join
+                ),
             ),
         ]
 

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.inputs.records import InvalidRecord
 from app.inputs.time_formats import KAFKA_TIMESTAMP
-from app.joins.resolve import refuse_shared_inputs
+from app.joins.resolve import shared_inputs
 from app.joins.sides import parse_start, resolve_side
 from app.joins.spec import JoinSpec, Side, SideConfig, SpecError, validated
 from app.logic.fk_join import Joined, Left, Move, Right
@@ -434,7 +434,7 @@ def check_together(event_specs: Sequence[JoinSpec], fk_specs: Sequence[FkJoinSpe
             claim("topic", t, f.name)
         for n in f.tables.model_dump().values():
             claim("table name", n, f.name)
-    reads = refuse_shared_inputs(
+    reads = shared_inputs(
         [
             *(
                 (s.name, n, side)
@@ -456,9 +456,10 @@ def check_together(event_specs: Sequence[JoinSpec], fk_specs: Sequence[FkJoinSpe
     ]:
         for t in written:
             chained = t in fed and any(s.output == t for s in event_specs)
-            if t in reads and reads[t][0] != name and not chained:
+            others = [j for j in reads.get(t, ((), None))[0] if j != name]
+            if others and not chained:
                 raise SpecError(
                     f"join spec {name!r} writes {t}, which join "
-                    f"{reads[t][0]!r} reads: a join must not feed another's "
+                    f"{others[0]!r} reads: a join must not feed another's "
                     "inputs"
                 )
