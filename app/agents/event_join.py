@@ -547,7 +547,9 @@ class JoinEngine:
             Out(
                 self.late_topic,
                 key,
-                sinks.late_record(topic, partition, offset, record, event_time, clock, limit),
+                sinks.late_record(
+                    topic, partition, offset, record, event_time, clock, limit, self.join
+                ),
             ),
         ]
 

@@ -26,7 +26,8 @@ built-in ``moods`` and ``movies`` and every spec of ``ETJ_JOINS_FILE`` alike:
 
 One row per (key, join id): an event seen twice (a replay) is one join; two *different* records
 claiming one id (a producer bug) keep the greatest (event time, copied fields), which is
-deterministic (the stream keeps the one that arrived last).
+deterministic (the stream keeps the one that arrived last). A join fed by another's revision
+log (:mod:`app.joins.chains`) keeps each id's highest ``revision``, as the stream does.
 
 Two exact as-of methods, same answer (the property tests hold both to tests/oracle.py):
 
@@ -166,7 +167,18 @@ def _sides(
         F.col(spec.events.time).alias("_t"),
         join_id(spec).alias("_id"),
         F.struct(*[F.col(f) for f in spec.events.copy]).alias("_ev"),
-    )  # (_k, _t, _id, (copied event fields))
+        *([F.col(spec.order_field).alias("_o")] if spec.order_field else []),
+    )  # (_k, _t, _id, (copied event fields)[, _o])
+    if spec.order_field:
+        # a join fed by another's revisions (app.joins.chains): an id's event is its highest
+        # revision, whatever the rest says (the stream ignores a lower one after it)
+        latest = F.max(F.struct("_o", "_t", "_ev")).alias("_e")
+        e = F.col("_e")
+        ev = (
+            ev.groupBy("_k", "_id")
+            .agg(latest)
+            .select("_k", e.getField("_t").alias("_t"), "_id", e.getField("_ev").alias("_ev"))
+        )  # (_k, _t, _id, (copied event fields)): one per id
     ended = (F.col("_end") == F.lit(True)) if "_end" in dimension.columns else F.lit(False)
     versions = dimension.select(
         key_column(spec.dimension).alias("_k"),

@@ -100,8 +100,10 @@ def input_models() -> dict[str, type[WireModel] | Side]:
         settings.car_arrivals_topic: CarArrivalIn,
         settings.zones_topic: ZoneIn,
     }
-    for spec in batch_specs(settings).values():
-        for side in (spec.events, spec.dimension):
+    specs = batch_specs(settings).values()
+    outputs = {spec.output for spec in specs}  # another's events (app.joins.chains): kept whole
+    for spec in specs:
+        for side in (s for s in (spec.events, spec.dimension) if s.topic not in outputs):
             written_otherwise = side.format != "json" or side.key_format != "str"
             read_as_worker = side.shaped or side.repartition or side.time_given
             ends = side is spec.dimension and not side.repartition  # tombstones: its ends

@@ -3,8 +3,8 @@
 In the order a record meets them:
 
 - :mod:`app.inputs.inbox` — the fetch loop (:mod:`app.compat.consumer`) puts each input
-  partition's fetched records into the inbox of the agent that reads the topic, as one batch
-  (a full inbox pauses its partition);
+  partition's fetched records into the inbox of every agent that reads the topic, as one batch
+  (a full inbox pauses its partition, for every agent that reads it);
 - :mod:`app.inputs.records` — the wire records and their validation: raw bytes parsed
   (msgspec, :mod:`app.inputs.parsers`) and judged (pydantic); a record that fails becomes a
   dead letter with its reason; event times written otherwise: :mod:`app.inputs.time_formats`;

@@ -3,6 +3,8 @@
 - :mod:`app.joins.spec` — what a spec says, and its validation (``SpecError``);
 - :mod:`app.joins.sides` — a spec's side resolved: its fields, paths, event time and wire model;
 - :mod:`app.joins.resolve` — a spec resolved, then every spec together;
+- :mod:`app.joins.chains` — a join whose events are another join's output (joins that feed
+  joins): the order of an id's revisions, what such a spec may read, loops refused;
 - :mod:`app.joins.catalog` — the built-in specs (moods, movies) and ``ETJ_JOINS_FILE``;
 - :mod:`app.joins.state` — where a join's state lives: a row per join and per dimension version,
   and its indexes; the rules applied over them per batch;

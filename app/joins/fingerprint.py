@@ -15,7 +15,8 @@ over those bytes) and the key's kinds (``str``, ``int``, a composite key's parts
 composite key's copies sit in the join rows' payload), the value format, the time path and format (the rows' event times), the
 copied paths in order with their types
 (the rows' columns: two types in one column break the tie rule's comparisons); the events'
-``id`` (the join ids in the rows' keys: without one, the id is a digest of the copied values);
+``id`` (the join ids in the rows' keys: without one, the id is a digest of the copied values)
+and the field that numbers an id's events (a join fed by another: the last payload slot);
 the ticks topic (its offsets are sources too), the partition count, ``mode``, ``asof``, the
 retention, the emit window, ``hold_ms``, ``late_dimensions``, ``review_lag_ms``, finality and
 ``emit``. Not kept: what only the output or the start says (``time_as``, the names a copy
@@ -137,6 +138,8 @@ def fingerprint(spec: JoinSpec, partitions: int) -> dict[str, Any]:
             "emit": spec.emit,
         }
     )
+    if spec.order_field:  # a join fed by another: the upstream revision, a payload slot
+        out["events.order"] = spec.events.path_of(spec.order_field)
     return out
 
 

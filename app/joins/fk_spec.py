@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.inputs.records import InvalidRecord
 from app.inputs.time_formats import KAFKA_TIMESTAMP
-from app.joins.resolve import refuse_shared_inputs
+from app.joins.resolve import shared_inputs
 from app.joins.sides import parse_start, resolve_side
 from app.joins.spec import JoinSpec, Side, SideConfig, SpecError, validated
 from app.logic.fk_join import Joined, Left, Move, Right
@@ -438,7 +438,7 @@ def check_together(event_specs: Sequence[JoinSpec], fk_specs: Sequence[FkJoinSpe
             claim("topic", t, f.name)
         for n in f.tables.model_dump().values():
             claim("table name", n, f.name)
-    reads = refuse_shared_inputs(
+    reads = shared_inputs(
         [
             *(
                 (s.name, n, side)
@@ -452,14 +452,18 @@ def check_together(event_specs: Sequence[JoinSpec], fk_specs: Sequence[FkJoinSpe
             ),
         ]
     )
+    # an event-time join's output read as another's events: a chain (app.joins.chains)
+    fed = {s.events.topic for s in event_specs}
     for name, written in [
         *((s.name, (s.output, s.ticks)) for s in event_specs),
         *((f.name, (f.output, f.moves, f.ticks)) for f in fk_specs),
     ]:
         for t in written:
-            if t in reads and reads[t][0] != name:
+            chained = t in fed and any(s.output == t for s in event_specs)
+            others = [j for j in reads.get(t, ((), None))[0] if j != name]
+            if others and not chained:
                 raise SpecError(
                     f"join spec {name!r} writes {t}, which join "
-                    f"{reads[t][0]!r} reads: a join must not feed another's "
+                    f"{others[0]!r} reads: a join must not feed another's "
                     "inputs"
                 )

@@ -1,8 +1,9 @@
 """A join spec resolved: as written (plain data, or a :class:`~app.joins.spec.JoinConfig`) into
 the :class:`~app.joins.spec.JoinSpec` the engine runs, each spec on its own (:func:`resolve`: its
 sides by :mod:`app.joins.sides`, then what only shows across them), then every spec together
-(:func:`resolve_all`: shared names, a join that reads another's output). Every refusal is a
-:class:`~app.joins.spec.SpecError` that names the spec and the field.
+(:func:`resolve_all`: shared names, a join that reads another's output:
+:mod:`app.joins.chains`). Every refusal is a :class:`~app.joins.spec.SpecError` that names the
+spec and the field.
 """
 
 from __future__ import annotations
@@ -12,16 +13,17 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from app.inputs.wire_formats import FRAMED, REHOP_KEY_FORMATS
+from app.joins import chains
 from app.joins.sides import is_json, parse_start, repartition_of, resolve_side
 from app.joins.spec import JoinConfig, JoinSpec, Side, SpecError, TableNames, validated
 
 __all__ = [
     "RESERVED_OUTPUT_FIELDS",
     "copartition_groups",
-    "refuse_shared_inputs",
     "refuse_without_registry",
     "resolve",
     "resolve_all",
+    "shared_inputs",
 ]
 
 
@@ -31,10 +33,14 @@ RESERVED_OUTPUT_FIELDS = ("partition", "source")
 
 
 def resolve(
-    raw: dict[str, Any] | JoinConfig, index: int | None = None, app_id: str = "etj"
+    raw: dict[str, Any] | JoinConfig,
+    index: int | None = None,
+    app_id: str = "etj",
+    order: str | None = None,
 ) -> JoinSpec:
     """Validate one spec (plain data or a :class:`JoinConfig`) and resolve it. ``app_id``
-    (``ETJ_APP_ID``) names a repartitioned side's internal topic."""
+    (``ETJ_APP_ID``) names a repartitioned side's internal topic; ``order``: the events' path
+    that numbers an id's events (a join fed by another's output: :mod:`app.joins.chains`)."""
     cfg, where = validated(JoinConfig, raw, index)
     if cfg.events.time_as is not None or cfg.dimension.id is not None:
         raise SpecError(
@@ -118,6 +124,14 @@ def resolve(
         if cfg.events.id is None
         else {p: f for f, p in events.paths}.get(cfg.events.id, cfg.events.id)
     )
+    order_field = None if order is None else {p: f for f, p in events.paths}.get(order, order)
+    if order_field is not None and events.model.model_fields.get(order_field, None) is None:
+        raise SpecError(
+            f"{where}: events: a join fed by another join's output reads its {order!r} (the "
+            "revision numbers); the events model has no such field"
+        )
+    if order_field is not None and events.model.model_fields[order_field].annotation is not int:
+        raise SpecError(f"{where}: events field {order!r}: a revision number, declare it 'int'")
     spec = JoinSpec(
         cfg.name,
         events,
@@ -145,6 +159,7 @@ def resolve(
         finality=cfg.finality or cfg.emit == "final",
         emit=cfg.emit,
         output_format=cfg.output_format,
+        order_field=order_field,
     )
     _check_hold(where, cfg)
     out = spec.output_fields
@@ -260,28 +275,42 @@ def _check_hold(where: str, cfg: JoinConfig) -> None:
         )
 
 
-def refuse_shared_inputs(sides: Iterable[tuple[str, str, Side]]) -> dict[str, tuple[str, Any]]:
-    """Refuse a topic read by two sides, of one join or two; ``sides``: (join name, side name,
-    side). Topic -> (its join, its start).
-
-    Why: a worker's consumer hands each topic's records to the one agent that reads it
-    (:mod:`app.compat.consumer`: an inbox per topic); a second reader would get nothing, with
-    no error (two helpers found it, 2026-11-28). Give each join a topic of its own."""
-    seen: dict[str, tuple[str, str, Any]] = {}
+def shared_inputs(
+    sides: Iterable[tuple[str, str, Side]],
+) -> dict[str, tuple[tuple[str, ...], Any]]:
+    """Topic -> (the joins that read it, in order, and its start); ``sides``: (join name,
+    side name, side). Several joins may read one topic: the worker hands each of them every
+    record and commits an offset once all of them are done with it
+    (:mod:`app.compat.consumer`). Refused: two joins reading it from different ``start``s
+    (the worker reads a topic once, from one offset, so one of them would not be honoured: the
+    refusal names both). One spec's sides read topics of their own (refused by each spec)."""
+    seen: dict[str, list[tuple[str, str, Any]]] = {}
     for name, side_name, side in sides:
-        other = seen.setdefault(side.topic, (name, side_name, side.start))
-        if other[:2] != (name, side_name):
-            raise SpecError(
-                f"join specs {other[0]!r} ({other[1]}) and {name!r} ({side_name}) "
-                f"both read {side.topic}: a worker hands a topic's records to one "
-                "agent; give each join a topic of its own"
-            )
-    return {t: (n, start) for t, (n, _, start) in seen.items()}
+        readers = seen.setdefault(side.topic, [])
+        for other, other_side, start in readers:
+            if start != side.start:
+                raise SpecError(
+                    f"join specs {other!r} ({other_side}) and {name!r} ({side_name}) both "
+                    f"read {side.topic} but start at {start!r} and {side.start!r}: a worker "
+                    "reads a topic once, for every join that reads it, from one start; give "
+                    "both the same start"
+                )
+        readers.append((name, side_name, side.start))
+    return {t: (tuple(r[0] for r in rs), rs[0][2]) for t, rs in seen.items()}
 
 
 def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj") -> list[JoinSpec]:
-    """Resolve every spec, then refuse what only shows across specs (shared names, loops)."""
-    specs = [resolve(raw, i, app_id) for i, raw in enumerate(raws)]
+    """Resolve every spec, then refuse what only shows across specs (shared names, loops). A
+    spec whose events are another's output reads that join's revisions in order
+    (:mod:`app.joins.chains`)."""
+    cfgs = [validated(JoinConfig, raw, i)[0] for i, raw in enumerate(raws)]
+    fed = chains.fed_by(cfgs)
+    specs = [
+        resolve(chains.ordered_config(c), i, app_id, chains.ORDER_PATH)
+        if i in fed
+        else resolve(c, i, app_id)
+        for i, c in enumerate(cfgs)
+    ]
     for what, of in (
         ("name", lambda s: [s.name]),
         ("ticks topic", lambda s: [s.ticks]),
@@ -296,8 +325,9 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj"
                         f"join specs {seen[value]!r} and {s.name!r} share the {what} {value!r}"
                     )
                 seen[value] = s.name
+    chains.check_links(specs)
     inputs = {t: s.name for s in specs for t in (s.events.topic, s.dimension.topic)}
-    refuse_shared_inputs(
+    shared_inputs(
         (s.name, n, side)
         for s in specs
         for n, side in (("events", s.events), ("dimension", s.dimension))
@@ -307,11 +337,6 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj"
             raise SpecError(
                 f"join spec {s.name!r} writes its promises to {s.final_topic}, "
                 f"which join {inputs[s.final_topic]!r} reads"
-            )
-        if s.output in inputs:
-            raise SpecError(
-                f"join spec {s.name!r} writes {s.output}, which join "
-                f"{inputs[s.output]!r} reads: a join must not feed itself"
             )
         if s.ticks in inputs:
             raise SpecError(

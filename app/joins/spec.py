@@ -394,6 +394,10 @@ class JoinSpec:
     #: how revisions are written: json, or Schema Registry framed avro or json-sr
     #: (app.outputs.revision_formats)
     output_format: str = "json"
+    #: the events' flat field that numbers an id's events, kept last in the payload (a join
+    #: fed by another join: the upstream revision's ``revision``, :mod:`app.joins.chains`);
+    #: None: an id's last event wins
+    order_field: str | None = None
 
     @property
     def final_topic(self) -> str | None:
@@ -402,13 +406,16 @@ class JoinSpec:
 
     @cached_property
     def rules(self) -> JoinRules:
-        return JoinRules(self.asof, self.mode, self.hold_ms)
+        return JoinRules(self.asof, self.mode, self.hold_ms, self.order_field is not None)
 
     @cached_property
     def payload_fields(self) -> tuple[str, ...]:
-        """Event fields kept in state besides the key, the join id and the event time."""
+        """Event fields kept in state besides the key, the join id and the event time: the
+        copied ones, then :attr:`order_field` (the rules read it last; the output only where
+        it is copied too)."""
         ev = self.events
-        return tuple(f for f in ev.copy if f != ev.time and not (ev.key_is_text and f == ev.key))
+        copied = tuple(f for f in ev.copy if f != ev.time and not (ev.key_is_text and f == ev.key))
+        return copied + ((self.order_field,) if self.order_field else ())
 
     @cached_property
     def output_fields(self) -> tuple[str, ...]:
@@ -548,6 +555,7 @@ class JoinSpec:
             "final_topic": self.final_topic,
             "emit": self.emit,
             "output_format": self.output_format,
+            **({"order": self.events.path_of(self.order_field)} if self.order_field else {}),
         }
 
 

@@ -228,6 +228,10 @@ class JoinRules:
     #: ``left`` only: hold an event with no applicable version while stream time is before
     #: ``event_time + hold_ms`` (None: no hold, answer at once)
     hold_ms: int | None = None
+    #: an event's last payload value numbers the versions of its id (a join fed by another
+    #: join: the upstream's ``revision``): an id's event numbered lower than the one held is
+    #: an older revision come again, and changes nothing (:meth:`arrive`)
+    ordered: bool = False
 
     def holds(self, event_time: int, clock: int | None) -> bool:
         """Is an unanswered event at ``event_time`` still within its hold at stream time
@@ -271,7 +275,24 @@ class JoinRules:
         A duplicate with the same content changes nothing. ``release_from``: in inner mode, an
         event older than this is not emitted even when a version applies (the emit window).
         ``clock``: the partition's stream time, for a bounded hold (:meth:`holds`).
+
+        An :attr:`ordered` spec's events are revisions of an upstream join: one numbered lower
+        than the event held is an older revision re-sent after a newer one (an upstream
+        worker's re-send after a crash, a hop's at-least-once copy) and changes nothing; one
+        numbered higher that changes nothing this join reads keeps its number, with no
+        revision (the number is no answer: a revision is made only when the answer changes).
         """
+        if existing is not None and self.ordered:
+            number, held = event.payload[-1], existing.payload[-1]
+            if number < held:
+                return None, None
+            if (
+                number > held
+                and existing.event_time == event.event_time
+                and existing.payload[:-1] == list(event.payload[:-1])
+            ):
+                existing.payload[-1] = number
+                return existing, None
         if existing is not None:
             # compared before the rejoin: a held join's rejoin moves it without a revision
             same = (existing.event_time, existing.payload) == (

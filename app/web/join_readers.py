@@ -103,7 +103,8 @@ class EventTimeReader(JoinReader):
         spec = self.engine.spec
         events, dim = spec.events, spec.dimension.copy
         answer = dim[0] if dim else None
-        label = next((f for f in spec.payload_fields), "id")
+        # an output field: not a fed join's upstream revision number (app.joins.chains)
+        label = next((f for f in spec.payload_fields if f != spec.order_field), "id")
         return {
             "time": events.time if events.time in events.copy else None,
             "answer": answer,

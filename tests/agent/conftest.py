@@ -197,6 +197,7 @@ class JoinHarness:
             table.data.clear()
         self.engine.loop.drop_waiting()
         app.consumer._acked_end.clear()  # what a new worker has acked: nothing
+        app.consumer._acked_by.clear()  # (per reader: app.compat.consumer)
 
 
 @pytest.fixture

@@ -36,6 +36,9 @@ RUN_BY = {
     ("README.md", "minimal-spec"): "test_examples.py",
     ("docs/joins/declarative.md", "hold-spec"): "test_examples.py",
     ("docs/joins/declarative.md", "hold-scenario"): "test_examples.py",
+    ("docs/joins/declarative.md", "chain-spec"): "test_examples.py",
+    ("docs/joins/declarative.md", "chain-scenario"): "test_examples.py",
+    ("docs/joins/declarative.md", "chain-messages"): "test_examples.py",
     ("docs/concepts/event-time.md", "copartition-error"): "test_quoted_messages.py",
     ("docs/joins/declarative.md", "shapes-messages"): "test_quoted_messages.py",
     ("docs/operating/runbook.md", "spec-refusal"): "test_quoted_messages.py",
@@ -159,6 +162,70 @@ def test_the_rekey_example_passes_records_on_as_the_page_says() -> None:
         else:
             got.append(f"{spec.events.repartition} {key.decode()}")
     assert got == block(DECLARATIVE, "rekey-read").strip().splitlines()
+
+
+def test_the_chain_example_resolves_replays_and_refuses_as_the_page_says() -> None:
+    """declarative.md#joins-that-feed-joins: the two specs resolve, the first one's revisions
+    (and prices) replayed through the second one's rules give the outputs listed, and each
+    mistake gives the message quoted."""
+    import copy
+
+    from app.joins.spec import SpecError
+    from app.logic.event_join import KeyState, add_event, add_version
+
+    raws = json.loads(block(DECLARATIVE, "chain-spec"))
+    tiers, priced = resolve_all(raws)
+    assert priced.events.topic == tiers.output and priced.order_field == "revision"
+    parse = {
+        priced.events.topic: priced.events.parser(check_key=False),
+        priced.dimension.topic: priced.dimension.parser(check_key=False),
+    }
+    state, got = KeyState(), []
+    for line in block(DECLARATIVE, "chain-scenario").strip().splitlines():
+        record, said = (part.strip() for part in line.split(" -> "))
+        topic, value = record.split(" ", 1)
+        rec = parse[topic](None, value.encode())
+        if topic == priced.events.topic:
+            _, revs = add_event(priced.rules, state, priced.event_of(rec))
+        else:
+            v = priced.version_of(rec)
+            _, revs = add_version(priced.rules, state, rec.product, v)
+        out = [priced.to_wire(r) for r in revs]
+        got.append(
+            "; ".join(
+                f"{w['id']} revision {w['revision']}: tier {w['tier'] or 'null'}, "
+                f"price {w['price']} [{w['cause']}]"
+                for w in out
+            )
+            or "(none)"
+        )
+        assert got[-1] == said, line
+
+    def mistake(*changes: tuple[int, str, object]) -> str:
+        raw = copy.deepcopy(raws)
+        for i, path, value in changes:
+            *parents, leaf = path.split(".")
+            node = raw[i]
+            for p in parents:
+                node = node[p]
+            if value is ...:
+                del node[leaf]
+            else:
+                node[leaf] = value
+        try:
+            resolve_all(raw)
+        except SpecError as exc:
+            return str(exc)
+        raise AssertionError(f"not refused: {changes}")
+
+    said = [
+        mistake((0, "events.topic", "etj-orders-priced")),
+        mistake((1, "events.id", ...)),
+        mistake((1, "events.fields.cause", "str"), (1, "events.key", "cause")),
+        mistake((1, "events.time", "$timestamp")),
+        mistake((1, "retention_ms", 3600000)),
+    ]
+    assert said == block(DECLARATIVE, "chain-messages").strip().splitlines()
 
 
 def test_the_foreign_key_example_resolves_and_its_mistakes_say_what_the_page_says() -> None:

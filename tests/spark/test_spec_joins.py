@@ -379,3 +379,61 @@ def test_backfill_of_an_inner_spec_retracts_a_join_an_end_took(spark):
         "previous_label": "lo",
         "cause": "backfill",
     }
+
+
+PRICED_DDL = "id string, customer string, product string, at bigint, tier string, revision bigint"
+PRICE_DDL = "product string, price bigint, at bigint"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_join_fed_by_a_join_keeps_each_id_highest_revision(spark, mode):
+    """A join fed by another's revision log (app.joins.chains): an id's revisions, in any
+    order and repeated, are one event, its highest revision's (the stream ignores a lower one
+    after it); the others are what an oracle of the highest revisions says."""
+    from app.joins.resolve import resolve_all
+    from tests.oracle import Event
+    from tests.unit.test_chains import chain
+
+    raws = chain()
+    raws[1]["mode"] = mode
+    priced = resolve_all(raws)[1]
+    # (id, customer, product, at, tier, revision): o1's revision 1 comes again after 3, and
+    # the highest revisions' tiers are not the greatest
+    revisions = [
+        ("o1", "c1", "p1", 5, None, 1),
+        ("o1", "c1", "p1", 5, "basic", 3),
+        ("o1", "c1", "p1", 5, "gold", 2),
+        ("o1", "c1", "p1", 5, None, 1),
+        ("o2", "c2", "p2", 1, "basic", 1),
+        ("o3", "c1", "p1", 9, "basic", 2),
+        ("o3", "c1", "p1", 9, "basic", 2),
+        ("o3", "c1", "p1", 9, "gold", 1),
+    ]
+    prices = [("p1", 12, 0), ("p1", 15, 7), ("p2", 3, 4)]
+    latest: dict[str, tuple[Any, ...]] = {}
+    for r in revisions:
+        if r[0] not in latest or r[5] > latest[r[0]][5]:
+            latest[r[0]] = r
+    expected = exact_answer(
+        priced.rules,
+        [(p, [at, price]) for p, price, at in prices],
+        [Event(p, i, at, (c, tier)) for i, c, p, at, tier, _ in latest.values()],
+    )
+    # revision 3's tier: neither the last record's (1) nor the greatest (gold, 2)
+    assert expected["o1"][3:5] == (("c1", "basic"), (12,))
+    assert ("o2" in expected) == (mode == "left")  # no price before it
+    ev = spark.createDataFrame(revisions, PRICED_DDL)
+    dim = spark.createDataFrame(prices, PRICE_DDL)
+    for method in METHODS:
+        got = {
+            r["id"]: (
+                r["id"],
+                r["product"],
+                r["at"],
+                (r["customer"], r["tier"]),
+                None if r["price_time"] is None else (r["price"],),
+                r["price_time"],
+            )
+            for r in spec_joins(priced, ev, dim, method).collect()
+        }
+        assert got == expected, (method, got, expected)

@@ -214,3 +214,17 @@ def test_a_foreign_key_spec_s_inputs_are_archived_flat_as_the_worker_reads_them(
     }
     assert A.archive_value(None, b"o1", None) is None  # a null value with no such header
     assert A.parquet_columns("o")[-1] == A.parquet_columns("c")[-1] == ("_end", "bool")
+
+
+def test_a_join_output_read_as_another_join_events_is_archived_whole(monkeypatch, tmp_path):
+    """A chain (app.joins.chains): the first join's output is archived as a revision log (every
+    field, for ``reconcile --join tiers``), not as the second join's events, which the batch
+    twin reads from it by their names."""
+    from tests.unit.test_chains import chain
+
+    path = tmp_path / "joins.json"
+    path.write_text(json.dumps(chain()))
+    monkeypatch.setattr(A, "settings", Settings(joins_file=path))
+    models = A.input_models()
+    assert "c-orders" in models and "c-products" in models
+    assert "c-orders-tiered" not in models

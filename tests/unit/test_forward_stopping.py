@@ -9,8 +9,6 @@ from unittest import mock
 import pytest
 from yarl import URL
 
-from app.web import views
-
 pytestmark = pytest.mark.unit
 
 
@@ -30,6 +28,11 @@ class ClosedClient:
 
 
 async def forward_with(client: Any) -> Any:
+    # the views as the worker registers them (app.main: the bearer token before any route;
+    # importing app.web.views first would make the web server without it)
+    import app.main  # noqa: F401
+    from app.web import views
+
     fake_app = SimpleNamespace(http_client=client, conf=SimpleNamespace(canonical_url="http://me"))
     request = SimpleNamespace(url=URL("http://me:6066/moods/ann/"), headers={})
     with mock.patch.object(views, "app", fake_app):
