@@ -22,6 +22,12 @@ dead_letters = Counter(
 late_records = Counter(
     "etj_late_records", "Records older than the retention horizon", ["join", "topic"]
 )
+tombstones = Counter(
+    "etj_tombstones",
+    "Tombstones (null values) read as deletes: a dimension key's version ended, a "
+    "foreign-key row removed (one for a key with no version is counted and kept too)",
+    ["join", "topic"],
+)
 refused = Counter(
     "etj_refused_records",
     "Input records refused at the door (dead-lettered): "

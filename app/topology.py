@@ -5,7 +5,9 @@ output topics; revisit ticks (app.timers) come back in through each join's own t
 
 - Each join spec (the built-in ``moods`` and ``movies``, and every spec of ``ETJ_JOINS_FILE``,
   :mod:`app.joins.catalog`) gets the same shape, :class:`JoinTopology`: its events, dimension
-  and ticks topics read by ONE agent (one sequential loop per worker owns both sides of a key),
+  and ticks topics read by ONE agent (one sequential loop per worker owns both sides of a key;
+  an input topic may be another join's input too: each join's agent is handed every record,
+  :mod:`app.compat.consumer`),
   its output revision log, and three tables named by the spec (:mod:`app.joins.state`); a side
   with ``"repartition": true`` adds a :class:`RepartitionHop`: its topic read by a hop agent
   (:mod:`app.agents.repartition`) that re-keys it into an internal repartition topic, which the
@@ -325,8 +327,9 @@ def copartition_groups() -> list[CopartitionGroup]:
 
 
 app.copartitioned = copartition_groups()
-#: the topics others produce to: their partitioner is sampled at start (app.kafka.copartition)
-app.produced_by_others = [t for j in running for t in j.produced_by_others]
+#: the topics others produce to: their partitioner is sampled at start (app.kafka.copartition);
+#: a topic several joins read, once
+app.produced_by_others = list(dict.fromkeys(t for j in running for t in j.produced_by_others))
 #: the worker's own topics (ticks, car moves): created at start with their join's partition
 #: count, before the consumer's subscription could have a broker auto-create them with its own
 app.internal_topics = [t for j in running for t in j.internal_topics]

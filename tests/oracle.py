@@ -13,6 +13,11 @@ The rules (docs: Concepts → event time; Joins):
 - ``at-or-before-else-earliest``: the greatest event time at or before ``t``; an event before
   every version takes the earliest one (ties: the greatest values).
 - mode ``inner``: an event no version applies to has no answer (absent).
+- an *end* (a tombstone on the dimension topic, at its Kafka timestamp), given as the version
+  ``[t]`` with no values, is a version like any other (the rules above pick it, and at one time a
+  version with values is greater), but an event that picks it has no answer: null (``left``),
+  absent (``inner``; a consumer reads an ``inner`` revision with a null answer as the id's
+  retraction: :func:`answered`).
 - the join id is the event's own id, else ``"r-" + sha1(key, event_time, recommendation)``
   (fields joined by U+001F, first 20 hex digits); for any spec, of the event's copied fields
   in ``events.copy`` order, each as Python's ``str()`` (``None``, ``True``, ``4.0``).
@@ -105,24 +110,31 @@ def mood_answer(revision: dict[str, Any]) -> tuple[Any, ...]:
 def exact_mood_joins(
     moods: Iterable[Mood],
     recs: Iterable[Recommendation],
+    ends: Iterable[tuple[str, int]] = (),
 ) -> dict[str, tuple[Any, ...]]:
     """join id -> (id, consultant, event_time, recommendation, mood, mood_event_time).
 
     Whatever the arrival order: only the set of records counts (a duplicate changes nothing).
+    ``ends``: (consultant, time) of tombstones: the consultant's mood ends then (a mood at the
+    same time is greater; a recommendation that picks an end has none).
     """
-    by_name: dict[str, set[tuple[int, str]]] = {}
+    by_name: dict[str, set[tuple[int, int, str]]] = {}
     for m in moods:
-        by_name.setdefault(m.name, set()).add((m.event_time, m.mood))
+        by_name.setdefault(m.name, set()).add((m.event_time, 1, m.mood))
+    for name, t in ends:
+        by_name.setdefault(name, set()).add((t, 0, ""))
     out: dict[str, tuple[Any, ...]] = {}
     for r in recs:
         before = [p for p in by_name.get(r.consultant, ()) if p[0] < r.event_time]
-        best = max(before) if before else (None, None)
-        out[r.join_id] = (r.join_id, r.consultant, r.event_time, r.recommendation, best[1], best[0])
+        best = max(before) if before else None
+        mood, at = (None, None) if best is None or not best[1] else (best[2], best[0])
+        out[r.join_id] = (r.join_id, r.consultant, r.event_time, r.recommendation, mood, at)
     return out
 
 
 def exact_mood_answer(records: Iterable[Record]) -> dict[str, tuple[Any, ...]]:
-    """The mood join over records as sent (kinds ``mood`` and ``event``, valid ones):
+    """The mood join over records as sent (kinds ``mood`` and ``event``, valid ones; and
+    ``tombstone``, a consultant's tombstone on the moods topic, its value its Kafka timestamp):
     :func:`exact_mood_joins`."""
     records = list(records)
     moods = [Mood(v["name"], v["mood"], v["event_time"]) for k, _, v in records if k == "mood"]
@@ -131,7 +143,8 @@ def exact_mood_answer(records: Iterable[Record]) -> dict[str, tuple[Any, ...]]:
         for k, _, v in records
         if k == "event"
     ]
-    return exact_mood_joins(moods, recs)
+    ends = [(key, v) for k, key, v in records if k == "tombstone"]
+    return exact_mood_joins(moods, recs, ends)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +184,8 @@ def exact_answer(
         else:
             raise ValueError(f"unknown as-of rule {rules.asof!r}")
         best = max(cands) if cands else None
+        if best is not None and len(best) == 1:  # an end: no value known from its time
+            best = None
         if best is None and rules.mode == "inner":
             out.pop(e.id, None)
             continue
@@ -183,6 +198,13 @@ def exact_answer(
             None if best is None else best[0],
         )
     return out
+
+
+def answered(latest: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]]:
+    """What a consumer of an ``inner`` join keeps of ``latest`` (join id -> the result of its
+    latest revision, in :func:`exact_answer`'s shape): the ids with an answer (a null answer
+    is a retraction: an end took it after it was emitted)."""
+    return {jid: r for jid, r in latest.items() if r[4] is not None}
 
 
 # --- the movies join (app/joins/catalog.py: a spec) --------------------------------------------

@@ -33,12 +33,14 @@ from app.faust_app import app, settings
 from app.inputs.admission import Early
 from app.inputs.parsers import as_dict
 from app.inputs.records import InvalidRecord
+from app.inputs.tombstones import NOT_A_DELETE, REKEYED, End, side_end_reader
 from app.joins.fingerprint import SpecGuard
 from app.joins.joins_table import joins_overlay
 from app.joins.state import FinalJoinError, JoinState
 from app.kafka.schema_registry import shared_registry, subject_of
 from app.logic.event_join import CAUSES, Revision
 from app.logic.finality import next_step, ready_now
+from app.logic.histories import Version, end
 from app.loop.dead_letters import dead_letter
 from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
@@ -90,6 +92,10 @@ class JoinEngine:
             spec.events.input: spec.events.parser(self.schemas),
             spec.dimension.input: spec.dimension.parser(self.schemas),
         }
+        #: a dimension's tombstone: (key, timestamp) -> End (None: a repartitioned dimension)
+        dim = spec.dimension
+        self._read_end = None if dim.repartition else side_end_reader(dim, self.schemas)
+        self._tombstones = metrics.tombstones.labels(spec.name, dim.topic)
         #: input topic -> its side's own tolerance of records from the future (a side with
         #: ``max_future_ms``: versions effective later; app.loop.intake judges by it)
         self.max_future_ms = {
@@ -416,7 +422,14 @@ class JoinEngine:
         headers: Any = None,
     ) -> tuple[Any, int]:
         """(the validated record, its event time); raises :class:`InvalidRecord`.
-        ``timestamp``: the record's Kafka timestamp (epoch ms), for a ``$timestamp`` side."""
+        ``timestamp``: the record's Kafka timestamp (epoch ms), for a ``$timestamp`` side.
+        A tombstone (null value) on the dimension topic is an :class:`End` at its timestamp;
+        on the events topic a dead letter (:data:`NOT_A_DELETE`)."""
+        if value is None:
+            if topic == self._events_in or self._read_end is None:
+                raise InvalidRecord(NOT_A_DELETE if topic == self._events_in else REKEYED)
+            ended = self._read_end(key, timestamp)
+            return ended, ended.event_time
         rec = self._parsers[topic](key, value, timestamp, headers)
         return rec, getattr(rec, self._time_attr[topic])
 
@@ -447,7 +460,7 @@ class JoinEngine:
         if type(parsed) is Early:  # effective later: joined at its time, due later
             parsed, due = parsed
         rec = parsed
-        event_time = getattr(rec, self._time_attr[topic])
+        event_time = rec.event_time if type(rec) is End else getattr(rec, self._time_attr[topic])
         moves = event_time if due is None else due  # what it moves stream time to
         src = [0 if is_event else 1, offset]
         self._handling, self._handling_p, self._handling_offset = topic, partition, offset
@@ -493,14 +506,10 @@ class JoinEngine:
             if held:
                 self._held.inc()
         else:
-            revisions = state.on_version(
-                partition,
-                spec.key_of(rec, spec.dimension),
-                spec.version_of(rec),
-                horizon,
-                release_from,
-                src,
-            )
+            dim_key, version = self._version(rec)
+            if len(version) == 1:  # a tombstone's end, applied (a late one is not)
+                self._tombstones.inc()
+            revisions = state.on_version(partition, dim_key, version, horizon, release_from, src)
         if ended:
             revisions = [*ended, *revisions]
         if not final:
@@ -530,17 +539,26 @@ class JoinEngine:
             e = spec.event_of(rec)
             again = self.state.on_late(partition, e.key, src, jid=e.id)
         else:
-            again = self.state.on_late(
-                partition, spec.key_of(rec, spec.dimension), src, v=spec.version_of(rec)
-            )
+            dim_key, version = self._version(rec)
+            again = self.state.on_late(partition, dim_key, src, v=version)
+        record = rec.as_record() if type(rec) is End else as_dict(rec)
         return [
             *self._outs(partition, again),
             Out(
                 self.late_topic,
                 key,
-                sinks.late_record(topic, partition, offset, as_dict(rec), event_time, clock, limit),
+                sinks.late_record(
+                    topic, partition, offset, record, event_time, clock, limit, self.join
+                ),
             ),
         ]
+
+    def _version(self, rec: Any) -> tuple[str, Version]:
+        """(join key, version) of a dimension record: a tombstone's is an end at its time."""
+        if type(rec) is End:
+            return rec.key, end(rec.event_time)
+        spec = self.spec
+        return spec.key_of(rec, spec.dimension), spec.version_of(rec)
 
     def on_tick(self, partition: int, offset: int | None = None) -> list[Out]:
         """Revisit partition ``partition``: purge state behind the horizon (and review)."""

@@ -29,6 +29,12 @@ reach the output in any order: a consumer keeps the greatest per left key by
 :func:`app.logic.fk_join.output_order` (the left version's event time first), see
 docs/joins/car-zone.md#the-consumer-rule-keep-the-newest-output-per-car.
 
+A tombstone (null value) on the left or right topic is a delete (app.inputs.tombstones, the
+rules in :mod:`app.logic.fk_join`): a right key's end re-joins its left rows as null; a left
+key's end moves its row out (``DEL``) and sends a tombstone for the key on the output, with the
+end's time in header ``etj-deleted-at`` (the consumer rule orders it). Not on the built-in car
+join: its consumer rule (docs/joins/car-zone.md) has no delete, so they stay dead letters.
+
 Nothing is "too late" here (no etj-late records): the join keeps *current* state per key, never
 purged by event time, so a record of any age is compared with that state and either wins (it is
 the newest) or changes nothing. Malformed records -> dead letters.
@@ -44,8 +50,20 @@ import orjson
 from app import metrics
 from app.faust_app import app, settings
 from app.inputs.records import InvalidRecord
+from app.inputs.tombstones import CARS_TAKE_NO_DELETES, End, side_end_reader
 from app.joins.fk_state import IndexRows, LeftRows, RightRows
-from app.logic.fk_join import Joined, Move, apply_add, apply_del, apply_left, apply_right
+from app.logic.fk_join import (
+    DELETED_AT,
+    Joined,
+    Left,
+    Move,
+    Right,
+    apply_add,
+    apply_del,
+    apply_left,
+    apply_right,
+    left_deleted,
+)
 from app.loop.dead_letters import dead_letter
 from app.loop.durable import DurableLoop, agent_body
 from app.loop.types import Out
@@ -53,7 +71,7 @@ from app.state.overlay import Overlay
 from app.state.store_io import StoreIO
 from app.topology import FkJoinTopology, fk_joins
 
-__all__ = ["FkJoin", "LeftSide", "RightSide", "engines"]
+__all__ = ["DELETED_AT", "FkJoin", "LeftSide", "RightSide", "engines"]
 
 
 class _Counts:
@@ -95,6 +113,19 @@ class FkJoin:
             spec.right.topic: spec.right.parser(),
         }
         self._times = {spec.left.topic: spec.left.time, spec.right.topic: spec.right.time}
+        #: a tombstone's key and time (app.inputs.tombstones), per side's topic; the key as
+        #: the side's key type (an int key's text back to an int)
+        self._ends = {
+            side.topic: (
+                side_end_reader(side),
+                int if side.key_kinds[0] == "int" else str,
+            )
+            for side in (spec.left, spec.right)
+        }
+        self.tombstones = {
+            side.topic: metrics.tombstones.labels(spec.name, side.topic)
+            for side in (spec.left, spec.right)
+        }
 
     def parse(
         self,
@@ -108,6 +139,11 @@ class FkJoin:
         if topic == self.spec.moves:
             move = self.spec.move_of(_json(value))
             return move, move.left.event_time
+        if value is None:
+            if self.join == "cars":
+                raise InvalidRecord(CARS_TAKE_NO_DELETES)
+            ended = self._ends[topic][0](key, timestamp)
+            return ended, ended.event_time
         rec = self._parsers[topic](key, value, timestamp, headers)
         return rec, getattr(rec, self._times[topic])
 
@@ -137,6 +173,20 @@ class FkJoin:
         self.counts.count(move.op)
         return Out(
             self.spec.moves, str(move.fk).encode(), orjson.dumps(self.spec.move_to_wire(move))
+        )
+
+    def end_key(self, topic: str, end: End) -> Any:
+        """A tombstone's key as its side's key type (counted: it is applied now)."""
+        self.tombstones[topic].inc()
+        return self._ends[topic][1](end.key)
+
+    def deleted_out(self, left: Left) -> Out:
+        """A left key's delete on the output: a tombstone, the end's time in a header."""
+        return Out(
+            self.spec.output,
+            str(left.key).encode(),
+            None,
+            headers=[(DELETED_AT, str(left.event_time).encode())],
         )
 
     def output_out(self, out: Joined, cause: str) -> Out:
@@ -175,14 +225,20 @@ class LeftSide:
     ) -> list[Out]:
         if isinstance(rec, InvalidRecord):
             return self.shared.dead(topic, partition, offset, key, value, rec)
-        left = self._left_of(rec)
+        if type(rec) is End:  # a delete (module docstring)
+            left = Left.end(self.shared.end_key(topic, rec), rec.event_time)
+        else:
+            left = self._left_of(rec)
         position = self.positions.get(partition, left.key)
         new, moves = apply_left(position, left)
         if new is not None:
             self.positions.put(partition, new)
-        elif moves and position is not None:  # equal to it: re-delivered, its row again
+        elif position is not None and position.left == left:  # re-delivered: its row again
             self.positions.put(partition, position)  # (module docstring)
-        return [self.shared.move_out(m) for m in moves]
+        outs = [self.shared.move_out(m) for m in moves]
+        if left_deleted(position, new, left):
+            outs.append(self.shared.deleted_out(left))
+        return outs
 
     def on_tick(self, partition: int, offset: int) -> list[Out]:
         return []
@@ -217,6 +273,8 @@ class RightSide:
         if isinstance(rec, InvalidRecord):
             return self.shared.dead(topic, partition, offset, key, value, rec)
         if topic == self._right_topic:
+            if type(rec) is End:  # a delete: the key's end (module docstring)
+                rec = Right.end(self.shared.end_key(topic, rec), rec.event_time)
             return self.on_right(rec, partition)
         return self.on_move(rec, partition)
 
@@ -227,8 +285,9 @@ class RightSide:
         self.shared.counts.flush()
 
     def on_right(self, rec: Any, partition: int) -> list[Out]:
-        """A right record: if newest, store it and re-join every left row pointing at it."""
-        right = self._right_of(rec)
+        """A right record (or end): if newest, store it and re-join every left row pointing at
+        it."""
+        right = rec if type(rec) is Right else self._right_of(rec)
         stored = self.rights.get(partition, right.key)
         store, outputs = apply_right(stored, right, self.index.pointing_at(partition, right.key))
         if store:

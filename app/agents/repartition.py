@@ -37,6 +37,7 @@ from typing import Any
 
 from app.faust_app import app, settings
 from app.inputs.records import InvalidRecord
+from app.inputs.tombstones import NOT_A_DELETE, REKEYED
 from app.joins.rekey import rekeyer
 from app.joins.spec import JoinSpec, Side
 from app.kafka.schema_registry import shared_registry
@@ -94,7 +95,10 @@ class RepartitionEngine:
         headers: Any = None,
     ) -> tuple[Any, int]:
         """(the join key's bytes, the event time); raises :class:`InvalidRecord` with the
-        join's reason for a record it would refuse."""
+        join's reason for a record it would refuse (a tombstone: it has no value to read the
+        join key from, app.inputs.tombstones)."""
+        if value is None:
+            raise InvalidRecord(NOT_A_DELETE if self.side is self.spec.events else REKEYED)
         return self._rekey(value, timestamp, headers)
 
     def pass_on(self, topic: str, record: Any, parsed: Any) -> list[Out]:

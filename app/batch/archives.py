@@ -65,6 +65,12 @@ class ArchiveKind:
     lengths: tuple[tuple[str, int | None, int | None], ...] = ()
     #: (field, smallest, first too big) integer bounds, checked when the field is not null
     bounds: tuple[tuple[str, int | None, int | None], ...] = ()
+    #: a dimension's: the fields of an *end* (a tombstone: a row whose ``_end`` is true, with
+    #: its key fields and its time, the last of these, and nothing else); empty: no ends
+    ends: tuple[str, ...] = ()
+    #: a foreign-key join's output: its deletes (a tombstone: ``_key``, the left key's text,
+    #: and ``_deleted_at``, the end's time; app.commands.archive) are kept
+    deletes: bool = False
 
     @property
     def schema(self) -> StructType:
@@ -81,9 +87,17 @@ _TYPES = {"string": StringType, "bigint": LongType, "double": DoubleType, "boole
 _DDL = {"str": "string", "int": "bigint", "float": "double", "bool": "boolean", "json": "string"}
 
 
-def kind_of(name: str, columns: Sequence[WireColumn], unwrap: bool = True) -> ArchiveKind:
+def kind_of(
+    name: str,
+    columns: Sequence[WireColumn],
+    unwrap: bool = True,
+    ends: tuple[str, ...] = (),
+    deletes: bool = False,
+) -> ArchiveKind:
     """The archive kind of a topic whose records have ``columns`` (:mod:`app.joins.columns`:
-    a join spec's events, dimension or output): the same checks as its wire model."""
+    a join spec's events, dimension or output): the same checks as its wire model; ``ends``:
+    a dimension's end fields (:attr:`ArchiveKind.ends`); ``deletes``: a foreign-key output's
+    (:attr:`ArchiveKind.deletes`)."""
     return ArchiveKind(
         name,
         ", ".join(f"{c.name} {_DDL[c.kind]}" for c in columns),
@@ -101,6 +115,8 @@ def kind_of(name: str, columns: Sequence[WireColumn], unwrap: bool = True) -> Ar
             for c in columns
             if c.ge is not None or _within_bigint(c.lt) is not None
         ),
+        ends=ends,
+        deletes=deletes,
     )
 
 
@@ -184,7 +200,7 @@ def _read_parquet(spark: SparkSession, path: str, kind: ArchiveKind) -> DataFram
         schema = kind.schema
         if kind.unwrap:
             schema = schema.add("record", kind.schema)
-        meta = [c for c in META if c in df.columns]
+        meta = [c for c in (*META, "_end", "_key", "_deleted_at") if c in df.columns]
         df = df.select(F.from_json("value", schema).alias("v"), *meta).select("v.*", *meta)
         if kind.unwrap:
             df = _unwrap(df, kind, keep=meta)
@@ -216,6 +232,12 @@ def conform(df: DataFrame, kind: ArchiveKind) -> DataFrame:
             else F.lit(None).cast("bigint")
         ).alias("_timestamp")
     )
+    if kind.ends:  # a tombstone's end: its key and time only (app.batch.spec_joins)
+        ended = F.col("_end") if "_end" in present else F.lit(None)
+        cols.append(F.coalesce(ended.cast("boolean"), F.lit(False)).alias("_end"))
+    if kind.deletes:  # a foreign-key output's delete: the left key's text and its time
+        for name, kind_ in (("_key", "string"), ("_deleted_at", "bigint")):
+            cols.append((F.col(name) if name in present else F.lit(None)).cast(kind_).alias(name))
     out = df.select(*cols)
     valid: Column = F.lit(True)
     for name in kind.required:
@@ -245,7 +267,31 @@ def conform(df: DataFrame, kind: ArchiveKind) -> DataFrame:
         if too_big is not None:
             ok = ok & (F.col(name) < too_big)
         valid = valid & (F.col(name).isNull() | ok)
+    if kind.ends:
+        valid = F.when(F.col("_end"), _end_valid(kind)).otherwise(valid)
+    if kind.deletes:
+        valid = F.when(F.col("_deleted_at").isNotNull(), F.col("_key").isNotNull()).otherwise(valid)
     return out.where(valid)
+
+
+def _end_valid(kind: ArchiveKind) -> Column:
+    """An end row's checks: its key fields and time set, the time in range, the key fields'
+    own bounds (its copied fields are null: a tombstone has no value)."""
+    *keys, time = kind.ends
+    ok = F.col(time).isNotNull() & (F.col(time) >= 0) & (F.col(time) < MAX_EVENT_TIME)
+    for name in keys:
+        ok = ok & F.col(name).isNotNull()
+    for name, min_length, max_length in kind.lengths:
+        if name in keys and min_length is not None:
+            ok = ok & (F.length(name) >= min_length)
+        if name in keys and max_length is not None:
+            ok = ok & (F.length(name) <= max_length)
+    for name, smallest, too_big in kind.bounds:
+        if name in keys and smallest is not None:
+            ok = ok & (F.col(name) >= smallest)
+        if name in keys and too_big is not None:
+            ok = ok & (F.col(name) < too_big)
+    return ok
 
 
 def read_archive(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveKind) -> DataFrame:
@@ -270,9 +316,13 @@ def read_archive(spark: SparkSession, paths: str | Sequence[str], kind: ArchiveK
             if kind.unwrap:
                 schema = schema.add("record", kind.schema)
             schema = schema.add("_timestamp", LongType())
+            if kind.ends:
+                schema = schema.add("_end", BooleanType())
+            if kind.deletes:
+                schema = schema.add("_key", StringType()).add("_deleted_at", LongType())
             df = spark.read.schema(schema).option("mode", "PERMISSIVE").json(path)
             if kind.unwrap:
-                df = _unwrap(df, kind, keep=["_timestamp"])
+                df = _unwrap(df, kind, keep=["_timestamp", *(["_end"] if kind.ends else [])])
         order = (
             F.col("_offset") if "_offset" in df.columns else F.monotonically_increasing_id()
         )  # the offset, else the line

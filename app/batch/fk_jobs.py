@@ -34,10 +34,11 @@ __all__ = ["backfill_fk", "describe_fk", "exact_fk", "fk_kinds", "reconcile_fk"]
 
 def fk_kinds(spec: FkJoinSpec) -> tuple[A.ArchiveKind, A.ArchiveKind, A.ArchiveKind]:
     """How its archives are read: left, right, output (the checks of its wire models)."""
-    return (
-        A.kind_of(spec.left.topic, model_columns(spec.left.model)),
-        A.kind_of(spec.right.topic, model_columns(spec.right.model)),
-        A.kind_of(spec.output, fk_output_columns(spec), unwrap=False),
+    lt, rt = spec.left, spec.right
+    return (  # a tombstone: an end row of either side, a delete on the output
+        A.kind_of(lt.topic, model_columns(lt.model), ends=(lt.key, lt.time)),
+        A.kind_of(rt.topic, model_columns(rt.model), ends=(rt.key, rt.time)),
+        A.kind_of(spec.output, fk_output_columns(spec), unwrap=False, deletes=True),
     )
 
 

@@ -5,7 +5,10 @@ are :mod:`app.batch.car_view`, the same answer under its names):
 
 - a left key's row is its greatest version by ``(event_time, foreign key, *copied values)``;
 - it carries its right key's greatest version by ``(event_time, *copied values)``, or nulls
-  when that key never had one.
+  when that key never had one;
+- an end (a tombstone, an archive's end row: its key and time, its other fields null) is a
+  version ordered by its time alone (nulls first: at one time a version wins): a left key whose
+  greatest is an end has no row; a right key's end answers null copies with its time.
 
 The view is "now", the latest of each side: two ``max`` aggregations and one equi-join of their
 results. A stream consumer keeps, per left key, the greatest output by
@@ -35,6 +38,7 @@ def fk_view(spec: FkJoinSpec, left: DataFrame, right: DataFrame) -> DataFrame:
             *[F.col(f"a.{f}").alias(f) for f in lt.copy],
             F.col(f"a.{lt.time}").alias(spec.left_time_as),
         )
+        .where(F.col(spec.fk_as).isNotNull())  # its greatest is an end: deleted
     )
     # (left key, fk, *left copies, left time)
     versions = (
@@ -55,13 +59,21 @@ def latest_fk_outputs(
     outputs: DataFrame,
     order: str | None = "_pos",
 ) -> DataFrame:
-    """Per left key, the output a consumer ends on, then the later record. Columns:
-    ``spec.output_fields`` + ``outputs`` (records of the key)."""
+    """Per left key, the output a consumer ends on, then the later record; a key whose
+    greatest is a delete (``_deleted_at``: a tombstone on the output, ordered by its time
+    alone) has none. Columns: ``spec.output_fields`` + ``outputs`` (records of the key)."""
     pos = F.col(order) if order else F.lit(0)
+    key = spec.left.key
+    if "_deleted_at" in outputs.columns:  # a delete's left key is the record key's text
+        key_type = dict(outputs.dtypes)[key]
+        outputs = outputs.withColumn(key, F.coalesce(key, F.col("_key").cast(key_type)))
+        deleted_at = F.col("_deleted_at")
+    else:
+        deleted_at = F.lit(None).cast("bigint")
     no_right = F.col(spec.right_time_as).isNull()
     rest = spec.output_fields[1:]
     rank = F.struct(
-        spec.left_time_as,
+        F.coalesce(spec.left_time_as, deleted_at).alias("_lt"),
         spec.fk_as,
         *spec.left.copy,
         F.when(no_right, F.lit(-1)).otherwise(F.col(spec.right_time_as)).alias("_rt"),
@@ -71,10 +83,13 @@ def latest_fk_outputs(
         ],
         pos.alias("_o"),
     )
-    best = outputs.groupBy(spec.left.key).agg(
-        F.max_by(F.struct(*rest), rank).alias("o"), F.count(F.lit(1)).alias("outputs")
+    best = outputs.groupBy(key).agg(
+        F.max_by(F.struct(*rest, deleted_at.alias("_d")), rank).alias("o"),
+        F.count(F.lit(1)).alias("outputs"),
     )
-    return best.select(spec.left.key, *[F.col(f"o.{c}").alias(c) for c in rest], "outputs")
+    return best.where(F.col("o._d").isNull()).select(
+        key, *[F.col(f"o.{c}").alias(c) for c in rest], "outputs"
+    )
 
 
 def _same(spec: FkJoinSpec, a: str, b: str) -> Column:

@@ -67,9 +67,20 @@ class SpecKinds:
 def spec_kinds(spec: JoinSpec) -> SpecKinds:
     return SpecKinds(
         A.kind_of(spec.events.topic, model_columns(spec.events.model)),
-        A.kind_of(spec.dimension.topic, model_columns(spec.dimension.model)),
+        A.kind_of(
+            spec.dimension.topic,
+            model_columns(spec.dimension.model),
+            ends=end_fields(spec),
+        ),
         A.kind_of(spec.output, output_columns(spec), unwrap=False),
     )
+
+
+def end_fields(spec: JoinSpec) -> tuple[str, ...]:
+    """The fields of an end in the spec's dimension archive (a tombstone: its key fields and
+    its time, app.commands.archive); none for a repartitioned dimension (it takes no ends)."""
+    d = spec.dimension
+    return () if d.repartition else (*d.key_parts, d.time)
 
 
 def dimension_role(spec: JoinSpec) -> Role:
@@ -299,7 +310,10 @@ def backfill(
         spark, spec, [*events, *late_events], [*dimension, *late_dimension], scope, method
     )
     log = read_output(spark, spec, revisions, scope, inputs)
-    out = S.backfill_revisions(spec, S.compare_joins(spec, exact, S.latest_revisions(spec, log)))
+    comparison = S.compare_joins(spec, exact, S.latest_revisions(spec, log))
+    out = S.backfill_revisions(spec, comparison)
+    if spec.mode == "inner":  # a join an end took: its retraction (a null answer)
+        out = out.unionByName(S.retractions(spec, comparison, inputs["events"]))
     if before is not None:
         if spec.events.time not in spec.events.copy:
             raise ValueError(

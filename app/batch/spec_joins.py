@@ -11,6 +11,12 @@ built-in ``moods`` and ``movies`` and every spec of ``ETJ_JOINS_FILE`` alike:
   code point, which is UTF-8 byte order, so Spark and Python agree);
 - mode ``left``: every event, with null copied fields while no version applies; ``inner``:
   only events a version applies to;
+- an *end* (a tombstone on the dimension topic, :func:`app.logic.histories.end`): a dimension
+  row whose ``_end`` column is true (its key and time set, the tombstone's Kafka timestamp; its
+  copied fields null), a version like the others (ordered first among its time's versions, as
+  nulls sort first: a version at the same time wins, as the stream's ``[t]`` sorts first), but
+  an event that joins it has no answer (``left``: null; ``inner``: absent). A frame without an
+  ``_end`` column has no ends;
 - join id: the event's ``id`` field when set (non-empty), else
   :func:`app.logic.event_join.derive_id` of the copied event fields — ``str()`` of each
   (``None``, ``True``, Python's float text) joined by U+001F, SHA-1, ``"r-"`` + 20 hex digits.
@@ -56,6 +62,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from app.joins.columns import model_columns
 from app.joins.spec import JoinSpec, Side
@@ -70,6 +77,7 @@ __all__ = [
     "latest_revisions",
     "compare_joins",
     "backfill_revisions",
+    "retractions",
 ]
 
 #: the as-of methods of :func:`spec_joins`; the first is the default
@@ -151,7 +159,8 @@ def _sides(
     events: DataFrame,
     dimension: DataFrame,
 ) -> tuple[DataFrame, DataFrame, list[str]]:
-    """(events as (_k, _t, _id, _ev), versions as (_k, _t, _v0.., _found), value columns)."""
+    """(events as (_k, _t, _id, _ev), versions as (_k, _t, _v0.., _found), value columns).
+    A dimension row with ``_end`` true is an end (module docstring)."""
     values = [f"_v{i}" for i in range(len(spec.dimension.copy))]
     ev = events.select(
         key_column(spec.events).alias("_k"),
@@ -170,14 +179,17 @@ def _sides(
             .agg(latest)
             .select("_k", e.getField("_t").alias("_t"), "_id", e.getField("_ev").alias("_ev"))
         )  # (_k, _t, _id, (copied event fields)): one per id
+    ended = (F.col("_end") == F.lit(True)) if "_end" in dimension.columns else F.lit(False)
     versions = dimension.select(
         key_column(spec.dimension).alias("_k"),
         F.col(spec.dimension.time).alias("_t"),
-        *[F.col(f).alias(v) for f, v in zip(spec.dimension.copy, values)],
+        *[F.when(~ended, F.col(f)).alias(v) for f, v in zip(spec.dimension.copy, values)],
         F.struct(
-            F.col(spec.dimension.time).alias("_at"), *[F.col(f) for f in spec.dimension.copy]
+            F.col(spec.dimension.time).alias("_at"),
+            *[F.when(~ended, F.col(f)).alias(f) for f in spec.dimension.copy],
+            ended.alias("_end"),
         ).alias("_found"),
-    )  # (_k, _t, _v0, ..., (_at, copied values))
+    )  # (_k, _t, _v0, ..., (_at, copied values, _end)); an end's values are null
     return ev, versions, values
 
 
@@ -196,7 +208,9 @@ def spec_joins(
         joined = _native_asof(spec, ev, versions, values)
     else:
         raise ValueError(f"unknown as-of method {method!r}; known: {', '.join(METHODS)}")
-    # (_k, _t, _id, _ev, _found | null), one row per event record
+    # (_k, _t, _id, _ev, _found | null), one row per event record; an end answers nothing
+    found = F.col("_found")
+    joined = joined.withColumn("_found", F.when(~found.getField("_end"), found))
     if spec.mode == "inner":
         joined = joined.where(F.col("_found").isNotNull())
     one = joined.groupBy("_k", "_id").agg(  # no shuffle: already clustered by key
@@ -316,9 +330,12 @@ def compare_joins(
     ``holding`` (a bounded hold still waiting at the archive's end: :func:`holding_ids`).
 
     Columns: id, status, ``expected`` (struct of :func:`answer_columns` or null), ``actual``
-    (the latest revision as a struct of :func:`revision_columns` or null).
+    (the latest revision as a struct of :func:`revision_columns` or null). In ``inner`` mode a
+    latest revision with a null answer is no join (a retraction: an end took its answer).
     """
     e = exact.select("id", F.struct(*answer_columns(spec)).alias("expected"))
+    if spec.mode == "inner":  # a null answer is a retraction (an end took it): no join
+        latest = latest.where(F.col(spec.time_as).isNotNull())
     a = latest.select("id", F.struct(*revision_columns(spec)).alias("actual"))
     missing = F.when(F.col("actual").isNull(), "missing")
     if holding is not None:
@@ -365,7 +382,7 @@ def backfill_revisions(spec: JoinSpec, comparison: DataFrame) -> DataFrame:
 
     Only joins whose answer changes (``wrong``) or that the log never had (``missing``, e.g. an
     event the stream found too late). ``extra`` joins are left alone: a revision log cannot
-    retract a join. Numbers continue from the archive's latest per id; ``previous_<field>`` is
+    retract a join (but an ``inner`` one's null answer can: :func:`retractions`). Numbers continue from the archive's latest per id; ``previous_<field>`` is
     what that latest said. Columns: :func:`revision_columns`.
     """
     todo = comparison.where(F.col("status").isin("wrong", "missing"))
@@ -373,6 +390,27 @@ def backfill_revisions(spec: JoinSpec, comparison: DataFrame) -> DataFrame:
     return todo.select(
         *[expected.getField(c).alias(c) for c in answer_columns(spec)],
         (F.coalesce(actual.getField("revision"), F.lit(0)) + 1).cast("bigint").alias("revision"),
+        *[actual.getField(f).alias(f"previous_{f}") for f in spec.dimension.copy],
+        F.lit("backfill").alias("cause"),
+    )
+
+
+def retractions(spec: JoinSpec, comparison: DataFrame, events: DataFrame) -> DataFrame:
+    """``inner`` mode: the revisions that retract the log's answer of a join no version answers
+    now (an end took it: ``extra``, and its event is in ``events``), a null answer numbered
+    after the log's latest (a null answer is an ``inner`` join's retraction). Columns:
+    :func:`revision_columns`. Joins whose event the archives lack stay ``extra``, untouched."""
+    ids = events.select(join_id(spec).alias("id")).distinct()
+    actual = F.col("actual")
+    latest = comparison.schema["actual"].dataType
+    assert isinstance(latest, StructType)
+    todo = comparison.where(F.col("status") == "extra").join(ids, "id", "left_semi")
+    return todo.select(
+        "id",
+        *[actual.getField(f).alias(f) for f in spec.events.copy],
+        *[F.lit(None).cast(latest[f].dataType).alias(f) for f in spec.dimension.copy],
+        F.lit(None).cast("bigint").alias(spec.time_as),
+        (actual.getField("revision") + 1).cast("bigint").alias("revision"),
         *[actual.getField(f).alias(f"previous_{f}") for f in spec.dimension.copy],
         F.lit("backfill").alias("cause"),
     )

@@ -153,11 +153,17 @@ def history_rows(
 def version_rows(records: Iterable[Sequence[Any]]) -> list[tuple[bytes, bytes]]:
     """``(key, event_time, *copied values)`` records, any order, duplicates allowed -> the
     join table's version rows ``(V key, JSON [event_time, *values])``, sorted by key bytes
-    (RocksDB's order), a version given twice kept once (the same key)."""
+    (RocksDB's order), a version given twice kept once (the same key). A record whose copied
+    values are all null is an end (a tombstone in an archive: a dimension's copied fields are
+    required), written as the worker writes one: ``[event_time]``
+    (:func:`app.logic.histories.end`)."""
     dumps = orjson.dumps
-    rows = {
-        version_key(rec[0], rec[1], list(rec[2:])): dumps([rec[1], *rec[2:]]) for rec in records
-    }
+    rows = {}
+    for rec in records:
+        values = list(rec[2:])
+        if all(v is None for v in values):
+            values = []
+        rows[version_key(rec[0], rec[1], values)] = dumps([rec[1], *values])
     return sorted(rows.items())
 
 

@@ -3,7 +3,8 @@
 - :mod:`app.commands.sample_traffic` — ``sample-traffic`` (out-of-order inputs of the joins),
   ``watch`` (the mood revisions; any join's with ``--join``) and ``watch-cars`` (the car view);
 - :mod:`app.commands.archive` — ``archive``: a topic, start to end, as JSON lines or Parquet (the
-  batch twin's input, :mod:`app.batch`);
+  batch twin's input, :mod:`app.batch`; a dimension's tombstones as its ends), written by
+  :mod:`app.commands.archive_sinks`;
 - :mod:`app.commands.join_latest` — ``join-latest NAME``: a join's answer so far;
 - :mod:`app.commands.snapshots` — ``snapshots``: the table snapshots in a store;
 - :mod:`app.commands.topics` — ``topics create``: every topic a worker needs that is missing

@@ -24,7 +24,11 @@ Input topics of the joins — every join the worker runs: the built-in ones, the
 every spec of ``ETJ_JOINS_FILE`` — are validated exactly as the worker validates them (by the
 spec's wire model, key check included, which an archive cannot repeat later): records the worker
 dead-letters are left out and counted, so the batch answer is computed from what the stream
-accepted. Other topics (outputs, late, dead letters) are written as they are. A topic written
+accepted. A tombstone (null value) the worker reads as a delete is kept as what it means: on a
+dimension or a foreign-key side an *end row* (``{<key fields>, <time>: its Kafka timestamp,
+"_end": true}``), on a foreign-key output a delete (``{"_key": ..., "_deleted_at": ...}``, from
+its ``etj-deleted-at`` header). Other topics (outputs, late, dead letters) are written as they
+are. A topic written
 otherwise than JSON text (a side's ``format`` ``avro``, ``protobuf``, ``json-sr`` or a binary
 ``key_format``; a spec's ``output_format``) is decoded by the worker's own decoders
 (:mod:`app.inputs.wire_formats`, the writer schemas fetched before each fetch's records are
@@ -43,22 +47,24 @@ from __future__ import annotations
 
 import functools
 import json
-import shutil
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any
 
 import click
+import orjson
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 from faust.cli import argument, option
 
+from app.commands.archive_sinks import JsonLinesSink, ParquetSink, Sink
 from app.faust_app import app, settings
 from app.inputs.parsers import as_dict
 from app.inputs.records import CarArrivalIn, InvalidRecord, WireModel, ZoneIn, parse
+from app.inputs.tombstones import side_end_reader
 from app.inputs.wire_formats import value_decoder
 from app.joins.catalog import batch_fk_specs, batch_specs, load_fk_specs, load_specs, topic_roles
 from app.joins.columns import fk_output_columns, model_columns, output_columns
@@ -69,6 +75,7 @@ from app.kafka.connection import bootstrap_servers
 from app.kafka.schema_registry import shared_registry
 from app.kafka.security import aiokafka_auth
 from app.logic.event_range import EventRange, Role, needs, parse_time
+from app.logic.fk_join import DELETED_AT
 from app.logic.future_records import kafka_timestamp
 
 
@@ -99,11 +106,61 @@ def input_models() -> dict[str, type[WireModel] | Side]:
         for side in (s for s in (spec.events, spec.dimension) if s.topic not in outputs):
             written_otherwise = side.format != "json" or side.key_format != "str"
             read_as_worker = side.shaped or side.repartition or side.time_given
-            models[side.topic] = side if read_as_worker or written_otherwise else side.model
+            ends = side is spec.dimension and not side.repartition  # tombstones: its ends
+            models[side.topic] = side if read_as_worker or written_otherwise or ends else side.model
     for fk in batch_fk_specs(settings).values():  # foreign-key joins, the car join among them
-        for side in (fk.left, fk.right):
-            models[side.topic] = side if side.shaped else side.model
+        for side in (fk.left, fk.right):  # a user's: its tombstones are archived as ends
+            models[side.topic] = side if side.shaped or fk.name != "cars" else side.model
     return models
+
+
+def _ended_topics() -> frozenset[str]:
+    """The topics whose tombstones are ends (a dimension not repartitioned): archived as
+    ``{<key fields>, <time>: its Kafka timestamp, "_end": true}`` (app.inputs.tombstones), the
+    batch twin's end rows (app.batch.spec_joins). Asked per tombstone, not cached: they are
+    rare, and the settings are the command's (a test's)."""
+    return frozenset(
+        [
+            *(
+                spec.dimension.topic
+                for spec in batch_specs(settings).values()
+                if not spec.dimension.repartition
+            ),
+            *(
+                side.topic
+                for fk in batch_fk_specs(settings).values()
+                if fk.name != "cars"  # the car join takes no deletes
+                for side in (fk.left, fk.right)
+            ),
+        ]
+    )
+
+
+def _end_value(side: Side, key: bytes | None, timestamp: int | None) -> dict[str, Any] | None:
+    """A dimension's tombstone as its archive's end row (None: one the worker refuses)."""
+    try:
+        end = side_end_reader(side, shared_registry(settings))(key, timestamp)
+    except InvalidRecord:
+        return None
+    parts = orjson.loads(end.key) if side.key_fields else [end.key]
+    kinds = side.key_kinds
+    row: dict[str, Any] = {
+        f: int(v) if kind == "int" and isinstance(v, str) else v
+        for f, v, kind in zip(side.key_parts, parts, kinds)
+    }
+    row[side.time] = end.event_time
+    row["_end"] = True
+    return row
+
+
+def _deleted_value(key: bytes | None, headers: Any) -> dict[str, Any] | None:
+    """A foreign-key join's delete on its output (a tombstone with header ``etj-deleted-at``,
+    app.agents.fk_join) as its archive row: ``{"_key": the left key's text, "_deleted_at":
+    the end's time}``; None: any other null value (nothing to keep)."""
+    at = next((v for k, v in headers or () if k == DELETED_AT), None)
+    if key is None or at is None:
+        return None
+    return {"_key": key.decode("utf-8", errors="replace"), "_deleted_at": int(at)}
 
 
 def _side_parser(side: Side) -> Any:
@@ -160,14 +217,6 @@ _CAR_OUT = [
 ]
 
 
-def _as_text(value: Any) -> Any:
-    """A string column's value: a string as it is, anything else (a ``json`` field's object,
-    array or number) as its compact JSON text, None as None."""
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(",", ":"))
-
-
 def parquet_columns(topic: str) -> list[tuple[str, str]] | None:
     """The typed columns of ``topic``'s records, or None: keep the JSON value as a string."""
     known: dict[str, list[tuple[str, str]]] = {
@@ -192,6 +241,9 @@ def parquet_columns(topic: str) -> list[tuple[str, str]] | None:
                 (fk.output, fk_output_columns(fk)),
             ):
                 known[t] = [(c.name, c.arrow) for c in cols]
+            known[fk.left.topic].append(("_end", "bool"))  # tombstones: ends and deletes
+            known[fk.right.topic].append(("_end", "bool"))
+            known[fk.output] += [("_key", "string"), ("_deleted_at", "int64")]
     for spec in load_specs(settings):
         for t, cols in (
             (spec.events.topic, model_columns(spec.events.model)),
@@ -199,6 +251,8 @@ def parquet_columns(topic: str) -> list[tuple[str, str]] | None:
             (spec.output, output_columns(spec)),
         ):
             known[t] = [(c.name, c.arrow) for c in cols]
+        if not spec.dimension.repartition:  # its ends (tombstones): _end true
+            known[spec.dimension.topic].append(("_end", "bool"))
     return known.get(topic)
 
 
@@ -240,6 +294,10 @@ def archive_value(
             return _output_decoder(framed, shared_registry(settings))(value)
         except InvalidRecord:
             return None
+    if value is None and isinstance(model, Side) and model.topic in _ended_topics():
+        return _end_value(model, key, timestamp)
+    if value is None and model is None:  # a foreign-key join's delete of a left key?
+        return _deleted_value(key, headers)
     if model is not None:
         try:
             if isinstance(model, Side):
@@ -276,109 +334,6 @@ class _Fetched:
 
     topic: str
     records: list[Any]
-
-
-class Sink(Protocol):
-    def write(
-        self, partition: int, offset: int, value: Any, timestamp: int | None = None
-    ) -> None: ...
-    def close(self) -> None: ...
-
-
-class JsonLinesSink:
-    """One JSON value per line, in the order records are read (``-``: stdout); an object
-    gets its record's Kafka timestamp as ``_timestamp`` (no wire field starts with ``_``)."""
-
-    def __init__(self, out: str | Path) -> None:
-        self.stdout = str(out) == "-"
-        self.f: IO[str] = sys.stdout if self.stdout else Path(out).open("w", encoding="utf-8")
-
-    def write(self, partition: int, offset: int, value: Any, timestamp: int | None = None) -> None:
-        if timestamp is not None and isinstance(value, dict):
-            value = {**value, "_timestamp": timestamp}
-        self.f.write(json.dumps(value, separators=(",", ":")) + "\n")
-
-    def close(self) -> None:
-        if self.stdout:
-            self.f.flush()
-        else:
-            self.f.close()
-
-
-class ParquetSink:
-    """A Parquet dataset: ``OUT/partition=P/part-NNNNN.parquet``, a file per ``rows_per_file``.
-
-    Written to ``OUT.tmp-archive`` and renamed at the end, so a reader never sees half an
-    archive; an existing OUT is replaced. Rows are buffered per partition (memory: at most
-    ``rows_per_file`` values per partition).
-    """
-
-    def __init__(
-        self, out: str | Path, columns: list[tuple[str, str]] | None, rows_per_file: int = 1_000_000
-    ) -> None:
-        try:
-            import pyarrow as pa
-        except ImportError as exc:  # pragma: no cover - the batch extra is missing
-            raise SystemExit("archive: Parquet needs pyarrow (pip install '.[batch]')") from exc
-        self.pa = pa
-        self.out = Path(out)
-        self.tmp = self.out.with_name(self.out.name + ".tmp-archive")
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        self.tmp.mkdir(parents=True)
-        self.columns = columns
-        fields = columns or [("value", "string")]
-        self.schema = pa.schema(
-            [(n, pa.type_for_alias(t)) for n, t in fields]
-            + [("_offset", pa.int64()), ("_timestamp", pa.int64())]
-        )
-        self.rows_per_file = rows_per_file
-        self.buffers: dict[int, list[dict[str, Any]]] = {}
-        self.files: dict[int, int] = {}
-
-    def write(self, partition: int, offset: int, value: Any, timestamp: int | None = None) -> None:
-        row: dict[str, Any]
-        if self.columns is None:
-            row = {"value": json.dumps(value, separators=(",", ":"))}
-        elif isinstance(value, dict):
-            row = {
-                n: _as_text(value.get(n)) if t == "string" else value.get(n)
-                for n, t in self.columns
-            }
-        else:  # not a record of this topic: nothing to type it as
-            row = {n: None for n, _ in self.columns}
-        row["_offset"] = offset
-        row["_timestamp"] = timestamp
-        buf = self.buffers.setdefault(partition, [])
-        buf.append(row)
-        if len(buf) >= self.rows_per_file:
-            self._flush(partition)
-
-    def _flush(self, partition: int) -> None:
-        import pyarrow.parquet as pq
-
-        rows = self.buffers.pop(partition, [])
-        if not rows:
-            return
-        n = self.files.get(partition, 0)
-        self.files[partition] = n + 1
-        folder = self.tmp / f"partition={partition}"
-        folder.mkdir(exist_ok=True)
-        table = self.pa.Table.from_pylist(rows, schema=self.schema)
-        pq.write_table(table, folder / f"part-{n:05d}.parquet")
-
-    def close(self) -> None:
-        for partition in list(self.buffers):
-            self._flush(partition)
-        if not self.files:  # an empty topic: one empty file, so the schema is readable
-            import pyarrow.parquet as pq
-
-            (self.tmp / "partition=0").mkdir(exist_ok=True)
-            pq.write_table(
-                self.schema.empty_table(), self.tmp / "partition=0" / "part-00000.parquet"
-            )
-        if self.out.exists():
-            shutil.rmtree(self.out) if self.out.is_dir() else self.out.unlink()
-        self.tmp.rename(self.out)
 
 
 def open_sink(out: str | Path, fmt: str, topic: str, rows_per_file: int = 1_000_000) -> Sink:

@@ -170,8 +170,9 @@ async def replay(
     inputs = inputs_of(
         (t.spec for t in joins.values()), (f.spec for f in fk_joins.values()), schemas
     )  # the joins this worker's settings run
-    if join is not None and join not in {i.join for i in inputs.values()}:
-        names = ", ".join(sorted({i.join for i in inputs.values()}))
+    runs = {i.join for readers in inputs.values() for i in readers}
+    if join is not None and join not in runs:
+        names = ", ".join(sorted(runs))
         raise click.BadParameter(f"no join {join!r}; these settings run: {names}")
     auth = aiokafka_auth(settings)
     servers = bootstrap_servers(settings.broker_url)

@@ -21,20 +21,25 @@ A dead letter is sent back to its input topic only when its cause is gone:
 - **not judged again**: a dead letter the rules cannot see the cause of (an output the broker
   refused, an internal error, a join already final) is skipped unless asked for
   (``unchecked``): its cause is elsewhere;
-- **once**: a dead letter of a record this run saw already (the same topic, partition and
-  offset: a worker that reads a record again dead-letters it again) is skipped.
+- **by its join**: a topic several joins read is judged by the rules of the join that refused
+  it (the dead letter's ``join``; one that names none, by the first join that reads it);
+- **once**: a dead letter of a record this run saw already for its join (the same topic,
+  partition and offset: a worker that reads a record again dead-letters it again), or sent
+  already (another join's dead letter of it: every join reading the topic is handed it), is
+  skipped.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.inputs.admission import check_record
 from app.inputs.records import InvalidRecord
+from app.inputs.tombstones import CARS_TAKE_NO_DELETES, NOT_A_DELETE, REKEYED, side_end_reader
 from app.joins.fk_spec import FkJoinSpec
 from app.joins.rekey import rekeyer
 from app.joins.spec import JoinSpec, Side
@@ -62,10 +67,20 @@ class Input:
     framed: tuple[str | None, str | None] = (None, None)
 
 
-def _side_parse(side: Side, schemas: Any) -> Parse:
+def _side_parse(side: Side, schemas: Any, tombstone: str | None = None) -> Parse:
+    """A side's records as the worker reads them; a tombstone (null value): an end read as the
+    worker reads one (``tombstone`` None: a side that takes deletes), else refused with that
+    reason (app.inputs.tombstones). A tombstone an older worker dead-lettered ("empty value")
+    is so sent again once its side takes deletes."""
     parse, time = side.parser(schemas), side.time
+    read_end = side_end_reader(side, schemas) if tombstone is None else None
 
     def read(key: bytes | None, value: bytes | None, timestamp: int | None) -> tuple[Any, int]:
+        if value is None:
+            if read_end is None:
+                raise InvalidRecord(tombstone or "")
+            ended = read_end(key, timestamp)
+            return ended, ended.event_time
         record = parse(key, value, timestamp)
         return record, getattr(record, time)
 
@@ -88,24 +103,41 @@ def _framed(side: Side) -> tuple[str | None, str | None]:
 
 def inputs_of(
     joins: Iterable[JoinSpec], fk_joins: Iterable[FkJoinSpec] = (), schemas: Any = None
-) -> dict[str, Input]:
-    """Topic -> how the worker reads it, for every input of these joins (a repartitioned
-    side: its own topic, read by the hop, and its repartition topic, read by the join);
-    ``schemas``: the Schema Registry's client, for a side written otherwise than JSON."""
-    out: dict[str, Input] = {}
+) -> dict[str, list[Input]]:
+    """Topic -> how each join that reads it reads it (several joins may read one topic), for
+    every input of these joins (a repartitioned side: its own topic, read by the hop, and its
+    repartition topic, read by the join); ``schemas``: the Schema Registry's client, for a side
+    written otherwise than JSON."""
+    out: dict[str, list[Input]] = {}
     for spec in joins:
         for side in (spec.events, spec.dimension):
             if side.repartition:
                 hop = (None, side.format if side.format != "json" else None)
-                out[side.topic] = Input(
-                    spec.name, side.topic, _hop_parse(side, schemas), False, hop
+                out.setdefault(side.topic, []).append(
+                    Input(spec.name, side.topic, _hop_parse(side, schemas), False, hop)
                 )
-            out[side.input] = Input(
-                spec.name, side.input, _side_parse(side, schemas), True, _framed(side)
+            tombstone = (
+                NOT_A_DELETE
+                if side is spec.events
+                else REKEYED
+                if side.repartition
+                else None  # a dimension: an end
+            )
+            out.setdefault(side.input, []).append(
+                Input(
+                    spec.name,
+                    side.input,
+                    _side_parse(side, schemas, tombstone),
+                    True,
+                    _framed(side),
+                )
             )
     for fk in fk_joins:
+        refused = CARS_TAKE_NO_DELETES if fk.name == "cars" else None
         for side in (fk.left, fk.right):
-            out[side.topic] = Input(fk.name, side.topic, _side_parse(side, None))
+            out.setdefault(side.topic, []).append(
+                Input(fk.name, side.topic, _side_parse(side, None, refused))
+            )
     return out
 
 
@@ -172,7 +204,7 @@ class Judge:
     (:func:`inputs_of`), the partition count of each input topic, the wall clock of the run
     and the worker's settings of the door."""
 
-    inputs: Mapping[str, Input]
+    inputs: Mapping[str, Sequence[Input]]
     partitions: Mapping[str, int]
     now_ms: int
     max_future_ms: int
@@ -181,16 +213,29 @@ class Judge:
     unchecked: bool = False
 
     def __post_init__(self) -> None:
-        self.seen: set[tuple[str, int, int]] = set()
+        #: (join, topic, partition, offset) of the dead letters judged
+        self.seen: set[tuple[str | None, str, int, int]] = set()
+        #: (topic, partition, offset) of the records to send
+        self.sent: set[tuple[str, int, int]] = set()
+
+    def source(self, letter: DeadLetter) -> Input | None:
+        """How the join that refused ``letter`` reads its topic: the dead letter's ``join``
+        (one that names none, or a join these settings do not run: the first join that reads
+        it); None: no join of this worker's reads it."""
+        readers = self.inputs.get(letter.topic, ())
+        for r in readers:
+            if r.join == letter.join:
+                return r
+        return readers[0] if readers else None
 
     def join_of(self, letter: DeadLetter) -> str | None:
         """The join whose input the dead letter's topic is (None: no join of this worker's)."""
-        found = self.inputs.get(letter.topic)
+        found = self.source(letter)
         return None if found is None else found.join
 
     def schema_ids(self, letter: DeadLetter, original: Original | None) -> list[tuple[int, str]]:
         """The writer schemas to fetch before ``letter`` is judged (:func:`schema_ids`)."""
-        found = self.inputs.get(letter.topic)
+        found = self.source(letter)
         if found is None:
             return []
         return schema_ids(found, [letter] if original is None else [letter, original])
@@ -200,10 +245,14 @@ class Judge:
         no longer retained, or not read)."""
         where = f"{letter.topic}[{letter.partition}]@{letter.offset}"
         position = (letter.topic, letter.partition, letter.offset)
-        if position in self.seen:
+        if (letter.join, *position) in self.seen:
             return Verdict("skip", "duplicate", f"{where}: dead-lettered more than once")
-        self.seen.add(position)
-        source = self.inputs.get(letter.topic)
+        self.seen.add((letter.join, *position))
+        if position in self.sent:
+            return Verdict(
+                "skip", "duplicate", f"{where}: sent already (another join's dead letter of it)"
+            )
+        source = self.source(letter)
         if source is None:
             return Verdict(
                 "skip",
@@ -250,6 +299,7 @@ class Judge:
                 rule, reason = refused
                 return Verdict("fails", rule, f"{where}: {reason}")
         moved = "" if partition == letter.partition else f" (was partition {letter.partition})"
+        self.sent.add(position)
         return Verdict(
             "send",
             "sent",

@@ -9,9 +9,10 @@ it fixes and when it can go: :class:`EtjConsumer`):
   conductor's callback for it (its lock, flow control, the producer buffer, an event and a queue
   put per record); the stream then hands it to the agent, one loop turn each. Here the records
   of an input partition of an etj loop go to that loop's :class:`~app.inputs.inbox.Inbox` as they came
-  from aiokafka, one :class:`~app.inputs.inbox.Batch` per partition per fetch. Every other record
-  (table changelogs: recovery and standbys) takes upstream's path, record by record, delivered
-  in place when the callback takes no wait (:mod:`app.compat.eager_delivery`).
+  from aiokafka, one :class:`~app.inputs.inbox.Batch` per partition per fetch: to every loop
+  that reads the topic (several joins may read one topic, each is handed every record). Every
+  other record (table changelogs: recovery and standbys) takes upstream's path, record by
+  record, delivered in place when the callback takes no wait (:mod:`app.compat.eager_delivery`).
 - Offsets are acked per message (``Consumer.ack``: a lock, a list, an index set) and the
   commit finds the first run of consecutive acked offsets, treating a missing offset at the
   head as a log gap (faust-streaming#606: it commits past a record still being processed).
@@ -19,6 +20,11 @@ it fixes and when it can go: :class:`EtjConsumer`):
   and the commit takes the end of the contiguous acked range: an offset is committed only if
   every record before it was handled and its outputs are durable, or the log does not hold it
   (aiokafka read past it: a compacted record, a transaction marker; :mod:`app.compat.log_gaps`).
+  A topic read by several loops is committed up to the *least* of their acked ends: an offset
+  only once every join reading it is done with every record before it (:meth:`ack_range`).
+- Back pressure holds a partition for every reader: fetching stops while any reader's inbox or
+  flow control holds too many of its records (:meth:`hold`, one reason per reader), so one
+  reader's backlog bounds what every other one is handed, and memory stays bounded.
 - No hand-over is ever silent: a partition's batches must follow each other (the next batch
   starts where the last one ended, or after offsets the log does not hold). A batch that
   starts later — records fetched and not handed over, for whatever reason — is not delivered,
@@ -47,7 +53,7 @@ from app.compat.producer import EtjProducer
 from app.compat.upstream import replaces
 from app.inputs.inbox import Batch, Inbox
 
-__all__ = ["EtjConsumer", "EtjTransport", "extend", "follows"]
+__all__ = ["EtjConsumer", "EtjTransport", "extend", "follows", "least_end"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +67,18 @@ def follows(tp: Any, expected: int | None, first: int) -> bool:
         return True
     absent = log_gaps.skipped_within(tp, expected, first)
     return sum(b - a for a, b in absent) == first - expected
+
+
+def least_end(ends: Iterable[int | None]) -> int | None:
+    """What a partition read by several loops may be committed up to: the least of their
+    acked ends (None when one of them is unknown: nothing acked, nothing committed)."""
+    least: int | None = None
+    for end in ends:
+        if end is None:
+            return None
+        if least is None or end < least:
+            least = end
+    return least
 
 
 def extend(tp: Any, acked: int | None, first: int, end: int) -> int:
@@ -97,27 +115,33 @@ class EtjConsumer(aiokafka_driver.Consumer):
     on the same broker (the per-record path, docs/contributing/performance-log.md); and
     records committed that were never handled (findings.md).
 
-    Here (module doc): the records of an input partition go to its loop's inbox one batch per
-    fetch (``_drain_messages``), a loop acks a range once the broker has its outputs
+    Here (module doc): the records of an input partition go to the inbox of every loop that
+    reads it, one batch per fetch (``_drain_messages``), a loop acks a range once the broker
+    has its outputs, and a partition is committed up to what every reader acked
     (:meth:`ack_range`, ``_new_offset``, ``_filter_tps_with_pending_acks``), a batch that does
     not follow the last one is read again, and a rebalance forgets what was handed over
     (``on_partitions_revoked``/``_assigned``). The thread is etj's
     (``_new_consumer_thread``: :mod:`app.compat.consumer_thread`).
 
-    Test: tests/unit/test_consumer_handover.py::test_a_batch_that_skips_records_is_not_handed_over_and_they_are_read_again
+    Test: tests/unit/test_consumer_handover.py::test_a_batch_that_skips_records_is_not_handed_over_and_they_are_read_again,
+    tests/unit/test_shared_topics.py (several readers: the fan-out, the least acked end)
 
     Remove when: Faust hands an agent a partition's records in batches and commits by range.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        #: input topic -> the inbox of the loop that reads it
-        self.inboxes: dict[str, Inbox] = {}
-        #: tp -> end of the contiguous range acked (handled, outputs durable): what to commit
+        #: input topic -> the inboxes of the loops that read it (each is handed every batch)
+        self.inboxes: dict[str, list[Inbox]] = {}
+        #: tp -> reader (its inbox's name) -> end of the contiguous range it acked (handled,
+        #: outputs durable)
+        self._acked_by: dict[TP, dict[str, int]] = {}
+        #: tp -> the least of its readers' acked ends: what to commit
         self._acked_end: dict[TP, int] = {}
         #: tp -> the offset the next batch handed over must start at (None: not known yet)
         self._next: dict[TP, int] = {}
-        #: tp -> why this consumer stopped fetching it: "inbox" (its agent's inbox is full),
-        #: "flow" (flow control holds too many of its records for a lagging input)
+        #: tp -> why this consumer stopped fetching it, per reader: "inbox <name>" (that
+        #: loop's inbox is full), "flow <join>" (that loop's flow control holds too many of its
+        #: records for a lagging input); fetched again once no reason is left
         self._held_back: dict[TP, set[str]] = {}
         super().__init__(*args, **kwargs)
 
@@ -128,20 +152,25 @@ class EtjConsumer(aiokafka_driver.Consumer):
 
     # --- routing ---------------------------------------------------------------------------
     def route(self, inbox: Inbox) -> None:
-        """Hand the records of ``inbox.topics`` to ``inbox`` from now on."""
+        """Hand the records of ``inbox.topics`` to ``inbox`` from now on, beside the other
+        readers of each topic (again for the same inbox: nothing changes, an agent restarted).
+        Readers of one topic are told apart by name (their acks, their holds)."""
         for topic in inbox.topics:
-            self.inboxes[topic] = inbox
-        inbox.on_drained = self._drained
-
-    def _drained(self, topic: str, partition: int) -> None:
-        self.let_go(TP(topic, partition), "inbox")  # Faust's TP: its active set holds those
-
-    def _hold_back(self, tp: TP) -> None:
-        self.hold(tp, "inbox")
+            readers = self.inboxes.setdefault(topic, [])
+            if inbox in readers:
+                continue
+            if any(r.name == inbox.name for r in readers):
+                raise ValueError(f"two readers of {topic} are named {inbox.name!r}")
+            readers.append(inbox)
+        why = f"inbox {inbox.name}"
+        # Faust's TP: its active set holds those
+        inbox.on_drained = lambda topic, partition: self.let_go(TP(topic, partition), why)
 
     def hold(self, tp: TP, why: str) -> None:
         """Stop fetching ``tp`` (back pressure) until :meth:`let_go` is called for every
-        ``why`` it was held for."""
+        ``why`` it was held for: a partition several loops read is held for all of them while
+        one of them has too many of its records (the others wait; none is handed more than its
+        bound)."""
         self._held_back.setdefault(tp, set()).add(why)
         self._get_active_partitions().discard(tp)
 
@@ -193,8 +222,8 @@ class EtjConsumer(aiokafka_driver.Consumer):
         for tp, recs in records.items():
             if not recs:
                 continue
-            inbox = inboxes.get(tp.topic)
-            if inbox is None:
+            readers = inboxes.get(tp.topic)
+            if not readers:
                 others.append((tp, recs))
                 continue
             if not self.flow_active or app.consumer_generation_id != generation:
@@ -205,8 +234,10 @@ class EtjConsumer(aiokafka_driver.Consumer):
             self._next[tp] = recs[-1].offset + 1
             highwater = self.highwater(tp)
             app.monitor.track_tp_end_offset(tp, highwater)
-            if inbox.put(Batch(tp.topic, tp.partition, recs, highwater, generation)):
-                self._hold_back(tp)
+            batch = Batch(tp.topic, tp.partition, recs, highwater, generation)
+            for inbox in readers:  # one batch, read only, for every reader
+                if inbox.put(batch):
+                    self.hold(tp, f"inbox {inbox.name}")
         for tp, recs in others:
             await self._deliver_each(tp, recs)
 
@@ -266,12 +297,21 @@ class EtjConsumer(aiokafka_driver.Consumer):
             read_offset[tp] = offset
 
     # --- acks and commits ------------------------------------------------------------------
-    def ack_range(self, tp: TP, first: int, end: int) -> None:
-        """Records ``first`` .. ``end - 1`` of ``tp`` are handled and their outputs durable."""
-        acked = self._acked_end.get(tp)
-        if acked is None:
-            acked = self._committed_offset.get(tp)
-        self._acked_end[tp] = extend(tp, acked, first, end)
+    def ack_range(self, tp: TP, first: int, end: int, reader: str) -> None:
+        """Records ``first`` .. ``end - 1`` of ``tp`` are handled by ``reader`` (its inbox's
+        name) and their outputs durable. What is committed is the least acked end of every
+        reader of the topic (a reader with nothing acked: the committed offset; unknown, with
+        nothing committed: nothing is): no offset is committed before every join reading it
+        is done with every record before it."""
+        committed = self._committed_offset.get(tp)
+        ends = self._acked_by.setdefault(tp, {})
+        ends[reader] = extend(tp, ends.get(reader, committed), first, end)
+        readers = {*ends, *(inbox.name for inbox in self.inboxes.get(tp.topic, ()))}
+        least = least_end(ends.get(r, committed) for r in readers)
+        if least is None:
+            self._acked_end.pop(tp, None)
+        else:
+            self._acked_end[tp] = least
 
     def acked_end(self, tp: TP) -> int | None:
         return self._acked_end.get(tp)
@@ -290,6 +330,7 @@ class EtjConsumer(aiokafka_driver.Consumer):
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         for tp in revoked:
             self._acked_end.pop(tp, None)
+            self._acked_by.pop(tp, None)
             self._next.pop(tp, None)
             self._held_back.pop(tp, None)
         await super().on_partitions_revoked(revoked)
@@ -300,9 +341,10 @@ class EtjConsumer(aiokafka_driver.Consumer):
         # worker may have moved them on since: an old acked range must not be committed)
         self._next.clear()
         self._acked_end.clear()
+        self._acked_by.clear()
         self._held_back.clear()
-        for inbox in {*self.inboxes.values()}:
-            inbox.clear()
+        for inbox in {inbox for readers in self.inboxes.values() for inbox in readers}:
+            inbox.clear()  # every reader reads again from the committed offsets
         await super().on_partitions_assigned(assigned, generation_id)
 
     # --- what the stall guard and the views read -------------------------------------------
@@ -319,7 +361,8 @@ class EtjConsumer(aiokafka_driver.Consumer):
         return tp in self._get_active_partitions()
 
     def held_back(self, tp: TP) -> bool:
-        """Did the hand-over stop fetching ``tp`` because its agent's inbox is full?"""
+        """Did the hand-over stop fetching ``tp`` because a reader's inbox or flow control
+        holds too many of its records?"""
         return tp in self._held_back
 
     def input_partitions(self) -> Iterable[TP]:

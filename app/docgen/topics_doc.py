@@ -16,6 +16,7 @@ built-in joins, plus the README's example spec); ``--check`` says whether it is 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Collection, Iterable
@@ -278,7 +279,8 @@ def shared_topics(s: Settings) -> list[TopicUse]:
 
 
 def inventory(s: Settings, specs: Iterable[JoinSpec]) -> list[TopicUse]:
-    """Every topic the worker with these settings and specs uses, per join."""
+    """Every topic the worker with these settings and specs uses, per join (an input several
+    joins read is listed under each, saying which others read it)."""
     out: list[TopicUse] = []
     specs = list(specs)
     links = {spec.output for spec in specs if spec.internal_output}
@@ -286,7 +288,26 @@ def inventory(s: Settings, specs: Iterable[JoinSpec]) -> list[TopicUse]:
         out += join_topics(s, spec, links)
     for fk in load_fk_specs(s):
         out += fk_topics(s, fk)
-    return out + shared_topics(s)
+    return _shared_inputs(out) + shared_topics(s)
+
+
+def _shared_inputs(uses: list[TopicUse]) -> list[TopicUse]:
+    """``uses``, an input read by several joins saying which others read it."""
+    readers: dict[str, list[str]] = {}
+    for u in uses:
+        if u.kind == "input":
+            readers.setdefault(u.topic, []).append(u.join)
+    return [
+        dataclasses.replace(
+            u,
+            what=f"{u.what}; also read by "
+            + ", ".join(f"join `{j}`" for j in readers[u.topic] if j != u.join)
+            + " ([one topic, several joins](../joins/declarative.md#one-topic-several-joins))",
+        )
+        if u.kind == "input" and len(readers[u.topic]) > 1
+        else u
+        for u in uses
+    ]
 
 
 # --- the page -------------------------------------------------------------------------------
@@ -339,8 +360,8 @@ def tables(s: Settings, specs: list[JoinSpec]) -> str:
     acl = "kafka-acls.sh --bootstrap-server kafka:9092 --add --allow-principal User:etj"
     by_ops: dict[tuple[str, ...], list[str]] = {}
     for u in uses:
-        if u.created_by == "you":
-            by_ops.setdefault(u.operations, []).append(u.topic)
+        if u.created_by == "you" and u.topic not in by_ops.get(u.operations, ()):
+            by_ops.setdefault(u.operations, []).append(u.topic)  # a shared input: once
     for ops, topics in by_ops.items():
         out.append(
             f"{acl} {' '.join(f'--operation {o}' for o in ops)} \\\n    "
@@ -426,6 +447,25 @@ def page() -> str:
                 if u.topic in (spec.events.topic, spec.events.repartition)
             ]
         )
+        + "\nSeveral joins may read one input ([one topic, several joins]"
+        "(../joins/declarative.md#one-topic-several-joins)): it is listed under each, naming "
+        "the others, and needs the same ACLs once; `tiers`' inputs, when a second join "
+        "`clicks` reads them too:\n\n"
+        + _table(
+            [
+                u
+                for u in _shared_inputs(
+                    [
+                        u
+                        for spec in resolve_all(
+                            [_example_spec(), _second_join(_example_spec())], s.app_id
+                        )
+                        for u in join_topics(s, spec)
+                    ]
+                )
+                if u.kind == "input" and u.join == "tiers"
+            ]
+        )
         + "\nWith [several dimensions](../joins/declarative.md#several-dimensions), each "
         "dimension is a join of its own (`<name>-<dim>`, with its ticks topic, tables and hops "
         "as above), and the worker creates a link topic between each two, keyed by join id, "
@@ -442,6 +482,11 @@ def page() -> str:
             ]
         )
     )
+
+
+def _second_join(spec: dict[str, Any]) -> dict[str, Any]:
+    """Another join on ``spec``'s topics (its own name, output and ticks)."""
+    return {**spec, "name": "clicks", "output": "etj-clicks", "ticks": "etj-clicks-ticks"}
 
 
 def main(argv: list[str]) -> int:

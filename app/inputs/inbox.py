@@ -6,13 +6,15 @@ callback and lock, an event, a queue put, a stream iteration and its ``sleep(0)`
 ~100 µs of Python per record before the join sees it. Quix Streams and Kafka Streams hand a
 task whatever the fetch returned and order it there (docs/contributing/performance-log.md).
 Here the fetch loop (:mod:`app.compat.consumer`) puts each partition's records of one fetch
-into the inbox of the agent that reads that topic, as they came from aiokafka, with the
-partition's high water at that fetch (what flow control needs to know whether an input lags);
-the agent's loop (:mod:`app.loop.durable`) takes every batch waiting at once.
+into the inbox of every agent that reads that topic (the same batch, read only), as they came
+from aiokafka, with the partition's high water at that fetch (what flow control needs to know
+whether an input lags); the agent's loop (:mod:`app.loop.durable`) takes every batch waiting
+at once.
 
 Back pressure: past :attr:`Inbox.max_records` records waiting for one partition, the fetch
 loop stops fetching that partition (Faust's own "buffer full" state) until the agent has taken
-them; memory stays bounded under any backlog (aiokafka keeps at most one fetch per partition).
+them — for every agent that reads it, until each has; memory stays bounded under any backlog
+(aiokafka keeps at most one fetch per partition).
 
 A rebalance drops what waits (:meth:`Inbox.clear`): those records were not handled, so not
 acked, and are read again from the committed offsets.

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.inputs.records import InvalidRecord
 from app.inputs.time_formats import KAFKA_TIMESTAMP
-from app.joins.resolve import refuse_shared_inputs
+from app.joins.resolve import shared_inputs
 from app.joins.sides import parse_start, resolve_side
 from app.joins.spec import JoinSpec, Side, SideConfig, SpecError, validated
 from app.logic.fk_join import Joined, Left, Move, Right
@@ -178,7 +178,7 @@ class FkJoinSpec:
         left, right = out.left, out.right
         wire = {self.left.key: left.key, self.fk_as: left.fk}
         wire.update(zip(self.left.copy, left.values))
-        if right is None:
+        if right is None or not right.values:  # none, or an end (a tombstone): no values
             wire.update((f, None) for f in self.right.copy)
         else:
             wire.update(zip(self.right.copy, right.values))
@@ -195,13 +195,16 @@ class FkJoinSpec:
             wire[self.left_time_as],
         )
         t = wire[self.right_time_as]
-        right = None if t is None else Right(left.fk, tuple(wire[f] for f in self.right.copy), t)
+        values = tuple(wire[f] for f in self.right.copy)
+        if all(v is None for v in values):  # copies are required: null ones are an end's
+            values = ()
+        right = None if t is None else Right(left.fk, values, t)
         return Joined(left, right)
 
     def move_to_wire(self, move: Move) -> dict[str, Any]:
         left = move.left
         wire = {"op": move.op, self.fk_as: move.fk, self.left.key: left.key, self.move_fk: left.fk}
-        wire.update(zip(self.left.copy, left.values))
+        wire.update(zip(self.left.copy, left.values or [None] * len(self.left.copy)))  # an end
         wire[self.left.time] = left.event_time
         return wire
 
@@ -212,13 +215,14 @@ class FkJoinSpec:
             op = wire["op"]
             if op not in ("ADD", "DEL"):
                 raise InvalidRecord(f"move op {op!r} is neither ADD nor DEL")
+            fk = wire[self.move_fk]  # None: an end's DEL (a tombstone), with no values
             return Move(
                 op,
                 wire[self.fk_as],
                 Left(
                     wire[self.left.key],
-                    wire[self.move_fk],
-                    tuple(wire[f] for f in self.left.copy),
+                    fk,
+                    () if fk is None else tuple(wire[f] for f in self.left.copy),
                     wire[self.left.time],
                 ),
             )
@@ -434,7 +438,7 @@ def check_together(event_specs: Sequence[JoinSpec], fk_specs: Sequence[FkJoinSpe
             claim("topic", t, f.name)
         for n in f.tables.model_dump().values():
             claim("table name", n, f.name)
-    reads = refuse_shared_inputs(
+    reads = shared_inputs(
         [
             *(
                 (s.name, n, side)
@@ -456,9 +460,10 @@ def check_together(event_specs: Sequence[JoinSpec], fk_specs: Sequence[FkJoinSpe
     ]:
         for t in written:
             chained = t in fed and any(s.output == t for s in event_specs)
-            if t in reads and reads[t][0] != name and not chained:
+            others = [j for j in reads.get(t, ((), None))[0] if j != name]
+            if others and not chained:
                 raise SpecError(
                     f"join spec {name!r} writes {t}, which join "
-                    f"{reads[t][0]!r} reads: a join must not feed another's "
+                    f"{others[0]!r} reads: a join must not feed another's "
                     "inputs"
                 )

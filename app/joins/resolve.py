@@ -20,10 +20,10 @@ from app.joins.spec import JoinConfig, JoinSpec, Side, SpecError, TableNames, va
 __all__ = [
     "RESERVED_OUTPUT_FIELDS",
     "copartition_groups",
-    "refuse_shared_inputs",
     "refuse_without_registry",
     "resolve",
     "resolve_all",
+    "shared_inputs",
 ]
 
 
@@ -275,23 +275,28 @@ def _check_hold(where: str, cfg: JoinConfig) -> None:
         )
 
 
-def refuse_shared_inputs(sides: Iterable[tuple[str, str, Side]]) -> dict[str, tuple[str, Any]]:
-    """Refuse a topic read by two sides, of one join or two; ``sides``: (join name, side name,
-    side). Topic -> (its join, its start).
-
-    Why: a worker's consumer hands each topic's records to the one agent that reads it
-    (:mod:`app.compat.consumer`: an inbox per topic); a second reader would get nothing, with
-    no error (two helpers found it, 2026-11-28). Give each join a topic of its own."""
-    seen: dict[str, tuple[str, str, Any]] = {}
+def shared_inputs(
+    sides: Iterable[tuple[str, str, Side]],
+) -> dict[str, tuple[tuple[str, ...], Any]]:
+    """Topic -> (the joins that read it, in order, and its start); ``sides``: (join name,
+    side name, side). Several joins may read one topic: the worker hands each of them every
+    record and commits an offset once all of them are done with it
+    (:mod:`app.compat.consumer`). Refused: two joins reading it from different ``start``s
+    (the worker reads a topic once, from one offset, so one of them would not be honoured: the
+    refusal names both). One spec's sides read topics of their own (refused by each spec)."""
+    seen: dict[str, list[tuple[str, str, Any]]] = {}
     for name, side_name, side in sides:
-        other = seen.setdefault(side.topic, (name, side_name, side.start))
-        if other[:2] != (name, side_name):
-            raise SpecError(
-                f"join specs {other[0]!r} ({other[1]}) and {name!r} ({side_name}) "
-                f"both read {side.topic}: a worker hands a topic's records to one "
-                "agent; give each join a topic of its own"
-            )
-    return {t: (n, start) for t, (n, _, start) in seen.items()}
+        readers = seen.setdefault(side.topic, [])
+        for other, other_side, start in readers:
+            if start != side.start:
+                raise SpecError(
+                    f"join specs {other!r} ({other_side}) and {name!r} ({side_name}) both "
+                    f"read {side.topic} but start at {start!r} and {side.start!r}: a worker "
+                    "reads a topic once, for every join that reads it, from one start; give "
+                    "both the same start"
+                )
+        readers.append((name, side_name, side.start))
+    return {t: (tuple(r[0] for r in rs), rs[0][2]) for t, rs in seen.items()}
 
 
 def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj") -> list[JoinSpec]:
@@ -325,7 +330,7 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj"
                 seen[value] = s.name
     chains.check_links(specs)
     inputs = {t: s.name for s in specs for t in (s.events.topic, s.dimension.topic)}
-    refuse_shared_inputs(
+    shared_inputs(
         (s.name, n, side)
         for s in specs
         for n, side in (("events", s.events), ("dimension", s.dimension))

@@ -14,6 +14,12 @@ stamped with the same millisecond → the greatest mood string; the batch twin o
 
 Mode ``left`` emits every event at once (answer null while unknown); mode ``inner`` *holds* an
 event (stored, revision 0, nothing emitted) until a version applies, then emits revision 1.
+
+An *end* (a tombstone on the dimension topic: :func:`app.logic.histories.end`) is a version with
+no values: an event it applies to answers as if no version were known (``left``: null;
+``inner``: held). A late end that takes the answer of a join already emitted corrects it to
+null like any late version corrects it, in ``inner`` mode too: a revision log cannot take a
+revision back, so an ``inner`` join's null answer is its retraction (a consumer drops the id).
 A *bounded hold* (``left`` with ``hold_ms``) is the middle: an event with no applicable version
 is held like ``inner`` holds it, but only while its partition's stream time is before
 ``event_time + hold_ms`` (:meth:`JoinRules.holds`); then :meth:`JoinRules.release` answers it
@@ -250,8 +256,11 @@ class JoinRules:
         return _revision(jid, key, j)
 
     def answer(self, history: Sequence[Version], t: int) -> tuple[list[Any] | None, int | None]:
+        """(the copied values, the version's time) an event at ``t`` answers with; (None,
+        None) when no version applies or the one that does is an end (a tombstone: as if no
+        version were known, :mod:`app.logic.histories`)."""
         v = as_of(history, t, self.asof)
-        return (None, None) if v is None else (list(v[1:]), v[0])
+        return (None, None) if v is None or len(v) == 1 else (list(v[1:]), v[0])
 
     def arrive(
         self,

@@ -21,6 +21,18 @@ order (the car join's tie rules, for any spec):
 - outputs of one left key compare by :func:`output_order`: left order first, then right order
   (no right version sorts first). This is the consumer rule: keep the greatest output per key.
 
+Deletes (a tombstone on either side, at its Kafka timestamp): an *end*, a version with no value
+(:meth:`Left.end`, :meth:`Right.end`), ordered by its time alone, so at one time a version with
+values is greater (the event-time join's tie rule, :mod:`app.logic.histories`):
+- a right end is the right key's newest version like any: the left rows pointing at it re-join
+  as null (an output with the end: no copied values, its time as the right time, so the
+  consumer rule keeps it over the outputs of the version it ended);
+- a left end removes the row: a ``DEL`` from the right key it pointed at, and a *delete* of the
+  left key on the output (:class:`Deleted`: a tombstone with the end's time), which the consumer
+  rule orders like an output: greater than the row's outputs before it, less than a version
+  after it. A key with no row yet stores its end (an older version arriving later is older)
+  and deletes nothing.
+
 Re-delivery (at-least-once): a record equal to the current one is not ignored: it yields its
 moves/outputs again, so outputs lost in a crash between saving state and sending come back when
 the input is re-consumed. Duplicates are harmless under the consumer rule.
@@ -41,13 +53,20 @@ class Left:
     copied ``values``."""
 
     key: Any
-    fk: Any
+    fk: Any  # None: an end (the row is deleted from ``event_time`` on)
     values: tuple[Any, ...]
     event_time: int
 
     @property
     def order(self) -> tuple[Any, ...]:
+        if self.fk is None:  # an end: its time alone, below a version at the same time
+            return (self.event_time,)
         return (self.event_time, self.fk, *self.values)
+
+    @staticmethod
+    def end(key: Any, event_time: int) -> Left:
+        """Row ``key`` deleted at ``event_time`` (a tombstone on the left topic)."""
+        return Left(key, None, (), event_time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +74,17 @@ class Right:
     """A right record: key ``key`` has the copied ``values`` from ``event_time`` on."""
 
     key: Any
-    values: tuple[Any, ...]
+    values: tuple[Any, ...]  # (): an end (no value known from ``event_time`` on)
     event_time: int
 
     @property
     def order(self) -> tuple[Any, ...]:
         return (self.event_time, *self.values)
+
+    @staticmethod
+    def end(key: Any, event_time: int) -> Right:
+        """Right key ``key`` has no value from ``event_time`` on (a tombstone)."""
+        return Right(key, (), event_time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,23 +109,37 @@ class Joined:
     right: Right | None
 
 
-def output_order(out: Joined) -> tuple[Any, ...]:
+#: the header of a left key's delete on the output (a tombstone has no value to carry it): the
+#: end's time, epoch ms as decimal text, which orders the delete for the consumer rule
+DELETED_AT = "etj-deleted-at"
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """A delete of left key ``left.key`` on the output (a tombstone), ``left`` the end."""
+
+    left: Left
+
+
+def output_order(out: Joined | Deleted) -> tuple[Any, ...]:
     """The consumer rule's order: keep, per left key, the output with the greatest value of
     this. Left order, then right order; an output without a right version sorts below any with
-    one."""
+    one; a delete is its end's order (a version after it is greater)."""
+    if isinstance(out, Deleted):
+        return out.left.order
     right = (-1,) if out.right is None else out.right.order
     return (*out.left.order, *right)
 
 
-def newest_per_key(outputs: Iterable[Joined]) -> dict[Any, Joined]:
+def newest_per_key(outputs: Iterable[Joined | Deleted]) -> dict[Any, Joined]:
     """What a consumer of the output keeps: per left key, the greatest :func:`output_order`
-    (equal: the later one)."""
-    best: dict[Any, Joined] = {}
+    (equal: the later one); a key whose greatest is a delete is not kept."""
+    best: dict[Any, Joined | Deleted] = {}
     for out in outputs:
         cur = best.get(out.left.key)
         if cur is None or output_order(out) >= output_order(cur):
             best[out.left.key] = out
-    return best
+    return {k: out for k, out in best.items() if isinstance(out, Joined)}
 
 
 # --- left side: left key -> Position -------------------------------------------------------
@@ -116,11 +154,13 @@ class Position:
     left_fk: Any = None
 
     def moves(self) -> list[Move]:
-        """The moves that put the row where it is now (DEL first, as they were first sent)."""
+        """The moves that put the row where it is now (DEL first, as they were first sent);
+        an end's: the DEL from where it was, if anywhere."""
         out = []
         if self.left_fk is not None and self.left_fk != self.left.fk:
             out.append(Move("DEL", self.left_fk, self.left))
-        out.append(Move("ADD", self.left.fk, self.left))
+        if self.left.fk is not None:
+            out.append(Move("ADD", self.left.fk, self.left))
         return out
 
 
@@ -131,7 +171,10 @@ def apply_left(position: Position | None, left: Left) -> tuple[Position | None, 
     - newer, other right key: DEL old right key, ADD new one (a real move);
     - newer, same right key: ADD (updates the copied values and event time, no DEL);
     - equal to the position (re-delivery): the position's moves again, nothing to store;
-    - older: nothing at all (an old version arriving late never moves the row back).
+    - older: nothing at all (an old version arriving late never moves the row back);
+    - an end (a delete): DEL from the right key the row points at (none: nothing to move);
+      after an end, a newer version is placed as a first one is (ADD).
+    Whether the output gets a delete: :func:`left_deleted`.
     """
     if position is None:
         new = Position(left)
@@ -141,12 +184,22 @@ def apply_left(position: Position | None, left: Left) -> tuple[Position | None, 
         return None, []
     if left.order == current.order:
         return None, position.moves()
+    if current.fk is None:  # the row was deleted: placed anew, where it was last left
+        new = Position(left, position.left_fk)
+        return new, [m for m in new.moves() if m.op == "ADD"]
     if left.fk != current.fk:
-        return Position(left, current.fk), [
-            Move("DEL", current.fk, left),
-            Move("ADD", left.fk, left),
-        ]
+        new = Position(left, current.fk)
+        return new, [Move("DEL", current.fk, left), *new.moves()[1:]]
     return Position(left, position.left_fk), [Move("ADD", left.fk, left)]
+
+
+def left_deleted(before: Position | None, stored: Position | None, left: Left) -> bool:
+    """Does left record ``left`` delete its key on the output? It is an end that is (now, or
+    again: a re-delivery) the key's newest, and the key had a row before it (``before``, the
+    position it was applied to; ``stored``, what :func:`apply_left` stored, None: nothing)."""
+    if left.fk is not None or before is None:
+        return False
+    return stored is not None or before.left == left
 
 
 # --- right side: right key -> Right; (right key, left key) -> the left version --------------
@@ -184,7 +237,8 @@ def apply_right(
 def exact_view(lefts: Iterable[Left], rights: Iterable[Right]) -> dict[Any, Joined]:
     """Brute-force reference answer: left key -> its output, whatever the input order: per left
     key its greatest version, joined with the greatest version of the right key it points at
-    (none: no right version). The batch twin uses the same orders."""
+    (none: no right version; an end: the end). A key whose greatest is an end has none. The
+    batch twin uses the same orders."""
     newest_left: dict[Any, Left] = {}
     for a in lefts:
         cur = newest_left.get(a.key)
@@ -195,4 +249,6 @@ def exact_view(lefts: Iterable[Left], rights: Iterable[Right]) -> dict[Any, Join
         cur_z = newest_right.get(z.key)
         if cur_z is None or z.order > cur_z.order:
             newest_right[z.key] = z
-    return {k: Joined(a, newest_right.get(a.fk)) for k, a in newest_left.items()}
+    return {
+        k: Joined(a, newest_right.get(a.fk)) for k, a in newest_left.items() if a.fk is not None
+    }

@@ -3,6 +3,16 @@ values]`` ascending, so ties on a time are broken by the greatest values), the a
 it (:func:`as_of`: which version an event joins), the purge behind the horizon, and which events
 a new version may change (:func:`affected_from`, :func:`affected_until`). Pure, like the rest of
 :mod:`app.logic`; the rules are told in :mod:`app.logic.event_join`.
+
+An *end* (:func:`end`: a tombstone on the dimension topic, at its Kafka timestamp) is a version
+too, ``[event_time]`` with no values: "no value known from here". Being a version, every rule
+above treats it as one (the as-of search, which events it changes, the purge, the changelog,
+the batch twin's order), and only the answer reads it differently: an event whose as-of
+version is an end has no answer, as if no version were known (:func:`is_end`). Why no marker
+value: a list with nothing after the time sorts before every version at that time (a shorter
+prefix first), so the tie rule needs no exception (a version and an end at one millisecond:
+the version, the greatest, wins) and no marker can collide with a copied value (a dimension
+copies at least one field, each required: ``[t]`` is never a version with values).
 """
 
 from __future__ import annotations
@@ -21,6 +31,16 @@ AS_OF_RULES: tuple[AsOf, ...] = ("before", "at-or-before-else-earliest")
 # before every version ``[t, *values]`` at time t and after every version before t (lists
 # compare item by item, a shorter prefix first), so the search runs in C with no key function;
 # event times are integers, so "after t" is "at or after t + 1".
+
+
+def end(t: int) -> Version:
+    """The end of a key's version at ``t`` (a tombstone's Kafka timestamp): module docstring."""
+    return [t]
+
+
+def is_end(version: Version) -> bool:
+    """Is ``version`` an end (no value known from its time on)?"""
+    return len(version) == 1
 
 
 def as_of(history: Sequence[Version], t: int, rule: AsOf) -> Version | None:

@@ -71,9 +71,12 @@ def dead_letter_value(
     error: str,
     timestamp: int | None = None,
     headers: Sequence[tuple[str, bytes | None]] | None = None,
+    join: str | None = None,
 ) -> bytes:
     """The dead-letter value: original bytes, where they came from and why they were refused;
-    the original's Kafka ``timestamp`` (epoch ms) and ``headers`` (None: unknown)."""
+    the original's Kafka ``timestamp`` (epoch ms) and ``headers`` (None: unknown); ``join``:
+    the join that refused it (a topic several joins read may be refused by each of them, for
+    reasons of its own: one dead letter per join, each naming it)."""
     encoding, text = _as_text(value)
     # a key as the value is: text, or base64 when not UTF-8 (a Long key's 8 bytes, an Avro
     # key's framing): a replay sends it back exact
@@ -94,6 +97,7 @@ def dead_letter_value(
         "value": text,
         "value_encoding": encoding,
         "error": error,
+        "join": join,
         "timestamp": timestamp,
         "headers": None if headers is None else _headers(headers),
     }
@@ -138,6 +142,8 @@ class DeadLetter:
     inexact: str = ""
     #: the whole original value's SHA-256 (hex), when the dead letter keeps it cut
     value_sha256: str | None = None
+    #: the join that refused it (None: a dead letter written before it was kept)
+    join: str | None = None
 
 
 def _bytes(text: str | None, encoding: str) -> bytes | None:
@@ -183,6 +189,7 @@ def read_dead_letter(raw: bytes) -> DeadLetter:
         not why,
         why,
         d.get("value_sha256"),
+        d.get("join"),
     )
 
 
@@ -237,7 +244,7 @@ def dead_letter(
     return Out(
         dead_letters,
         key,
-        dead_letter_value(topic, partition, offset, key, value, error, timestamp, headers),
+        dead_letter_value(topic, partition, offset, key, value, error, timestamp, headers, join),
     )
 
 
@@ -303,7 +310,7 @@ async def dead_letter_refused(
             src.key,
             src.value,
             f"output refused by the broker: {exc!r} (output to "
-            f"{out.topic}, key {_text(out.key)}, {len(out.value)} bytes)",
+            f"{out.topic}, key {_text(out.key)}, {len(out.value or b'')} bytes)",
             record=src,
         )
         letters.append(await delivery.send_direct(app, dead_letters, letter.key, letter.value))

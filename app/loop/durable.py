@@ -19,8 +19,8 @@ Per turn of :meth:`DurableLoop.run`:
 5. hand the batch to the delivery: it waits until the broker has the changelog rows (state
    first: no output outruns its changelog), sends the outputs, and once the broker has them,
    acks each input partition's handled range (:meth:`app.compat.consumer.EtjConsumer.ack_range`);
-   the commit takes the end of the acked range, so no offset is committed past a record whose
-   outputs are not durable. The loop handles the next batch meanwhile (at most
+   the commit takes the end of the acked range (of a topic several loops read: the least of
+   their ends), so no offset is committed past a record whose outputs are not durable. The loop handles the next batch meanwhile (at most
    :attr:`app.loop.pipeline.DeliveryPipeline.max_in_flight` in flight) —
    :mod:`app.loop.pipeline`.
 
@@ -95,7 +95,7 @@ class DurableLoop:
         #: when each batch arrived, to time its records' answers (not a hop's: it answers
         #: nothing, the join it feeds does)
         self.arrivals = None if hop else ArrivalTimes(engine.join, ticks)
-        self.pipeline = DeliveryPipeline(engine, self.acked, self.arrivals)
+        self.pipeline = DeliveryPipeline(engine, self.acked, self.arrivals, self.inbox.name)
         loops.append(self)
         app.loops.append(self)
 
@@ -108,8 +108,12 @@ class DurableLoop:
         """The agent's body: batches in, durable outputs out, offsets acked (module doc)."""
         intake, pipeline = self.intake, self.pipeline
         idle, arrivals = pipeline.idle, self.arrivals
-        # the app's transport makes etj's consumer (app.compat.consumer)
-        cast("EtjConsumer", app.consumer).route(intake.inbox)
+        # the app's transport makes etj's consumer (app.compat.consumer); every loop's inbox,
+        # not only this one's: a topic several loops read is handed to all of them from its
+        # first batch on, whichever agent starts first (again: nothing changes)
+        consumer = cast("EtjConsumer", app.consumer)
+        for reader in app.loops:
+            consumer.route(reader.intake.inbox)
         deliver = pipeline.start()
         try:
             while True:

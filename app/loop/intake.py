@@ -142,13 +142,14 @@ class Intake:
         """Stop fetching the inputs of a partition flow control holds too many records of,
         and fetch them again once it holds fewer (:meth:`EventTimeMerge.full`)."""
         consumer = cast("EtjConsumer", app.consumer)  # the app's transport makes etj's
-        for p in partitions:
+        why = f"flow {self.join}"  # this loop's reason: a topic other loops read is held for
+        for p in partitions:  # them too until this one lets it go
             full = set(self.merge.full(p))
             held = self._holding.get(p, set())
             for topic in full - held:
-                consumer.hold(TP(topic, p), "flow")
+                consumer.hold(TP(topic, p), why)
             for topic in held - full:
-                consumer.let_go(TP(topic, p), "flow")
+                consumer.let_go(TP(topic, p), why)
             if full:
                 self._holding[p] = full
             else:

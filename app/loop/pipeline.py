@@ -39,12 +39,19 @@ class DeliveryPipeline:
     max_in_flight = 4
 
     def __init__(
-        self, engine: Engine, acked: AckedRuns, arrivals: ArrivalTimes | None = None
+        self,
+        engine: Engine,
+        acked: AckedRuns,
+        arrivals: ArrivalTimes | None = None,
+        reader: str | None = None,
     ) -> None:
         """``acked``: where the input records whose outputs the broker has are recorded;
-        ``arrivals``: what times their answers (None: not timed)."""
+        ``arrivals``: what times their answers (None: not timed); ``reader``: the name its
+        acks go to the consumer under (its loop's inbox's; default the join's): a topic read
+        by several loops is committed up to what every one of them acked."""
         self.engine = engine
         self.join = engine.join
+        self.reader = engine.join if reader is None else reader
         self.acked = acked
         self.arrivals = arrivals
         self.in_flight = 0  # batches handed over, not yet delivered (tests wait for 0)
@@ -108,7 +115,7 @@ class DeliveryPipeline:
                     app,
                     [
                         (o.topic, None, o.key, o.value)
-                        if o.timestamp is None
+                        if o.timestamp is None and o.headers is None
                         else (o.topic, None, o.key, o.value, o.timestamp, o.headers)
                         for o in unit.outs
                     ],
@@ -135,6 +142,7 @@ class DeliveryPipeline:
         """Batch by batch, in order: the broker has its outputs (refused ones dead-lettered):
         ack each input partition's handled range."""
         consumer = cast("EtjConsumer", app.consumer)  # the app's transport makes etj's
+        reader = self.reader
         while True:
             unit = await acks.get()
             assert unit.sent is not None
@@ -145,7 +153,7 @@ class DeliveryPipeline:
                 )
             if unit.generation == app.consumer_generation_id:
                 for (topic, partition), (first, end) in unit.acks.items():
-                    consumer.ack_range(TP(topic, partition), first, end)
+                    consumer.ack_range(TP(topic, partition), first, end, reader)
                     self.acked.acked(topic, partition, first, end)
                 if self.arrivals is not None:
                     self.arrivals.answered(unit.acks)

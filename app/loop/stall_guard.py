@@ -15,7 +15,8 @@ Every ``ETJ_STALL_CHECK_S``, per assigned input partition, seen twice in a row:
   seek back to that offset.
 A partition whose agent holds records (in its inbox, in flow control, in flight) is not stalled:
 a slow agent is not helped by reading its records again; it is logged with what every agent is
-doing (:mod:`app.loop.awaiting`).
+doing (:mod:`app.loop.awaiting`). A topic several agents read is busy while any of them holds
+records: the fetch position is one for all of them.
 
 What it makes up for: faust-streaming 0.15.3 (``Fetcher`` dropping a cut fetch, ``Recovery``
 leaving a partition paused). It reads the consumer through etj's consumer class only. Tests:
@@ -50,9 +51,11 @@ async def check_stalls(app: Any) -> list[Any]:
     consumer = app.consumer
     fixed = []
     seen = set()
-    holding = {
-        loop.join: loop.inbox.waiting() + loop.merge.waiting() + loop.in_flight
+    busy_topics = {
+        topic
         for loop in getattr(app, "loops", ())
+        if loop.inbox.waiting() + loop.merge.waiting() + loop.in_flight
+        for topic in loop.inbox.topics
     }
     for tp in list(consumer.input_partitions()):
         try:
@@ -70,8 +73,7 @@ async def check_stalls(app: Any) -> list[Any]:
             continue
         if highwater is None or position is None:
             continue
-        inbox = consumer.inboxes.get(tp.topic)
-        busy = inbox is not None and holding.get(inbox.name, 0) > 0
+        busy = tp.topic in busy_topics
         nxt = consumer.next_offset(tp)
         if position < highwater and not consumer.fetching(tp) and not consumer.held_back(tp):
             state: tuple[Any, ...] = ("paused", position)

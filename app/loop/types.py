@@ -31,7 +31,7 @@ class Out:
 
     topic: str
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: a tombstone (a foreign-key join's delete of a left key)
     #: a repeat of an output made by an earlier record (re-emitted after a crash or a
     #: rebalance): if the broker refuses it, the record that triggered the repeat is not to blame
     again: bool = False

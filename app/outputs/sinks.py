@@ -19,11 +19,15 @@ def late_record(
     event_time: int,
     stream_time: int,
     horizon: int,
+    join: str | None = None,
 ) -> bytes:
-    """The late-topic value: the record and why it was too late for the stream."""
+    """The late-topic value: the record and why it was too late for the stream; ``join``:
+    whose stream (a topic several joins read may be late for each of them: one late record
+    per join, each naming it)."""
     return json.dumps(
         {
             "topic": topic,
+            "join": join,
             "partition": partition,
             "offset": offset,
             "record": record,

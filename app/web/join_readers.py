@@ -19,7 +19,7 @@ one hash away (:func:`partition_of`), and a key's answer is one range read on on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,14 @@ from app.logic.fk_join import Joined
 from app.state.range_scan import scan
 
 __all__ = ["EventTimeReader", "ForeignKeyReader", "JoinReader", "readers", "output_topics"]
+
+
+def _version_fields(names: Sequence[str], version: Sequence[Any]) -> dict[str, Any]:
+    """A version as a view shows it; an end (a tombstone: its time alone) with its copied
+    fields null and ``"ended": true``."""
+    if len(version) == 1:
+        return {**dict.fromkeys(names), names[0]: version[0], "ended": True}
+    return dict(zip(names, version))
 
 
 class JoinReader:
@@ -152,7 +160,7 @@ class EventTimeReader(JoinReader):
         clock = tables.clock.get(partition)
         dim_fields = ("event_time", *spec.dimension.copy)
         return {
-            "versions": [dict(zip(dim_fields, v)) for v in versions or []],
+            "versions": [_version_fields(dim_fields, v) for v in versions or []],
             "joins": rows,
             "held": len(found) - len(rows),
             "stream_time": clock,
@@ -269,8 +277,8 @@ def fk_reader(t: topology.FkJoinTopology) -> ForeignKeyReader:
         dimension=version,
         members=lambda key, p: fk_state.left_rows_in(t.index_table, t.index_keys, key, p),
         joined=lambda left, right: spec.to_wire(Joined(left, right)),
-        version_fields=lambda r: dict(
-            zip(("event_time", *spec.right.copy), (r.event_time, *r.values))
+        version_fields=lambda r: _version_fields(
+            ("event_time", *spec.right.copy), (r.event_time, *r.values)
         ),
         parse=parse_id if spec.right_key_type is int else str,
     )

@@ -42,6 +42,7 @@ class Sent(list):
     def __init__(self) -> None:
         super().__init__()
         self.changelog: list[tuple[str, int | None, Any, Any]] = []  # (topic, partition, k, v)
+        self.headers: list[tuple[str, Any, Any]] = []  # (topic, key, headers) of those with any
 
 
 _offsets = itertools.count()
@@ -54,9 +55,11 @@ async def deliver(
     value: Any,
     partition: int = 0,
     offset: int | None = None,
+    timestamp: int | None = None,
 ) -> None:
     """Hand one record to ``loop`` (a batch of one) and wait until it is delivered.
-    ``offset``: the record's (a re-delivery: the offset it had); default, a new one."""
+    ``offset``: the record's (a re-delivery: the offset it had); default, a new one;
+    ``timestamp``: its Kafka timestamp (default: now; a tombstone's time)."""
     raw = value if isinstance(value, (bytes, type(None))) else json.dumps(value).encode()
     offset = next(_offsets) if offset is None else offset
     record = Record(
@@ -65,7 +68,7 @@ async def deliver(
         offset,
         key.encode() if isinstance(key, str) else key,
         raw,
-        int(time.time() * 1000),
+        int(time.time() * 1000) if timestamp is None else timestamp,
     )
     await handle(loop, [Batch(topic, partition, [record], None, app.consumer_generation_id)])
 
@@ -100,11 +103,13 @@ def captured() -> Iterator[Sent]:
         app_: Any, records: Any, *, refusable: bool = False, on_sent: Any = None
     ) -> Delivery:
         out = Delivery()
-        for i, (topic, partition, key, value, *_) in enumerate(records):  # *_: a hop's
-            if topic.endswith("-changelog"):  # timestamp, headers
+        for i, (topic, partition, key, value, *rest) in enumerate(records):  # rest: a
+            if topic.endswith("-changelog"):  # hop's timestamp and headers, or a delete's
                 sent.changelog.append((topic, partition, key, value))
             else:
                 sent.append((topic, key, value))
+                if rest and rest[1]:
+                    sent.headers.append((topic, key, rest[1]))
             done: asyncio.Future = asyncio.get_running_loop().create_future()
             done.set_result(None)
             out.futures.append((done, [i]))
@@ -130,7 +135,8 @@ def captured() -> Iterator[Sent]:
 
 
 def outputs(sent: Sent, topic: str) -> list[Any]:
-    return [json.loads(v) for t, _, v in sent if t == topic]
+    """The values sent to ``topic``, decoded (None: a tombstone)."""
+    return [None if v is None else json.loads(v) for t, _, v in sent if t == topic]
 
 
 class JoinHarness:
@@ -141,9 +147,21 @@ class JoinHarness:
         self.spec, self.tables = engine.spec, engine.tables
 
     async def put(
-        self, topic: str, key: str | None, value: Any, partition: int = 0, offset: int | None = None
+        self,
+        topic: str,
+        key: str | None,
+        value: Any,
+        partition: int = 0,
+        offset: int | None = None,
+        timestamp: int | None = None,
     ) -> None:
-        await deliver(self.loop, topic, key, value, partition, offset)
+        await deliver(self.loop, topic, key, value, partition, offset, timestamp)
+
+    async def tombstone(
+        self, key: str | bytes | None, timestamp: int, partition: int = 0, offset: int | None = None
+    ) -> None:
+        """A tombstone (null value) on the dimension topic, at Kafka timestamp ``timestamp``."""
+        await deliver(self.loop, self.spec.dimension.topic, key, None, partition, offset, timestamp)
 
     async def event(
         self, value: dict[str, Any], partition: int = 0, offset: int | None = None
@@ -179,6 +197,7 @@ class JoinHarness:
             table.data.clear()
         self.engine.loop.drop_waiting()
         app.consumer._acked_end.clear()  # what a new worker has acked: nothing
+        app.consumer._acked_by.clear()  # (per reader: app.compat.consumer)
 
 
 @pytest.fixture

@@ -40,8 +40,8 @@ HOLD_MS = 5000  # held holds an unanswered event (events arrive at most 3 s out 
 
 
 def spec(names: Names, name: str, **over: Any) -> dict[str, Any]:
-    """The mood join's rules on topics of its own (a worker hands a topic's records to one
-    agent: two specs cannot share an input)."""
+    """The mood join's rules on topics of its own (each spec is sent the workload itself;
+    specs sharing topics: tests/broker/test_shared_topics_broker.py)."""
     raw = mood_spec(Settings())
     raw["events"] = {**raw["events"], "topic": f"{names.prefix}-{name}-recs"}
     raw["dimension"] = {**raw["dimension"], "topic": f"{names.prefix}-{name}-moods"}

@@ -56,7 +56,9 @@ HOSTILE_MOODS: list[tuple[str, str, Any, bytes | None, str]] = [
     ("invalid JSON", "mood", "ann", b'{"name": "ann", "mood": ', "not valid JSON"),
     ("non-UTF-8 bytes", "mood", "ann", b"\xff\xfe\x00\x81", "not UTF-8"),
     ("empty value", "mood", "ann", b"", "empty value"),
-    ("tombstone (null value)", "mood", "ann", None, "tombstone"),
+    # a tombstone on the moods topic is a delete (ann's mood ends): one whose key is no name
+    # is not (a producer sends a null value with a key only)
+    ("tombstone with an empty key", "mood", "", None, "tombstone key: name"),
     ("JSON null", "mood", "ann", b"null", "JSON object, got null"),
     ("JSON array", "mood", "ann", raw([mood()]), "JSON object, got array"),
     ("JSON scalar", "mood", "ann", b'"calm"', "JSON object, got string"),
@@ -122,7 +124,7 @@ HOSTILE_EVENTS: list[tuple[str, str, Any, bytes | None, str]] = [
         "consultant: missing",
     ),
     ("invalid JSON event", "event", "ann", b"{oops", "not valid JSON"),
-    ("tombstone event", "event", "ann", None, "tombstone"),
+    ("tombstone event", "event", "ann", None, "on an events topic is not a delete"),
     ("NaN event time", "event", "ann", raw(event(event_time=math.nan)), "(got nan)"),
 ]
 # accepted by a documented rule (docs/concepts/guarantees.md#input-rules)

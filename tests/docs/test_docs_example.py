@@ -61,7 +61,14 @@ def test_the_validation_messages_shown_are_the_real_ones():
     typo["events"]["copy"] = ["user_id", "pgae", "event_time"]
     unknown = {**tiers, "windw_ms": 5}
     clicks = {**tiers, "name": "clicks", "output": "etj-clicks"}
-    assert [message([typo]), message([unknown]), message([tiers, clicks])] == shown
+    # a second join on the same events (shared: both are handed every record), from elsewhere
+    latest = {**clicks, "ticks": "etj-clicks-ticks", "start": "latest"}
+    assert [
+        message([typo]),
+        message([unknown]),
+        message([tiers, clicks]),
+        message([tiers, latest]),
+    ] == shown
 
 
 async def test_the_worked_example_works_as_written(names, worker_factory, tmp_path):

@@ -51,3 +51,18 @@ def test_the_inventory_is_every_topic_the_topology_declares():
     for name, j in topology.joins.items():
         for table in (j.tables.history, j.tables.joins, j.tables.clock):
             assert by_topic[table.changelog_topic.get_topic_name()].join == name
+
+
+def test_an_input_several_joins_read_is_listed_under_each_naming_the_others():
+    from app.settings import Settings
+
+    tiers = topics_doc._example_spec()
+    specs = topics_doc.resolve_all([tiers, topics_doc._second_join(tiers)], "etj")
+    uses = topics_doc.inventory(Settings.model_construct(), specs)
+    views = [(u.join, u.what) for u in uses if u.topic == tiers["events"]["topic"]]
+    assert [(j, w.split(" ([")[0]) for j, w in views] == [
+        ("tiers", "input: events; also read by join `clicks`"),
+        ("clicks", "input: events; also read by join `tiers`"),
+    ]
+    acl = topics_doc.tables(Settings.model_construct(), specs)
+    assert acl.count(f"--topic {tiers['events']['topic']} ") == 1  # its ACL once

@@ -311,3 +311,100 @@ def test_the_batch_twin_computes_reconciles_and_backfills_foreign_key_joins_by_n
             "region_time": None,
         },
     ]
+
+
+def test_a_foreign_key_join_s_tombstones_in_its_archives_end_rows_and_delete_keys(spark, tmp_path):
+    """A user's foreign-key spec (orders x customers' regions) with tombstones in its archives
+    as the ``archive`` command writes them: a left key's end deletes its row, a right key's end
+    answers null with its time; the output's deletes (and a stale output after one) read by
+    the consumer rule; reconcile finds nothing to correct (app/batch/fk_view.py)."""
+    from app.batch.archives import read_archive
+    from app.batch.fk_jobs import fk_kinds
+    from app.batch.fk_view import compare_fk_views, fk_view, latest_fk_outputs
+    from app.joins.fk_spec import resolve_fk
+    from tests.unit.test_fk_spec import orders
+
+    spec = resolve_fk(orders(), 0)
+    kinds = fk_kinds(spec)
+
+    def archive(name: str, rows: list[dict]) -> str:
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(path)
+
+    o = lambda k, c, amount, t: {"order_id": k, "customer_id": c, "amount": amount, "at": t}  # noqa: E731
+    left = read_archive(
+        spark,
+        archive(
+            "orders",
+            [
+                o("o1", "c1", 5.0, 10),
+                {"order_id": "o1", "at": 20, "_end": True},  # o1 deleted at 20
+                o("o2", "c1", 2.0, 10),
+                o("o3", "c2", 1.0, 5),
+                {"order_id": "o3", "at": 5, "_end": True},  # same time: the version wins
+                {"at": 7, "_end": True},  # no key: dropped
+            ],
+        ),
+        kinds[0],
+    )
+    right = read_archive(
+        spark,
+        archive(
+            "customers",
+            [
+                {"customer_id": "c1", "region": "eu", "timestamp": 1},
+                {"customer_id": "c1", "timestamp": 15, "_end": True},  # c1 has no region from 15
+                {"customer_id": "c2", "region": "us", "timestamp": 1},
+            ],
+        ),
+        kinds[1],
+    )
+    exact = {r["order_id"]: r.asDict() for r in fk_view(spec, left, right).collect()}
+    assert exact == {
+        "o2": {
+            "order_id": "o2",
+            "customer_id": "c1",
+            "amount": 2.0,
+            "region": None,
+            "order_time": 10,
+            "region_time": 15,
+        },
+        "o3": {
+            "order_id": "o3",
+            "customer_id": "c2",
+            "amount": 1.0,
+            "region": "us",
+            "order_time": 5,
+            "region_time": 1,
+        },
+    }
+    out = lambda k, c, amount, t, region, rt: {  # noqa: E731
+        "order_id": k,
+        "customer_id": c,
+        "amount": amount,
+        "region": region,
+        "order_time": t,
+        "region_time": rt,
+    }
+    log = read_archive(
+        spark,
+        archive(
+            "out",
+            [
+                out("o1", "c1", 5.0, 10, "eu", 1),
+                {"_key": "o1", "_deleted_at": 20},  # the delete
+                out("o1", "c1", 5.0, 10, "eu", 1),  # a stale output after it: older
+                out("o2", "c1", 2.0, 10, "eu", 1),
+                out("o2", "c1", 2.0, 10, None, 15),  # c1's end
+                out("o3", "c2", 1.0, 5, "us", 1),
+            ],
+        ),
+        kinds[2],
+    )
+    latest = latest_fk_outputs(spec, log)
+    assert sorted(r["order_id"] for r in latest.collect()) == ["o2", "o3"]
+    statuses = {
+        r["status"] for r in compare_fk_views(spec, fk_view(spec, left, right), latest).collect()
+    }
+    assert statuses == {"matched"}

@@ -29,6 +29,8 @@ EVENT_DDL = (
     "cid string, user string, at bigint, score double, flag boolean, note string, _timestamp bigint"
 )
 LEVEL_DDL = "user string, at bigint, level bigint, label string, _timestamp bigint"
+#: ... with ends (tombstones: ``_end`` true, the copied fields null)
+ENDED_DDL = LEVEL_DDL + ", _end boolean"
 
 
 def click_spec(asof: str = "before", mode: str = "left") -> dict[str, Any]:
@@ -125,6 +127,7 @@ clicks = st.builds(
     st.sampled_from([None, "", "c1", "c2"]),
 )
 levels = st.tuples(users, times, st.integers(0, 2), st.sampled_from(["lo", "hi"]))
+ends = st.tuples(users, times)  # a tombstone: the user's level ends at that time
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -136,8 +139,9 @@ levels = st.tuples(users, times, st.integers(0, 2), st.sampled_from(["lo", "hi"]
     events=st.lists(clicks, max_size=10),
     versions=st.lists(levels, max_size=8),
     replays=st.integers(0, 3),
+    ended=st.lists(ends, max_size=3),
 )
-def test_any_spec_equals_the_oracle(spark, asof, mode, events, versions, replays):
+def test_any_spec_equals_the_oracle(spark, asof, mode, events, versions, replays, ended):
     spec = resolve(click_spec(asof, mode))
     # one id, one event: a given id is unique per content here (the stream keeps the last
     # arrival of two different records under one id, the batch the greatest: a producer bug)
@@ -146,10 +150,17 @@ def test_any_spec_equals_the_oracle(spark, asof, mode, events, versions, replays
         first.setdefault(e.id, e)
     events = [e for e in events if first[e.id] == e]
     events = [*events, *events[:replays]]  # a replay is one join
-    expected = exact_answer(spec.rules, [(u, [t, lv, lb]) for u, t, lv, lb in versions], events)
+    expected = exact_answer(
+        spec.rules,
+        [(u, [t, lv, lb]) for u, t, lv, lb in versions] + [(u, [t]) for u, t in ended],
+        events,
+    )
 
     ev = spark.createDataFrame([e.row() for e in events], EVENT_DDL)
-    dim = spark.createDataFrame([(*v, None) for v in versions], LEVEL_DDL)
+    dim = spark.createDataFrame(
+        [(*v, None, False) for v in versions] + [(u, t, None, None, None, True) for u, t in ended],
+        ENDED_DDL,
+    )
     for method in METHODS:
         got = answers(spec_joins(spec, ev, dim, method).collect())
         assert got == expected, (method, got, expected)
@@ -249,6 +260,125 @@ def test_reconcile_knows_a_held_join_is_not_missing(spark):
     assert status == {"c1": "matched", "c2": "missing", "c3": "held"}
     without = {r["id"]: r["status"] for r in compare_joins(spec, exact, latest).collect()}
     assert without["c3"] == "missing"
+
+
+def test_an_archive_s_ends_reach_the_exact_answer_and_a_bad_end_is_dropped(spark, tmp_path):
+    """A dimension archive with tombstones as the ``archive`` command writes them (end rows:
+    the key and time, ``_end`` true): read and checked like the worker's, joined as ends."""
+    import json
+
+    from app.batch.archives import read_archive
+    from app.batch.jobs import spec_kinds
+
+    spec = resolve(click_spec())
+    kinds = spec_kinds(spec)
+    assert kinds.dimension.ends == ("user", "at")
+    levels = tmp_path / "levels.jsonl"
+    rows = [
+        {"user": "ann", "at": 1, "level": 1, "label": "lo", "_timestamp": 1},
+        {"user": "ann", "at": 5, "_end": True, "_timestamp": 5},  # ann's level ends at 5
+        {"user": "ann", "at": 8, "level": 2, "label": "hi", "_timestamp": 8},
+        {"at": 3, "_end": True},  # no key: dropped, as the worker dead-letters it
+        {"user": "bob", "at": 2, "level": 1, "_timestamp": 2},  # no label: dropped
+    ]
+    levels.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dim = read_archive(spark, str(levels), kinds.dimension)
+    assert sorted((r["user"], r["at"], r["_end"]) for r in dim.collect()) == [
+        ("ann", 1, False),
+        ("ann", 5, True),
+        ("ann", 8, False),
+    ]
+    clicks = [Click("ann", t, 1.0, True, None, f"c{t}") for t in (3, 6, 9)]
+    ev = spark.createDataFrame([c.row() for c in clicks], EVENT_DDL)
+    expected = exact_answer(
+        spec.rules, [("ann", [1, 1, "lo"]), ("ann", [5]), ("ann", [8, 2, "hi"])], clicks
+    )
+    assert [expected[f"c{t}"][4] for t in (3, 6, 9)] == [(1, "lo"), None, (2, "hi")]
+    for method in METHODS:
+        assert answers(spec_joins(spec, ev, dim, method).collect()) == expected, method
+
+
+def test_reconcile_of_an_inner_spec_reads_a_null_answer_as_a_retraction(spark):
+    """An end took the answer of an emitted ``inner`` join: the log's latest revision is null,
+    the exact answer has no join: the same (matched by absence), not an ``extra``."""
+    from pyspark.sql import functions as F
+
+    from app.batch.spec_joins import compare_joins, revision_columns
+
+    spec = resolve(click_spec(mode="inner"))
+    ev = spark.createDataFrame([Click("ann", 6, 1.0, True, None, "c6").row()], EVENT_DDL)
+    dim = spark.createDataFrame(
+        [("ann", 1, 1, "lo", None, False), ("ann", 5, None, None, None, True)], ENDED_DDL
+    )
+    exact = spec_joins(spec, ev, dim)
+    assert exact.count() == 0  # ann's level ended at 5: no answer, no join
+    retracted = spark.createDataFrame(
+        [("c6", "ann", 6, 1.0, True, None, None, None, None, 2, 1, "lo", "late-dimension")],
+        ", ".join(
+            f"{c} {t}"
+            for c, t in zip(
+                revision_columns(spec),
+                [
+                    "string",
+                    "string",
+                    "bigint",
+                    "double",
+                    "boolean",
+                    "string",
+                    "bigint",
+                    "string",
+                    "bigint",
+                    "bigint",
+                    "bigint",
+                    "string",
+                    "string",
+                ],
+            )
+        ),
+    )
+    assert compare_joins(spec, exact, retracted).where(F.col("status") != "matched").count() == 0
+
+
+def test_backfill_of_an_inner_spec_retracts_a_join_an_end_took(spark):
+    """The log still says ann's click joined level 1 (the stream never saw the end at 5): the
+    exact answer has no join, so backfill sends the retraction, a null answer numbered 2; a
+    join whose event the archive lacks is left alone."""
+    from app.batch.spec_joins import compare_joins, retractions, revision_columns
+
+    spec = resolve(click_spec(mode="inner"))
+    ev = spark.createDataFrame([Click("ann", 6, 1.0, True, None, "c6").row()], EVENT_DDL)
+    dim = spark.createDataFrame(
+        [("ann", 1, 1, "lo", None, False), ("ann", 5, None, None, None, True)], ENDED_DDL
+    )
+    kinds = [
+        "string", "string", "bigint", "double", "boolean", "string",
+        "bigint", "string", "bigint", "bigint", "bigint", "string", "string",
+    ]  # fmt: skip
+    ddl = ", ".join(f"{c} {t}" for c, t in zip(revision_columns(spec), kinds))
+    log = spark.createDataFrame(
+        [
+            ("c6", "ann", 6, 1.0, True, None, 1, "lo", 1, 1, None, None, "arrival"),
+            ("gone", "bob", 6, 1.0, True, None, 1, "lo", 1, 1, None, None, "arrival"),
+        ],
+        ddl,
+    )
+    comparison = compare_joins(spec, spec_joins(spec, ev, dim), log)
+    [row] = retractions(spec, comparison, ev).collect()
+    assert row.asDict() == {
+        "id": "c6",
+        "user": "ann",
+        "at": 6,
+        "score": 1.0,
+        "flag": True,
+        "note": None,
+        "level": None,
+        "label": None,
+        "level_at": None,
+        "revision": 2,
+        "previous_level": 1,
+        "previous_label": "lo",
+        "cause": "backfill",
+    }
 
 
 PRICED_DDL = "id string, customer string, product string, at bigint, tier string, revision bigint"

@@ -79,6 +79,36 @@ def test_a_user_spec_s_inputs_are_validated_by_its_fields(monkeypatch, tmp_path)
     ]
 
 
+def test_a_dimension_s_tombstone_is_archived_as_its_end_an_event_s_is_left_out(
+    monkeypatch, tmp_path
+):
+    s = with_joins_file(monkeypatch, tmp_path)
+    models = A.input_models()
+    tiers, views = models["t-user-tiers"], models["t-page-views"]
+    # the key from the record key, the time from the Kafka timestamp, and _end
+    assert A.archive_value(tiers, b"u1", None, timestamp=77) == {
+        "user_id": "u1",
+        "event_time": 77,
+        "_end": True,
+    }
+    assert A.archive_value(tiers, None, None, timestamp=77) is None  # no key: the worker's too
+    assert A.archive_value(views, b"u1", None, timestamp=77) is None  # an event's: a dead letter
+    moods = models[s.moods_topic]
+    assert A.archive_value(moods, b"ann", None, timestamp=5) == {
+        "name": "ann",
+        "event_time": 5,
+        "_end": True,
+    }
+    assert A.parquet_columns("t-user-tiers")[-1] == ("_end", "bool")
+    assert ("_end", "bool") not in (A.parquet_columns("t-page-views") or [])
+    parquet = tmp_path / "tiers.parquet"
+    psink = A.ParquetSink(parquet, A.parquet_columns("t-user-tiers"))
+    psink.write(0, 1, {"user_id": "u1", "event_time": 77, "_end": True}, 77)
+    psink.write(0, 2, {"user_id": "u1", "tier": "gold", "event_time": 78}, 78)
+    psink.close()
+    assert pq.read_table(parquet / "partition=0").column("_end").to_pylist() == [True, None]
+
+
 def test_each_record_keeps_its_kafka_timestamp(tmp_path):
     stats = A.ArchiveStats()
     lines = tmp_path / "moods.jsonl"
@@ -162,7 +192,28 @@ def test_a_foreign_key_spec_s_inputs_are_archived_flat_as_the_worker_reads_them(
         ("region", "string"),
         ("order_time", "int64"),
         ("region_time", "int64"),
+        ("_key", "string"),  # a delete (a tombstone with its time in a header)
+        ("_deleted_at", "int64"),
     ]
+    # tombstones: either side's as an end row, the output's delete with its time
+    assert A.archive_value(left, b"o1", None, timestamp=9) == {
+        "order_id": "o1",
+        "at": 9,
+        "_end": True,
+    }
+    right = A.input_models()["c"]
+    assert A.archive_value(right, b"c1", None, timestamp=8) == {
+        "customer_id": "c1",
+        right.time: 8,  # its time is the Kafka timestamp ($timestamp), a flat field
+        "_end": True,
+    }
+    deleted = [("etj-deleted-at", b"30")]
+    assert A.archive_value(None, b"o1", None, headers=deleted) == {
+        "_key": "o1",
+        "_deleted_at": 30,
+    }
+    assert A.archive_value(None, b"o1", None) is None  # a null value with no such header
+    assert A.parquet_columns("o")[-1] == A.parquet_columns("c")[-1] == ("_end", "bool")
 
 
 def test_a_join_output_read_as_another_join_events_is_archived_whole(monkeypatch, tmp_path):

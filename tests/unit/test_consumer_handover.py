@@ -44,6 +44,7 @@ def consumer():
     ):
         c._next.clear()
         c._acked_end.clear()
+        c._acked_by.clear()
         c._committed_offset.pop(INPUT, None)
         c.seeks = seeks
         c.test_inbox = inbox
@@ -52,6 +53,7 @@ def consumer():
     c.inboxes.update(saved)
     c._next.clear()
     c._acked_end.clear()
+    c._acked_by.clear()
     c._held_back.clear()
 
 
@@ -125,18 +127,18 @@ def test_no_commit_passes_a_record_in_flight_faust_606(consumer):
     acked: Faust commits 2590 and the record at 2585 is never processed after a restart. Here
     the commit waits at 2585 until it is acked."""
     consumer._committed_offset[INPUT] = 2585
-    consumer.ack_range(INPUT, 2586, 2590)
+    consumer.ack_range(INPUT, 2586, 2590, "test")
     assert consumer._new_offset(INPUT) == 2585
     assert not consumer._should_commit(INPUT, consumer._new_offset(INPUT))
-    consumer.ack_range(INPUT, 2585, 2586)
+    consumer.ack_range(INPUT, 2585, 2586, "test")
     assert consumer._new_offset(INPUT) == 2586  # the later range came before it: read again
-    consumer.ack_range(INPUT, 2586, 2590)
+    consumer.ack_range(INPUT, 2586, 2590, "test")
     assert consumer._new_offset(INPUT) == 2590
     assert INPUT in list(consumer._filter_tps_with_pending_acks())
 
 
 async def test_an_assignment_forgets_every_acked_range(consumer):
-    consumer.ack_range(INPUT, 0, 10)
+    consumer.ack_range(INPUT, 0, 10, "test")
     with mock.patch(
         "faust.transport.drivers.aiokafka.Consumer.on_partitions_assigned", mock.AsyncMock()
     ):

@@ -35,6 +35,7 @@ from app.joins.catalog import mood_spec, movie_spec
 from app.joins.keys import JOIN, expiry_key, id_key, split_join_key
 from app.joins.resolve import resolve
 from app.joins.state import JoinState
+from app.logic.histories import end as ended_at
 from app.loop.acks import AckedRuns
 from app.settings import Settings
 from app.state.overlay import MemoryIO, Overlay
@@ -104,20 +105,22 @@ class Process:
             revs, _ = state.on_tick(P, clock, clock - spec.retention_ms, src)
             return revs
         key = value[spec.events.key if topic == EVENTS else spec.dimension.key]
-        rec = self.parse[topic](key.encode(), orjson.dumps(value), None)
         t = value["event_time"]
+        if value.get("_end"):  # a tombstone: the key's version ends at t (app.logic.histories)
+            rec, version = None, ended_at(t)
+        else:
+            rec = self.parse[topic](key.encode(), orjson.dumps(value), None)
+            version = None if topic == EVENTS else spec.version_of(rec)
         if clock is not None and t < clock - spec.retention_ms:  # late: to etj-late
             if topic == EVENTS:
                 return state.on_late(P, key, src, jid=value["id"])
-            return state.on_late(P, key, src, v=spec.version_of(rec))
+            return state.on_late(P, key, src, v=version)
         clock = state.advance(P, t)
         horizon = clock - spec.retention_ms
         if topic == EVENTS:
             revs, _ = state.on_event(P, spec.event_of(rec), horizon, horizon, src)
         else:
-            revs = state.on_version(
-                P, spec.key_of(rec, spec.dimension), spec.version_of(rec), horizon, horizon, src
-            )
+            revs = state.on_version(P, key, version, horizon, horizon, src)
         return revs
 
     def batch(
@@ -204,6 +207,8 @@ def scenario(draw: Any) -> dict[str, Any]:
             }
         else:
             value = {"name": key, "mood": draw(st.sampled_from(["m", "n", "o"])), "event_time": t}
+        if kind == MOODS and draw(st.integers(0, 3)) == 0:  # a tombstone: an end at t
+            value = {("movie_id" if movies else "name"): key, "event_time": t, "_end": True}
         streams[kind].append((kind, off, value))
     first_order = interleave(draw, streams)
     seen = draw(st.integers(1, len(first_order)))

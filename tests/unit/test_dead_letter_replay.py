@@ -110,6 +110,7 @@ def test_the_loop_names_the_record_whose_dead_letter_takes_its_timestamp_and_hea
     handling(record)
     out = json.loads(dead_letter("tiers", "dl", VIEWS, 2, 9, b"u1", b"{", "bad").value)
     assert (out["timestamp"], len(out["headers"])) == (555, 3)
+    assert out["join"] == "tiers"  # a topic several joins read: each dead letter names its own
     other = json.loads(dead_letter("tiers", "dl", VIEWS, 2, 10, b"u1", b"{", "bad").value)
     assert (other["timestamp"], other["headers"]) == (None, None)  # not the record handed over
     handling(None)
@@ -215,3 +216,60 @@ def test_the_summary_counts_what_was_sent_what_still_fails_and_what_was_skipped(
     ]
     s.dry_run = True
     assert s.lines()[0].endswith("(dry run: nothing is sent)") and s.lines()[2] == "would send 1"
+
+
+def test_a_dimension_tombstone_an_older_worker_dead_lettered_is_sent_an_event_s_is_not():
+    """A tombstone is a delete on a dimension now (app.inputs.tombstones): the one an older
+    worker dead-lettered ("empty value") is replayed, with its key and timestamp; one on the
+    events topic still fails, saying it deletes nothing."""
+    old = "empty value (tombstone or null): nothing to join"
+    j = judge()
+    ended = j(letter(None, old, key=b"u1", topic="etj-user-tiers", offset=3), None)
+    assert (ended.action, ended.topic, ended.partition) == (
+        "send",
+        "etj-user-tiers",
+        partition_for(b"u1", 4),
+    )
+    assert ended.record == Original(b"u1", None, NOW - 60_000, HEADERS)
+    event = j(letter(None, old, key=b"u1", offset=4), None)
+    assert (event.action, event.reason) == ("fails", "invalid")
+    assert "on an events topic is not a delete" in event.detail
+
+
+def test_a_topic_several_joins_read_is_judged_by_the_join_that_refused_it_and_sent_once():
+    """``tiers`` and ``regions`` read the same page views; ``regions`` also needs a region.
+    A dead letter is judged by its own join's rules: ``regions``' still fails (no region yet)
+    though ``tiers`` would take the record; a record both refused, fixed since, is sent once
+    (every join reading the topic is handed it)."""
+    regions = {
+        **copy.deepcopy(TIERS),
+        "name": "regions",
+        "output": "etj-regions",
+        "ticks": "etj-regions-ticks",
+    }
+    regions["events"]["fields"]["region"] = "str"
+    j = Judge(
+        inputs_of([resolve(TIERS), resolve(regions)]),
+        {VIEWS: 4, "etj-user-tiers": 4},
+        NOW,
+        60_000,
+    )
+    p = partition_for(b"u1", 4)
+
+    def of(join: str, value: bytes, offset: int) -> Any:
+        raw = dead_letter_value(VIEWS, p, offset, b"u1", value, "bad", NOW - 60_000, HEADERS, join)
+        return read_dead_letter(raw)
+
+    no_region = j(of("regions", view(), 7), None)
+    assert (no_region.action, no_region.reason) == ("fails", "invalid")
+    assert "region" in no_region.detail
+    assert j.join_of(of("regions", view(), 7)) == "regions"
+    assert j(of("tiers", view(), 9), None).action == "send"  # tiers takes it as it is
+    fixed = view(region="eu")  # both refused it (a bug since fixed), both take it now
+    assert [
+        (v.action, v.reason)
+        for v in (j(of("tiers", fixed, 8), None), j(of("regions", fixed, 8), None))
+    ] == [
+        ("send", "sent"),
+        ("skip", "duplicate"),
+    ]

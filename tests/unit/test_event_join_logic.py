@@ -22,8 +22,8 @@ from app.logic.event_join import (
     revisit,
     unsent_revisions,
 )
-from app.logic.histories import as_of, purge_history
-from tests.oracle import Mood, Recommendation, exact_answer, exact_mood_joins, join_id
+from app.logic.histories import as_of, end, purge_history
+from tests.oracle import Mood, Recommendation, answered, exact_answer, exact_mood_joins, join_id
 
 MOODS = JoinRules("before", "left")
 MOVIES = JoinRules("at-or-before-else-earliest", "inner")
@@ -103,6 +103,67 @@ def test_a_held_rating_older_than_the_emit_window_is_not_released():
     assert [r.id for r in revs] == ["new"] and s.joins["old"].revision == 0
 
 
+# ---- ends: a tombstone on the dimension topic ends the key's version at its time -------------
+
+
+def test_an_end_is_a_version_with_no_value_that_loses_ties():
+    h = sorted([[10, "a"], end(20), [30, "b"], end(30), end(40)])
+    assert h == [[10, "a"], [20], [30], [30, "b"], [40]]  # at one time, the end sorts first
+    assert as_of(h, 25, "before") == [20]  # an end answers ...
+    assert MOODS.answer(h, 25) == (None, None)  # ... as if no version were known
+    assert MOODS.answer(h, 35) == (["b"], 30)  # a version and an end at one ms: the version
+    assert MOODS.answer(h, 41) == (None, None)
+    assert MOVIES.answer([end(5), [9, "Up"]], 1) == (None, None)  # the earliest is an end
+    assert purge_history(h, 35) == [[30, "b"], [40]]  # the purge keeps the greatest, as ever
+
+
+def test_a_late_end_corrects_the_joins_it_ends_and_a_later_version_restarts_them():
+    s = KeyState()
+    add_version(MOODS, s, "ann", [10, "happy"])
+    _, [r1] = add_event(MOODS, s, Event("ann", "j1", 50, ("tea",)))
+    _, [r2] = add_event(MOODS, s, Event("ann", "j2", 20, ("cake",)))
+    assert (r1.answer, r2.answer) == (("happy",), ("happy",))
+    # 1. an end at 30, late: j1 (after it) loses its answer, j2 (before it) keeps it
+    changed, [c] = add_version(MOODS, s, "ann", end(30))
+    assert changed and (c.id, c.answer, c.answer_time, c.revision, c.previous, c.cause) == (
+        "j1",
+        None,
+        None,
+        2,
+        ("happy",),
+        "late-dimension",
+    )
+    # 2. an event after the end answers null at once (left)
+    _, [r3] = add_event(MOODS, s, Event("ann", "j3", 60, ("pie",)))
+    assert (r3.answer, r3.revision) == (None, 1)
+    # 3. a version after the end restarts the key for the events after it
+    _, revs = add_version(MOODS, s, "ann", [40, "calm"])
+    assert sorted((r.id, r.answer, r.revision) for r in revs) == [
+        ("j1", ("calm",), 3),
+        ("j3", ("calm",), 2),
+    ]
+    # 4. the same end again changes nothing
+    assert add_version(MOODS, s, "ann", end(30)) == (False, [])
+
+
+def test_inner_holds_an_event_after_an_end_and_retracts_one_a_late_end_takes():
+    s = KeyState()
+    add_version(MOVIES, s, "m1", [10, "Alien"])
+    add_version(MOVIES, s, "m1", end(100))
+    # 1. a rating after the end: held, as with no version
+    assert add_event(MOVIES, s, rating("r1", 150)) == (True, [])
+    assert s.joins["r1"].revision == 0
+    # 2. a rating before it joins the version
+    _, [r2] = add_event(MOVIES, s, rating("r2", 50))
+    assert r2.answer == ("Alien",)
+    # 3. a late end before r2 takes its answer: a null revision, the retraction
+    _, [c] = add_version(MOVIES, s, "m1", end(40))
+    assert (c.id, c.answer, c.revision, c.previous) == ("r2", None, 2, ("Alien",))
+    # 4. a version after the first end releases r1
+    _, [r1] = add_version(MOVIES, s, "m1", [120, "Aliens"])
+    assert (r1.id, r1.answer, r1.revision) == ("r1", ("Aliens",), 1)
+
+
 def test_final_joins_behind_the_horizon_are_left_alone():
     s = KeyState()
     add_event(MOODS, s, Event("ann", "j", 100, ("tea",)))
@@ -116,9 +177,17 @@ keys = st.sampled_from(["k1", "k2", "k3"])
 times = st.integers(0, 40)
 
 
+#: an end (a tombstone): ``[t]``, a version with no value (app.logic.histories.end)
+ends = st.builds(end, times)
+
+
 def moods_records() -> Any:
     versions = st.tuples(
-        keys, st.builds(lambda t, m: [t, m], times, st.sampled_from(["happy", "sad", "calm"]))
+        keys,
+        st.one_of(
+            st.builds(lambda t, m: [t, m], times, st.sampled_from(["happy", "sad", "calm"])),
+            ends,
+        ),
     )
     events = st.builds(
         lambda k, t, rec, given: Event(k, given or derive_id([k, t, rec]), t, (rec,)),
@@ -133,7 +202,12 @@ def moods_records() -> Any:
 def movies_records() -> Any:
     versions = st.tuples(
         keys,
-        st.builds(lambda t, title: [t, title], times, st.sampled_from(["Alien", "Aliens", "Up"])),
+        st.one_of(
+            st.builds(
+                lambda t, title: [t, title], times, st.sampled_from(["Alien", "Aliens", "Up"])
+            ),
+            ends,
+        ),
     )
     events = st.builds(
         lambda k, t, rid, user, stars: Event(k, rid, t, (user, stars)),
@@ -184,15 +258,16 @@ def test_moods_spec_converges_on_the_exact_answer_of_the_mood_join(records):
     latest = {r.id: r.result for r in out}
     versions, events = split(records)
     assert latest == exact_answer(MOODS, versions, events)
-    # ... which is the original mood join's oracle, field for field
+    # ... which is the original mood join's oracle, field for field (ends too)
     a = exact_mood_joins(
-        [Mood(k, v[1], v[0]) for k, v in versions],
+        [Mood(k, v[1], v[0]) for k, v in versions if len(v) > 1],
         [
             Recommendation(
                 e.key, e.payload[0], e.event_time, None if e.id.startswith("r-") else e.id
             )
             for e in events
         ],
+        [(k, v[0]) for k, v in versions if len(v) == 1],
     )
     assert {
         jid: (r[0], r[1], r[2], (r[3],), None if r[4] is None else (r[4],), r[5])
@@ -206,9 +281,12 @@ def test_movies_spec_converges_emits_only_matched_and_counts_the_rest(records):
     out, states = run(MOVIES, records)
     latest = {r.id: r.result for r in out}
     versions, events = split(records)
-    assert latest == exact_answer(MOVIES, versions, events)
-    assert all(r.answer is not None for r in out)  # inner: never a null title
-    never = {e.id for e in events} - set(latest)  # their movie never arrived
+    assert answered(latest) == exact_answer(MOVIES, versions, events)
+    # inner: never a null title, but an end's retraction of one emitted
+    assert all(r.answer is not None or r.revision > 1 for r in out)
+    if not any(len(v) == 1 for _, v in versions):
+        assert answered(latest) == latest
+    never = {e.id for e in events} - set(latest)  # no movie answered them, ever
     unmatched = sum(
         revisit(MOVIES, s, k, None, horizon=10**9)[1].unmatched for k, s in states.items()
     )

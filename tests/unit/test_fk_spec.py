@@ -170,6 +170,20 @@ def test_specs_of_both_kinds_are_checked_together(tmp_path):
     assert [s.name for s in events] == ["m2"] and [f.name for f in fks] == ["cars", "orders"]
 
 
+def test_a_foreign_key_join_may_share_an_input_with_an_event_time_join():
+    """Each reader is handed every record (app.compat.consumer): the orders' right side reads
+    the moods' dimension topic too; a topic has one start for all of its joins."""
+    moods = resolve(mood_spec(Settings()))
+    shared = orders(right={**orders()["right"], "topic": moods.dimension.topic})
+    check_together([moods], [resolve_fk(shared)])
+    with pytest.raises(SpecError) as exc:
+        check_together([moods], [resolve_fk({**shared, "start": "latest"})])
+    assert str(exc.value).startswith(
+        "join specs 'moods' (dimension) and 'orders' (right) both read etj-moods but start "
+        "at 'earliest' and 'latest'"
+    )
+
+
 def test_string_index_keys_keep_each_right_keys_rows_apart():
     """``c1``'s rows are one key range, ``c10``'s another (the length prefix), scanned alone."""
     rows = IndexRows(Overlay(MemoryIO()), JSON_KEYS)

@@ -107,6 +107,7 @@ FAUST_FREE = (
     "app/inputs/time_formats.py",
     "app/inputs/paths.py",
     "app/inputs/wire_formats.py",
+    "app/inputs/tombstones.py",
     "app/kafka/",
     "app/state/snapshot_store.py",
     "app/state/split_sorted.py",

@@ -73,7 +73,9 @@ def test_refusals_name_the_spec_and_the_field():
     )
 
 
-def test_a_repartitioned_topic_read_by_another_join_is_refused():
+def test_a_repartitioned_topic_may_be_read_by_another_join_from_the_same_start():
+    """The hop and the other join are both handed every record of views (app.compat.consumer);
+    a topic has one start, for every join that reads it."""
     other = spec(
         events={"topic": "views"},
         dimension={"topic": "tiers2"},
@@ -82,11 +84,15 @@ def test_a_repartitioned_topic_read_by_another_join_is_refused():
         ticks="ticks2",
     )
     other["tables"] = {"dimension": "o-d", "joins": "o-j", "clock": "o-c"}
+    views, o = resolve_all([repartitioned(), other])
+    assert (views.events.topic, views.events.input) == ("views", "etj-views-events-repartition")
+    assert (o.events.topic, o.events.input) == ("views", "views")
     with pytest.raises(Exception) as exc:
-        resolve_all([repartitioned(), other])
+        resolve_all([repartitioned(), {**other, "start": "latest"}])
     assert str(exc.value) == (
-        "join specs 'views' (events) and 'other' (events) both read views: a worker hands a "
-        "topic's records to one agent; give each join a topic of its own"
+        "join specs 'views' (events) and 'other' (events) both read views but start at "
+        "'earliest' and 'latest': a worker reads a topic once, for every join that reads it, "
+        "from one start; give both the same start"
     )
 
 

@@ -206,10 +206,16 @@ def test_conflicts_between_specs_are_refused():
     assert "join specs 'movies' -> 'films' -> 'movies' form a loop" in refused([looped, loop])
     shared = movies(
         name="films", ticks="etj-film-ticks", output="etj-films", events__topic="etj-film-ratings"
-    )  # the same dimension topic as movies
-    assert (
-        "join specs 'movies' (dimension) and 'films' (dimension) both read etj-movies"
-        in refused([movies(), shared])
+    )  # the same dimension topic as movies: both are handed every record (app.compat.consumer)
+    tables = {"dimension": "f-d", "joins": "f-j", "clock": "f-c"}
+    assert [s.name for s in resolve_all([movies(), {**shared, "tables": tables}])] == [
+        "movies",
+        "films",
+    ]
+    assert refused([movies(), {**shared, "tables": tables, "start": "latest"}]) == (
+        "join specs 'movies' (dimension) and 'films' (dimension) both read etj-movies but "
+        "start at 'earliest' and 'latest': a worker reads a topic once, for every join that "
+        "reads it, from one start; give both the same start"
     )
 
 

@@ -245,9 +245,7 @@ def test_start_is_per_side_and_a_topic_has_one_start():
     s = resolve(spec(events={"start": "2026-01-01T00:00:00Z"}))
     assert (s.events.start, s.dimension.start) == (1767225600000, "earliest")
     other = spec(name="other", output="out2", ticks="ticks2", start="latest")
-    with pytest.raises(
-        SpecError, match="both read views: a worker hands a topic's records to one agent"
-    ):
+    with pytest.raises(SpecError, match="both read views but start at 'earliest' and 'latest'"):
         resolve_all(
             [spec(), {**other, "tables": {"dimension": "o-d", "joins": "o-j", "clock": "o-c"}}]
         )

@@ -34,7 +34,6 @@ class Consumer:
         self._next, self._position, self._highwater = nxt, position, highwater
         self.active = {TP0} if active else set()
         self._held_back = held_back
-        self.inboxes = {TP0.topic: SimpleNamespace(name="moods")}
         self.seeks: list[int] = []
         self.rewinds: list[int] = []
         self.resumed: list[Any] = []
@@ -68,10 +67,10 @@ class Consumer:
         self.active |= set(tps)
 
 
-def loop(holding: int = 0) -> Any:
+def loop(holding: int = 0, join: str = "moods") -> Any:
     return SimpleNamespace(
-        join="moods",
-        inbox=SimpleNamespace(waiting=lambda: holding),
+        join=join,
+        inbox=SimpleNamespace(waiting=lambda: holding, topics=(TP0.topic,)),
         merge=SimpleNamespace(waiting=lambda: 0),
         in_flight=0,
         describe=lambda: "join moods: (described)",
@@ -104,6 +103,18 @@ async def test_a_tail_the_agent_holds_is_not_read_again():
     consumer = Consumer(nxt=40, position=50, highwater=50)
     assert await twice(make_app(consumer, holding=10)) == []
     assert consumer.seeks == []
+
+
+async def test_a_shared_tail_is_not_read_again_while_any_of_its_readers_holds_records():
+    """Two joins read etj-moods: the fetch position is one for both, so a tail the second
+    one still holds is not read again for the first (nor handed to both again)."""
+    consumer = Consumer(nxt=40, position=50, highwater=50)
+    app = make_app(consumer)
+    app.loops.append(loop(holding=10, join="moods-2"))
+    assert await twice(app) == []
+    assert consumer.seeks == []
+    app.loops[1] = loop(join="moods-2")  # both done: the tail read past is read again
+    assert await twice(app) == [TP0]
 
 
 async def test_a_partition_still_fetching_is_not_stalled():
