@@ -31,6 +31,7 @@ SUITE = (
     "car_throughput",
     "movies_throughput",
     "repartition",
+    "multi_dimension",
     "avro_throughput",
     "hot_key",
     "hot_dimension",
