@@ -1,10 +1,12 @@
-"""Several dimensions per spec, on the real broker (issue AA item 1): orders × customer tiers ×
+"""Several dimensions per spec, on the real broker (issue AA): orders × customer tiers ×
 product prices (inner) × currency rates, each dimension keyed by its own field of the order,
-one spec expanded into three links (app/joins/dimensions.py) in one worker. Late versions on
-each dimension correct it; the output is one revision log per order carrying all three answers,
-exact against an oracle that answers each dimension on its own and combines them by id, across
-a kill -9 of the worker mid-stream; no order has two revisions of one number saying different
-things."""
+one spec expanded into three links (app/joins/dimensions.py). Late versions on each dimension
+correct it, and tombstones on the customers (deletes: each ends its customer's tier at its
+Kafka timestamp, some after the orders they take the tier from) correct it to null; the output
+is one revision log per order carrying all three answers, exact against an oracle that answers
+each dimension on its own (ends included) and combines them by id, across a kill -9 of the
+worker mid-stream and a rebalance to a second worker (the partitions of every link shared out);
+no order has two revisions of one number saying different things."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 
 from app.joins.resolve import resolve_all
 from tests.broker.test_repartition_broker import send
+from tests.faults import processed
 from tests.harness import Names, create_topic, latest_by_id, read_all, wait_for
 from tests.oracle import Event, exact_answer
 from tests.unit.test_dimensions import orders as spec
@@ -27,12 +30,14 @@ KEYS = {
 }
 ANSWER = {"customer": "tier", "product": "price", "currency": "rate"}
 
-Record = tuple[bytes | None, dict[str, Any], int]
+Record = tuple[bytes | None, dict[str, Any] | None, int]  # None: a tombstone
 
 
 def traffic(seed: int) -> tuple[list[Record], dict[str, list[Record]]]:
     """(key, value, event time) of orders (keyed by nothing useful: their id) and of each
-    dimension's versions (keyed by their key), event times out of order."""
+    dimension's versions (keyed by their key), event times out of order; among the customers'
+    versions, a tombstone (value ``None``, its Kafka timestamp the end's time) for three of
+    them, mid-span, sent after the first six versions."""
     rnd = random.Random(seed)
     versions = {
         dim: [
@@ -44,6 +49,12 @@ def traffic(seed: int) -> tuple[list[Record], dict[str, list[Record]]]:
     }
     for vs in versions.values():
         rnd.shuffle(vs)
+    ends = random.Random(seed + 1)  # the same versions and orders as without them
+    for k in KEYS["customer"][:3]:
+        at = BASE + ends.randrange(15_000, 45_000)
+        versions["customer"].insert(
+            ends.randrange(6, len(versions["customer"])), (k.encode(), None, at)
+        )
     events = []
     for i in range(120):
         at = BASE + rnd.randrange(0, 60_000)
@@ -57,7 +68,7 @@ def fields(r: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(r[f] for f in ("tier", "tier_time", "price", "price_time", "rate", "rate_time"))
 
 
-def test_three_dimensions_are_one_revision_log_exact_across_a_kill_9(
+def test_three_dimensions_are_one_revision_log_exact_across_a_kill_9_and_a_rebalance(
     names: Names, worker_factory, tmp_path
 ):
     raw = spec(prefix=names.prefix)
@@ -94,19 +105,32 @@ def test_three_dimensions_are_one_revision_log_exact_across_a_kill_9(
         await sending
 
     asyncio.run(kill_mid_stream())
+    # a fresh process recovers; a second joins: the partitions are shared out again, and the
+    # last versions of each dimension (late ones, ends among the customers') reach both
+    second = worker_factory(names, name="second", joins_file=path).wait_ready()
+    third = worker_factory(names, name="third", joins_file=path).wait_ready()
+    second.wait_ready(count=2, timeout_s=120)
     for d in KEYS:
         asyncio.run(send(names, topic_of[d], versions[d][9:]))
-    worker_factory(names, name="second", joins_file=path).wait_ready()
 
-    # the oracle: each dimension answered on its own, combined by id (inner: price)
-    each = {
-        d: exact_answer(
-            link.rules,
-            [(v[d], [at, v[ANSWER[d]]]) for _, v, at in versions[d]],
-            [Event(v[d], v["id"], at) for _, v, at in events],
-        )
-        for link, d in zip(links, KEYS, strict=True)
-    }
+    # the oracle: each dimension answered on its own (a tombstone: the end [time]), combined
+    # by id (inner: price)
+    def answers(tombstones: bool) -> dict[str, dict[str, tuple[Any, ...]]]:
+        return {
+            d: exact_answer(
+                link.rules,
+                [
+                    (k.decode(), [at] if v is None else [at, v[ANSWER[d]]])
+                    for k, v, at in versions[d]
+                    if v is not None or tombstones
+                ],
+                [Event(v[d], v["id"], at) for _, v, at in events],
+            )
+            for link, d in zip(links, KEYS, strict=True)
+        }
+
+    each = answers(tombstones=True)
+    assert each["customer"] != answers(tombstones=False)["customer"], "the ends must count"
 
     def said(d: str, i: str) -> tuple[Any, Any]:
         e = each[d][i]
@@ -137,3 +161,7 @@ def test_three_dimensions_are_one_revision_log_exact_across_a_kill_9(
     assert any(r["cause"] == "late-dimension" for r in revs)
     assert any(r["customer_cause"] == "late-dimension" for r in revs)
     assert any(r["product_cause"] == "late-dimension" for r in revs)
+    # the ends took tiers already sent: null tiers after a tier, from the first link
+    assert any(r["tier"] is None and r["previous_tier"] is not None for r in revs)
+    # both workers took records after the rebalance
+    assert processed(second) > 0 and processed(third) > 0

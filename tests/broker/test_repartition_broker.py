@@ -52,7 +52,7 @@ def rekeyed_spec(prefix: str) -> dict[str, Any]:
     }
 
 
-Record = tuple[bytes | None, dict[str, Any], int]
+Record = tuple[bytes | None, dict[str, Any] | None, int]
 
 
 def iso(ms: int) -> str:
@@ -93,14 +93,15 @@ def traffic(seed: int) -> tuple[list[Record], list[Record]]:
 
 
 async def send(names: Names, topic: str, records: list[Record], pace_s: float = 0.0) -> None:
-    """Each record with its event time as Kafka timestamp and a header (kept by the hop)."""
+    """Each record with its event time as Kafka timestamp and a header (kept by the hop); a
+    ``None`` value is sent as a tombstone (a null value)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap(names), **names.client_auth())
     await producer.start()
     try:
         for key, value, at in records:
             await producer.send_and_wait(
                 topic,
-                json.dumps(value).encode(),
+                None if value is None else json.dumps(value).encode(),
                 key=key,
                 timestamp_ms=at,
                 headers=[("origin", b"test")],
