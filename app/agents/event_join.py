@@ -145,12 +145,9 @@ class JoinEngine:
         #: the group generation ``_pending`` belongs to: a rebalance drops the batches in
         #: flight unacked (their partitions' records are read again), so it starts over
         self._generation: Any = None
-        #: per partition, the last offset of each input (its index) this batch handled,
-        #: written with the batch (:meth:`app.joins.join_rows.JoinRows.save_handled`); and
         #: per partition, what the process that handled it last had handled and this one has
         #: not delivered again yet (read once per group generation): no new promise until it
-        #: is (:meth:`_promise`)
-        self._handled_now: dict[int, dict[int, int]] = {}
+        #: is (:meth:`_promise`; what this process handled is written per batch: end_batch)
         self._replaying: dict[int, list[list[int]]] = {}
         self._replay_seen: set[int] = set()
         self._replay_generation: Any = None
@@ -339,13 +336,18 @@ class JoinEngine:
             return None
         return left
 
-    def _handled(self, partition: int, index: int, offset: int) -> None:
-        """Input ``index``'s record at ``offset`` of ``partition`` is handled in this batch
-        (a spec with promises: :meth:`_replay_left`)."""
-        seen = self._handled_now.get(partition)
-        if seen is None:
-            seen = self._handled_now[partition] = {}
-        seen[index] = offset
+    def _save_handled(self) -> None:
+        """Per partition this batch handled, the last offset of each input handled so far (the
+        loop's own record of it: :attr:`app.loop.durable.DurableLoop.handled`), with the
+        batch's changelog (:meth:`_replay_left` reads it after a restart or a rebalance)."""
+        state, handled = self.state, self.loop.handled
+        for partition in self._promised_now:
+            frontier = {pair[0]: pair[1] for pair in state.handled_to(partition)}
+            for index, topic in enumerate(self.inputs):
+                end = handled.end(topic, partition)
+                if end is not None:
+                    frontier[index] = end - 1
+            state.save_handled(partition, sorted([i, o] for i, o in frontier.items()))
 
     # --- the Schema Registry -------------------------------------------------------------------
     async def register_output(self) -> None:
@@ -374,17 +376,12 @@ class JoinEngine:
         for cause, n in self._counts.items():
             (self._released if cause == "released" else self._revisions[cause]).inc(n)
         self._counts.clear()
-        self._promised_now.clear()
+        if self._promised_now:  # a spec with promises: the partitions this batch handled
+            self._save_handled()
+            self._promised_now.clear()
         if self._final_topic is not None and app.consumer_generation_id != self._generation:
             self._pending.clear()
             self._generation = app.consumer_generation_id
-        if self._handled_now:
-            state = self.state
-            for partition, seen in self._handled_now.items():
-                frontier = {pair[0]: pair[1] for pair in state.handled_to(partition)}
-                frontier.update(seen)
-                state.save_handled(partition, sorted([i, o] for i, o in frontier.items()))
-            self._handled_now.clear()
         for partition, t in self.state.end_batch().items():
             if self._final_topic is not None:
                 self._pending.setdefault(partition, []).append((t, self._mover[partition]))
@@ -465,11 +462,9 @@ class JoinEngine:
         src = [0 if is_event else 1, offset]
         self._handling, self._handling_p, self._handling_offset = topic, partition, offset
         final = self._final_topic is not None
-        promised: Any = ()
-        if final:
-            self._handled(partition, src[0], offset)
-            if partition not in self._promised_now:
-                promised = self._promise(partition, src)
+        promised = (
+            self._promise(partition, src) if (final and partition not in self._promised_now) else ()
+        )
         state = self.state
         clock = state.stream_time(partition)
         if clock is not None:
@@ -568,11 +563,15 @@ class JoinEngine:
             partition,
             offset,
         )
-        promised: list[Out] = []
-        if self._final_topic is not None and offset is not None:
-            self._handled(partition, 2, offset)
-            if partition not in self._promised_now:
-                promised = self._promise(partition, src)
+        promised = (
+            self._promise(partition, src)
+            if (
+                self._final_topic is not None
+                and src is not None
+                and partition not in self._promised_now
+            )
+            else []
+        )
         clock = self.state.stream_time(partition)
         if clock is None:
             return promised

@@ -49,5 +49,10 @@ class AckedRuns:
         run = self._runs.get((topic, partition))
         return run is not None and run[0] <= offset < run[1]
 
+    def end(self, topic: str, partition: int) -> int | None:
+        """The end of the run of ``topic[partition]`` (one past its last offset), or None."""
+        run = self._runs.get((topic, partition))
+        return None if run is None else run[1]
+
     def clear(self) -> None:
         self._runs.clear()
