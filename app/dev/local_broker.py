@@ -34,8 +34,51 @@ from aiokafka import AIOKafkaConsumer
 EXISTING_BROKER_ENV = "ETJ_BOOTSTRAP"
 
 
+#: ports this process has handed out: not handed out twice, even before their user binds them
+_handed_out: set[int] = set()
+
+#: the first port of the stripes :func:`free_port` draws from; each stripe is this wide
+_STRIPES_FROM, _STRIPE_WIDTH = 12_000, 2_000
+
+
+def _ephemeral_low() -> int:
+    """The first port the kernel hands to ``bind(0)`` and to outgoing connections."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port nothing listens on now, for a server this process or its child binds later.
+
+    Why not ``bind(0)``: that port is from the kernel's ephemeral range, and between this call
+    and the server's own bind any outgoing connection can take it as its source port (the test
+    workers make hundreds of Kafka connections). A fresh-clone CI run lost a test to exactly
+    that: a worker's web server failed with EADDRINUSE on a port it was given a moment before.
+    Ports below the ephemeral range are only ever taken by an explicit bind, so they are drawn
+    from there: a stripe per pytest-xdist worker (``PYTEST_XDIST_WORKER``) keeps two test
+    processes apart, and a port is not handed out twice by one process.
+    """
+    import random
+
+    low = _ephemeral_low()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    stripes = max(0, (low - _STRIPES_FROM) // _STRIPE_WIDTH)
+    if stripes:
+        first = _STRIPES_FROM + (index % stripes) * _STRIPE_WIDTH
+        candidates = [p for p in range(first, first + _STRIPE_WIDTH) if p not in _handed_out]
+        random.shuffle(candidates)
+        for port in candidates[:200]:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
+    with socket.socket() as s:  # no room below the ephemeral range on this machine
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
