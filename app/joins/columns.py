@@ -123,12 +123,14 @@ def output_columns(spec: JoinSpec) -> list[Column]:
     events = {c.name: typed(c) for c in model_columns(spec.events.model)}
     dims = {c.name: typed(c) for c in model_columns(spec.dimension.model)}
     out = [Column("id", "str")]
-    out += [events[f] for f in spec.events.copy]
+    out += [events[f] for f in spec.output_event_fields]
     out += [replace(dims[f], required=False) for f in spec.dimension.copy]
     out.append(Column(spec.time_as, "int", required=False))
     out.append(Column("revision", "int"))
     out += [replace(dims[f], name=f"previous_{f}", required=False) for f in spec.dimension.copy]
     out.append(Column("cause", "str", required=False))
+    if spec.dimension_name is not None:
+        out.append(Column("dimension", "str", required=False))
     return out
 
 

@@ -78,20 +78,23 @@ def link_topic(app_id: str, name: str, dim: str) -> str:
 
 def expand_all(
     raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj"
-) -> tuple[list[dict[str, Any] | JoinConfig], set[str]]:
-    """Every spec, a multi-dimension one replaced by its links; and the link topics (internal:
-    :attr:`app.joins.spec.JoinSpec.internal_output`)."""
+) -> tuple[list[dict[str, Any] | JoinConfig], set[str], dict[str, str]]:
+    """Every spec, a multi-dimension one replaced by its links; the link topics (internal:
+    :attr:`app.joins.spec.JoinSpec.internal_output`); and each link's dimension, by link
+    name (:attr:`app.joins.spec.JoinSpec.dimension_name`)."""
     out: list[dict[str, Any] | JoinConfig] = []
     links: set[str] = set()
+    labels: dict[str, str] = {}
     for i, raw in enumerate(raws):
         if is_multi(raw):
             assert isinstance(raw, dict)
             specs = expand(raw, i, app_id)
             links |= {s["output"] for s in specs[:-1]}
+            labels |= {s["name"]: d["name"] for s, d in zip(specs, raw["dimensions"], strict=True)}
             out += specs
         else:
             out.append(raw)
-    return out, links
+    return out, links, labels
 
 
 def _flat(where: str, entry: str | dict[str, str]) -> tuple[str, str]:
@@ -187,6 +190,17 @@ def expand(raw: dict[str, Any], index: int | None = None, app_id: str = "etj") -
             )
     ev_fields: dict[str, str] = events["fields"]
     user_copy = [_flat(where, e) for e in events.get("copy", [])]
+    named = [f for _, f in user_copy] + [
+        f
+        for d in dims
+        for f in [d.get("time_as"), *(_flat(where, e)[1] for e in d.get("copy", []))]
+    ]
+    if "dimension" in named:
+        raise SpecError(
+            f"{where}: a copied field named 'dimension': with 'dimensions' the output's "
+            "'dimension' names the dimension that changed; rename it in copy "
+            '({"dimension": "name"})'
+        )
     time_path = events.get("time")
     if not isinstance(time_path, str):
         raise SpecError(f"{where}: events.time: missing")
@@ -228,6 +242,8 @@ def expand(raw: dict[str, Any], index: int | None = None, app_id: str = "etj") -
             here += [_flat(where, p)[1] for later in dims[i:] for p in on_paths(later)]
             fields = {f: carried[f] for f in dict.fromkeys(here)}
             fields.update({**answers, **dict.fromkeys(causes, "str"), "cause": "str"})
+            fields["dimension"] = "str?"  # which dimension changed upstream (none: the event)
+            copy.append("dimension")
             causes = [*causes, f"{prev}_cause"]
             ev = {
                 "topic": specs[-1]["output"],

@@ -26,12 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from app.inputs.paths import HEADER
-from app.inputs.records import InvalidRecord, WireModel, join_key_text
+from app.inputs.records import WireModel, join_key_text
 from app.inputs.time_formats import KAFKA_TIMESTAMP
 from app.logic.event_join import Event, JoinRules, Mode, Revision, derive_id
 from app.logic.histories import AsOf, Version
@@ -306,62 +305,9 @@ class Side:
         (:class:`app.kafka.schema_registry.SchemaRegistry`), for a framed format;
         ``check_key`` False: the record key is not compared (a repartition hop's read);
         ``key_format``: the keys' (default: :attr:`input_key_format`)."""
-        from app.inputs.parsers import compile_parser, compile_shaped_parser
-        from app.inputs.wire_formats import key_decoder, value_decoder
+        from app.joins.side_parsers import side_parser
 
-        # a header is text: a time read from one is converted, whatever the side says
-        converted = (
-            self.time_given
-            or self.time_format != "epoch_ms"
-            or self.path_of(self.time).startswith(HEADER)
-        )
-        paths = dict(self.paths) or {f: f for f in self.field_names}
-        parse: Callable[..., Any]
-        if self.format == "json" and not self.shaped and check_key:
-            # the fast path itself, no wrapper (it takes the timestamp too, and ignores it)
-            parse = cast(Callable[..., Any], compile_parser(self.model))
-            if self.time_given:
-                # "time_format": "epoch_ms" written out: a float or a string of one too; a
-                # record the fast path refuses is read again, converting its time
-                fast = parse
-                lenient = compile_shaped_parser(
-                    self.model, paths, self.time, "epoch_ms", False, None, check_key
-                )
-
-                def parse_epoch_ms(
-                    key: bytes | None,
-                    value: bytes | None,
-                    timestamp: Any = None,
-                    headers: Any = None,
-                ) -> Any:
-                    try:
-                        return fast(key, value)
-                    except InvalidRecord:
-                        return lenient(key, value, timestamp, headers)
-
-                parse = parse_epoch_ms
-        else:
-            parse = compile_shaped_parser(
-                self.model,
-                paths,
-                self.time,
-                self.time_format if converted else None,
-                self.from_timestamp,
-                None if self.format == "json" else value_decoder(self.format, schemas),
-                check_key,
-            )
-        decode_key = (
-            key_decoder(key_format or self.input_key_format, schemas) if check_key else None
-        )
-        if decode_key is None:
-            return parse
-
-        def parse_keyed(
-            key: bytes | None, value: bytes | None, timestamp: Any = None, headers: Any = None
-        ) -> Any:
-            return parse(decode_key(key), value, timestamp, headers)
-
-        return parse_keyed
+        return side_parser(self, schemas, check_key, key_format)
 
 
 @dataclass(frozen=True)
@@ -400,6 +346,11 @@ class JoinSpec:
     order_field: str | None = None
     #: its output is an internal link between dimensions (:mod:`app.joins.dimensions`)
     internal_output: bool = False
+    #: a link of a multi-dimension spec: the name of the dimension it joins. Its revisions
+    #: carry ``dimension`` (last, after ``cause``): this name when the link's own dimension
+    #: changed the answer, else what the upstream revision said (the event's ``dimension``
+    #: field; none for the first link: the event itself is new or changed)
+    dimension_name: str | None = None
 
     @property
     def final_topic(self) -> str | None:
@@ -424,13 +375,22 @@ class JoinSpec:
         dim = self.dimension.copy
         return (
             "id",
-            *self.events.copy,
+            *self.output_event_fields,
             *dim,
             self.time_as,
             "revision",
             *(f"previous_{f}" for f in dim),
             "cause",
+            *(("dimension",) if self.dimension_name else ()),
         )
+
+    @property
+    def output_event_fields(self) -> tuple[str, ...]:
+        """The events' copied fields the output carries where they are copied (a link's
+        upstream ``dimension`` goes last, as its own: :attr:`dimension_name`)."""
+        if self.dimension_name is None:
+            return self.events.copy
+        return tuple(f for f in self.events.copy if f != "dimension")
 
     @property
     def inputs(self) -> tuple[str, str, str]:
@@ -494,7 +454,7 @@ class JoinSpec:
         fields cost a tenth of a worker's main thread)."""
         payload = self.payload_fields
         items = [("id", "r.id")]
-        for f in self.events.copy:
+        for f in self.output_event_fields:
             src = (
                 "r.key"
                 if f == self.events.key and self.events.key_is_text
@@ -508,6 +468,10 @@ class JoinSpec:
         items += [(self.time_as, "r.answer_time"), ("revision", "r.revision")]
         items += [(f"previous_{f}", f"v[{i}]") for i, f in enumerate(dim)]
         items.append(("cause", "r.cause"))
+        if self.dimension_name is not None:
+            up = f"p[{payload.index('dimension')}]" if "dimension" in payload else "None"
+            own = repr(self.dimension_name)
+            items.append(("dimension", f"({up} if r.cause == 'arrival' else {own})"))
         body = ", ".join(f"{name!r}: {src}" for name, src in items)
         source = (
             f"def to_wire(r):\n    p = r.payload\n    a = r.answer or NONE\n"

@@ -64,8 +64,12 @@ def traffic(seed: int) -> tuple[list[Record], dict[str, list[Record]]]:
     return events, versions
 
 
+#: what a revision says: each dimension's answer and its time
+SAID = ("tier", "tier_time", "price", "price_time", "rate", "rate_time")
+
+
 def fields(r: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(r[f] for f in ("tier", "tier_time", "price", "price_time", "rate", "rate_time"))
+    return tuple(r[f] for f in SAID)
 
 
 def test_three_dimensions_are_one_revision_log_exact_across_a_kill_9_and_a_rebalance(
@@ -156,6 +160,22 @@ def test_three_dimensions_are_one_revision_log_exact_across_a_kill_9_and_a_rebal
     for r in revs:
         by_join.setdefault(r["id"], set()).add(r["revision"])
     assert all(sorted(n) == list(range(1, len(n) + 1)) for n in by_join.values()), by_join
+    # each later revision names the dimension whose change made it; only that dimension's
+    # answer differs from the revision before, and its previous_<field> is what that said
+    one = {(r["id"], r["revision"]): r for r in revs}
+    named: dict[str, int] = {}
+    for (i, n), r in one.items():
+        if n == 1:
+            assert r["dimension"] in (None, *ANSWER), r
+            continue
+        before, dim = one[(i, n - 1)], r["dimension"]
+        assert dim in ANSWER, r  # every order is sent once: no later revision is the order's
+        owned = {ANSWER[dim], f"{ANSWER[dim]}_time"}
+        changed = {f for f in SAID if r[f] != before[f]}
+        assert changed and changed <= owned, (before, r)
+        assert r[f"previous_{ANSWER[dim]}"] == before[ANSWER[dim]], (before, r)
+        named[dim] = named.get(dim, 0) + 1
+    assert set(named) == set(ANSWER), named  # every dimension changed some order
     # corrections came from every dimension: the last link's own, and the earlier ones'
     # carried as <dim>_cause
     assert any(r["cause"] == "late-dimension" for r in revs)

@@ -306,7 +306,7 @@ def test_the_several_dimensions_example_resolves_and_its_mistakes_say_what_the_p
         "amount",
         *("tier", "previous_tier", "tier_time", "price", "previous_price", "price_time"),
         *("customer_cause", "product_cause", "rate", "rate_time"),
-        *("revision", "previous_rate", "cause"),
+        *("revision", "previous_rate", "cause", "dimension"),
     )
 
     def mistake(**changes: object) -> str:

@@ -5,6 +5,7 @@ through an internal link topic; what cannot work yet is refused naming the spec 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import orjson
@@ -106,6 +107,7 @@ def test_three_dimensions_become_a_chain_of_links_through_internal_topics():
         "revision",
         "previous_rate",
         "cause",
+        "dimension",
     )
 
 
@@ -123,6 +125,7 @@ def test_a_link_reads_the_revision_the_link_before_it_writes():
         "revision": 2,
         "previous_tier": "gold",
         "cause": "late-dimension",
+        "dimension": "customer",
         "partition": 0,
         "source": {"topic": "m-orders", "partition": 0, "offset": 3},
     }
@@ -137,6 +140,48 @@ def test_a_link_reads_the_revision_the_link_before_it_writes():
         "late-dimension",
     )
     assert (out["price"], out["revision"], out["currency"]) == ("9.5", 1, "eur")
+    # the event came with the customer's change: the revision says so, once, last
+    assert out["cause"] == "arrival" and out["dimension"] == "customer"
+    assert list(out)[-1] == "dimension"
+
+
+def test_the_output_names_the_dimension_whose_change_made_each_revision():
+    """``dimension``: the link's own when its own dimension changed the answer, the upstream
+    revision's when the change came through the event, none for the event itself."""
+    c, p, _ = resolve_all([orders()])
+    ev = c.event_of(
+        c.events.parser(check_key=False)(
+            b"o1",
+            orjson.dumps(
+                {
+                    "id": "o1",
+                    "amount": 3,
+                    "customer": "c1",
+                    "product": "p1",
+                    "currency": "eur",
+                    "at": 5,
+                }
+            ),
+        )
+    )
+    first = c.to_wire(c.rules.arrive([], ev, None)[1])  # type: ignore[arg-type]
+    assert (first["cause"], first["dimension"]) == ("arrival", None)
+    rev = c.rules.arrive([], ev, None)[1]
+    assert rev is not None
+    late = c.to_wire(dataclasses.replace(rev, cause="late-dimension"))
+    assert late["dimension"] == "customer"
+    rec = p.events.parser(check_key=False)(b"p1", orjson.dumps({**late, "revision": 2}))
+    down = p.rules.arrive([[1, "9.5"]], p.event_of(rec), None)[1]
+    assert down is not None
+    assert p.to_wire(down)["dimension"] == "customer"
+    assert p.to_wire(dataclasses.replace(down, cause="late-dimension"))["dimension"] == "product"
+    assert p.to_wire(dataclasses.replace(down, cause="revisit"))["dimension"] == "product"
+
+
+def test_a_copied_field_named_dimension_is_refused():
+    raw = orders()
+    raw["events"]["copy"] = [*raw["events"]["copy"], {"amount": "dimension"}]
+    assert "a copied field named 'dimension'" in refused(raw)
 
 
 def test_events_keyed_by_the_first_dimension_are_read_as_they_are():
