@@ -269,16 +269,25 @@ async def topic_partitions(producer: aiokafka.AIOKafkaProducer, topic: str) -> s
 
 
 async def send_alone_batch(
-    producer: aiokafka.AIOKafkaProducer, topic: str, key: bytes | None, value: bytes | None
+    producer: aiokafka.AIOKafkaProducer,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    timestamp: int | None = None,
+    headers: Any = None,
 ) -> Any:
     """Send one record in a producer batch of its own, to the partition ``send`` would pick,
     after ``send``'s own size check (``send_batch`` skips it: raises
-    ``MessageSizeTooLargeError``); the delivery future."""
-    producer._serialize(key, value, [])
+    ``MessageSizeTooLargeError``); the delivery future. ``timestamp`` and ``headers``: the
+    record's as it was first sent (a hop's record passed on as it came, a foreign-key delete's
+    ``etj-deleted-at``): sent alone it must say the same."""
+    listed = list(headers) if headers else []
+    producer._serialize(key, value, listed)
     await producer.client._wait_on_metadata(topic)
     partition = producer._partition(topic, None, key, value, key, value)
     batch = producer.create_batch()
-    batch.append(key=key, value=value, timestamp=None)  # the first record always fits
+    # the first record always fits
+    batch.append(key=key, value=value, timestamp=timestamp, headers=listed)
     return await producer.send_batch(batch, topic, partition=partition)
 
 

@@ -284,7 +284,11 @@ async def dead_letter_refused(
             )
             continue
         try:
-            await (await delivery.send_alone(app, out.topic, out.key, out.value))
+            await (
+                await delivery.send_alone(
+                    app, out.topic, out.key, out.value, out.timestamp, out.headers
+                )
+            )
             continue  # delivered alone: the refusal was a batch neighbour's
         except Exception as again:
             if not delivery.refused_for_good(again):  # send_alone failed stop already

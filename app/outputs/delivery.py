@@ -148,16 +148,24 @@ def row_hint(topic: str, exc: BaseException) -> str:
     )
 
 
-async def send_alone(app: Any, topic: str, key: bytes | None, value: bytes | None) -> Any:
+async def send_alone(
+    app: Any,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    timestamp: int | None = None,
+    headers: Any = None,
+) -> Any:
     """Send one record in a producer batch of its own, to the partition ``send_direct`` would
-    pick; the delivery future, which fails only with a refusal :func:`refused_for_good` (any
-    other error fails stop).
+    pick, with its ``timestamp`` and ``headers`` (None: the producer's clock, none); the delivery
+    future, which fails only with a refusal :func:`refused_for_good` (any other error fails
+    stop).
 
     The broker answers per batch: a refusal on a future may be a neighbour's in the same batch
     (a batch over ``max.message.bytes``, an invalid record in it). Sent alone, a record refused
     again is refused for itself (:func:`app.compat.producer.send_alone_batch`)."""
     try:
-        fut = await send_alone_batch(aiokafka_producer(app), topic, key, value)
+        fut = await send_alone_batch(aiokafka_producer(app), topic, key, value, timestamp, headers)
     except MessageSizeTooLargeError as exc:  # send's own check of max_request_size
         return _failed(exc)
     except KafkaError as exc:

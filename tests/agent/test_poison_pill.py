@@ -55,7 +55,9 @@ def broker_refuses(refused: BaseException, alone_too: bool = True) -> Iterator[l
         out.futures += [(_failed(refused), [i]) for i in poison]
         return out
 
-    async def send_alone(app: Any, topic: str, key: Any, value: Any) -> Any:
+    async def send_alone(
+        app: Any, topic: str, key: Any, value: Any, timestamp: Any = None, headers: Any = None
+    ) -> Any:
         alone.append(value)
         if alone_too:
             return _failed(refused)

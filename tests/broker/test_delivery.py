@@ -127,3 +127,39 @@ async def test_a_topic_known_before_its_first_send_keeps_its_leaders(broker, nam
             await producer.stop()
     finally:
         await admin.close()
+
+
+async def test_a_record_sent_alone_keeps_its_timestamp_and_headers(broker, names):
+    """A refused batch's records are each sent alone again (app.loop.dead_letters): a record
+    passed on as it came (a hop) or a foreign-key delete (``etj-deleted-at``, which consumers
+    order deletes by) must reach the broker as it was first sent, not with the producer's clock
+    and no headers."""
+    from aiokafka import AIOKafkaConsumer
+
+    topic = f"{names.prefix}-alone"
+    producer = aiokafka.AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+    await producer.start()
+    try:
+        fut = await etj_producer.send_alone_batch(
+            producer, topic, b"k", None, 1_234_567, [("etj-deleted-at", b"42")]
+        )
+        await fut
+        plain = await etj_producer.send_alone_batch(producer, topic, b"k", b"v")
+        await plain
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        got = []
+        while len(got) < 2:
+            for msgs in (await consumer.getmany(timeout_ms=1000)).values():
+                got += msgs
+    finally:
+        await consumer.stop()
+    first, second = sorted(got, key=lambda m: m.offset)
+    assert (first.key, first.value, first.timestamp) == (b"k", None, 1_234_567)
+    assert list(first.headers) == [("etj-deleted-at", b"42")]
+    assert second.value == b"v" and second.timestamp > 1_234_567 and not second.headers
