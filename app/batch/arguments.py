@@ -15,6 +15,7 @@ from pathlib import Path
 from app.batch import jobs
 from app.batch.pack import DEFAULT_OUT
 from app.batch.spec_joins import METHODS
+from app.joins.dimensions import MultiDimensionJoin
 from app.joins.fk_spec import FkJoinSpec
 from app.joins.spec import JoinSpec
 from app.logic.event_range import EventRange, parse_time
@@ -68,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--dimension",
         nargs="+",
         default=[],
-        help="the join's dimension archive(s) (moods: etj-moods, as --moods)",
+        help="the join's dimension archive(s) (moods: etj-moods, as --moods); a join with "
+        "several dimensions: NAME=PATH for each (--dimension customer=c.jsonl product=p.jsonl)",
     )
     common.add_argument(
         "--moods", nargs="+", default=[], help="etj-moods archive(s): the mood join's dimension"
@@ -260,10 +262,12 @@ def settings_of(args: argparse.Namespace):
     return s
 
 
-def join_of(args: argparse.Namespace) -> JoinSpec | FkJoinSpec | None:
+def join_of(args: argparse.Namespace) -> JoinSpec | FkJoinSpec | MultiDimensionJoin | None:
     """The join of ``--join`` (or moods, when only its legacy options are given); its
-    dimension archives land in ``args.dimension``. None: no join asked for (cars only)."""
-    from app.joins.catalog import batch_fk_specs, batch_specs
+    dimension archives land in ``args.dimension`` (a spec with several dimensions: a dict of
+    them by name, from ``NAME=PATH`` entries). None: no join asked for (cars only)."""
+    from app.batch.multi_jobs import dimension_archives
+    from app.joins.catalog import batch_fk_specs, batch_multi_specs, batch_specs
 
     name = args.join
     if name is None and (
@@ -305,11 +309,15 @@ def join_of(args: argparse.Namespace) -> JoinSpec | FkJoinSpec | None:
             f"--left/--right are a foreign-key join's inputs; join {name!r} reads "
             "--events and --dimension"
         )
+    multi = batch_multi_specs(settings_of(args))
+    if name in multi:
+        args.dimension = dimension_archives(args.dimension, multi[name])
+        return multi[name]
     specs = batch_specs(settings_of(args))
     if name not in specs:
         raise ValueError(
             f"unknown join {name!r}; this configuration has: "
-            f"{', '.join([*specs, *fks])} (more with --joins-file / "
+            f"{', '.join([*specs, *multi, *fks])} (more with --joins-file / "
             "ETJ_JOINS_FILE)"
         )
     return specs[name]

@@ -11,6 +11,9 @@ the built-in ``moods`` and ``movies`` and every spec of ``ETJ_JOINS_FILE`` or
 ``--moods``/``--events`` are the mood join's inputs, as before (``--moods`` is also the
 ``--dimension`` of ``--join moods``). ``--cars``/``--zones`` are the car view's.
 
+A spec with several dimensions (``"dimensions"``) is named by its own name; ``--dimension`` then
+gives each dimension's archives as ``NAME=PATH`` (:mod:`app.batch.multi_jobs`).
+
 A foreign-key join (``"kind": "foreign-key"``, the car join ``cars`` among them) is named the
 same way, ``--join NAME``; its inputs are ``--left`` and ``--right``, its output archive
 ``--revisions`` (:mod:`app.batch.fk_jobs`).
@@ -37,7 +40,8 @@ from pyspark.sql import SparkSession
 
 from app.batch.arguments import build_parser, join_of, scope_of, spark_conf
 from app.batch.session import batch_session
-from app.batch.subcommands import JOBS, run_fk
+from app.batch.subcommands import JOBS, run_fk, run_multi
+from app.joins.dimensions import MultiDimensionJoin
 from app.joins.fk_spec import FkJoinSpec
 from app.joins.spec import SpecError
 
@@ -62,6 +66,8 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
     try:
         if isinstance(spec, FkJoinSpec):
             return run_fk(spark, args, spec, scope)
+        if isinstance(spec, MultiDimensionJoin):
+            return run_multi(spark, args, spec, scope)
         return JOBS[args.job](spark, args, spec, scope)
     finally:
         if own:

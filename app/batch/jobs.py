@@ -232,7 +232,7 @@ def reconcile_join(
         rows = sample_rows(comparison, "id", max(examples, sample))
         shown = [describe_join(spec, r) for r in first_per_status(rows, examples)]
         diffs = [difference(r, "id", S.answer_columns(spec)[1:]) for r in rows]
-        problems = _revision_log_problems(spec, log, examples)
+        problems = revision_log_problems(spec, log, examples)
         records = log.count()
         refused = inputs.refused_counts()
     comparison.unpersist()
@@ -240,7 +240,7 @@ def reconcile_join(
     return Report(title, counts, records, shown, problems, diffs, view, refused)
 
 
-def _revision_log_problems(spec: JoinSpec, log: DataFrame, examples: int) -> list[str]:
+def revision_log_problems(spec: JoinSpec, log: DataFrame, examples: int) -> list[str]:
     """The revision-log contract: one revision number never carries two different answers."""
     answer = F.struct(*S.answer_columns(spec)[1:], *[f"previous_{f}" for f in spec.dimension.copy])
     clashes = (

@@ -57,7 +57,7 @@ cannot (app.joins.sides), so they never collide.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
@@ -76,6 +76,7 @@ __all__ = [
     "spec_joins",
     "latest_revisions",
     "compare_joins",
+    "same_answer",
     "backfill_revisions",
     "retractions",
 ]
@@ -315,9 +316,10 @@ def latest_revisions(
     return best.select("id", *[F.col("_r").getField(c).alias(c) for c in cols[1:]], "revisions")
 
 
-def _same_answer(spec: JoinSpec, a: str, b: str) -> Column:
+def same_answer(columns: Sequence[str], a: str, b: str) -> Column:
+    """Do structs ``a`` and ``b`` say the same in ``columns`` (nulls equal)?"""
     cond = F.lit(True)
-    for c in answer_columns(spec)[1:]:
+    for c in columns:
         cond = cond & F.col(a).getField(c).eqNullSafe(F.col(b).getField(c))
     return cond
 
@@ -346,7 +348,7 @@ def compare_joins(
         e = e.join(holding.select("id", F.lit(True).alias("_holding")), "id", "left")
     status = (
         missing.when(F.col("expected").isNull(), "extra")
-        .when(_same_answer(spec, "expected", "actual"), "matched")
+        .when(same_answer(answer_columns(spec)[1:], "expected", "actual"), "matched")
         .otherwise("wrong")
     )
     return e.join(a, "id", "full_outer").select("id", status.alias("status"), "expected", "actual")

@@ -16,10 +16,19 @@ from pyspark.sql import SparkSession
 from app.batch import archives, jobs
 from app.batch.arguments import settings_of
 from app.batch.session import Steps
+from app.joins.dimensions import MultiDimensionJoin
 from app.joins.fk_spec import FkJoinSpec
 from app.joins.spec import JoinSpec
 
-__all__ = ["JOBS", "run_backfill", "run_bootstrap", "run_exact", "run_fk", "run_reconcile"]
+__all__ = [
+    "JOBS",
+    "run_backfill",
+    "run_bootstrap",
+    "run_exact",
+    "run_fk",
+    "run_multi",
+    "run_reconcile",
+]
 
 
 def _steps(spark: SparkSession, args: argparse.Namespace) -> Steps:
@@ -116,6 +125,86 @@ def run_fk(
         f"{args.job}: join {spec.name} is a foreign-key join; {args.job} is for "
         "event-time joins (exact, reconcile and backfill take it)"
     )
+
+
+def run_multi(
+    spark: SparkSession, args: argparse.Namespace, multi: MultiDimensionJoin, scope: jobs.Scope
+) -> int:
+    """exact, reconcile or backfill of a spec with several dimensions
+    (:mod:`app.batch.multi_jobs`); ``args.dimension``: archives by dimension name."""
+    from app.batch import multi_jobs as M
+
+    steps, dims = _steps(spark, args), args.dimension
+    needs = {"exact": "out", "reconcile": "revisions", "backfill": "revisions"}
+    if args.job not in needs:
+        raise SystemExit(
+            f"{args.job}: join {multi.name} has several dimensions: {args.job} is "
+            "for one-dimension joins (exact, reconcile and backfill take it)"
+        )
+    if not (args.events and getattr(args, needs[args.job])):
+        raise SystemExit(
+            f"{args.job}: join {multi.name} needs --events, --dimension NAME=PATH for each "
+            f"dimension and --{needs[args.job]}"
+        )
+    if args.job == "exact":
+        with steps.step(f"{multi.name} -> {args.out}"):
+            answer, refused = M.exact_multi(spark, multi, args.events, dims, scope, args.method)
+            archives.write_table(answer, args.out)
+        _say_refused(refused)
+        return 0
+    if args.job == "reconcile":
+        sample = args.sample if args.report else 0
+        report = M.reconcile_multi(
+            spark,
+            steps,
+            multi,
+            args.events,
+            dims,
+            args.revisions,
+            scope,
+            args.examples,
+            sample,
+            args.method,
+        )
+        print(report.render(), flush=True)
+        if args.report:
+            lines = jobs.write_report(args.report, [report])
+            print(f"report: {lines} line(s) -> {args.report}", flush=True)
+        print("CONVERGED" if report.converged else "NOT CONVERGED (exit code 1)", flush=True)
+        return 0 if report.converged else 1
+    from app.batch.publish import publish  # aiokafka: only when publishing
+
+    if args.late_events or args.late_dimension or args.before is not None:
+        raise SystemExit(
+            f"backfill: join {multi.name} has several dimensions: give the late records in "
+            "--events and --dimension NAME=PATH (no --late-events, --late-dimension, --before)"
+        )
+    refuse_framed_output(multi.last, args)
+    revisions = list(args.revisions)
+    if args.ledger and os.path.exists(args.ledger) and os.path.getsize(args.ledger):
+        revisions.append(args.ledger)
+    with steps.step(f"{multi.name}: computing the joins whose answer changes"):
+        found, refused = M.backfill_multi(
+            spark, multi, args.events, dims, revisions, scope, args.method
+        )
+        read = [*args.events, *(p for paths in dims.values() for p in paths)]
+        todo = jobs.with_lineage(found, read).cache()
+        rows = jobs.rows_as_wire(todo)
+    if args.out:
+        with steps.step(f"writing {len(rows)} revisions -> {args.out}"):
+            archives.write_table(todo, args.out)
+    todo.unpersist()
+    _say_refused(refused)
+    for r in rows[:5]:
+        print(f"backfill {r['id']} revision {r['revision']}: {r['dimension']} changed", flush=True)
+    if args.dry_run:
+        print(f"backfill: {len(rows)} revision(s) to publish (dry run: nothing sent)", flush=True)
+        return 0
+    topic, broker = args.topic or multi.output, args.broker or settings_of(args).broker_url
+    with steps.step(f"publishing {len(rows)} revisions to {topic}"):
+        sent = publish(broker, topic, rows, ledger=args.ledger)
+    print(f"backfill: published {sent} revision(s) to {topic}", flush=True)
+    return 0
 
 
 def run_exact(

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from app.joins.dimensions import MultiDimensionJoin, is_multi, standalone
 from app.joins.fk_spec import FkJoinSpec, check_together, is_foreign_key, resolve_fk
 from app.joins.resolve import resolve_all
 from app.joins.spec import JoinSpec, SpecError
@@ -172,6 +173,23 @@ def batch_specs(s: Settings) -> dict[str, JoinSpec]:
     runs it, and this configuration's (``ETJ_JOINS_FILE``'s), which win on a name."""
     every_builtin = s.model_copy(update={"joins_file": None, "builtin_joins": None})
     return {spec.name: spec for spec in [*load_specs(every_builtin), *load_specs(s)]}
+
+
+def batch_multi_specs(s: Settings) -> dict[str, MultiDimensionJoin]:
+    """Name -> spec with several dimensions (only a joins file has them), as the batch twin
+    computes it (:class:`app.joins.dimensions.MultiDimensionJoin`); its links are also in
+    :func:`batch_specs`, each a join of its own."""
+    if s.joins_file is None:
+        return {}
+    out = {}
+    for i, raw in enumerate(read_joins_file(s.joins_file)):
+        if is_multi(raw):
+            last = resolve_all([raw], s.app_id)[-1]
+            dims = tuple(
+                (dim, resolve_all([one], s.app_id)[0]) for dim, one in standalone(raw, i, s.app_id)
+            )
+            out[raw["name"]] = MultiDimensionJoin(raw["name"], last, dims)
+    return out
 
 
 def batch_fk_specs(s: Settings) -> dict[str, FkJoinSpec]:

@@ -32,13 +32,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from app.inputs.paths import PathError, flat_name
 from app.inputs.time_formats import KAFKA_TIMESTAMP
-from app.joins.spec import JoinConfig, SpecError
+from app.joins.spec import JoinConfig, JoinSpec, SpecError
 
-__all__ = ["expand", "expand_all", "is_multi", "link_topic"]
+__all__ = ["MultiDimensionJoin", "expand", "expand_all", "is_multi", "link_topic", "standalone"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 _DIM_NAME = re.compile(r"^[a-z][a-z0-9]*$")
@@ -269,21 +271,83 @@ def expand(raw: dict[str, Any], index: int | None = None, app_id: str = "etj") -
             spec["output_format"] = raw["output_format"]
         specs.append(spec)
         if i < n - 1:
-            answers.update(_answer_fields(where, d, spec["mode"]))
+            answers.update(_answer_fields(where, d))
     return specs
 
 
-def _answer_fields(where: str, d: dict[str, Any], mode: str) -> dict[str, str]:
+def _answer_fields(where: str, d: dict[str, Any]) -> dict[str, str]:
     """The fields a link adds for its dimension, carried to the next link (flat name -> type):
-    its copy, ``time_as`` and ``previous_<copy>``; optional in ``left`` mode (null: no
-    version), previous always (a first answer has none). Its cause is carried apart."""
+    its copy, ``time_as`` and ``previous_<copy>``, all optional: null is no version in ``left``
+    mode, and an ``inner`` link's retraction (an end took its answer: docs/joins/
+    declarative.md#tombstones-deletes) in ``inner`` mode, which the next link must read and
+    pass on, not dead-letter; previous always (a first answer has none). Its cause is carried
+    apart."""
     fields: dict[str, str] = d["fields"]
     out: dict[str, str] = {}
     for entry in d.get("copy", []):
         path, flat = _flat(where, entry)
         t = _type_of(where, f"dimension {d['name']!r}", fields, path)
-        out[flat] = _optional(t) if mode == "left" else t
+        out[flat] = _optional(t)
         out[f"previous_{flat}"] = _optional(t)
     if isinstance(d.get("time_as"), str):
-        out[d["time_as"]] = "time?" if mode == "left" else "time"
+        out[d["time_as"]] = "time?"
     return out
+
+
+# --- the batch twin's view of a spec -------------------------------------------------------
+
+
+def standalone(
+    raw: dict[str, Any], index: int | None = None, app_id: str = "etj"
+) -> list[tuple[str, dict[str, Any]]]:
+    """(dimension name, a one-dimension spec as written) for each dimension of ``raw``: the
+    dimension joined to the user's events directly (keyed by its ``on``), writing the spec's
+    output. Raises :class:`SpecError` as :func:`expand` does.
+
+    Why the batch twin answers each dimension on its own: a link's answer depends only on the
+    event's key for its dimension and the event's time, which every link carries unchanged,
+    so the chain's last answer for an event is each dimension's as-of answer at the event's
+    time, combined by id (an ``inner`` dimension without one: no join). Computing them apart
+    is then the exact answer, and one that does not share the chain's code."""
+    expand(raw, index, app_id)  # every refusal, as the worker gives it
+    return [
+        (d["name"], expand({**raw, "dimensions": [d]}, index, app_id)[0]) for d in raw["dimensions"]
+    ]
+
+
+@dataclass(frozen=True)
+class MultiDimensionJoin:
+    """A spec with several dimensions, resolved for the batch twin: the last link (whose
+    output fields are the spec's output) and each dimension as its own one-dimension join
+    (:func:`standalone`)."""
+
+    name: str
+    last: JoinSpec
+    dimensions: tuple[tuple[str, JoinSpec], ...]
+
+    @property
+    def output(self) -> str:
+        return self.last.output
+
+    def answer_of(self, dim: str) -> tuple[str, ...]:
+        """The output fields that carry dimension ``dim``'s answer: its copy and ``time_as``."""
+        spec = dict(self.dimensions)[dim]
+        return (*spec.dimension.copy, spec.time_as)
+
+    @cached_property
+    def columns(self) -> tuple[str, ...]:
+        """The exact answer's columns: the id, the events' copy, each dimension's answer."""
+        first = self.dimensions[0][1]
+        cols = (
+            "id",
+            *first.events.copy,
+            *(f for d, _ in self.dimensions for f in self.answer_of(d)),
+        )
+        missing = [c for c in cols if c not in self.last.output_fields]
+        assert not missing, f"{self.name}: the output lacks {missing}"
+        return cols
+
+    @property
+    def inner(self) -> tuple[str, ...]:
+        """The dimensions whose missing answer means no join (``mode`` inner)."""
+        return tuple(d for d, spec in self.dimensions if spec.mode == "inner")

@@ -1,8 +1,9 @@
 """Several dimensions per spec, on the real broker (issue AA): orders × customer tiers ×
 product prices (inner) × currency rates, each dimension keyed by its own field of the order,
 one spec expanded into three links (app/joins/dimensions.py). Late versions on each dimension
-correct it, and tombstones on the customers (deletes: each ends its customer's tier at its
-Kafka timestamp, some after the orders they take the tier from) correct it to null; the output
+correct it, and tombstones on the customers and the products (deletes: each ends its key's
+answer at its Kafka timestamp, some after the orders they take it from) correct it to null, or,
+for the inner products, retract the order's join; the output
 is one revision log per order carrying all three answers, exact against an oracle that answers
 each dimension on its own (ends included) and combines them by id, across a kill -9 of the
 worker mid-stream and a rebalance to a second worker (the partitions of every link shared out);
@@ -37,7 +38,8 @@ def traffic(seed: int) -> tuple[list[Record], dict[str, list[Record]]]:
     """(key, value, event time) of orders (keyed by nothing useful: their id) and of each
     dimension's versions (keyed by their key), event times out of order; among the customers'
     versions, a tombstone (value ``None``, its Kafka timestamp the end's time) for three of
-    them, mid-span, sent after the first six versions."""
+    them, mid-span, sent after the first six versions; among the products', one for two of
+    them 5 s after their first price, sent last (inner: it retracts the joins it takes)."""
     rnd = random.Random(seed)
     versions = {
         dim: [
@@ -55,6 +57,9 @@ def traffic(seed: int) -> tuple[list[Record], dict[str, list[Record]]]:
         versions["customer"].insert(
             ends.randrange(6, len(versions["customer"])), (k.encode(), None, at)
         )
+    for k in KEYS["product"][:2]:  # 5 s after its first price, sent last: it takes answers
+        first = min(at for key, _, at in versions["product"] if key == k.encode())
+        versions["product"].append((k.encode(), None, first + 5_000))
     events = []
     for i in range(120):
         at = BASE + rnd.randrange(0, 60_000)
@@ -148,7 +153,8 @@ def test_three_dimensions_are_one_revision_log_exact_across_a_kill_9_and_a_rebal
 
     async def exact() -> bool:
         latest = latest_by_id(v for _, v in await read_all(names, out, idle_s=0.5))
-        return {i: fields(r) for i, r in latest.items()} == expected
+        # a null price is no join: the inner product link's retraction (an end took it)
+        return {i: fields(r) for i, r in latest.items() if r["price_time"] is not None} == expected
 
     assert asyncio.run(wait_for(exact, timeout_s=120, every_s=2))
     revs = [v for _, v in asyncio.run(read_all(names, out, idle_s=0.5))]
@@ -183,5 +189,11 @@ def test_three_dimensions_are_one_revision_log_exact_across_a_kill_9_and_a_rebal
     assert any(r["product_cause"] == "late-dimension" for r in revs)
     # the ends took tiers already sent: null tiers after a tier, from the first link
     assert any(r["tier"] is None and r["previous_tier"] is not None for r in revs)
+    # and prices already sent: the inner product link's retraction, read and passed on by the
+    # currency link as a revision naming the product
+    assert any(
+        r["price_time"] is None and r["previous_price"] is not None and r["dimension"] == "product"
+        for r in revs
+    )
     # both workers took records after the rebalance
     assert processed(second) > 0 and processed(third) > 0

@@ -270,3 +270,27 @@ def test_expand_leaves_the_spec_as_written_alone():
     links = expand(raw)
     assert raw == before and len(links) == 3
     assert links[0]["events"]["copy"] == ["amount", "product", "currency", "at"]
+
+
+def test_an_inner_link_s_retraction_is_read_and_passed_on_by_the_next_link():
+    """An end took an inner dimension's answer: its link writes a null answer (a retraction);
+    the next link must read it (every carried answer is optional), not dead-letter it."""
+    _, p, r = resolve_all([orders()])
+    wire = dict.fromkeys(p.output_fields)
+    wire.update(
+        {"id": "o1", "amount": 3, "currency": "eur", "at": 5, "revision": 3},
+        cause="late-dimension",
+        dimension="product",
+        previous_price="9.5",
+        customer_cause="arrival",
+    )
+    rec = r.events.parser(check_key=False)(b"eur", orjson.dumps(wire))
+    rev = r.rules.arrive([[1, "1.1"]], r.event_of(rec), None)[1]
+    assert rev is not None
+    out = r.to_wire(rev)
+    assert (out["price"], out["price_time"], out["previous_price"]) == (None, None, "9.5")
+    assert (out["product_cause"], out["dimension"], out["rate"]) == (
+        "late-dimension",
+        "product",
+        "1.1",
+    )
