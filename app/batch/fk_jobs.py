@@ -122,12 +122,28 @@ def reconcile_fk(
 
 def backfill_fk(
     spark: SparkSession, spec: FkJoinSpec, left: Paths, right: Paths, outputs: Paths, scope: Scope
-) -> tuple[DataFrame, Inputs]:
+) -> tuple[DataFrame, DataFrame, Inputs]:
     """The exact rows of the keys whose latest output differs from them, or that have none
-    (module docstring); columns ``spec.output_fields``."""
+    (module docstring; columns ``spec.output_fields``), and the deletes of the keys whose
+    latest output stands but whose left key's greatest version is an end (``_key``, its text,
+    and ``_deleted_at``, the end's time: a delete as the ``archive`` command writes one)."""
     comparison, out, inputs = _comparison(spark, spec, left, right, outputs, scope)
     todo = comparison.where(F.col("status").isin("missing", "wrong")).select(
         *[F.col(f"expected.{f}").alias(f) for f in spec.output_fields]
     )
+    key, lt = spec.left.key, spec.left
+    ends = (
+        inputs["left"]
+        .groupBy(key)
+        .agg(F.max(F.struct(lt.time, spec.fk)).alias("a"))  # the view's order of versions
+        .where(F.col(f"a.{spec.fk}").isNull())  # its greatest is an end: deleted
+        .select(key, F.col(f"a.{lt.time}").alias("_deleted_at"))
+    )
+    deletes = (
+        comparison.where(F.col("status") == "extra")
+        .select(key)
+        .join(ends, key, "inner")
+        .select(F.col(key).cast("string").alias("_key"), "_deleted_at")
+    )
     out.unpersist()
-    return todo, inputs
+    return todo, deletes, inputs

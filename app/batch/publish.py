@@ -1,5 +1,10 @@
 """Load side of the backfill: revisions onto the output topic, and the ledger of what was sent.
 
+A foreign-key join's delete (a row ``{"_key": the left key's text, "_deleted_at": its time}``,
+as the ``archive`` command writes one) is sent as the stream sends it: a tombstone keyed by the
+left key, with its ``etj-deleted-at`` header; the ledger keeps the same row, which the next run
+reads as that delete.
+
 Revisions are keyed by join id with the producer's default partitioner (murmur2, as Faust's
 producer), so a backfill revision lands on the same partition as the stream's revisions of that
 id: a consumer reading the partition sees them in the order they were written.
@@ -22,7 +27,13 @@ from aiokafka import AIOKafkaProducer
 
 from app.kafka.connection import bootstrap_servers
 from app.kafka.security import aiokafka_auth
+from app.logic.fk_join import DELETED_AT
 from app.settings import get_settings
+
+
+def _delete_headers(v: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """A foreign-key delete's header, as the stream writes it (app.agents.fk_join)."""
+    return [(DELETED_AT, str(v["_deleted_at"]).encode())]
 
 
 async def _send_all(
@@ -34,7 +45,11 @@ async def _send_all(
     await producer.start()
     try:
         pending = [
-            await producer.send(topic, json.dumps(v).encode(), key=str(v[key_field]).encode())
+            await producer.send(
+                topic, None, key=str(v["_key"]).encode(), headers=_delete_headers(v)
+            )
+            if "_deleted_at" in v
+            else await producer.send(topic, json.dumps(v).encode(), key=str(v[key_field]).encode())
             for v in values
         ]
         await producer.flush()

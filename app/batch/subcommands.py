@@ -101,11 +101,12 @@ def run_fk(
         if args.ledger and os.path.exists(args.ledger) and os.path.getsize(args.ledger):
             revisions.append(args.ledger)
         with steps.step(f"{spec.name}: computing the keys whose output changes"):
-            found, inputs = fk_jobs.backfill_fk(
+            found, deleted, inputs = fk_jobs.backfill_fk(
                 spark, spec, args.left, args.right, revisions, scope
             )
             todo = found.cache()
             rows = jobs.rows_as_wire(todo)
+            deletes = jobs.rows_as_wire(deleted)
         if args.out:
             with steps.step(f"writing {len(rows)} outputs -> {args.out}"):
                 archives.write_table(todo, args.out)
@@ -113,6 +114,15 @@ def run_fk(
         _say_refused(inputs.refused_counts())
         for r in rows[:5]:
             print(f"backfill {spec.left.key} {r[spec.left.key]}: {r}", flush=True)
+        for d in deletes[:5]:
+            print(f"backfill {spec.left.key} {d['_key']}: deleted at {d['_deleted_at']}")
+        if deletes and args.out:
+            print(
+                f"backfill: {len(deletes)} delete(s), not in {args.out} (a delete has no "
+                "output row: it is published as a tombstone)",
+                flush=True,
+            )
+        rows += deletes
         if args.dry_run:
             print(f"backfill: {len(rows)} output(s) to publish (dry run: nothing sent)", flush=True)
             return 0

@@ -408,3 +408,82 @@ def test_a_foreign_key_join_s_tombstones_in_its_archives_end_rows_and_delete_key
         r["status"] for r in compare_fk_views(spec, fk_view(spec, left, right), latest).collect()
     }
     assert statuses == {"matched"}
+
+
+def test_a_backfill_deletes_a_key_whose_left_record_ended_as_the_stream_does(
+    spark, tmp_path, names, capsys
+):
+    """A left key deleted in the archives (its greatest version an end) whose output stands in
+    the log: the backfill publishes the delete as the stream writes one (a tombstone keyed by the
+    left key, with ``etj-deleted-at``), and its ledger keeps it, so a second run sends nothing."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+
+    from app.batch.cli import main
+    from tests.harness import bootstrap
+    from tests.unit.test_fk_spec import orders
+
+    joins = tmp_path / "joins.json"
+    joins.write_text(json.dumps([orders()]))
+    topic, ledger = f"{names.prefix}-fk-backfill", tmp_path / "ledger.jsonl"
+    o = {"customer_id": "c1", "amount": 5.0}
+    row = {**o, "region": "eu", "region_time": 1}
+    argv = [
+        "backfill",
+        "--join",
+        "orders",
+        "--joins-file",
+        str(joins),
+        "--no-progress",
+        "--left",
+        _lines(
+            tmp_path / "orders.jsonl",
+            [
+                {"order_id": "o1", **o, "at": 10},
+                {"order_id": "o1", "at": 20, "_end": True},  # o1 deleted at 20
+                {"order_id": "o2", **o, "at": 10},
+            ],
+        ),
+        "--right",
+        _lines(tmp_path / "c.jsonl", [{"customer_id": "c1", "region": "eu", "timestamp": 1}]),
+        "--revisions",
+        _lines(
+            tmp_path / "out.jsonl",
+            [{"order_id": k, **row, "order_time": 10} for k in ("o1", "o2")],
+        ),
+        "--ledger",
+        str(ledger),
+        "--broker",
+        names.env["ETJ_BROKER_URL"],
+        "--topic",
+        topic,
+    ]
+    assert main(argv, spark=spark) == 0
+    assert "backfill order_id o1: deleted at 20" in capsys.readouterr().out
+    assert [json.loads(x) for x in ledger.read_text().splitlines()] == [
+        {"_key": "o1", "_deleted_at": 20}
+    ]
+
+    async def records() -> list:
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=bootstrap(names), auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        try:
+            got: list = []
+            for _ in range(10):
+                for msgs in (await consumer.getmany(timeout_ms=500)).values():
+                    got += msgs
+                if got:
+                    break
+            return got
+        finally:
+            await consumer.stop()
+
+    [tombstone] = asyncio.run(records())
+    assert (tombstone.key, tombstone.value) == (b"o1", None)
+    assert list(tombstone.headers) == [("etj-deleted-at", b"20")]
+    assert main(argv, spark=spark) == 0  # the ledger holds the delete: nothing again
+    assert "backfill: published 0 output(s)" in capsys.readouterr().out
+    assert ledger.read_text().count("_key") == 1
