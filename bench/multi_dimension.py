@@ -5,7 +5,7 @@ app/joins/dimensions.py) on one worker, over a backlog, against the plain mood j
 The spec is the broker test's (``tests.unit.test_dimensions.orders``, as
 tests/broker/test_multi_dimension_broker.py runs it): orders keyed by their own id, so every
 dimension is keyed otherwise (the first link reads them through a repartition hop, each later
-link the one before through its link topic and a hop). Orders and every dimension's versions
+link the one before through its link topic, keyed for it by the link before: no hop). Orders and every dimension's versions
 (a few per key, event times out of order) are in the broker before the worker starts; default
 producer batching (a worker on a real Kafka).
 

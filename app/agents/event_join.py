@@ -160,7 +160,7 @@ class JoinEngine:
         self._retention = spec.retention_ms
         self._window = spec.window_ms
         self._late_dimensions = spec.late_dimensions
-        self._to_wire = spec.to_wire
+        self._to_wire, self._out_key = spec.to_wire, spec.out_key
         #: lineage: the record being handled (topic, partition, offset; three attributes, no
         #: object per record)
         self._handling = ""
@@ -237,7 +237,7 @@ class JoinEngine:
             if src is None
             else {"topic": self.inputs[src[0]], "partition": self._handling_p, "offset": src[1]}
         )
-        return Out(self.output, rev.id.encode(), self._encode(wire), again)
+        return Out(self.output, self._out_key(wire, rev.id), self._encode(wire), again)
 
     def lineage(self, src: Any, partition: int) -> dict[str, Any] | None:
         """A stored source (``[input, offset]``) as the output names it (None: unknown)."""

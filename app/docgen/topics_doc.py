@@ -97,7 +97,12 @@ def join_topics(s: Settings, spec: JoinSpec, links: Collection[str] = ()) -> lis
         TopicUse(
             spec.events.topic,
             n,
-            "internal: the link from the dimension before, read by join id (repartitioned)",
+            "internal: the link from the dimension before"
+            + (
+                ", read by join id (repartitioned)"
+                if spec.events.repartition
+                else f", keyed by {'+'.join(spec.events.key_parts)}: read as it is"
+            ),
             "the worker",
             OWN,
             p,
@@ -124,7 +129,8 @@ def join_topics(s: Settings, spec: JoinSpec, links: Collection[str] = ()) -> lis
         TopicUse(
             spec.output,
             n,
-            "internal: the link to the next dimension, keyed by join id (its revisions)",
+            "internal: the link to the next dimension: its revisions, keyed by "
+            + ("join id" if spec.output_key is None else "+".join(spec.output_key[0])),
             "the worker",
             OWN,
             p,
@@ -468,8 +474,10 @@ def page() -> str:
         )
         + "\nWith [several dimensions](../joins/declarative.md#several-dimensions), each "
         "dimension is a join of its own (`<name>-<dim>`, with its ticks topic, tables and hops "
-        "as above), and the worker creates a link topic between each two, keyed by join id, "
-        "with the spec's partition count (covered by the prefixed ACL); for the page's "
+        "as above), and the worker creates a link topic between each two, keyed by the next "
+        "dimension's key (the next link reads it as it is; by join id before a repartitioned "
+        "dimension, which re-keys it through a hop), with the spec's partition count (covered "
+        "by the prefixed ACL); for the page's "
         "`enriched` (orders × customers × products × rates), the topics besides the tables' "
         "changelogs:\n\n"
         + _table(

@@ -147,7 +147,8 @@ def check_link(up: JoinSpec, down: JoinSpec) -> None:
                 f"{', '.join(sorted(stable))}): a new answer would key the same join "
                 "elsewhere"
             )
-    if not ev.repartition and ev.path_of(ev.key) != "id":
+    keyed = up.output_key is not None and up.output_key[0] == ev.key_parts
+    if not ev.repartition and ev.path_of(ev.key) != "id" and not keyed:
         raise SpecError(
             f"{where}: the output of {up.name!r} is keyed by join id: give events.repartition "
             "true (or key 'id')"

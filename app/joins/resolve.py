@@ -304,7 +304,7 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj"
     spec whose events are another's output reads that join's revisions in order
     (:mod:`app.joins.chains`); a spec with several dimensions is first expanded into a chain
     of one-dimension links (:mod:`app.joins.dimensions`)."""
-    raws, links, labels = dimensions.expand_all(raws, app_id)
+    raws, links, labels, keys = dimensions.expand_all(raws, app_id)
     cfgs = [validated(JoinConfig, raw, i)[0] for i, raw in enumerate(raws)]
     fed = chains.fed_by(cfgs)
     specs = [
@@ -314,7 +314,12 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj"
         for i, c in enumerate(cfgs)
     ]
     specs = [
-        dataclasses.replace(s, internal_output=s.output in links, dimension_name=labels.get(s.name))
+        dataclasses.replace(
+            s,
+            internal_output=s.output in links,
+            dimension_name=labels.get(s.name),
+            output_key=keys.get(s.name),
+        )
         for s in specs
     ]
     for what, of in (

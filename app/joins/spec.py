@@ -351,6 +351,10 @@ class JoinSpec:
     #: changed the answer, else what the upstream revision said (the event's ``dimension``
     #: field; none for the first link: the event itself is new or changed)
     dimension_name: str | None = None
+    #: a link before the last: (the next link's key fields, its key format): its revisions are
+    #: keyed by the next link's join key, so the next link reads the link topic as it is, with
+    #: no hop (:mod:`app.joins.dimensions`); None: keyed by join id
+    output_key: tuple[tuple[str, ...], str] | None = None
 
     @property
     def final_topic(self) -> str | None:
@@ -481,6 +485,20 @@ class JoinSpec:
         exec(compile(source, f"<to_wire of join {self.name}>", "exec"), scope)
         made: Callable[[Revision], dict[str, Any]] = scope["to_wire"]
         return made
+
+    @cached_property
+    def out_key(self) -> Callable[[dict[str, Any], str], bytes]:
+        """(revision as wire, join id) -> the output record's key: the join id, or a link's
+        next join key (:attr:`output_key`) written as a repartition hop would write it."""
+        from app.inputs.wire_formats import encode_key
+
+        if self.output_key is None:
+            return lambda wire, jid: jid.encode()
+        fields, fmt = self.output_key
+        if len(fields) == 1:
+            (f,) = fields
+            return lambda wire, jid: encode_key(str(wire[f]), fmt)
+        return lambda wire, jid: encode_key(join_key_text(wire[f] for f in fields), fmt)
 
     def describe(self) -> dict[str, Any]:
         """What ``GET /joins/`` lists for this spec."""

@@ -89,7 +89,16 @@ def test_three_dimensions_become_a_chain_of_links_through_internal_topics():
         p.output,
         "currency",
     )
-    assert p.events.repartition and r.events.repartition
+    # each link before the last keys its revisions by the next link's key, written as that
+    # dimension's topic writes its keys: the next link reads the link topic with no hop
+    assert not p.events.repartition and not r.events.repartition
+    assert (c.output_key, p.output_key, r.output_key) == (
+        (("product",), "str"),
+        (("currency",), "str"),
+        None,
+    )
+    assert c.out_key({"product": "p1", "currency": "eur"}, "o1") == b"p1"
+    assert r.out_key({"product": "p1", "currency": "eur"}, "o1") == b"o1"
     assert (p.order_field, r.order_field, c.order_field) == ("revision", "revision", None)
     assert c.internal_output and p.internal_output and not r.internal_output
     assert r.output == "m-enriched"
@@ -193,9 +202,25 @@ def test_a_composite_on_key_keys_its_link():
     raw = orders()
     raw["events"]["fields"]["region"] = "str"
     raw["dimensions"][1] = dim("product", ["region", "product"], "price")
-    _, p, r = resolve_all([raw])
+    c, p, r = resolve_all([raw])
     assert p.events.key_parts == ("region", "product")
     assert "region" not in r.output_fields
+    assert c.out_key({"region": "eu", "product": "p1"}, "o1") == b'["eu","p1"]'
+
+
+def test_a_repartitioned_dimension_s_link_reads_through_a_hop_and_long_keys_are_written_as_longs():
+    """A repartitioned dimension (its own hop writes text keys): the link before writes by
+    join id, and the next link re-keys its topic through a hop, as any repartitioned side; Long
+    keys are written as Kafka's Long serializer writes them."""
+    raw = orders()
+    raw["dimensions"][1]["repartition"] = True
+    raw["dimensions"][2]["key_format"] = "long"
+    raw["events"]["fields"]["currency"] = "int"
+    raw["dimensions"][2]["fields"]["currency"] = "int"
+    c, p, r = resolve_all([raw])
+    assert c.output_key is None and p.events.repartition
+    assert p.output_key == (("currency",), "long") and not r.events.repartition
+    assert p.out_key({"currency": 7}, "o1") == (7).to_bytes(8, "big")
 
 
 def test_a_single_dimension_list_is_one_link_writing_the_output():
