@@ -16,7 +16,7 @@ The spec ``<name>`` with dimensions ``d1..dn`` becomes links ``<name>-d1 .. <nam
   the next link reads it as it is, ``id: "id"``, co-partitioned with its dimension, with no
   hop (a repartitioned next dimension: keyed by join id, and the next link re-keys it through a
   hop). Why: a hop costs a parse and a send per record; two fewer per order made the chain
-  1.4× faster (findings.md).
+  1.4× faster (docs/contributing/findings.md).
   A link carries the id, the user's ``events.copy``, every later ``on`` field, the event
   time, and each earlier dimension's copy, ``time_as``, ``previous_<copy>`` and cause (as
   ``<dim>_cause``);
