@@ -196,6 +196,8 @@ def one_run(
         )
         worker = time_worker(broker, names, records, folder)
         sends = asyncio.run(sends_per_record(broker.bootstrap, names, records))
+        if not batched_records:  # the one-record run only (``--batched-records 0``)
+            return _one_record_figures(records, pipe_same_s, worker, sends)
         # 2. the producer's default batching, both sides, on a backlog of its own (a second
         # app id, as it would run on Kafka): `batched_records`, long enough to time a worker
         # that handles tens of thousands of records a second
@@ -220,19 +222,32 @@ def one_run(
             )
         )
         worker_batched = time_worker(broker, batched(big), batched_records, folder, name="batched")
-    pipe_rate = records / pipe_same_s
     pipe_default_rate = batched_records / pipe_default_s
-    worker_rate = records / worker["seconds"]
     batched_rate = batched_records / worker_batched["seconds"]
     return {
-        "records": records,
+        **_one_record_figures(records, pipe_same_s, worker, sends),
         "batched_records": batched_records,
-        "pipe_rate": pipe_rate,
         "pipe_default_batching_rate": pipe_default_rate,
-        "worker_rate": worker_rate,
-        "ratio": worker_rate / pipe_rate,
         "worker_batched_rate": batched_rate,
         "batched_ratio": batched_rate / pipe_default_rate,
+        "batched_revisions": worker_batched["revisions"],
+        "batched_corrections": worker_batched["corrections"],
+        "batched_late": worker_batched["late"],
+        "batched_dead_letters": worker_batched["dead_letters"],
+    }
+
+
+def _one_record_figures(
+    records: int, pipe_same_s: float, worker: dict[str, Any], sends: dict[str, Any]
+) -> dict[str, Any]:
+    """The figures of the one-record-batch part of a run."""
+    pipe_rate = records / pipe_same_s
+    worker_rate = records / worker["seconds"]
+    return {
+        "records": records,
+        "pipe_rate": pipe_rate,
+        "worker_rate": worker_rate,
+        "ratio": worker_rate / pipe_rate,
         "sends_per_record": sends["sends_per_record"],
         "sends": sends["sends"],
         "sends_by_topic": sends["sends_by_topic"],
@@ -240,10 +255,6 @@ def one_run(
         "corrections": worker["corrections"],
         "late": worker["late"],
         "dead_letters": worker["dead_letters"],
-        "batched_revisions": worker_batched["revisions"],
-        "batched_corrections": worker_batched["corrections"],
-        "batched_late": worker_batched["late"],
-        "batched_dead_letters": worker_batched["dead_letters"],
     }
 
 
@@ -260,7 +271,7 @@ def run(
         one_run(records, consultants, seed + i, partitions, batched_records) for i in range(runs)
     ]
     med = medians(results)
-    return {
+    out = {
         "name": "throughput",
         "records": records,
         "batched_records": batched_records,
@@ -269,21 +280,25 @@ def run(
         "runs": runs,
         "worker_rate": round(med["worker_rate"]),
         "pipe_rate": round(med["pipe_rate"]),
-        "pipe_default_batching_rate": round(med["pipe_default_batching_rate"]),
         "ratio": round(med["ratio"], 3),
         "goal": RATIO.goal,
         "goal_met": RATIO.met(med["ratio"]),
-        # both sides with the producer's default batching (the worker: no
-        # ETJ_PRODUCER_MAX_BATCH_SIZE; the pipe: aiokafka's defaults)
-        "worker_batched_rate": round(med["worker_batched_rate"]),
-        "batched_ratio": round(med["batched_ratio"], 3),
-        "batched_goal": BATCHED_RATIO.goal,
-        "batched_goal_rps": BATCHED_RPS.goal,
         # from the one-record-batch run (exact end offsets)
         "sends_per_record": round(med["sends_per_record"], 3),
         "sends_by_topic": results[0]["sends_by_topic"],
         "each_run": each_run(results),
     }
+    if batched_records:
+        # both sides with the producer's default batching (the worker: no
+        # ETJ_PRODUCER_MAX_BATCH_SIZE; the pipe: aiokafka's defaults)
+        out |= {
+            "pipe_default_batching_rate": round(med["pipe_default_batching_rate"]),
+            "worker_batched_rate": round(med["worker_batched_rate"]),
+            "batched_ratio": round(med["batched_ratio"], 3),
+            "batched_goal": BATCHED_RATIO.goal,
+            "batched_goal_rps": BATCHED_RPS.goal,
+        }
+    return out
 
 
 def report(t: dict[str, Any]) -> str:
