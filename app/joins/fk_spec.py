@@ -427,7 +427,7 @@ def check_together(event_specs: Sequence[JoinSpec], fk_specs: Sequence[FkJoinSpe
 
     for s in event_specs:
         claim("name", s.name, s.name)
-        for t in (s.ticks, s.output):
+        for t in (s.ticks, s.output, *filter(None, [s.final_topic])):  # <output>-final too
             claim("topic", t, s.name)
         for n in s.tables.model_dump().values():
             if n is not None:
@@ -455,7 +455,7 @@ def check_together(event_specs: Sequence[JoinSpec], fk_specs: Sequence[FkJoinSpe
     # an event-time join's output read as another's events: a chain (app.joins.chains)
     fed = {s.events.topic for s in event_specs}
     for name, written in [
-        *((s.name, (s.output, s.ticks)) for s in event_specs),
+        *((s.name, (s.output, s.ticks, *filter(None, [s.final_topic]))) for s in event_specs),
         *((f.name, (f.output, f.moves, f.ticks)) for f in fk_specs),
     ]:
         for t in written:

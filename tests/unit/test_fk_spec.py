@@ -4,6 +4,7 @@ non-int keys (app/joins/fk_state.py) and the rules over string keys (app/logic/f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -151,6 +152,14 @@ def test_specs_of_both_kinds_are_checked_together(tmp_path):
         check_together([moods], [resolve_fk(orders(name="moods"))])
     with pytest.raises(SpecError, match="writes etj-events, which join 'moods' reads"):
         check_together([moods], [resolve_fk(orders(output="etj-events"))])
+    # a spec with promises writes <output>-final too: no other join may write or read it
+    final = dataclasses.replace(moods, finality=True)
+    assert final.final_topic == f"{moods.output}-final"
+    with pytest.raises(SpecError, match=f"share the topic '{final.final_topic}'"):
+        check_together([final], [resolve_fk(orders(output=final.final_topic))])
+    reader = orders(left={**orders()["left"], "topic": final.final_topic})
+    with pytest.raises(SpecError, match=f"writes {final.final_topic}, which join 'orders'"):
+        check_together([final], [resolve_fk(reader)])
     path = tmp_path / "joins.json"
     path.write_text(
         json.dumps(
