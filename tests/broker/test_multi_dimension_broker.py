@@ -167,7 +167,18 @@ def test_three_dimensions_are_one_revision_log_exact_across_a_kill_9_and_a_rebal
         by_join.setdefault(r["id"], set()).add(r["revision"])
     assert all(sorted(n) == list(range(1, len(n) + 1)) for n in by_join.values()), by_join
     # each later revision names the dimension whose change made it; only that dimension's
-    # answer differs from the revision before, and its previous_<field> is what that said
+    # answer differs from the revision before, and its previous_<field> is what that said.
+    # Except where an earlier link re-sent a revision after a newer one (a kill -9 between its
+    # changelog and its sends): the older one changes nothing downstream, so the revision after
+    # it may carry two dimensions' changes; such orders show on the link topics, and are only
+    # held to naming a dimension
+    resent: set[str] = set()
+    for link in links[:-1]:
+        top: dict[str, int] = {}
+        for _, v in asyncio.run(read_all(names, link.output, idle_s=0.5)):
+            if v["revision"] < top.get(v["id"], 0):
+                resent.add(v["id"])
+            top[v["id"]] = max(top.get(v["id"], 0), v["revision"])
     one = {(r["id"], r["revision"]): r for r in revs}
     named: dict[str, int] = {}
     for (i, n), r in one.items():
@@ -176,6 +187,8 @@ def test_three_dimensions_are_one_revision_log_exact_across_a_kill_9_and_a_rebal
             continue
         before, dim = one[(i, n - 1)], r["dimension"]
         assert dim in ANSWER, r  # every order is sent once: no later revision is the order's
+        if i in resent:
+            continue
         owned = {ANSWER[dim], f"{ANSWER[dim]}_time"}
         changed = {f for f in SAID if r[f] != before[f]}
         assert changed and changed <= owned, (before, r)
