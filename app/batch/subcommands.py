@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 from app.batch import archives, jobs
 from app.batch.arguments import settings_of
+from app.batch.report import Report
 from app.batch.session import Steps
 from app.joins.dimensions import MultiDimensionJoin
 from app.joins.fk_spec import FkJoinSpec
@@ -42,6 +44,49 @@ def _say_refused(counts: dict[str, int]) -> None:
             + ", ".join(f"{name} {n}" for name, n in counts.items()),
             flush=True,
         )
+
+
+def _revisions(args: argparse.Namespace) -> list[str]:
+    """A backfill's ``--revisions``, and its ``--ledger`` when there is one (what earlier runs
+    published: a second run finds those answers sent already)."""
+    revisions = list(args.revisions)
+    if args.ledger and os.path.exists(args.ledger) and os.path.getsize(args.ledger):
+        revisions.append(args.ledger)
+    return revisions
+
+
+def _say_reports(args: argparse.Namespace, reports: list[Report]) -> int:
+    """Print reconcile's reports (and write ``--report``); the exit code: 0 converged, 1 not."""
+    for report in reports:
+        print(report.render(), flush=True)
+    converged = all(r.converged for r in reports)
+    if args.report:
+        lines = jobs.write_report(args.report, reports)
+        print(f"report: {lines} line(s) -> {args.report}", flush=True)
+    print("CONVERGED" if converged else "NOT CONVERGED (exit code 1)", flush=True)
+    return 0 if converged else 1
+
+
+def _publish(
+    args: argparse.Namespace,
+    steps: Steps,
+    rows: list[dict[str, Any]],
+    output: str,
+    noun: str = "revision",
+    key_field: str = "id",
+) -> int:
+    """A backfill's last step: ``rows`` to ``--topic`` (default ``output``) and the ledger, or
+    only counted with ``--dry-run``."""
+    if args.dry_run:
+        print(f"backfill: {len(rows)} {noun}(s) to publish (dry run: nothing sent)", flush=True)
+        return 0
+    from app.batch.publish import publish  # aiokafka: only when publishing
+
+    topic, broker = args.topic or output, args.broker or settings_of(args).broker_url
+    with steps.step(f"publishing {len(rows)} {noun}s to {topic}"):
+        sent = publish(broker, topic, rows, key_field=key_field, ledger=args.ledger)
+    print(f"backfill: published {sent} {noun}(s) to {topic}", flush=True)
+    return 0
 
 
 def _no_car_range(args: argparse.Namespace, scope: jobs.Scope) -> None:
@@ -87,22 +132,12 @@ def run_fk(
             args.examples,
             args.sample if args.report else 0,
         )
-        print(report.render(), flush=True)
-        if args.report:
-            lines = jobs.write_report(args.report, [report])
-            print(f"report: {lines} line(s) -> {args.report}", flush=True)
-        print("CONVERGED" if report.converged else "NOT CONVERGED (exit code 1)", flush=True)
-        return 0 if report.converged else 1
+        return _say_reports(args, [report])
     if args.job == "backfill":
-        from app.batch.publish import publish  # aiokafka: only when publishing
-
         _fk_inputs(args, spec, scope, "revisions")
-        revisions = list(args.revisions)
-        if args.ledger and os.path.exists(args.ledger) and os.path.getsize(args.ledger):
-            revisions.append(args.ledger)
         with steps.step(f"{spec.name}: computing the keys whose output changes"):
             found, deleted, inputs = fk_jobs.backfill_fk(
-                spark, spec, args.left, args.right, revisions, scope
+                spark, spec, args.left, args.right, _revisions(args), scope
             )
             todo = found.cache()
             rows = jobs.rows_as_wire(todo)
@@ -115,22 +150,16 @@ def run_fk(
         for r in rows[:5]:
             print(f"backfill {spec.left.key} {r[spec.left.key]}: {r}", flush=True)
         for d in deletes[:5]:
-            print(f"backfill {spec.left.key} {d['_key']}: deleted at {d['_deleted_at']}")
+            print(
+                f"backfill {spec.left.key} {d['_key']}: deleted at {d['_deleted_at']}", flush=True
+            )
         if deletes and args.out:
             print(
                 f"backfill: {len(deletes)} delete(s), not in {args.out} (a delete has no "
                 "output row: it is published as a tombstone)",
                 flush=True,
             )
-        rows += deletes
-        if args.dry_run:
-            print(f"backfill: {len(rows)} output(s) to publish (dry run: nothing sent)", flush=True)
-            return 0
-        topic, broker = args.topic or spec.output, args.broker or settings_of(args).broker_url
-        with steps.step(f"publishing {len(rows)} outputs to {topic}"):
-            sent = publish(broker, topic, rows, key_field=spec.left.key, ledger=args.ledger)
-        print(f"backfill: published {sent} output(s) to {topic}", flush=True)
-        return 0
+        return _publish(args, steps, rows + deletes, spec.output, "output", spec.left.key)
     raise SystemExit(
         f"{args.job}: join {spec.name} is a foreign-key join; {args.job} is for "
         "event-time joins (exact, reconcile and backfill take it)"
@@ -176,26 +205,16 @@ def run_multi(
             sample,
             args.method,
         )
-        print(report.render(), flush=True)
-        if args.report:
-            lines = jobs.write_report(args.report, [report])
-            print(f"report: {lines} line(s) -> {args.report}", flush=True)
-        print("CONVERGED" if report.converged else "NOT CONVERGED (exit code 1)", flush=True)
-        return 0 if report.converged else 1
-    from app.batch.publish import publish  # aiokafka: only when publishing
-
+        return _say_reports(args, [report])
     if args.late_events or args.late_dimension or args.before is not None:
         raise SystemExit(
             f"backfill: join {multi.name} has several dimensions: give the late records in "
             "--events and --dimension NAME=PATH (no --late-events, --late-dimension, --before)"
         )
     refuse_framed_output(multi.last, args)
-    revisions = list(args.revisions)
-    if args.ledger and os.path.exists(args.ledger) and os.path.getsize(args.ledger):
-        revisions.append(args.ledger)
     with steps.step(f"{multi.name}: computing the joins whose answer changes"):
         found, refused = M.backfill_multi(
-            spark, multi, args.events, dims, revisions, scope, args.method
+            spark, multi, args.events, dims, _revisions(args), scope, args.method
         )
         read = [*args.events, *(p for paths in dims.values() for p in paths)]
         todo = jobs.with_lineage(found, read).cache()
@@ -207,14 +226,7 @@ def run_multi(
     _say_refused(refused)
     for r in rows[:5]:
         print(f"backfill {r['id']} revision {r['revision']}: {r['dimension']} changed", flush=True)
-    if args.dry_run:
-        print(f"backfill: {len(rows)} revision(s) to publish (dry run: nothing sent)", flush=True)
-        return 0
-    topic, broker = args.topic or multi.output, args.broker or settings_of(args).broker_url
-    with steps.step(f"publishing {len(rows)} revisions to {topic}"):
-        sent = publish(broker, topic, rows, ledger=args.ledger)
-    print(f"backfill: published {sent} revision(s) to {topic}", flush=True)
-    return 0
+    return _publish(args, steps, rows, multi.output)
 
 
 def run_exact(
@@ -289,14 +301,7 @@ def run_reconcile(
         )
     if not reports:
         raise SystemExit("reconcile: nothing to compare (see --help)")
-    for report in reports:
-        print(report.render(), flush=True)
-    converged = all(r.converged for r in reports)
-    if args.report:
-        lines = jobs.write_report(args.report, reports)
-        print(f"report: {lines} line(s) -> {args.report}", flush=True)
-    print("CONVERGED" if converged else "NOT CONVERGED (exit code 1)", flush=True)
-    return 0 if converged else 1
+    return _say_reports(args, reports)
 
 
 def refuse_framed_output(spec: JoinSpec, args: argparse.Namespace) -> None:
@@ -317,17 +322,13 @@ def refuse_framed_output(spec: JoinSpec, args: argparse.Namespace) -> None:
 def run_backfill(
     spark: SparkSession, args: argparse.Namespace, spec: JoinSpec | None, scope: jobs.Scope
 ) -> int:
-    from app.batch.publish import publish  # aiokafka: only when publishing
-
     if spec is None or not (args.events and args.dimension and args.revisions):
         raise SystemExit(
             "backfill: give --events, --dimension (moods: --moods) and --revisions [--join NAME]"
         )
     refuse_framed_output(spec, args)
     steps = _steps(spark, args)
-    revisions = list(args.revisions)
-    if args.ledger and os.path.exists(args.ledger) and os.path.getsize(args.ledger):
-        revisions.append(args.ledger)
+    revisions = _revisions(args)
     with steps.step(f"{spec.name}: computing the joins whose answer changes"):
         try:
             found, inputs = jobs.backfill(
@@ -363,14 +364,7 @@ def run_backfill(
             f"backfill {r['id']} revision {r['revision']}: {label} {before!r} -> {after!r}",
             flush=True,
         )
-    if not args.dry_run:
-        topic, broker = args.topic or spec.output, args.broker or settings_of(args).broker_url
-        with steps.step(f"publishing {len(rows)} revisions to {topic}"):
-            sent = publish(broker, topic, rows, ledger=args.ledger)
-        print(f"backfill: published {sent} revision(s) to {topic}", flush=True)
-    else:
-        print(f"backfill: {len(rows)} revision(s) to publish (dry run: nothing sent)", flush=True)
-    return 0
+    return _publish(args, steps, rows, spec.output)
 
 
 def run_bootstrap(
