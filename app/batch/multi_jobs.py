@@ -259,16 +259,49 @@ def _changed(multi: MultiDimensionJoin, dim: str, a: Column, b: Column) -> Colum
 def _revision(multi: MultiDimensionJoin, expected: Column, actual: Column) -> list[Column]:
     """The output fields of a backfill revision taking the log's latest (``actual``, null for
     a join it never had) to the exact answer (``expected``)."""
-    names = [d for d, _ in multi.dimensions]
+    changed = {d: _changed(multi, d, expected, actual) for d, _ in multi.dimensions}
+    return _backfilled(
+        multi,
+        actual,
+        {f: expected.getField(f) for f in multi.columns},
+        {d: actual.isNull() | c for d, c in changed.items()},
+        {d: actual.isNotNull() & c for d, c in changed.items()},
+    )
+
+
+def _retraction(multi: MultiDimensionJoin, actual: Column) -> list[Column]:
+    """The output fields of the retraction of the log's latest (``actual``): every inner
+    dimension without an answer now (``_has_<dim>`` null) null, numbered after it."""
+    gone = {d: F.col(f"_has_{d}").isNull() for d in multi.inner}
+    now = {
+        f: F.when(gone[d], F.lit(None)).otherwise(actual.getField(f))
+        for d in multi.inner
+        for f in multi.answer_of(d)
+    }
+    return _backfilled(multi, actual, now, gone, gone)
+
+
+def _backfilled(
+    multi: MultiDimensionJoin,
+    actual: Column,
+    now: dict[str, Column],
+    changed: dict[str, Column],
+    named: dict[str, Column],
+) -> list[Column]:
+    """The output fields of a backfill revision after the log's latest (``actual``): the
+    fields ``now`` sets, the rest as the latest says; numbered after it (1 for a join it never
+    had), ``cause`` ``backfill``, every ``previous_<field>`` what the latest said; per
+    dimension, ``changed``: its ``<dim>_cause`` becomes ``backfill``, ``named``: ``dimension``
+    may name it (the first such in the spec's order)."""
     first: Column = F.lit(None).cast("string")
-    for dim in reversed(names):  # the first dimension that changes wins
-        first = F.when(actual.isNotNull() & _changed(multi, dim, expected, actual), dim).otherwise(
-            first
-        )
+    for dim, _ in reversed(multi.dimensions):
+        if dim in named:
+            first = F.when(named[dim], dim).otherwise(first)
     cols = []
     for f in S.revision_columns(multi.last):
-        if f in multi.columns:
-            cols.append(expected.getField(f).alias(f))
+        dim = f.removesuffix("_cause")
+        if f in now:
+            cols.append(now[f].alias(f))
         elif f == "revision":
             cols.append((F.coalesce(actual.getField(f), F.lit(0)) + 1).cast("bigint").alias(f))
         elif f.startswith("previous_"):
@@ -277,40 +310,8 @@ def _revision(multi: MultiDimensionJoin, expected: Column, actual: Column) -> li
             cols.append(F.lit("backfill").alias(f))
         elif f == "dimension":
             cols.append(first.alias(f))
-        elif f.endswith("_cause") and f.removesuffix("_cause") in names:
-            dim = f.removesuffix("_cause")
-            cols.append(
-                F.when(actual.isNull() | _changed(multi, dim, expected, actual), "backfill")
-                .otherwise(actual.getField(f))
-                .alias(f)
-            )
-        else:
-            cols.append(actual.getField(f).alias(f))
-    return cols
-
-
-def _retraction(multi: MultiDimensionJoin, actual: Column) -> list[Column]:
-    """The output fields of the retraction of the log's latest (``actual``): every inner
-    dimension without an answer now (``_has_<dim>`` null) null, numbered after it."""
-    gone = {f: F.col(f"_has_{dim}").isNull() for dim in multi.inner for f in multi.answer_of(dim)}
-    first: Column = F.lit(None).cast("string")
-    for dim in reversed(multi.inner):
-        first = F.when(F.col(f"_has_{dim}").isNull(), dim).otherwise(first)
-    cols = []
-    for f in S.revision_columns(multi.last):
-        if f in gone:
-            cols.append(F.when(gone[f], F.lit(None)).otherwise(actual.getField(f)).alias(f))
-        elif f == "revision":
-            cols.append((actual.getField(f) + 1).cast("bigint").alias(f))
-        elif f.startswith("previous_"):
-            cols.append(actual.getField(f.removeprefix("previous_")).alias(f))
-        elif f == "cause":
-            cols.append(F.lit("backfill").alias(f))
-        elif f == "dimension":
-            cols.append(first.alias(f))
-        elif f.endswith("_cause") and f.removesuffix("_cause") in multi.inner:
-            taken = F.col(f"_has_{f.removesuffix('_cause')}").isNull()
-            cols.append(F.when(taken, "backfill").otherwise(actual.getField(f)).alias(f))
+        elif f != dim and dim in changed:  # an earlier dimension's <dim>_cause
+            cols.append(F.when(changed[dim], "backfill").otherwise(actual.getField(f)).alias(f))
         else:
             cols.append(actual.getField(f).alias(f))
     return cols
