@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.batch import archives as A
-from app.batch.fk_view import compare_fk_views, fk_view, latest_fk_outputs
+from app.batch.fk_view import compare_fk_views, fk_view, latest_fk_outputs, latest_left
 from app.batch.jobs import Inputs, Paths, Scope, admit_input
 from app.batch.report import Report, count_statuses, difference, first_per_status, sample_rows
 from app.batch.session import Steps
@@ -131,13 +131,11 @@ def backfill_fk(
     todo = comparison.where(F.col("status").isin("missing", "wrong")).select(
         *[F.col(f"expected.{f}").alias(f) for f in spec.output_fields]
     )
-    key, lt = spec.left.key, spec.left
+    key = spec.left.key
     ends = (
-        inputs["left"]
-        .groupBy(key)
-        .agg(F.max(F.struct(lt.time, spec.fk)).alias("a"))  # the view's order of versions
+        latest_left(spec, inputs["left"])
         .where(F.col(f"a.{spec.fk}").isNull())  # its greatest is an end: deleted
-        .select(key, F.col(f"a.{lt.time}").alias("_deleted_at"))
+        .select(key, F.col(f"a.{spec.left.time}").alias("_deleted_at"))
     )
     deletes = (
         comparison.where(F.col("status") == "extra")

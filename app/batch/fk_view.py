@@ -23,15 +23,21 @@ from pyspark.sql import functions as F
 
 from app.joins.fk_spec import FkJoinSpec
 
-__all__ = ["compare_fk_views", "fk_view", "latest_fk_outputs"]
+__all__ = ["compare_fk_views", "fk_view", "latest_fk_outputs", "latest_left"]
+
+
+def latest_left(spec: FkJoinSpec, left: DataFrame) -> DataFrame:
+    """Per left key, its greatest version (module docstring): the key and ``a``, a struct of
+    the time, the foreign key (null: an end, the key deleted) and the copies."""
+    lt = spec.left
+    return left.groupBy(lt.key).agg(F.max(F.struct(lt.time, spec.fk, *lt.copy)).alias("a"))
 
 
 def fk_view(spec: FkJoinSpec, left: DataFrame, right: DataFrame) -> DataFrame:
     """The exact view: one row per left key. Columns: ``spec.output_fields``."""
     lt, rt = spec.left, spec.right
     rows = (
-        left.groupBy(lt.key)
-        .agg(F.max(F.struct(lt.time, spec.fk, *lt.copy)).alias("a"))
+        latest_left(spec, left)
         .select(
             lt.key,
             F.col(f"a.{spec.fk}").alias(spec.fk_as),
