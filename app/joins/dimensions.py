@@ -85,39 +85,23 @@ def link_topic(app_id: str, name: str, dim: str) -> str:
 
 def expand_all(
     raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj"
-) -> tuple[
-    list[dict[str, Any] | JoinConfig],
-    set[str],
-    dict[str, str],
-    dict[str, tuple[tuple[str, ...], str]],
-]:
+) -> tuple[list[dict[str, Any] | JoinConfig], set[str], dict[str, str]]:
     """Every spec, a multi-dimension one replaced by its links; the link topics (internal:
-    :attr:`app.joins.spec.JoinSpec.internal_output`); each link's dimension, by link name
-    (:attr:`app.joins.spec.JoinSpec.dimension_name`); and the key each link before the last
-    writes, by link name, where the next link reads its topic as it is
-    (:attr:`app.joins.spec.JoinSpec.output_key`)."""
+    :attr:`app.joins.spec.JoinSpec.internal_output`); and each link's dimension, by link name
+    (:attr:`app.joins.spec.JoinSpec.dimension_name`)."""
     out: list[dict[str, Any] | JoinConfig] = []
     links: set[str] = set()
     labels: dict[str, str] = {}
-    keys: dict[str, tuple[tuple[str, ...], str]] = {}
     for i, raw in enumerate(raws):
         if is_multi(raw):
             assert isinstance(raw, dict)
             specs = expand(raw, i, app_id)
             links |= {s["output"] for s in specs[:-1]}
             labels |= {s["name"]: d["name"] for s, d in zip(specs, raw["dimensions"], strict=True)}
-            for before, link in zip(specs, specs[1:], strict=False):
-                ev = link["events"]
-                if not ev["repartition"]:  # read as it is: keyed by the link before
-                    key = ev["key"]
-                    keys[before["name"]] = (
-                        tuple(key) if isinstance(key, list) else (key,),
-                        ev.get("key_format", "str"),
-                    )
             out += specs
         else:
             out.append(raw)
-    return out, links, labels, keys
+    return out, links, labels
 
 
 def _flat(where: str, entry: str | dict[str, str]) -> tuple[str, str]:

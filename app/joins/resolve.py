@@ -304,7 +304,7 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj"
     spec whose events are another's output reads that join's revisions in order
     (:mod:`app.joins.chains`); a spec with several dimensions is first expanded into a chain
     of one-dimension links (:mod:`app.joins.dimensions`)."""
-    raws, links, labels, keys = dimensions.expand_all(raws, app_id)
+    raws, links, labels = dimensions.expand_all(raws, app_id)
     cfgs = [validated(JoinConfig, raw, i)[0] for i, raw in enumerate(raws)]
     fed = chains.fed_by(cfgs)
     specs = [
@@ -313,12 +313,18 @@ def resolve_all(raws: Sequence[dict[str, Any] | JoinConfig], app_id: str = "etj"
         else resolve(c, i, app_id)
         for i, c in enumerate(cfgs)
     ]
+    # a link topic the next link reads as it is is keyed by that link's join key
+    direct = {s.events.topic: s.events for s in specs if s.events.repartition is None}
     specs = [
         dataclasses.replace(
             s,
             internal_output=s.output in links,
             dimension_name=labels.get(s.name),
-            output_key=keys.get(s.name),
+            output_key=(
+                (direct[s.output].key_parts, direct[s.output].key_format)
+                if s.output in links and s.output in direct
+                else None
+            ),
         )
         for s in specs
     ]
