@@ -134,7 +134,7 @@ async def test_a_record_sent_alone_keeps_its_timestamp_and_headers(broker, names
     passed on as it came (a hop) or a foreign-key delete (``etj-deleted-at``, which consumers
     order deletes by) must reach the broker as it was first sent, not with the producer's clock
     and no headers."""
-    from aiokafka import AIOKafkaConsumer
+    from tests.broker.test_repartition_broker import read_raw
 
     topic = f"{names.prefix}-alone"
     producer = aiokafka.AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
@@ -148,17 +148,7 @@ async def test_a_record_sent_alone_keeps_its_timestamp_and_headers(broker, names
         await plain
     finally:
         await producer.stop()
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    try:
-        got = []
-        while len(got) < 2:
-            for msgs in (await consumer.getmany(timeout_ms=1000)).values():
-                got += msgs
-    finally:
-        await consumer.stop()
+    got = await read_raw(names, topic)
     first, second = sorted(got, key=lambda m: m.offset)
     assert (first.key, first.value, first.timestamp) == (b"k", None, 1_234_567)
     assert list(first.headers) == [("etj-deleted-at", b"42")]

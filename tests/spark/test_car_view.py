@@ -418,10 +418,8 @@ def test_a_backfill_deletes_a_key_whose_left_record_ended_as_the_stream_does(
     left key, with ``etj-deleted-at``), and its ledger keeps it, so a second run sends nothing."""
     import asyncio
 
-    from aiokafka import AIOKafkaConsumer
-
     from app.batch.cli import main
-    from tests.harness import bootstrap
+    from tests.broker.test_repartition_broker import read_raw
     from tests.unit.test_fk_spec import orders
 
     joins = tmp_path / "joins.json"
@@ -465,23 +463,7 @@ def test_a_backfill_deletes_a_key_whose_left_record_ended_as_the_stream_does(
         {"_key": "o1", "_deleted_at": 20}
     ]
 
-    async def records() -> list:
-        consumer = AIOKafkaConsumer(
-            topic, bootstrap_servers=bootstrap(names), auto_offset_reset="earliest"
-        )
-        await consumer.start()
-        try:
-            got: list = []
-            for _ in range(10):
-                for msgs in (await consumer.getmany(timeout_ms=500)).values():
-                    got += msgs
-                if got:
-                    break
-            return got
-        finally:
-            await consumer.stop()
-
-    [tombstone] = asyncio.run(records())
+    [tombstone] = asyncio.run(read_raw(names, topic))
     assert (tombstone.key, tombstone.value) == (b"o1", None)
     assert list(tombstone.headers) == [("etj-deleted-at", b"20")]
     assert main(argv, spark=spark) == 0  # the ledger holds the delete: nothing again
